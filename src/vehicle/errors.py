@@ -1,0 +1,93 @@
+# -*- test-case-name: tests.test_errors -*-
+"""
+The protocol's error codes and their HTTP statuses: one table, one exception.
+
+Every refusal anywhere in the host is a L{VehicleError}; the web layer renders
+it as the protocol's error frame with the status this table gives.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from attrs import frozen
+
+
+#: error code -> HTTP status (spec, "Frames", the error table).
+STATUS: Mapping[str, int] = {
+    "unauthorized": 401,
+    "identity_required": 401,
+    "invalid_identity": 400,
+    "graph_required": 400,
+    "graph_mismatch": 400,
+    "access_reduced": 403,
+    "forbidden_profile": 403,
+    "isolation_unavailable": 503,
+    "body_tampered": 409,
+    "invalid_request": 400,
+    "invalid_json": 400,
+    "body_too_large": 413,
+    "not_found": 404,
+    "not_session_owner": 403,
+    "lease_required": 409,
+    "lease_held": 409,
+    "lease_not_held": 409,
+    "request_id_conflict": 409,
+    "command_exists": 409,
+    "not_cancellable": 409,
+    "chime_not_pending": 409,
+    "nothing_to_fork": 409,
+    "session_running": 409,
+    "delegation_required": 409,
+    "model_unavailable": 400,
+    "model_key_required": 402,
+    "out_of_credit": 402,
+    "email_unverified": 402,
+    "credit_pool_exhausted": 503,
+    "daily_turn_limit": 429,
+    "session_turn_limit": 429,
+    "model_not_allowed": 400,
+    "invalid_model_key": 400,
+    "chimes_closed": 403,
+    "not_public": 403,
+    "forbidden": 403,
+    # Not in the table: a route or method the host does not have.
+    "method_not_allowed": 405,
+    "internal": 500,
+}
+
+
+@frozen
+class VehicleError(Exception):
+    """
+    A refusal with a protocol error code.
+
+    @ivar code: one of L{STATUS}'s keys.
+    @ivar message: a sentence for a person.
+    @ivar details: extra structured facts (C{holder}, C{open}, ...).
+    @ivar status: overrides the table's status where the spec allows two
+        (C{model_unavailable} is 400 or 503).
+    """
+
+    code: str
+    message: str
+    details: Mapping[str, Any] | None = None
+    status: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.code not in STATUS:
+            raise ValueError(f"unknown error code {self.code!r}")
+
+    @property
+    def httpStatus(self) -> int:
+        return self.status if self.status is not None else STATUS[self.code]
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+def invalid(message: str, **details: Any) -> VehicleError:
+    """
+    Shorthand for an C{invalid_request} naming what was wrong.
+    """
+    return VehicleError("invalid_request", message, details or None)

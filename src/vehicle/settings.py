@@ -1,0 +1,209 @@
+# -*- test-case-name: tests.test_settings -*-
+"""
+Every setting the host reads from its environment, parsed and checked once.
+
+L{Settings.fromEnvironment} is the only place that looks at C{VEHICLE_*} and
+gardend's variables; everything else receives a frozen L{Settings}.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from attrs import field, frozen
+
+
+class SettingsError(ValueError):
+    """
+    A setting is missing or malformed; the message is one line for the operator.
+    """
+
+
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def isLoopback(host: str) -> bool:
+    """
+    Is C{host} a loopback address (127.0.0.0/8, ::1 or localhost)?
+    """
+    host = host.strip("[]")
+    return host in _LOOPBACK or host.startswith("127.")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, not {raw!r}")
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, not {raw!r}")
+    if value < 0:
+        raise SettingsError(f"{name} must not be negative")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def defaultPiRoot() -> Path:
+    """
+    Where C{scripts/setup} installs the pinned pi runtime: C{<venv>/pi}.
+    """
+    return Path(sys.prefix) / "pi"
+
+
+@frozen(kw_only=True)
+class Settings:
+    """
+    The host's configuration.  Secrets here (the service secret, provider
+    keys) live in memory only.
+    """
+
+    secret: str = field(repr=False)
+    dataDir: Path
+    listen: str
+    piCommand: tuple[str, ...] | None = None
+    piRoot: Path = field(factory=defaultPiRoot)
+    modelsFile: Path | None = None
+    defaultModel: str | None = None
+    bodyIdleMs: int = 10 * 60 * 1000
+    leaseTtlMs: int = 30 * 60 * 1000
+    maxTurns: int = 12
+    maxCostUsd: float = 0.25
+    mirror: bool = True
+    isolation: str = "bwrap"
+    agentUnisolated: bool = False
+    mcpUrl: str | None = None
+    keepaliveSeconds: float = 15.0
+    headerTimeoutSeconds: float = 10.0
+
+    @classmethod
+    def fromEnvironment(
+        cls,
+        env: Mapping[str, str],
+        *,
+        listen: str | None = None,
+        dataDir: str | None = None,
+    ) -> "Settings":
+        """
+        Read the settings from C{env}; C{listen} and C{dataDir} (from the
+        command line) win over the environment.
+
+        @raise SettingsError: when a setting is missing or wrong.
+        """
+        secret = env.get("MNEMOSYNE_INTERNAL_SERVICE_SECRET", "")
+        if not secret:
+            raise SettingsError(
+                "MNEMOSYNE_INTERNAL_SERVICE_SECRET is not set: the host refuses "
+                "to start without gardend's secret"
+            )
+        if listen is None:
+            host = env.get("GARDEN_SERVICE_HOST") or "127.0.0.1"
+            port = env.get("PORT")
+            if not port:
+                raise SettingsError("no --listen given and PORT is not set")
+            hostPart = host.replace(":", "\\:")
+            listen = f"tcp:{port}:interface={hostPart}"
+        checkLoopbackEndpoint(listen)
+        if dataDir is None:
+            dataDir = env.get("VEHICLE_DATA_DIR") or env.get("DATA_DIR")
+        if not dataDir:
+            raise SettingsError(
+                "no --data-dir given and neither VEHICLE_DATA_DIR nor DATA_DIR is set"
+            )
+        piCommand = None
+        if env.get("VEHICLE_PI"):
+            piCommand = tuple(env["VEHICLE_PI"].split())
+        isolation = (env.get("VEHICLE_ISOLATION") or "bwrap").strip().lower()
+        if isolation not in {"bwrap", "seatbelt", "microvm", "none"}:
+            raise SettingsError(
+                f"VEHICLE_ISOLATION must be bwrap, seatbelt, microvm or none, not {isolation!r}"
+            )
+        mirror = (env.get("VEHICLE_MIRROR") or "on").strip().lower() not in {
+            "off", "0", "false", "no",
+        }
+        return cls(
+            secret=secret,
+            dataDir=Path(dataDir).absolute(),
+            listen=listen,
+            piCommand=piCommand,
+            piRoot=Path(env["VEHICLE_PI_ROOT"]) if env.get("VEHICLE_PI_ROOT") else defaultPiRoot(),
+            modelsFile=Path(env["VEHICLE_MODELS"]) if env.get("VEHICLE_MODELS") else None,
+            defaultModel=env.get("VEHICLE_DEFAULT_MODEL") or None,
+            bodyIdleMs=_int(env, "VEHICLE_BODY_IDLE_MS", 10 * 60 * 1000, 1),
+            leaseTtlMs=_int(env, "VEHICLE_LEASE_TTL_MS", 30 * 60 * 1000, 1),
+            maxTurns=_int(env, "VEHICLE_MAX_TURNS", 12, 1),
+            maxCostUsd=_float(env, "VEHICLE_MAX_COST_USD", 0.25),
+            mirror=mirror,
+            isolation=isolation,
+            agentUnisolated=_flag(env, "VEHICLE_AGENT_UNISOLATED"),
+            mcpUrl=env.get("MNEMOSYNE_MCP_URL") or None,
+            keepaliveSeconds=_float(env, "VEHICLE_SSE_KEEPALIVE_SECONDS", 15.0),
+            headerTimeoutSeconds=_float(env, "VEHICLE_HEADER_TIMEOUT_SECONDS", 10.0),
+        )
+
+
+def checkLoopbackEndpoint(listen: str) -> None:
+    """
+    Refuse an endpoint description that would listen beyond loopback.
+
+    Only C{tcp}/C{tcp6} with an explicit loopback C{interface}, and C{unix},
+    are allowed.
+    """
+    parts = _splitEndpoint(listen)
+    kind = parts[0] if parts else ""
+    if kind == "unix":
+        return
+    if kind not in {"tcp", "tcp6"}:
+        raise SettingsError(f"--listen {listen!r}: only tcp (loopback) or unix endpoints")
+    interface = None
+    for part in parts[1:]:
+        if part.startswith("interface="):
+            interface = part[len("interface="):]
+    if interface is None or not isLoopback(interface):
+        raise SettingsError(
+            f"--listen {listen!r}: the host binds loopback only "
+            "(give interface=127.0.0.1 or ::1)"
+        )
+
+
+def _splitEndpoint(description: str) -> list[str]:
+    out, cur, escape = [], [], False
+    for ch in description:
+        if escape:
+            cur.append(ch)
+            escape = False
+        elif ch == "\\":
+            escape = True
+        elif ch == ":":
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur))
+    return out
+
+
+def scrubEnvironment(environ: "os._Environ[str] | dict[str, str]") -> None:
+    """
+    Remove what the host must never pass on or use: gardend's own MCP token.
+    """
+    environ.pop("MNEMOSYNE_MCP_ACCESS_TOKEN", None)
