@@ -1,0 +1,129 @@
+# -*- test-case-name: tests.test_tap -*-
+"""
+C{twistd vehicle}: the command line, and the service tree it builds.  It
+reads the settings, builds the rooms and wires them; it knows nothing of
+how any of them work.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, ClassVar
+
+from attrs import define
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import MultiService, Service
+from twisted.internet.endpoints import serverFromString
+from twisted.logger import Logger
+from twisted.python import usage
+
+from vehicle.models import ModelCatalog
+from vehicle.session import Registry
+from vehicle.settings import Settings, SettingsError, scrubEnvironment
+from vehicle.store import DataDir
+from vehicle.web import VehicleAPI, VehicleSite
+
+
+class Options(usage.Options):
+    """
+    C{twistd vehicle --listen ENDPOINT --data-dir DIR}.
+    """
+
+    optParameters = [
+        ["listen", None, None,
+         "Endpoint to listen on (default tcp:$PORT:interface=$GARDEN_SERVICE_HOST, "
+         "host 127.0.0.1). Loopback only."],
+        ["data-dir", None, None,
+         "Where sessions live (default $VEHICLE_DATA_DIR, else $DATA_DIR)."],
+    ]
+
+    def postOptions(self) -> None:
+        try:
+            self["settings"] = Settings.fromEnvironment(
+                os.environ, listen=self["listen"], dataDir=self["data-dir"]
+            )
+            self["models"] = ModelCatalog.load(
+                self["settings"].modelsFile, self["settings"].defaultModel, os.environ
+            )
+        except SettingsError as e:
+            raise usage.UsageError(str(e))
+        scrubEnvironment(os.environ)
+
+
+@define(eq=False)
+class HostService(Service):
+    """
+    Loads every session at start; at stop, ends the watches, disposes of
+    the bodies and closes the logs.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    registry: Registry
+    api: VehicleAPI
+    host: Any = None
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self.registry.loadAll()
+        self._log.info(
+            "vehicle {version} serving {count} sessions from {dataDir}",
+            version=_version(),
+            count=len(self.registry.sessions),
+            dataDir=str(self.registry.dataDir.root),
+        )
+
+    def stopService(self) -> Any:
+        Service.stopService(self)
+        self.api.stopStreams()
+        if self.host is not None:
+            d = self.host.stop()
+            d.addBoth(lambda _: self.registry.close())
+            return d
+        self.registry.close()
+        return None
+
+
+def _version() -> str:
+    from vehicle import __version__
+
+    return __version__.public()
+
+
+def buildHost(settings: Settings, models: ModelCatalog, reactor: Any) -> tuple[VehicleAPI, HostService]:
+    """
+    The rooms, wired: registry, app and the service that owns them.
+    """
+    dataDir = DataDir(settings.dataDir)
+    dataDir.ensure()
+    registry = Registry(dataDir=dataDir, clock=reactor, defaultLeaseTtlMs=settings.leaseTtlMs)
+    api = VehicleAPI(
+        registry=registry,
+        secret=settings.secret,
+        clock=reactor,
+        models=models,
+        maxTurns=settings.maxTurns,
+        maxCostUsd=settings.maxCostUsd,
+        leaseTtlMs=settings.leaseTtlMs,
+        keepaliveSeconds=settings.keepaliveSeconds,
+    )
+    return api, HostService(registry=registry, api=api)
+
+
+def makeService(options: Options, reactor: Any = None) -> MultiService:
+    if reactor is None:
+        from twisted.internet import reactor as globalReactor
+
+        reactor = globalReactor
+    settings: Settings = options["settings"]
+    api, host = buildHost(settings, options["models"], reactor)
+    top = MultiService()
+    host.setServiceParent(top)
+    site = VehicleSite(api.resource(), reactor, headerTimeout=settings.headerTimeoutSeconds)
+    StreamServerEndpointService(serverFromString(reactor, settings.listen), site).setServiceParent(top)
+    return top
+
+
+def main(argv: list[str] | None = None) -> None:  # pragma: no cover - convenience
+    print("use: twistd -n --pidfile= vehicle --listen ENDPOINT --data-dir DIR", file=sys.stderr)

@@ -1,0 +1,364 @@
+# -*- test-case-name: tests.test_web -*-
+"""
+The Klein app: thin routes that authenticate, parse and validate, call the
+session room, and render one frame.  Errors of every kind become the error
+frame; nothing escapes as a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Awaitable, Callable, ClassVar
+
+from attrs import define, field
+from klein import Klein
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.web.iweb import IRequest
+from werkzeug.exceptions import MethodNotAllowed, NotFound
+
+from vehicle import __version__
+from vehicle.errors import VehicleError
+from vehicle.models import ModelCatalog
+from vehicle.session import Caller, Registry, Session
+from vehicle.session import _drive as drive
+from vehicle.web._frames import encode, errorFrame, frame, parseBody, validate
+from vehicle.web._trust import authenticate, checkSecret
+from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait
+
+
+Handler = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]
+
+
+@define(eq=False)
+class Hooks:
+    """
+    What the app asks of the rest of the host, so that it stays thin: the
+    checks a new session or a delete needs beyond the session room.
+    """
+
+    #: (caller, body) -> isolation label, or raises (agent profile).
+    checkProfile: Callable[[Caller, dict[str, Any]], Awaitable[str | None]] | None = None
+    #: (session) -> Deferred fired when its body is gone.
+    disposeBody: Callable[[Session], Awaitable[None]] | None = None
+    #: (session) -> extras of the snapshot (transcript, queue, tools, stats).
+    snapshotExtras: Callable[[Session], Awaitable[dict[str, Any]]] | None = None
+    #: (session) -> the mirror's part of the delete answer, if any.
+    deleteMirror: Callable[[Session], dict[str, Any] | None] | None = None
+
+
+@define(eq=False)
+class VehicleAPI:
+    """
+    The host's HTTP surface (spec, "Routes").
+    """
+
+    router: ClassVar[Klein] = Klein()
+    _log: ClassVar[Logger] = Logger()
+
+    registry: Registry
+    secret: str = field(repr=False)
+    clock: IReactorTime
+    models: ModelCatalog = field(factory=ModelCatalog.empty)
+    maxTurns: int = 12
+    maxCostUsd: float = 0.25
+    leaseTtlMs: int = 30 * 60 * 1000
+    keepaliveSeconds: float = 15.0
+    hooks: Hooks = field(factory=Hooks)
+    streams: set[EventStream] = field(factory=set)
+
+    def resource(self) -> Any:
+        return self.router.resource()
+
+    # -- plumbing ---------------------------------------------------------
+
+    async def _respond(self, request: IRequest, handler: Handler, *args: Any) -> bytes | None:
+        requestId = None
+        try:
+            status, body = await handler(request, *args)
+        except VehicleError as e:
+            requestId = getattr(request, "vehicleRequestId", None)
+            status, body = e.httpStatus, errorFrame(e, requestId)
+        except CancelledError:
+            raise
+        except Exception:
+            self._log.failure("Unexpected failure answering {uri}", uri=request.uri)
+            status, body = 500, errorFrame(
+                VehicleError("internal", "the host failed to answer; nothing was changed"),
+                getattr(request, "vehicleRequestId", None),
+            )
+        if request.startedWriting:  # a stream that already answered
+            return None
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-store")
+        return encode(body)
+
+    def _caller(self, request: IRequest) -> Caller:
+        return authenticate(request, self.secret)
+
+    def _body(self, request: IRequest, schema: str) -> dict[str, Any]:
+        raw = request.content.read() if request.content is not None else b""
+        parsed = parseBody(raw)
+        if isinstance(parsed, dict) and isinstance(parsed.get("requestId"), str):
+            request.vehicleRequestId = parsed["requestId"]
+        return validate(schema, parsed)
+
+    def _session(self, caller: Caller, sessionId: str) -> Session:
+        session = self.registry.find(caller, sessionId)
+        if (
+            caller.delegatedToken is not None
+            and caller.graphId == session.meta.graphId
+        ):
+            session.delegatedToken = caller.delegatedToken
+        return session
+
+    def _frame(
+        self, request: IRequest, status: int, result: dict[str, Any], replayed: bool = False
+    ) -> tuple[int, dict[str, Any]]:
+        requestId = getattr(request, "vehicleRequestId", None)
+        return status, frame(result["type"], requestId, result["value"], replayed=replayed)
+
+    # -- routes -------------------------------------------------------------
+
+    @router.route("/health", methods=["GET"])
+    def health(self, request: IRequest) -> bytes:
+        request.setHeader(b"content-type", b"application/json")
+        return encode(
+            frame("health", None, {"ok": True, "version": __version__.public()})
+        )
+
+    @router.route("/sessions", methods=["POST"])
+    def create(self, request: IRequest) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._create))
+
+    async def _create(self, request: IRequest) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        body = self._body(request, "create.request")
+        if caller.graphId is None:
+            raise VehicleError(
+                "graph_required",
+                "create a session through a graph's path (/g/<graph>/sessions)",
+            )
+        if "graphId" in body and body["graphId"] != caller.graphId:
+            raise VehicleError(
+                "graph_mismatch",
+                "graphId names another graph than the path this request came through",
+                {"graphId": caller.graphId},
+            )
+        replayed = self.registry.replayCreation(caller, body["requestId"], body)
+        if replayed is not None:
+            return self._frame(request, 200, replayed, replayed=True)
+        model = self.models.choose(body.get("model"))
+        isolation = None
+        if body.get("profile") == "agent":
+            if caller.role != "owner":
+                raise VehicleError(
+                    "forbidden_profile",
+                    "only the graph's owner may create an agent session",
+                    {"role": caller.role},
+                )
+            if self.hooks.checkProfile is None:
+                raise VehicleError(
+                    "isolation_unavailable", "this host has no box for agent bodies"
+                )
+            isolation = await self.hooks.checkProfile(caller, body)
+            # The world may have changed while the box was probed.
+            replayed = self.registry.replayCreation(caller, body["requestId"], body)
+            if replayed is not None:
+                return self._frame(request, 200, replayed, replayed=True)
+        result = drive.createSession(
+            self.registry,
+            caller,
+            body,
+            model=model,
+            maxTurns=self.maxTurns,
+            maxCostUsd=self.maxCostUsd,
+            isolation=isolation,
+        )
+        return self._frame(request, 201, result)
+
+    @router.route("/sessions", methods=["GET"])
+    def listSessions(self, request: IRequest) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._list))
+
+    async def _list(self, request: IRequest) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        sessions = [s.summary() for s in self.registry.listFor(caller)]
+        return 200, frame("session.list", None, {"sessions": sessions})
+
+    @router.route("/sessions/<sessionId>", methods=["GET"])
+    def inspect(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._inspect, sessionId))
+
+    async def _inspect(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        value: dict[str, Any] = {
+            "session": session.summary(),
+            "commands": list(session.commands.values()),
+            "queue": {"steering": [], "followUp": []},
+            "chimes": [c for c in session.chimes.values() if c.get("status") == "pending"],
+            "transcript": [],
+            "tools": None,
+            "stats": None,
+            "mirror": {"state": "off", "documentId": None, "folder": None,
+                       "reason": "the mirror is not configured", "writtenAt": None,
+                       "error": None},
+        }
+        if self.hooks.snapshotExtras is not None:
+            value.update(await self.hooks.snapshotExtras(session))
+        return 200, frame("session.snapshot", None, value)
+
+    @router.route("/sessions/<sessionId>", methods=["PATCH"])
+    def rename(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._rename, sessionId))
+
+    async def _rename(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        body = self._body(request, "rename.request")
+        if "requestId" in body:
+            replayed = session.replay(body["requestId"], body)
+            if replayed is not None:
+                return self._frame(request, 200, replayed, replayed=True)
+        return self._frame(request, 200, drive.rename(session, caller, body))
+
+    @router.route("/sessions/<sessionId>", methods=["DELETE"])
+    def delete(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._delete, sessionId))
+
+    async def _delete(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        self._refuseIfRunning(session)
+        if self.hooks.disposeBody is not None:
+            await self.hooks.disposeBody(session)
+            session = self._session(caller, sessionId)  # still ours, still there
+            self._refuseIfRunning(session)
+        mirror = self.hooks.deleteMirror(session) if self.hooks.deleteMirror else None
+        trashedAs = self.registry.delete(caller, session)
+        value: dict[str, Any] = {"sessionId": sessionId, "trashedAs": trashedAs}
+        if mirror:
+            value["mirror"] = mirror
+        return 200, frame("session.deleted", None, value)
+
+    def _refuseIfRunning(self, session: Session) -> None:
+        work = drive.openWork(session)
+        if work or session.running():
+            raise VehicleError(
+                "session_running",
+                "a run or a command is still under way: abort first",
+                {"open": work},
+            )
+
+    @router.route("/sessions/<sessionId>/claim", methods=["POST"])
+    def claim(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._claim, sessionId))
+
+    async def _claim(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        body = self._body(request, "claim.request")
+        replayed = session.replay(body["requestId"], body)
+        if replayed is not None:
+            return self._frame(request, 200, replayed, replayed=True)
+        drive.checkDriver(session, caller)
+        return self._frame(request, 200, drive.claim(session, caller, body, self.leaseTtlMs))
+
+    @router.route("/sessions/<sessionId>/release", methods=["POST"])
+    def release(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._release, sessionId))
+
+    async def _release(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        body = self._body(request, "release.request")
+        replayed = session.replay(body["requestId"], body)
+        if replayed is not None:
+            return self._frame(request, 200, replayed, replayed=True)
+        return self._frame(request, 200, drive.release(session, caller, body))
+
+    @router.route("/sessions/<sessionId>/commands", methods=["POST"])
+    def command(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._command, sessionId))
+
+    async def _command(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        body = self._body(request, "command.request")
+        replayed = session.replay(body["requestId"], body)
+        if replayed is not None:
+            return self._frame(request, 200, replayed, replayed=True)
+        return self._frame(request, 202, drive.submitCommand(session, caller, body))
+
+    @router.route("/sessions/<sessionId>/events", methods=["GET"])
+    def events(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._events, sessionId))
+
+    async def _events(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        accept = (request.getHeader(b"accept") or b"").decode("latin-1")
+        args = request.args
+        since_raw = _arg(args, b"since")
+        if "text/event-stream" in accept:
+            lastId = request.getHeader(b"last-event-id")
+            if lastId is not None and lastId.strip():
+                since = parseCursor(lastId.decode("latin-1").strip(), "Last-Event-ID", session)
+            else:
+                since = parseCursor(since_raw, "since", session)
+            stream = EventStream(
+                request=request,
+                session=session,
+                since=since,
+                clock=self.clock,
+                keepaliveSeconds=self.keepaliveSeconds,
+            )
+            self.streams.add(stream)
+            stream.done.addBoth(lambda _: self.streams.discard(stream))
+            request.notifyFinish().addBoth(lambda _: stream.stopProducing())
+            stream.start()
+            try:
+                await stream.done
+            except CancelledError:
+                stream.stopProducing()
+            return 200, {}
+        since = parseCursor(since_raw, "since", session)
+        waitMs = parseWait(_arg(args, b"waitMs"))
+        value = await longPoll(session, since, waitMs, self.clock)
+        return 200, frame("watch.completed", None, value)
+
+    # -- errors outside the routes -----------------------------------------
+
+    @router.handle_errors(NotFound)
+    def notFound(self, request: IRequest, failure: Any) -> bytes:
+        return self._plainError(request, VehicleError("not_found", "no such route"))
+
+    @router.handle_errors(MethodNotAllowed)
+    def notAllowed(self, request: IRequest, failure: Any) -> bytes:
+        return self._plainError(
+            request,
+            VehicleError("method_not_allowed", "this route does not take that method"),
+        )
+
+    def _plainError(self, request: IRequest, error: VehicleError) -> bytes:
+        try:
+            checkSecret(request, self.secret)
+        except VehicleError as e:
+            error = e
+        request.setResponseCode(error.httpStatus)
+        request.setHeader(b"content-type", b"application/json")
+        return encode(errorFrame(error))
+
+    def stopStreams(self) -> None:
+        for stream in list(self.streams):
+            stream.stop()
+
+
+def _arg(args: dict[bytes, list[bytes]], name: bytes) -> str | None:
+    values = args.get(name)
+    if not values:
+        return None
+    return values[-1].decode("utf-8", "replace")

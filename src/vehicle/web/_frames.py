@@ -1,0 +1,137 @@
+# -*- test-case-name: tests.test_web -*-
+"""
+Frames: every answer is one JSON object naming the protocol, its type and
+the request it answers; refusals are the error frame.  Also the request
+body schemas of C{protocol/schemas/} and the check of a body against them.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from vehicle import PROTOCOL
+from vehicle.errors import VehicleError
+
+
+SCHEMAS = Path(__file__).parent.parent / "_schemas"
+
+#: The largest request body (spec: 1 MiB) and the largest command text.
+MAX_BODY_BYTES = 1024 * 1024
+MAX_TEXT_BYTES = 64 * 1024
+
+
+def frame(
+    frameType: str, requestId: str | None, value: Any, *, replayed: bool = False
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "protocol": PROTOCOL,
+        "type": frameType,
+        "requestId": requestId,
+        "value": value,
+    }
+    if replayed:
+        out["replayed"] = True
+    return out
+
+
+def errorFrame(error: VehicleError, requestId: str | None = None) -> dict[str, Any]:
+    return {
+        "protocol": PROTOCOL,
+        "type": "error",
+        "requestId": requestId,
+        "code": error.code,
+        "message": error.message,
+        "details": dict(error.details) if error.details is not None else None,
+    }
+
+
+def encode(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+@lru_cache(maxsize=None)
+def validator(name: str) -> Draft202012Validator:
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text("utf-8"))
+    return Draft202012Validator(schema)
+
+
+def parseBody(raw: bytes) -> Any:
+    """
+    Decode a request body as JSON.
+
+    @raise VehicleError: C{invalid_json}.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise VehicleError("invalid_json", "the body is not UTF-8")
+    if not text.strip():
+        raise VehicleError("invalid_json", "the body is empty: a JSON object is required")
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise VehicleError("invalid_json", f"the body is not JSON: {e}")
+
+
+def validate(name: str, body: Any) -> dict[str, Any]:
+    """
+    Check C{body} against the request schema C{name}; the refusal names the
+    first field at fault.
+
+    @raise VehicleError: C{invalid_request}.
+    """
+    if not isinstance(body, dict):
+        raise VehicleError("invalid_request", "the body must be a JSON object")
+    if "requestId" not in body and "requestId" in (
+        validator(name).schema.get("required") or []
+    ):
+        raise VehicleError(
+            "invalid_request", "requestId is required", {"field": "requestId"}
+        )
+    errors = sorted(validator(name).iter_errors(body), key=_errorOrder)
+    if errors:
+        raise _describe(errors[0], body)
+    for key in ("text",):
+        if isinstance(body.get(key), str) and len(body[key].encode("utf-8")) > MAX_TEXT_BYTES:
+            raise VehicleError(
+                "body_too_large",
+                f"{key} is longer than {MAX_TEXT_BYTES} bytes",
+                {"field": key, "limit": MAX_TEXT_BYTES},
+            )
+    return body
+
+
+def _errorOrder(error: ValidationError) -> tuple[int, int]:
+    # Unknown command types and unknown fields first, then the deepest.
+    return (0 if error.validator in ("enum", "additionalProperties") else 1, -len(error.path))
+
+
+def _describe(error: ValidationError, body: dict[str, Any]) -> VehicleError:
+    # The most specific error inside if/then and $ref chains.
+    while error.context:
+        error = sorted(error.context, key=_errorOrder)[0]
+    path = [str(p) for p in error.absolute_path]
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        name = ".".join(path + [extra[0]]) if extra else ".".join(path)
+        return VehicleError(
+            "invalid_request", f"unknown field {name!r}", {"field": name}
+        )
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else "?"
+        name = ".".join(path + [missing])
+        return VehicleError("invalid_request", f"{name} is required", {"field": name})
+    name = ".".join(path) or "body"
+    return VehicleError(
+        "invalid_request", f"{name}: {_short(error.message)}", {"field": name}
+    )
+
+
+def _short(message: str, limit: int = 200) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"

@@ -1,0 +1,90 @@
+# -*- test-case-name: tests.test_web -*-
+"""
+Trust: gardend's secret and the identity headers it mints.  Identity headers
+are believed only once the secret matched (compared in constant time).
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+
+from twisted.web.iweb import IRequest
+
+from vehicle.errors import VehicleError
+from vehicle.session import Caller
+from vehicle.session._values import ROLES
+
+
+_PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]{1,320}$")
+_GRAPH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
+_CLIENT = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+def _header(request: IRequest, name: str) -> str | None:
+    raw = request.getHeader(name)
+    if raw is None:
+        return None
+    return raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+
+
+def checkSecret(request: IRequest, secret: str) -> None:
+    """
+    @raise VehicleError: C{unauthorized} unless C{x-internal-service} is
+        gardend's secret.
+    """
+    given = request.getHeader(b"x-internal-service") or b""
+    if not hmac.compare_digest(given, secret.encode("utf-8")):
+        raise VehicleError(
+            "unauthorized", "this host is reached through gardend only (x-internal-service)"
+        )
+
+
+def authenticate(request: IRequest, secret: str) -> Caller:
+    """
+    Check the secret, then read who calls.
+
+    @raise VehicleError: C{unauthorized}, C{identity_required} or
+        C{invalid_identity}.
+    """
+    checkSecret(request, secret)
+    principal = _header(request, "x-user-id")
+    if principal is None or principal == "":
+        raise VehicleError("identity_required", "x-user-id is missing")
+    if not _PRINTABLE.match(principal) or principal != principal.strip():
+        raise VehicleError("invalid_identity", "x-user-id is malformed", {"header": "x-user-id"})
+    graphId = _header(request, "x-graph-id")
+    if graphId is not None:
+        if not _GRAPH.match(graphId):
+            raise VehicleError(
+                "invalid_identity", "x-graph-id is malformed", {"header": "x-graph-id"}
+            )
+        roleHeader = "x-sophia-graph-role"
+    else:
+        roleHeader = "x-sophia-caller-role"
+    role = _header(request, roleHeader)
+    if role is None or role == "":
+        raise VehicleError("identity_required", f"{roleHeader} is missing", {"header": roleHeader})
+    if role not in ROLES:
+        raise VehicleError(
+            "invalid_identity",
+            f"{roleHeader} must be owner, editor or viewer",
+            {"header": roleHeader},
+        )
+    clientId = _header(request, "x-vehicle-client-id")
+    if clientId is None or clientId == "":
+        clientId = principal
+    elif not _CLIENT.match(clientId):
+        raise VehicleError(
+            "invalid_identity",
+            "x-vehicle-client-id must be 1 to 200 printable characters without spaces",
+            {"header": "x-vehicle-client-id"},
+        )
+    token = _header(request, "x-sophia-delegated-token") or None
+    return Caller(
+        principal=principal,
+        clientId=clientId,
+        role=role,  # type: ignore[arg-type]
+        graphId=graphId,
+        delegatedToken=token if graphId is not None else None,
+    )

@@ -1,0 +1,214 @@
+# -*- test-case-name: tests.test_watch -*-
+"""
+Watching a session: the long-poll answer (C{watch.completed}) and the SSE
+stream that replays from a cursor and then follows live.  A slow SSE client
+is paused (its producer), never buffered without bound: when it drains, it
+catches up from the durable log, so it misses nothing and sees nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from attrs import define, field
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from twisted.web.iweb import IRequest
+from zope.interface import implementer
+
+from vehicle import PROTOCOL
+from vehicle.errors import VehicleError
+from vehicle.session import MAX_WAIT_MS, WATCH_LIMIT, Session
+
+
+def parseCursor(raw: str | None, name: str, session: Session) -> int:
+    """
+    A client's cursor (C{since} or C{Last-Event-ID}): a whole number no
+    greater than the session's own cursor.
+
+    @raise VehicleError: C{invalid_request}.
+    """
+    if raw is None or raw == "":
+        return 0
+    if not raw.isdigit() or len(raw) > 18:
+        raise VehicleError(
+            "invalid_request", f"{name} must be a whole number of at least 0", {"field": name}
+        )
+    value = int(raw)
+    if value > session.cursor:
+        raise VehicleError(
+            "invalid_request",
+            f"{name} {value} is beyond this session's last event ({session.cursor})",
+            {"field": name, "cursor": session.cursor},
+        )
+    return value
+
+
+def parseWait(raw: str | None) -> int:
+    if raw is None or raw == "":
+        return 0
+    if not raw.isdigit() or int(raw) > MAX_WAIT_MS:
+        raise VehicleError(
+            "invalid_request",
+            f"waitMs must be a whole number from 0 to {MAX_WAIT_MS}",
+            {"field": "waitMs"},
+        )
+    return int(raw)
+
+
+async def longPoll(
+    session: Session, since: int, waitMs: int, clock: IReactorTime
+) -> dict[str, Any]:
+    """
+    The events after C{since} (at most L{WATCH_LIMIT}); with none and a
+    C{waitMs}, wait for the next one (or the time to run out).
+    """
+    events, more = session.eventsAfter(since)
+    if not events and waitMs > 0 and not session.deleted:
+        waiting = session.nextEvent()
+        timer = clock.callLater(waitMs / 1000.0, waiting.cancel)
+        try:
+            await waiting
+        except CancelledError:
+            pass
+        finally:
+            if timer.active():
+                timer.cancel()
+        events, more = session.eventsAfter(since)
+    cursor = events[-1]["seq"] if events else since
+    return {"events": events, "cursor": cursor, "more": more}
+
+
+def sseEncode(event: dict[str, Any]) -> bytes:
+    """
+    One SSE message: C{id} (durable events only), C{event}, C{data} (the
+    event as a frame, on one line: JSON escapes every line break).
+    """
+    data = json.dumps({"protocol": PROTOCOL, **event}, separators=(",", ":"))
+    lines = []
+    if "seq" in event:
+        lines.append(f"id: {event['seq']}")
+    lines.append(f"event: {event['type']}")
+    lines.append(f"data: {data}")
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+@implementer(IPushProducer)
+@define(eq=False)
+class EventStream:
+    """
+    One SSE client: replays from C{since}, then follows live.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    request: IRequest
+    session: Session
+    since: int
+    clock: IReactorTime
+    keepaliveSeconds: float = 15.0
+    done: Deferred = field(factory=Deferred)
+    _sent: int = 0
+    _paused: bool = False
+    _stopped: bool = False
+    _unsubscribe: Any = None
+    _keepalive: LoopingCall | None = None
+    _catchingUp: Any = None
+
+    def start(self) -> None:
+        self._sent = self.since
+        request = self.request
+        request.setResponseCode(200)
+        request.setHeader(b"content-type", b"text/event-stream; charset=utf-8")
+        request.setHeader(b"cache-control", b"no-cache")
+        request.setHeader(b"x-accel-buffering", b"no")
+        channel = getattr(request, "channel", None)
+        if channel is not None and hasattr(channel, "setTimeout"):
+            channel.setTimeout(None)
+        request.registerProducer(self, True)
+        request.write(b": connected\n\n")
+        self._unsubscribe = self.session.subscribe(self._live)
+        self._keepalive = LoopingCall(self._ping)
+        self._keepalive.clock = self.clock
+        self._keepalive.start(self.keepaliveSeconds, now=False)
+        self._catchUp()
+
+    def _catchUp(self) -> None:
+        self._catchingUp = None
+        if self._stopped or self._paused:
+            return
+        events, more = self.session.eventsAfter(self._sent)
+        for event in events:
+            self._write(event)
+            if self._stopped:
+                return
+        if more:
+            self._catchingUp = self.clock.callLater(0, self._catchUp)
+        elif self.session.deleted:
+            self.stop()
+
+    def _live(self, event: dict[str, Any]) -> None:
+        if self._stopped or self._paused:
+            return
+        if "seq" not in event:
+            self.request.write(sseEncode(event))
+            return
+        if event["seq"] == self._sent + 1 and self._catchingUp is None:
+            self._write(event)
+        elif self._catchingUp is None:
+            self._catchUp()
+
+    def _write(self, event: dict[str, Any]) -> None:
+        if event["seq"] <= self._sent:
+            return
+        self.request.write(sseEncode(event))
+        self._sent = event["seq"]
+        if event["type"] == "session.deleted":
+            self.stop()
+
+    def _ping(self) -> None:
+        if not self._stopped and not self._paused:
+            self.request.write(b": keepalive\n\n")
+
+    # IPushProducer
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        if self._paused:
+            self._paused = False
+            if self._catchingUp is None:
+                self._catchUp()
+
+    def stopProducing(self) -> None:
+        self._halt()
+
+    def stop(self) -> None:
+        """
+        End the stream (the session was deleted, or the host stops).
+        """
+        if self._stopped:
+            return
+        self._halt()
+        try:
+            self.request.unregisterProducer()
+            self.request.finish()
+        except RuntimeError:
+            pass
+
+    def _halt(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        if self._keepalive is not None and self._keepalive.running:
+            self._keepalive.stop()
+        if self._catchingUp is not None and self._catchingUp.active():
+            self._catchingUp.cancel()
+        self._catchingUp = None
+        if not self.done.called:
+            self.done.callback(None)

@@ -1,0 +1,111 @@
+"""
+A host in memory for route tests: the real registry and app on a temp data
+dir and a L{Clock}, called through L{StubTreq}.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from treq.testing import StubTreq
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle._tap import buildHost
+from vehicle.models import ModelCatalog
+from vehicle.settings import Settings
+
+
+SECRET = "test-secret-0123456789"
+
+MODELS = {
+    "providers": {
+        "scripted": {
+            "baseUrl": "http://127.0.0.1:9/v1",
+            "api": "openai-completions",
+            "apiKey": "sk-test-not-real",
+            "models": [{"id": "echo-1", "name": "Echo"}, {"id": "echo-2", "name": "Echo 2"}],
+        }
+    }
+}
+
+
+def identity(
+    principal: str = "alice",
+    graph: str | None = "g1",
+    role: str = "owner",
+    client: str | None = None,
+    secret: str | None = SECRET,
+    token: str | None = None,
+) -> dict[str, str]:
+    headers = {"x-user-id": principal}
+    if secret is not None:
+        headers["x-internal-service"] = secret
+    if graph is not None:
+        headers["x-graph-id"] = graph
+        headers["x-sophia-graph-role"] = role
+    else:
+        headers["x-sophia-caller-role"] = role
+    if client is not None:
+        headers["x-vehicle-client-id"] = client
+    if token is not None:
+        headers["x-sophia-delegated-token"] = token
+    return headers
+
+
+class Harness:
+    """
+    One host: call it with L{call}, restart it with L{restart}.
+    """
+
+    def __init__(self, testCase: SynchronousTestCase, root: Path | None = None, **settings: Any) -> None:
+        self.testCase = testCase
+        self.clock = Clock()
+        self.clock.advance(1_796_000_000)
+        self.root = root or Path(testCase.mktemp())
+        self.overrides = settings
+        self._start()
+
+    def _start(self) -> None:
+        settings = Settings(
+            secret=SECRET, dataDir=self.root, listen="tcp:0:interface=127.0.0.1", **self.overrides
+        )
+        environ: dict[str, str] = {}
+        models = ModelCatalog(json.loads(json.dumps(MODELS["providers"])), "scripted/echo-1")
+        self.api, self.host = buildHost(settings, models, self.clock)
+        self.host.startService()
+        self.stub = StubTreq(self.api.resource())
+        del environ
+
+    def restart(self) -> None:
+        self.host.stopService()
+        self._start()
+
+    def stop(self) -> None:
+        self.host.stopService()
+
+    def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+                headers: dict[str, str] | None = None, **who: Any):
+        hdrs = identity(**who)
+        hdrs["content-type"] = "application/json"
+        if headers:
+            hdrs.update(headers)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        return self.stub.request(method, "http://host" + path, headers=hdrs, data=data)
+
+    def call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+        d = self.request(method, path, body, **kw)
+        self.stub.flush()
+        response = self.testCase.successResultOf(d)
+        content = self.testCase.successResultOf(response.content())
+        return response.code, json.loads(content)
+
+    def create(self, requestId: str = "create-1", **kw: Any) -> dict[str, Any]:
+        body = {"requestId": requestId}
+        who = {k: kw.pop(k) for k in list(kw) if k in ("principal", "graph", "role", "client", "token")}
+        body.update(kw)
+        code, frame = self.call("POST", "/sessions", body, **who)
+        assert code == 201, frame
+        return frame["value"]["session"]
