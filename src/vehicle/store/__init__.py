@@ -1,0 +1,27 @@
+# -*- test-case-name: tests.test_store -*-
+"""
+Durable files: the append-only JSONL log (sequence numbers, torn-tail repair),
+atomic whole-file rewrites, the data directory's layout and the trash.
+
+This package knows nothing of what sessions mean; it only keeps their bytes.
+"""
+
+from vehicle.store._atomic import (
+    fsyncDirectory,
+    readJson,
+    writeAtomic,
+    writeJsonAtomic,
+)
+from vehicle.store._jsonl import CorruptLog, JsonlLog
+from vehicle.store._layout import DataDir
+
+
+__all__ = [
+    "CorruptLog",
+    "DataDir",
+    "JsonlLog",
+    "fsyncDirectory",
+    "readJson",
+    "writeAtomic",
+    "writeJsonAtomic",
+]

@@ -1,0 +1,152 @@
+# -*- test-case-name: tests.test_store -*-
+"""
+Whole-file rewrites that a crash cannot tear, and the fsync helpers they use.
+
+A file is replaced by writing a temporary file beside it, syncing it, renaming
+it over the old one and syncing the directory, so a reader sees either the old
+content or the new one, never a mixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def fullSync(fd: int) -> None:
+    """
+    Make the data written to C{fd} durable.
+
+    On macOS C{fsync} only reaches the drive's cache, so C{F_FULLFSYNC} is
+    tried first there (SQLite, PostgreSQL do the same); elsewhere this is
+    C{os.fsync}.
+
+    @param fd: an open file descriptor.
+    @raise OSError: when the sync fails; the caller must not retry and
+        assume success (the kernel may have dropped the dirty pages).
+    """
+    if sys.platform == "darwin":  # pragma: no cover (Linux CI)
+        import fcntl
+
+        fullFsync = getattr(fcntl, "F_FULLFSYNC", None)
+        if fullFsync is not None:
+            try:
+                fcntl.fcntl(fd, fullFsync)
+                return
+            except OSError:
+                pass
+    os.fsync(fd)
+
+
+def fsyncDirectory(path: Path) -> None:
+    """
+    Sync the directory C{path}, so that entries created, renamed or removed
+    in it survive a crash.
+
+    @param path: an existing directory.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        fullSync(fd)
+    finally:
+        os.close(fd)
+
+
+def writeAll(fd: int, data: bytes) -> None:
+    """
+    Write all of C{data} to C{fd}, looping over partial writes.
+
+    @param fd: an open file descriptor.
+    @param data: the bytes to write.
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """
+    Replace the file at C{path} with C{data}, atomically and durably.
+
+    A temporary file is created beside C{path} (C{O_EXCL}, so it is ours
+    alone), written, synced, renamed over C{path} with C{os.replace}, and the
+    directory is synced. Should anything fail before the rename, the
+    temporary file is removed and C{path} is untouched.
+
+    @param path: the file to replace; its directory must exist.
+    @param data: the file's new content.
+    @param mode: the new file's permission bits (exactly, whatever the umask).
+    """
+    path = Path(path)
+    directory = path.parent
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        temp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(temp, flags, mode)
+        except FileExistsError:  # pragma: no cover (48 random bits)
+            continue
+        break
+    try:
+        try:
+            os.fchmod(fd, mode)
+            writeAll(fd, data)
+            fullSync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+    fsyncDirectory(directory)
+
+
+def dumpJson(obj: Any) -> bytes:
+    """
+    Serialize C{obj} as indented UTF-8 JSON with a trailing newline.
+
+    Non-ASCII text is kept readable; a string that cannot be UTF-8 (a lone
+    surrogate) makes the whole document fall back to ASCII escapes.
+
+    @raise ValueError: for NaN or infinite floats, which are not JSON.
+    @raise TypeError: for values JSON cannot represent.
+    """
+    try:
+        text = json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False)
+        return (text + "\n").encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, indent=2, allow_nan=False)
+        return (text + "\n").encode("ascii")
+
+
+def writeJsonAtomic(path: Path, obj: Any, mode: int = 0o600) -> None:
+    """
+    Replace the file at C{path} with C{obj} as UTF-8 JSON (see L{writeAtomic}).
+
+    @param path: the file to replace; its directory must exist.
+    @param obj: a JSON-able value.
+    @param mode: the new file's permission bits.
+    """
+    writeAtomic(path, dumpJson(obj), mode)
+
+
+def readJson(path: Path) -> Any:
+    """
+    Read the UTF-8 JSON document at C{path}.
+
+    @raise OSError: when the file cannot be read (C{FileNotFoundError} when
+        it is missing).
+    @raise ValueError: when it is not UTF-8 JSON.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    return json.loads(data.decode("utf-8"))

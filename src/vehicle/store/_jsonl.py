@@ -1,0 +1,320 @@
+# -*- test-case-name: tests.test_store -*-
+"""
+The append-only JSONL log: one JSON object per line, one C{write} per record.
+
+Opening a log reads it whole, repairs a torn tail (keeping a C{.broken} copy
+of the original) and refuses anything damaged before the tail, or a gap in its
+sequence numbers, with L{CorruptLog}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+from attrs import define, field
+from twisted.logger import Logger
+
+from vehicle.store._atomic import fsyncDirectory, fullSync
+
+
+#: Indirections the tests replace to inject short writes and I/O errors.
+_write = os.write
+_sync = fullSync
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_APPEND = os.O_WRONLY | os.O_APPEND | _CLOEXEC
+
+
+class CorruptLog(Exception):
+    """
+    A log is damaged before its tail, or its sequence numbers have a gap or a
+    duplicate: it cannot be repaired without losing a record, so it is refused.
+
+    @ivar path: the log's path.
+    @ivar lineNumber: the 1-based number of the first bad line.
+    @ivar offset: the byte offset where that line starts.
+    @ivar reason: what is wrong with it, in a few words.
+    """
+
+    def __init__(self, path: Path, lineNumber: int, offset: int, reason: str) -> None:
+        super().__init__(path, lineNumber, offset, reason)
+        self.path = path
+        self.lineNumber = lineNumber
+        self.offset = offset
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: line {self.lineNumber} (offset {self.offset}): "
+            f"{self.reason}"
+        )
+
+
+def _parseLine(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """
+    Parse one line (without its newline) into a record.
+
+    @return: C{(record, None)}, or C{(None, why)} when the line is not a
+        record.
+    """
+    if b"\0" in body:
+        return None, "contains NUL bytes"
+    try:
+        value = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None, "not valid JSON"
+    if not isinstance(value, dict):
+        return None, "not a JSON object"
+    return value, None
+
+
+def _brokenCopy(path: Path) -> Path:
+    """
+    Copy the file at C{path} to a fresh C{<name>.broken} (or C{.broken.1},
+    C{.broken.2}, ...) beside it, durably, and return the copy's path.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
+    candidate = path.with_name(path.name + ".broken")
+    n = 0
+    while True:
+        try:
+            fd = os.open(candidate, flags, 0o600)
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}.broken.{n}")
+            continue
+        break
+    with os.fdopen(fd, "wb") as out, open(path, "rb") as source:
+        shutil.copyfileobj(source, out)
+        out.flush()
+        _sync(out.fileno())
+    fsyncDirectory(path.parent)
+    return candidate
+
+
+@define(eq=False)
+class JsonlLog:
+    """
+    An append-only JSONL file, open for appending.
+
+    Get one with L{JsonlLog.open}. Each L{append} writes one record as one
+    line with one C{write} on an C{O_APPEND} descriptor, then syncs it, so a
+    record that L{append} returned for survives a crash of the process (and,
+    when synced, of the machine). The log keeps no copy of its records.
+
+    After a failed write or sync the log refuses further appends: the owner
+    should open it afresh (which repairs whatever the failure left).
+
+    @ivar lastSeq: with a C{seqField}, the last sequence number in the log
+        (0 when empty); L{append} requires the next one.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    _path: Path
+    _fd: int | None
+    _size: int
+    seqField: str | None = None
+    lastSeq: int = 0
+    _failure: BaseException | None = field(default=None, init=False)
+
+    @classmethod
+    def open(
+        cls, path: Path, *, seqField: str | None = None
+    ) -> tuple[JsonlLog, list[dict[str, Any]]]:
+        """
+        Open the log at C{path} for appending, creating it if missing, and
+        read back its records.
+
+        A torn tail (a last line with no newline, or one that is not a JSON
+        object, or holds NUL bytes) is repaired: the original file is copied
+        to C{<name>.broken} (or C{.broken.1}, ...) and the log is truncated to
+        the end of its last good record and synced.
+
+        @param path: the log's path; its directory must exist.
+        @param seqField: if given, every record must carry this integer field,
+            counting 1, 2, 3, ... in order.
+        @return: the open log and its records, in order.
+        @raise CorruptLog: when a line before the tail is bad, or a sequence
+            number is missing, out of order, repeated or skipped.
+        """
+        path = Path(path)
+        try:
+            fd = os.open(path, _APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            fd = os.open(path, _APPEND)
+        else:
+            fsyncDirectory(path.parent)
+        try:
+            records, goodOffset, size, lastSeq, torn = _readLog(path, seqField)
+            if goodOffset < size:
+                broken = _brokenCopy(path)
+                os.ftruncate(fd, goodOffset)
+                _sync(fd)
+                cls._log.warn(
+                    "Repaired the torn tail of {path}: {reason} at offset {offset}; "
+                    "dropped {dropped} bytes, the original is kept as {broken}",
+                    path=str(path),
+                    reason=torn,
+                    offset=goodOffset,
+                    dropped=size - goodOffset,
+                    broken=str(broken),
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, goodOffset, seqField, lastSeq), records
+
+    @property
+    def path(self) -> Path:
+        """
+        The file this log appends to.
+        """
+        return self._path
+
+    def append(self, record: dict[str, Any], *, sync: bool = True) -> None:
+        """
+        Append C{record} as one line and, when C{sync}, make it durable.
+
+        @param record: a JSON-able dict; with a C{seqField}, it must carry
+            C{lastSeq + 1} in that field.
+        @param sync: sync the file before returning. Without it the record
+            survives a crash of the process but not of the machine, until
+            the next synced append or L{sync}.
+        @raise ValueError: when the record is not JSON-able (NaN, infinity)
+            or has the wrong sequence number, or the log is closed.
+        @raise OSError: when writing or syncing fails; the log then refuses
+            further appends.
+        """
+        if self._fd is None:
+            raise ValueError(f"{self._path}: the log is closed")
+        if self._failure is not None:
+            raise OSError(
+                f"{self._path}: an earlier write failed ({self._failure!r}); "
+                "open the log afresh"
+            )
+        seq = None
+        if self.seqField is not None:
+            seq = record.get(self.seqField)
+            if type(seq) is not int or seq != self.lastSeq + 1:
+                raise ValueError(
+                    f"{self._path}: {self.seqField} must be {self.lastSeq + 1}, "
+                    f"not {seq!r}"
+                )
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        assert "\n" not in line and "\r" not in line, line
+        data = (line + "\n").encode("ascii")
+        view = memoryview(data)
+        try:
+            while view:
+                written = _write(self._fd, view)
+                view = view[written:]
+        except BaseException as e:
+            self._failure = e
+            # Leave no partial line for the next record to follow.
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+        if seq is not None:
+            self.lastSeq = seq
+        if sync:
+            self.sync()
+
+    def sync(self) -> None:
+        """
+        Make every record appended so far durable.
+
+        @raise OSError: when the sync fails; the log then refuses further
+            appends (a failed fsync must not be retried as if it had worked).
+        """
+        if self._fd is None:
+            raise ValueError(f"{self._path}: the log is closed")
+        try:
+            _sync(self._fd)
+        except BaseException as e:
+            self._failure = e
+            raise
+
+    def close(self) -> None:
+        """
+        Close the log's file descriptor; closing twice is harmless.
+        """
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def reopen(self, newPath: Path) -> None:
+        """
+        Go on appending at C{newPath}, the same log after its directory was
+        moved (to the trash).
+
+        @param newPath: where the log now is; it must exist.
+        """
+        newPath = Path(newPath)
+        fd = os.open(newPath, _APPEND)
+        self.close()
+        self._fd = fd
+        self._path = newPath
+        self._size = os.fstat(fd).st_size
+
+
+def _readLog(
+    path: Path, seqField: str | None
+) -> tuple[list[dict[str, Any]], int, int, int, str | None]:
+    """
+    Read every record of the log at C{path}.
+
+    @return: C{(records, goodOffset, size, lastSeq, tornReason)}: the end of
+        the last good record, the file's size, the last sequence number and
+        why the tail (if any) was dropped.
+    @raise CorruptLog: see L{JsonlLog.open}.
+    """
+    records: list[dict[str, Any]] = []
+    offset = 0
+    lastSeq = 0
+    bad: tuple[int, int, str] | None = None
+    lineNumber = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            lineNumber += 1
+            complete = raw.endswith(b"\n")
+            if bad is not None:
+                if complete:
+                    # The bad line is followed by another whole line: it is
+                    # not a torn tail but damage in the middle.
+                    raise CorruptLog(path, *bad)
+                break
+            if not complete:
+                bad = (lineNumber, offset, "last line has no newline")
+                break
+            record, why = _parseLine(raw[:-1])
+            if record is None:
+                assert why is not None
+                bad = (lineNumber, offset, why)
+                continue
+            if seqField is not None:
+                seq = record.get(seqField)
+                if type(seq) is not int:
+                    raise CorruptLog(
+                        path, lineNumber, offset, f"no integer {seqField!r}"
+                    )
+                if seq != lastSeq + 1:
+                    kind = "duplicate or out of order" if seq <= lastSeq else "gap"
+                    raise CorruptLog(
+                        path,
+                        lineNumber,
+                        offset,
+                        f"{seqField} {seq} after {lastSeq} ({kind})",
+                    )
+                lastSeq = seq
+            records.append(record)
+            offset += len(raw)
+        size = f.seek(0, os.SEEK_END)
+    return records, offset, size, lastSeq, (bad[2] if bad is not None else None)
