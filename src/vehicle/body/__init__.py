@@ -1,0 +1,45 @@
+"""
+The pi child: its RPC wire, the translation of its events into the host's,
+and the reader of its session files (transcript, active branch, fork/clone).
+"""
+
+from vehicle.body._rpc import (
+    MAX_LINE_BYTES,
+    BodyExited,
+    IBodySink,
+    PiCommandError,
+    PiProtocol,
+)
+from vehicle.body._sessionfile import (
+    MAX_TEXT_BYTES,
+    BranchResult,
+    NothingToFork,
+    SessionFile,
+    branchSession,
+    capText,
+    parseSession,
+    readSession,
+)
+from vehicle.body._translate import HostEvent, Translator
+
+
+__all__ = [
+    # _rpc
+    "MAX_LINE_BYTES",
+    "BodyExited",
+    "IBodySink",
+    "PiCommandError",
+    "PiProtocol",
+    # _sessionfile
+    "MAX_TEXT_BYTES",
+    "BranchResult",
+    "NothingToFork",
+    "SessionFile",
+    "branchSession",
+    "capText",
+    "parseSession",
+    "readSession",
+    # _translate
+    "HostEvent",
+    "Translator",
+]
