@@ -1,0 +1,29 @@
+# -*- test-case-name: tests.test_gardend -*-
+"""
+A stand-in for gardend, for tests and the one-command local run: the front
+door that mints identity headers and delegation tokens, and C{/mcp} over a
+folder-backed workspace. Not gardend: only the parts the host touches.
+"""
+
+from vehicle.gardend._config import ClientToken, Config, ConfigError, ServiceConfig
+from vehicle.gardend._delegation import Delegation, DelegationRefused, Delegations
+from vehicle.gardend._frontdoor import FrontDoor
+from vehicle.gardend._mcp import CATALOG, MCPEndpoint
+from vehicle.gardend._standin import StandIn
+from vehicle.gardend._store import FolderStore, ToolError
+
+__all__ = [
+    "CATALOG",
+    "ClientToken",
+    "Config",
+    "ConfigError",
+    "Delegation",
+    "DelegationRefused",
+    "Delegations",
+    "FolderStore",
+    "FrontDoor",
+    "MCPEndpoint",
+    "ServiceConfig",
+    "StandIn",
+    "ToolError",
+]

@@ -1,0 +1,179 @@
+# -*- test-case-name: tests.test_gardend -*-
+"""
+The stand-in's configuration: the master key, client tokens and their grants,
+the graphs, and the one service it fronts (C{vehicle}), parsed from JSON once.
+
+Secrets are kept out of every C{repr}.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from attrs import field, frozen
+
+#: Roles, weakest first.
+ROLES = ("viewer", "editor", "owner")
+
+
+class ConfigError(ValueError):
+    """
+    The configuration is missing something or malformed; one line for the
+    operator.
+    """
+
+
+def roleRank(role: str) -> int:
+    """
+    The strength of C{role}: higher is stronger.
+
+    @raise ValueError: for an unknown role.
+    """
+    return ROLES.index(role)
+
+
+def _string(data: Mapping[str, Any], key: str, where: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}.{key} must be a non-empty string")
+    return value
+
+
+@frozen(kw_only=True)
+class ClientToken:
+    """
+    A client token gardend issued: its id, its secret and its grants.
+
+    @ivar grants: graph id -> role.
+    """
+
+    id: str
+    secret: str = field(repr=False)
+    grants: Mapping[str, str]
+
+    def highestRole(self) -> str:
+        """
+        The strongest role among the grants (C{viewer} when there are none).
+        """
+        if not self.grants:
+            return "viewer"
+        return max(self.grants.values(), key=roleRank)
+
+
+@frozen(kw_only=True)
+class ServiceConfig:
+    """
+    The fronted service (gardend's C{services/vehicle/service.json} plus its
+    spawn): where it listens and the secret gardend hands it.
+    """
+
+    url: str
+    secret: str = field(repr=False)
+    delegateCaller: bool = True
+    acceptsModelKey: bool = False
+
+
+@frozen(kw_only=True)
+class Config:
+    """
+    The whole stand-in configuration.
+    """
+
+    masterKey: str = field(repr=False)
+    tokens: tuple[ClientToken, ...]
+    graphs: tuple[str, ...]
+    service: ServiceConfig
+
+    @classmethod
+    def fromJSON(cls, data: Any, environ: Mapping[str, str] | None = None) -> "Config":
+        """
+        Parse the decoded JSON document.
+
+        A missing C{masterKey} is read from C{GARDEND_MASTER_KEY} and a
+        missing C{service.secret} from C{MNEMOSYNE_INTERNAL_SERVICE_SECRET} in
+        C{environ}, so that secrets need not sit in the file.
+
+        @raise ConfigError: when anything is missing or malformed.
+        """
+        environ = environ or {}
+        if not isinstance(data, Mapping):
+            raise ConfigError("the configuration must be a JSON object")
+        data = dict(data)
+        if "masterKey" not in data and environ.get("GARDEND_MASTER_KEY"):
+            data["masterKey"] = environ["GARDEND_MASTER_KEY"]
+        masterKey = _string(data, "masterKey", "config")
+        graphs = data.get("graphs", [])
+        if not isinstance(graphs, list) or not all(
+            isinstance(g, str) and g for g in graphs
+        ):
+            raise ConfigError("config.graphs must be a list of graph ids")
+        tokens = []
+        seen = set()
+        for index, raw in enumerate(data.get("tokens", [])):
+            where = f"config.tokens[{index}]"
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"{where} must be an object")
+            grants = raw.get("grants", {})
+            if not isinstance(grants, Mapping) or not all(
+                isinstance(g, str) and role in ROLES for g, role in grants.items()
+            ):
+                raise ConfigError(
+                    f"{where}.grants must map graph ids to one of {', '.join(ROLES)}"
+                )
+            token = ClientToken(
+                id=_string(raw, "id", where),
+                secret=_string(raw, "secret", where),
+                grants=dict(grants),
+            )
+            if token.id in seen:
+                raise ConfigError(f"{where}.id {token.id!r} is used twice")
+            seen.add(token.id)
+            tokens.append(token)
+        rawService = data.get("service")
+        if not isinstance(rawService, Mapping):
+            raise ConfigError("config.service must be an object")
+        rawService = dict(rawService)
+        if "secret" not in rawService and environ.get(
+            "MNEMOSYNE_INTERNAL_SERVICE_SECRET"
+        ):
+            rawService["secret"] = environ["MNEMOSYNE_INTERNAL_SERVICE_SECRET"]
+        for flag in ("delegateCaller", "acceptsModelKey"):
+            if flag in rawService and not isinstance(rawService[flag], bool):
+                raise ConfigError(f"config.service.{flag} must be true or false")
+        service = ServiceConfig(
+            url=_string(rawService, "url", "config.service").rstrip("/"),
+            secret=_string(rawService, "secret", "config.service"),
+            delegateCaller=rawService.get("delegateCaller", True),
+            acceptsModelKey=rawService.get("acceptsModelKey", False),
+        )
+        return cls(
+            masterKey=masterKey,
+            tokens=tuple(tokens),
+            graphs=tuple(graphs),
+            service=service,
+        )
+
+    @classmethod
+    def fromPath(
+        cls, path: str | Path, environ: Mapping[str, str] | None = None
+    ) -> "Config":
+        """
+        Read and parse the JSON file at C{path}.
+        """
+        try:
+            data = json.loads(Path(path).read_text("utf-8"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot read {path}: {e}")
+        return cls.fromJSON(data, environ)
+
+    def knownGraphs(self) -> frozenset[str]:
+        """
+        Every graph the stand-in knows: the listed ones and any a token is
+        granted.
+        """
+        known = set(self.graphs)
+        for token in self.tokens:
+            known.update(token.grants)
+        return frozenset(known)

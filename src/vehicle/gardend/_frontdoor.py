@@ -1,0 +1,322 @@
+# -*- test-case-name: tests.test_gardend -*-
+"""
+The stand-in's front door: authenticates the caller, drops every identity
+header the caller sent, mints gardend's set (secret, principal, roles, graph,
+delegation token) and forwards C{/services/vehicle/...} to the host, streaming
+the answer back as it comes. Also mounts C{/health} and C{/mcp}.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any, ClassVar, Optional
+from urllib.parse import unquote
+
+from attrs import define, field, frozen
+from klein import Klein
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone
+from twisted.web.http import PotentialDataLoss
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IRequest, IResponse
+from treq.client import HTTPClient
+
+from vehicle.gardend._config import ClientToken, Config
+from vehicle.gardend._delegation import Delegations
+from vehicle.gardend._mcp import MCPEndpoint
+
+#: The mount gardend gives the service.
+MOUNT = b"/services/vehicle"
+
+#: The service id (the C{via} of its delegated writes).
+SERVICE_ID = "vehicle"
+
+#: The caller's own headers that reach the host; every other one is dropped.
+PASSED = (b"accept", b"content-type", b"last-event-id", b"x-vehicle-client-id")
+
+#: Answer headers that are the connection's, not the answer's.
+_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"content-length",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"date",
+        b"server",
+    }
+)
+
+
+@frozen(kw_only=True)
+class Caller:
+    """
+    Who the front door let in.
+
+    @ivar principal: the C{x-user-id} it mints.
+    @ivar token: the client token, or L{None} for the master key.
+    """
+
+    principal: str
+    token: Optional[ClientToken]
+
+    def callerRole(self) -> str:
+        """
+        The caller's role from its grant (the highest, for a token).
+        """
+        return "owner" if self.token is None else self.token.highestRole()
+
+    def roleOn(self, graphId: str) -> Optional[str]:
+        """
+        The caller's role on C{graphId}, or L{None} without a grant.
+        """
+        if self.token is None:
+            return "owner"
+        return self.token.grants.get(graphId)
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(status, code, message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class _Relay(Protocol):
+    """
+    Writes each piece of an upstream body to the caller's request as it
+    arrives, with the upstream connection as the request's producer.
+    """
+
+    def __init__(self, request: IRequest, done: "Deferred[None]") -> None:
+        self.request = request
+        self.done = done
+
+    def connectionMade(self) -> None:
+        self.request.registerProducer(self.transport, True)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.request.write(data)
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self.request.channel is not None and self.request.producer is not None:
+            self.request.unregisterProducer()
+        if self.done.called:
+            return
+        if reason.check(ResponseDone, PotentialDataLoss):
+            self.done.callback(None)
+        else:
+            self.done.errback(reason)
+
+
+def relay(response: IResponse, request: IRequest) -> "Deferred[None]":
+    """
+    Stream C{response}'s body into C{request}; cancelling the result stops
+    the upstream.
+    """
+    protocol: list[_Relay] = []
+
+    def cancel(d: "Deferred[None]") -> None:
+        if protocol and protocol[0].transport is not None:
+            protocol[0].transport.stopProducing()
+
+    done: "Deferred[None]" = Deferred(cancel)
+    protocol.append(_Relay(request, done))
+    response.deliverBody(protocol[0])
+    return done
+
+
+def _json(request: IRequest, status: int, body: Any) -> bytes:
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", b"application/json")
+    return json.dumps(body).encode("utf-8")
+
+
+@define
+class FrontDoor:
+    """
+    gardend's way in, for one service.
+
+    @ivar serviceUrl: where the host listens (from the config; settable once
+        the host's port is known).
+    @ivar requestsSeen: every forwarded request, as C{{"method", "path",
+        "headers"}} with the headers that went to the host (lower-case names).
+    """
+
+    config: Config
+    mcp: MCPEndpoint
+    delegations: Delegations
+    reactor: Any
+    serviceUrl: str = ""
+    requestsSeen: list[dict[str, Any]] = field(factory=list)
+    client: Optional[HTTPClient] = None
+
+    router: ClassVar[Klein] = Klein()
+    _log: ClassVar[Logger] = Logger()
+
+    def __attrs_post_init__(self) -> None:
+        if not self.serviceUrl:
+            self.serviceUrl = self.config.service.url
+        if self.client is None:
+            pool = HTTPConnectionPool(self.reactor, persistent=False)
+            self.client = HTTPClient(Agent(self.reactor, pool=pool))
+
+    # who
+
+    def authenticate(self, request: IRequest) -> Caller:
+        """
+        The caller named by C{Authorization: Bearer ...}.
+
+        @raise _Refusal: 401 without a known credential.
+        """
+        header = request.getHeader(b"authorization") or b""
+        scheme, _, credential = header.decode("latin-1").partition(" ")
+        credential = credential.strip()
+        if scheme.lower() == "bearer" and credential:
+            if _same(credential, self.config.masterKey):
+                return Caller(principal="owner", token=None)
+            for token in self.config.tokens:
+                if _same(credential, token.secret):
+                    return Caller(principal="token:" + token.id, token=token)
+        raise _Refusal(401, "unauthorized", "a master key or client token is required")
+
+    # routes
+
+    @router.route("/health", methods=["GET"])
+    def health(self, request: IRequest) -> bytes:
+        """
+        The front door's own health.
+        """
+        return _json(request, 200, {"ok": True})
+
+    @router.route("/mcp")
+    def mcpRoute(self, request: IRequest) -> bytes:
+        """
+        gardend's MCP endpoint: C{POST} only.
+        """
+        if request.method != b"POST":
+            request.setHeader(b"allow", b"POST")
+            return _json(
+                request,
+                405,
+                {
+                    "ok": False,
+                    "error": {"code": "method_not_allowed", "message": "POST only"},
+                },
+            )
+        return self.mcp.handle(request)
+
+    @router.route("/services/vehicle", branch=True)
+    async def forward(self, request: IRequest) -> Optional[bytes]:
+        """
+        Forward a request for the service to the host.
+        """
+        try:
+            return await self._forward(request)
+        except _Refusal as refusal:
+            return _json(
+                request,
+                refusal.status,
+                {
+                    "ok": False,
+                    "error": {"code": refusal.code, "message": refusal.message},
+                },
+            )
+
+    async def _forward(self, request: IRequest) -> Optional[bytes]:
+        caller = self.authenticate(request)
+        path, _, query = request.uri.partition(b"?")
+        rest = path[len(MOUNT) :]
+        if rest and not rest.startswith(b"/"):
+            raise _Refusal(404, "not_found", "no such service")
+        graphId: Optional[str] = None
+        segments = rest.split(b"/")
+        if len(segments) >= 3 and segments[1] == b"g":
+            graphId = unquote(segments[2].decode("utf-8", "replace"))
+            rest = b"/" + b"/".join(segments[3:])
+            if not graphId or graphId not in self.config.knownGraphs():
+                raise _Refusal(404, "not_found", "no such graph")
+        rest = rest or b"/"
+
+        service = self.config.service
+        headers = Headers()
+        passed = PASSED + ((b"x-model-key",) if service.acceptsModelKey else ())
+        for name in passed:
+            values = request.requestHeaders.getRawHeaders(name)
+            if values:
+                headers.setRawHeaders(name, values)
+        minted = {
+            "x-internal-service": service.secret,
+            "x-user-id": caller.principal,
+            "x-sophia-caller-role": caller.callerRole(),
+        }
+        if graphId is not None:
+            role = caller.roleOn(graphId)
+            if role is None:
+                raise _Refusal(403, "forbidden", "no grant on this graph")
+            minted["x-graph-id"] = graphId
+            minted["x-sophia-graph-role"] = role
+            if service.delegateCaller:
+                minted["x-sophia-delegated-token"] = self.delegations.mint(
+                    caller.principal, graphId, role, SERVICE_ID
+                )
+        for name, value in minted.items():
+            headers.setRawHeaders(name, [value])
+
+        target = (
+            self.serviceUrl.encode("ascii") + rest + (b"?" + query if query else b"")
+        )
+        self.requestsSeen.append(
+            {
+                "method": request.method.decode("ascii"),
+                "path": (rest + (b"?" + query if query else b"")).decode(
+                    "utf-8", "replace"
+                ),
+                "headers": {
+                    k.decode("latin-1").lower(): v[-1].decode("latin-1")
+                    for k, v in headers.getAllRawHeaders()
+                },
+            }
+        )
+        body = request.content.read() if request.content is not None else b""
+        assert self.client is not None
+        try:
+            response = await self.client.request(
+                request.method.decode("ascii"),
+                target,
+                headers=headers,
+                data=body or None,
+                unbuffered=True,
+            )
+        except CancelledError:
+            raise
+        except Exception as e:
+            self._log.error("The service did not answer: {error}", error=str(e))
+            raise _Refusal(502, "service_unavailable", "the service did not answer")
+        request.setResponseCode(response.code)
+        for name, values in response.headers.getAllRawHeaders():
+            if name.lower() not in _HOP:
+                request.responseHeaders.setRawHeaders(name, values)
+        try:
+            await relay(response, request)
+        except CancelledError:
+            raise
+        except Exception as e:
+            # Headers are gone already: cut the connection so the caller
+            # sees a truncated answer rather than a complete one.
+            self._log.error("The service's answer broke off: {error}", error=str(e))
+            request.loseConnection()
+        return None
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))

@@ -1,0 +1,150 @@
+# -*- test-case-name: tests.test_gardend -*-
+"""
+The whole stand-in assembled: the store, the delegation key, C{/mcp} and the
+front door on one loopback port, with the handles tests reach for (the audit,
+documents, offline switch, minted tokens, the headers the host was sent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from attrs import define, field
+from twisted.internet.interfaces import IListeningPort, IReactorTime
+from twisted.web.server import Site
+
+from vehicle.gardend._config import Config
+from vehicle.gardend._delegation import Delegations
+from vehicle.gardend._frontdoor import SERVICE_ID, FrontDoor
+from vehicle.gardend._mcp import MCPEndpoint
+from vehicle.gardend._store import FolderStore
+
+
+@define
+class StandIn:
+    """
+    A gardend for one service, over a folder-backed workspace.
+
+    @ivar root: the workspace's directory.
+    @ivar reactor: for the front door's outgoing requests.
+    @ivar clock: for token lifetimes and timestamps (the reactor by default).
+    """
+
+    root: Path = field(converter=Path)
+    config: Config
+    reactor: Any
+    clock: Optional[IReactorTime] = None
+    store: FolderStore = field(init=False)
+    delegations: Delegations = field(init=False)
+    mcp: MCPEndpoint = field(init=False)
+    frontDoor: FrontDoor = field(init=False)
+    _port: Optional[IListeningPort] = field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        clock = self.clock if self.clock is not None else self.reactor
+        self.store = FolderStore(root=self.root, clock=clock)
+        self.delegations = Delegations(clock=clock)
+        self.mcp = MCPEndpoint(
+            config=self.config, store=self.store, delegations=self.delegations
+        )
+        self.frontDoor = FrontDoor(
+            config=self.config,
+            mcp=self.mcp,
+            delegations=self.delegations,
+            reactor=self.reactor,
+        )
+
+    def resource(self) -> Any:
+        """
+        The front door and C{/mcp} as one web resource (for C{StubTreq}).
+        """
+        return self.frontDoor.router.resource()
+
+    def listen(self, reactor: Any = None, port: int = 0) -> IListeningPort:
+        """
+        Serve on C{127.0.0.1:port} (any free port for 0).
+        """
+        reactor = reactor if reactor is not None else self.reactor
+        self._port = reactor.listenTCP(
+            port, Site(self.resource()), interface="127.0.0.1"
+        )
+        return self._port
+
+    def stopListening(self) -> Any:
+        """
+        Stop serving; a L{Deferred} that fires when the port is closed.
+        """
+        port, self._port = self._port, None
+        return port.stopListening() if port is not None else None
+
+    @property
+    def url(self) -> str:
+        """
+        C{http://127.0.0.1:<port>} once listening.
+        """
+        if self._port is None:
+            raise RuntimeError("not listening")
+        return f"http://127.0.0.1:{self._port.getHost().port}"
+
+    @property
+    def mcpUrl(self) -> str:
+        """
+        The MCP endpoint (the host's C{MNEMOSYNE_MCP_URL}).
+        """
+        return self.url + "/mcp"
+
+    @property
+    def requestsSeen(self) -> list[dict[str, Any]]:
+        """
+        Every request forwarded to the host: C{{"method", "path", "headers"}}.
+        """
+        return self.frontDoor.requestsSeen
+
+    def setServiceUrl(self, url: str) -> None:
+        """
+        Point the front door at the host (once its port is known).
+        """
+        self.frontDoor.serviceUrl = url.rstrip("/")
+
+    def setOffline(self, offline: bool) -> None:
+        """
+        While offline, C{/mcp} answers 503.
+        """
+        self.mcp.offline = offline
+
+    def mintDelegation(self, principal: str, graph: str, role: str) -> str:
+        """
+        A delegation token, as the front door would hand the host.
+        """
+        return self.delegations.mint(principal, graph, role, SERVICE_ID)
+
+    def audit(self) -> list[dict[str, Any]]:
+        """
+        gardend's audit log of writes, oldest first.
+        """
+        return self.store.audit()
+
+    def document(self, graph: str, documentId: str) -> Optional[dict[str, Any]]:
+        """
+        A stored document, or L{None}.
+        """
+        return self.store.document(graph, documentId)
+
+    def folder(self, graph: str, folderId: str) -> Optional[dict[str, Any]]:
+        """
+        A stored folder, or L{None}.
+        """
+        return self.store.folder(graph, folderId)
+
+    def wires(self, graph: str) -> list[dict[str, Any]]:
+        """
+        The graph's wires.
+        """
+        return self.store.wires(graph)
+
+    def trash(self, graph: str, documentId: str) -> None:
+        """
+        Put a document in the Trash (it still takes writes).
+        """
+        self.store.trash(graph, documentId)
