@@ -11,7 +11,9 @@ from typing import Any
 
 from treq.testing import StubTreq
 from twisted.internet.task import Clock
+from twisted.internet.interfaces import IProcessTransport
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface import implementer
 
 from vehicle._tap import buildHost
 from vehicle.models import ModelCatalog
@@ -55,6 +57,88 @@ def identity(
     return headers
 
 
+@implementer(IProcessTransport)
+class FakePiTransport:
+    """
+    Stands for a pi child: records what the host writes, answers nothing
+    unless a test says so (L{FakeLauncher.reply}).
+    """
+
+    pid = 4242
+
+    def __init__(self, protocol: Any) -> None:
+        self.protocol = protocol
+        self.written: list[dict[str, Any]] = []
+        self.toChild: dict[int, bytes] = {}
+        self.closed: set[int] = set()
+        self.signals: list[str] = []
+
+    def writeToChild(self, fd: int, data: bytes) -> None:
+        self.toChild[fd] = self.toChild.get(fd, b"") + data
+
+    def closeChildFD(self, fd: int) -> None:
+        self.closed.add(fd)
+
+    def write(self, data: bytes) -> None:
+        for line in data.splitlines():
+            if line.strip():
+                self.written.append(json.loads(line))
+
+    def writeSequence(self, seq: Any) -> None:
+        self.write(b"".join(seq))
+
+    def closeStdin(self) -> None:
+        self.closed.add(0)
+
+    def closeStdout(self) -> None:
+        pass
+
+    def closeStderr(self) -> None:
+        pass
+
+    def loseConnection(self) -> None:
+        self.closeStdin()
+
+    def signalProcess(self, signal: str) -> None:
+        from twisted.internet.error import ProcessTerminated
+        from twisted.python.failure import Failure
+
+        self.signals.append(signal)
+        self.protocol.processEnded(Failure(ProcessTerminated(None, 15, None)))
+
+    def getPeer(self) -> Any:
+        return None
+
+    def getHost(self) -> Any:
+        return None
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        pass
+
+    def unregisterProducer(self) -> None:
+        pass
+
+
+class FakeLauncher:
+    """
+    A launcher whose pi children are L{FakePiTransport}s: route tests run
+    without pi, and commands simply wait for a body that never answers.
+    """
+
+    def __init__(self) -> None:
+        self.spawned: list[FakePiTransport] = []
+
+    def spawn(self, protocol: Any, **kw: Any) -> FakePiTransport:
+        transport = FakePiTransport(protocol)
+        self.spawned.append(transport)
+        protocol.makeConnection(transport)
+        return transport
+
+    def reply(self, record: dict[str, Any], index: int = -1) -> None:
+        transport = self.spawned[index]
+        transport.protocol.outReceived(json.dumps(record).encode() + b"\n")
+
+
 class Harness:
     """
     One host: call it with L{call}, restart it with L{restart}.
@@ -74,7 +158,8 @@ class Harness:
         )
         environ: dict[str, str] = {}
         models = ModelCatalog(json.loads(json.dumps(MODELS["providers"])), "scripted/echo-1")
-        self.api, self.host = buildHost(settings, models, self.clock)
+        self.launcher = FakeLauncher()
+        self.api, self.host = buildHost(settings, models, self.clock, launcher=self.launcher)
         self.host.startService()
         self.stub = StubTreq(self.api.resource())
         del environ

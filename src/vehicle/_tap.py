@@ -11,18 +11,21 @@ import os
 import sys
 from typing import Any, ClassVar
 
-from attrs import define
+from attrs import define, field
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
+from vehicle.body._conductor import Conductor
+from vehicle.body._launcher import Launcher
 from vehicle.models import ModelCatalog
-from vehicle.session import Registry
+from vehicle.session import Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
 from vehicle.store import DataDir
-from vehicle.web import VehicleAPI, VehicleSite
+from vehicle.web import Hooks, VehicleAPI, VehicleSite
 
 
 class Options(usage.Options):
@@ -85,19 +88,65 @@ class HostService(Service):
         return None
 
 
+@define(eq=False)
+class Bodies:
+    """
+    Gives every session its conductor, and stops them all with the host.
+    """
+
+    launcher: Launcher
+    clock: Any
+    idleSeconds: float
+    conductors: dict[str, Conductor] = field(factory=dict)
+
+    def attach(self, session: Session) -> None:
+        conductor = Conductor(
+            session=session,
+            launcher=self.launcher,
+            clock=self.clock,
+            idleSeconds=self.idleSeconds,
+        )
+        session.conductor = conductor
+        self.conductors[session.sessionId] = conductor
+        session.whenDeleted(lambda s: self.conductors.pop(s.sessionId, None))
+
+    async def disposeFor(self, session: Session) -> None:
+        await session.conductor.dispose("deleted")
+
+    async def snapshotFor(self, session: Session) -> dict[str, Any]:
+        return await session.conductor.snapshot()
+
+    def stop(self) -> Deferred:
+        return gatherResults(
+            [c.dispose("host_stopping") for c in list(self.conductors.values())],
+            consumeErrors=True,
+        ).addBoth(lambda _: None)
+
+
 def _version() -> str:
     from vehicle import __version__
 
     return __version__.public()
 
 
-def buildHost(settings: Settings, models: ModelCatalog, reactor: Any) -> tuple[VehicleAPI, HostService]:
+def buildHost(
+    settings: Settings, models: ModelCatalog, reactor: Any, launcher: Launcher | None = None
+) -> tuple[VehicleAPI, HostService]:
     """
-    The rooms, wired: registry, app and the service that owns them.
+    The rooms, wired: registry, bodies, app and the service that owns them.
     """
     dataDir = DataDir(settings.dataDir)
     dataDir.ensure()
     registry = Registry(dataDir=dataDir, clock=reactor, defaultLeaseTtlMs=settings.leaseTtlMs)
+    if launcher is None:
+        launcher = Launcher(
+            reactor=reactor,
+            models=models,
+            piRoot=settings.piRoot,
+            piCommand=settings.piCommand,
+        )
+    bodies = Bodies(launcher=launcher, clock=reactor, idleSeconds=settings.bodyIdleMs / 1000.0)
+    registry.onSession.append(bodies.attach)
     api = VehicleAPI(
         registry=registry,
         secret=settings.secret,
@@ -107,8 +156,12 @@ def buildHost(settings: Settings, models: ModelCatalog, reactor: Any) -> tuple[V
         maxCostUsd=settings.maxCostUsd,
         leaseTtlMs=settings.leaseTtlMs,
         keepaliveSeconds=settings.keepaliveSeconds,
+        hooks=Hooks(
+            disposeBody=bodies.disposeFor,
+            snapshotExtras=bodies.snapshotFor,
+        ),
     )
-    return api, HostService(registry=registry, api=api)
+    return api, HostService(registry=registry, api=api, host=bodies)
 
 
 def makeService(options: Options, reactor: Any = None) -> MultiService:

@@ -499,7 +499,7 @@ class Session:
     def bodyState(self) -> str:
         if self.conductor is None:
             return "dormant"
-        return self.conductor.state()
+        return str(self.conductor.bodyState())
 
     def whenDeleted(self, callback: Callable[["Session"], None]) -> None:
         self._onDeleted.append(callback)

@@ -193,11 +193,11 @@ class EventStream:
         if self._stopped:
             return
         self._halt()
-        try:
-            self.request.unregisterProducer()
-            self.request.finish()
-        except RuntimeError:
-            pass
+        if getattr(self.request, "channel", None) is not None and not self.request.finished:
+            try:
+                self.request.finish()
+            except RuntimeError:
+                pass
 
     def _halt(self) -> None:
         if self._stopped:
@@ -210,5 +210,9 @@ class EventStream:
         if self._catchingUp is not None and self._catchingUp.active():
             self._catchingUp.cancel()
         self._catchingUp = None
+        try:
+            self.request.unregisterProducer()
+        except (AttributeError, RuntimeError):
+            pass  # the connection is already gone
         if not self.done.called:
             self.done.callback(None)

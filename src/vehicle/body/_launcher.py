@@ -1,0 +1,150 @@
+# -*- test-case-name: tests.test_conductor -*-
+"""
+Spawning a session's pi child: its folders under the session's C{pi/}, its
+argv and explicit environment, and the boot config (provider keys and the
+run budget) written once to its fd 3 and closed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+from attrs import define, field
+from twisted.internet.interfaces import IProcessTransport, IReactorProcess
+from twisted.internet.protocol import ProcessProtocol
+from twisted.logger import Logger
+
+from vehicle.body._launch import (
+    AGENT_TOOLS,
+    PiCommand,
+    agentSettings,
+    bootConfig,
+    findPi,
+    piArgv,
+    piEnvironment,
+)
+from vehicle.models import ModelCatalog
+from vehicle.store import writeAtomic
+
+
+EXTENSION = Path(__file__).parent / "extension" / "sophia.js"
+
+
+def latestSessionFile(piDir: Path) -> Path | None:
+    """
+    The conversation file pi keeps in C{piDir} (the newest, should there be
+    several).
+    """
+    files = [p for p in piDir.glob("*.jsonl") if p.is_file()]
+    if not files:
+        return None
+    return max(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+
+
+@define(frozen=True)
+class BodyPaths:
+    """
+    Where one body keeps its things: C{pi/} holds pi's session files,
+    C{pi/agent} its private agent dir and C{pi/home} its home; C{work/} (or
+    the agent's workspace) is its working folder.
+    """
+
+    piDir: Path
+    agentDir: Path
+    home: Path
+    workDir: Path
+
+    @classmethod
+    def forSession(cls, sessionDir: Path, workDir: Path | None = None) -> "BodyPaths":
+        piDir = sessionDir / "pi"
+        return cls(
+            piDir=piDir,
+            agentDir=piDir / "agent",
+            home=piDir / "home",
+            workDir=workDir or sessionDir / "work",
+        )
+
+    def prepare(self) -> None:
+        for path in (self.piDir, self.agentDir, self.home, self.workDir):
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        writeAtomic(
+            self.agentDir / "settings.json",
+            json.dumps(agentSettings()).encode("utf-8"),
+        )
+
+
+#: Wraps a pi argv and environment into the box's (identity for chat).
+Wrapper = Callable[[list[str], dict[str, str], "BodyPaths"], tuple[list[str], dict[str, str]]]
+
+
+@define(eq=False)
+class Launcher:
+    """
+    Starts pi children.  Secrets reach a child only through its fd 3.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    reactor: IReactorProcess
+    models: ModelCatalog
+    piRoot: Path
+    piCommand: tuple[str, ...] | None = None
+    extension: Path = EXTENSION
+    _pi: PiCommand | None = field(default=None, init=False)
+
+    def pi(self) -> PiCommand:
+        if self._pi is None:
+            self._pi = findPi(self.piRoot)
+        return self._pi
+
+    def spawn(
+        self,
+        protocol: ProcessProtocol,
+        *,
+        paths: BodyPaths,
+        model: str,
+        profile: str,
+        budget: dict[str, Any],
+        providers: dict[str, dict[str, Any]] | None = None,
+        wrap: Wrapper | None = None,
+    ) -> IProcessTransport:
+        """
+        Spawn C{pi --mode rpc} for a session and hand it its boot config.
+        """
+        paths.prepare()
+        pi = self.pi()
+        argv = piArgv(
+            pi,
+            sessionDir=paths.piDir,
+            sessionFile=latestSessionFile(paths.piDir),
+            extension=self.extension,
+            model=model,
+            tools=AGENT_TOOLS if profile == "agent" else None,
+        )
+        if self.piCommand:
+            argv = list(self.piCommand) + argv[2:]
+        env = piEnvironment(
+            home=paths.home,
+            agentDir=paths.agentDir,
+            path=f"{pi.node.parent}:/usr/local/bin:/usr/bin:/bin",
+        )
+        if wrap is not None:
+            argv, env = wrap(argv, env, paths)
+        if providers is None:
+            name, spec = self.models.providerFor(model)
+            providers = {name: spec}
+        boot = bootConfig(providers=providers, budget=budget)
+        transport = self.reactor.spawnProcess(
+            protocol,
+            argv[0],
+            argv,
+            env=env,
+            path=str(paths.workDir),
+            childFDs={0: "w", 1: "r", 2: "r", 3: "w"},
+        )
+        transport.writeToChild(3, boot)
+        transport.closeChildFD(3)
+        self._log.info("Spawned pi pid={pid} in {workDir}", pid=transport.pid, workDir=str(paths.workDir))
+        return transport

@@ -1,0 +1,168 @@
+"""
+Integration: real pi bodies behind the commands, against the scripted model.
+"""
+
+from __future__ import annotations
+
+import json
+
+from twisted.trial.unittest import TestCase
+
+from tests.live import LiveHost, settledEvent
+
+
+class PromptTests(TestCase):
+    """
+    A prompt runs in a real pi child and settles.
+    """
+
+    timeout = 60
+
+    async def test_promptSettles(self) -> None:
+        """
+        A prompt materializes a body, the run starts and settles, the
+        command completes, and the model saw the key from fd 3.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        code, frame = await host.command(sid, "prompt", "p1", text="hello there")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, settledEvent)
+        types = [e["type"] for e in events]
+        self.assertIn("body.materialized", types)
+        self.assertIn("run.started", types)
+        self.assertIn("message.completed", types)
+        settled = events[-1]
+        self.assertFalse(settled["data"]["aborted"])
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed")
+        headers, body = host.model.requests[-1]
+        self.assertEqual(headers["authorization"], "Bearer " + host.key)
+
+
+class StreamingTests(TestCase):
+    """
+    Deltas reach an SSE watcher; queued commands arrive in order.
+    """
+
+    timeout = 90
+
+    async def test_deltasReachSSE(self) -> None:
+        """
+        A watcher on SSE sees ephemeral message.delta events (no id) between
+        run.started and run.settled, and durable events with ids.
+        """
+        from tests.live import SSEWatcher
+
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        watcher = await SSEWatcher(host, sid).start()
+        await host.command(sid, "prompt", "p1", text="stream please [[SLOW]]")
+        await watcher.waitFor(lambda m: m.get("event") == "run.settled")
+        kinds = [m["event"] for m in watcher.messages]
+        deltas = [m for m in watcher.messages if m["event"] == "message.delta"]
+        self.assertGreater(len(deltas), 3)
+        self.assertTrue(all("id" not in m for m in deltas))
+        self.assertLess(kinds.index("run.started"), kinds.index("message.delta"))
+        self.assertLess(kinds.index("message.delta"), kinds.index("run.settled"))
+        ids = [int(m["id"]) for m in watcher.messages if "id" in m]
+        self.assertEqual(ids, list(range(1, len(ids) + 1)))
+        text = "".join(m["frame"]["data"]["text"] for m in deltas)
+        self.assertIn("slow-0", text)
+        watcher.close()
+
+    async def test_steerAndFollowUpInOrder(self) -> None:
+        """
+        During a slow run, a steer and a follow-up are queued in pi and then
+        delivered in pi's order (steer first) within the same run.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="go slowly [[SLOW]]")
+        await host.waitFor(sid, lambda e: e["type"] == "run.started")
+        await host.command(sid, "follow_up", "f1", text="then this")
+        await host.command(sid, "steer", "s1", text="steer now")
+        events = await host.waitFor(sid, settledEvent)
+        users = [e["data"]["text"] for e in events
+                 if e["type"] == "message.completed" and e["data"]["role"] == "user"]
+        self.assertEqual(users, ["go slowly [[SLOW]]", "steer now", "then this"])
+        self.assertEqual(sum(1 for e in events if e["type"] == "run.started"), 1)
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed" and e["data"]["commandId"] == "f1")
+        session = host.registry().sessions[sid]
+        self.assertEqual(
+            {c: session.commands[c]["status"] for c in ("p1", "f1", "s1")},
+            {"p1": "completed", "f1": "completed", "s1": "completed"},
+        )
+
+
+class AbortTests(TestCase):
+    """
+    Abort, cancel and the budget stop runs and leave nothing stale.
+    """
+
+    timeout = 90
+
+    async def test_abortCancelsQueued(self) -> None:
+        """
+        Abort during a slow run settles it aborted, cancels the queued
+        follow-up, and the next prompt's run does not see the stale text.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="long one [[SLOW]]")
+        await host.waitFor(sid, lambda e: e["type"] == "run.started")
+        await host.command(sid, "follow_up", "f1", text="STALE follow up")
+        await host.waitFor(sid, lambda e: e["type"] == "queue.updated")
+        code, frame = await host.command(sid, "abort", "a1")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, settledEvent)
+        self.assertTrue(events[-1]["data"]["aborted"])
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed" and e["data"]["commandId"] == "a1")
+        session = host.registry().sessions[sid]
+        self.assertEqual(session.commands["f1"]["status"], "cancelled")
+        self.assertEqual(session.commands["p1"]["status"], "aborted")
+        cursor = session.cursor
+        await host.command(sid, "prompt", "p2", text="fresh question")
+        events = await host.waitFor(sid, settledEvent, since=cursor)
+        users = [e["data"]["text"] for e in events
+                 if e["type"] == "message.completed" and e["data"]["role"] == "user"]
+        self.assertEqual(users, ["fresh question"])
+        _, body = host.model.requests[-1]
+        self.assertNotIn("STALE", json.dumps(body))
+
+    async def test_cancelTakesOutOne(self) -> None:
+        """
+        With two follow-ups queued, cancel takes out exactly the named one;
+        the other is still delivered.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="long one [[SLOW]]")
+        await host.waitFor(sid, lambda e: e["type"] == "run.started")
+        await host.command(sid, "follow_up", "f1", text="first follow")
+        await host.command(sid, "follow_up", "f2", text="second follow")
+        await host.command(sid, "follow_up", "f3", text="third follow")
+        code, frame = await host.command(sid, "cancel", "c1", targetCommandId="f2")
+        self.assertEqual(code, 202, frame)
+        self.assertEqual(frame["type"], "command.cancelled")
+        events = await host.waitFor(sid, settledEvent)
+        users = [e["data"]["text"] for e in events
+                 if e["type"] == "message.completed" and e["data"]["role"] == "user"]
+        self.assertEqual(users, ["long one [[SLOW]]", "first follow", "third follow"])
+        session = host.registry().sessions[sid]
+        self.assertEqual(session.commands["f2"]["status"], "cancelled")
+
+    async def test_budgetStopsToolLoop(self) -> None:
+        """
+        A tool loop stops after exactly maxTurns model requests:
+        budget.exceeded, then run.settled aborted.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create(budget={"maxTurns": 3})
+        before = len(host.model.requests)
+        await host.command(sid, "prompt", "p1", text="loop [[LOOP:nothing]]")
+        events = await host.waitFor(sid, settledEvent)
+        types = [e["type"] for e in events]
+        self.assertIn("budget.exceeded", types)
+        self.assertLess(types.index("budget.exceeded"), types.index("run.settled"))
+        self.assertTrue(events[-1]["data"]["aborted"])
+        self.assertEqual(len(host.model.requests) - before, 3)
