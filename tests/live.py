@@ -14,6 +14,7 @@ from treq.client import HTTPClient
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
+from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import SkipTest, TestCase
 
@@ -235,3 +236,95 @@ class SSEWatcher:
 
 async def _value(value: Any) -> Any:
     return value
+
+
+class _Collector(ProcessProtocol):
+    def __init__(self) -> None:
+        self.output = bytearray()
+        self.ended: Deferred = Deferred()
+
+    def outReceived(self, data: bytes) -> None:
+        self.output += data
+
+    errReceived = outReceived
+
+    def processEnded(self, reason: Any) -> None:
+        self.ended.callback(reason.value)
+
+
+def freePort() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TwistdHost(LiveHost):
+    """
+    The host as operators run it: C{twistd -n vehicle} in its own process,
+    with the model key handed over as C{$SCRIPTED_KEY} in a models file.
+    """
+
+    async def _startHost(self) -> None:
+        import sys
+
+        self.modelsFile = self.root.parent / (self.root.name + "-models.json")
+        if not self.modelsFile.exists():
+            self.modelsFile.write_text(json.dumps({"providers": {"scripted": {
+                "baseUrl": self.model.url, "api": "openai-completions", "apiKey": "$SCRIPTED_KEY",
+                "models": [{"id": "echo-1", "name": "Echo", "reasoning": False, "input": ["text"],
+                            "cost": {"input": 3, "output": 15, "cacheRead": 0, "cacheWrite": 0},
+                            "contextWindow": 128000, "maxTokens": 4096}]}}}))
+        self.portNumber = freePort()
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "MNEMOSYNE_INTERNAL_SERVICE_SECRET": SECRET,
+            "MNEMOSYNE_MCP_ACCESS_TOKEN": "gardend-own-token-never-used",
+            "VEHICLE_MODELS": str(self.modelsFile),
+            "VEHICLE_DEFAULT_MODEL": "scripted/echo-1",
+            "SCRIPTED_KEY": self.key,
+            **{k: str(v) for k, v in self.overrides.items()},
+        }
+        twistd = str(Path(sys.prefix) / "bin" / "twistd")
+        self.process = _Collector()
+        self.transport = reactor.spawnProcess(
+            self.process, twistd,
+            [twistd, "-n", "--pidfile=", "vehicle",
+             "--listen", f"tcp:{self.portNumber}:interface=127.0.0.1",
+             "--data-dir", str(self.root)],
+            env=env,
+        )
+        self.url = f"http://127.0.0.1:{self.portNumber}"
+        self.port = True
+        self.testCase.addCleanup(self.stop)
+        for _ in range(200):
+            try:
+                response = await self.http.get(self.url + "/health")
+                await response.content()
+                if response.code == 200:
+                    return
+            except Exception:
+                pass
+            if self.process.ended.called:
+                break
+            await sleep(0.1)
+        raise AssertionError("twistd did not start:\n" + self.process.output.decode("utf-8", "replace"))
+
+    async def stop(self, signal: str = "TERM") -> None:
+        if not getattr(self, "port", None):
+            return
+        self.port = None
+        if not self.process.ended.called:
+            try:
+                self.transport.signalProcess(signal)
+            except Exception:
+                pass
+            await self.process.ended
+        await sleep(0.1)
+
+    async def kill(self) -> None:
+        await self.stop("KILL")
+
+    def registry(self) -> Any:
+        raise NotImplementedError("the host runs in another process")

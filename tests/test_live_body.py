@@ -166,3 +166,80 @@ class AbortTests(TestCase):
         self.assertLess(types.index("budget.exceeded"), types.index("run.settled"))
         self.assertTrue(events[-1]["data"]["aborted"])
         self.assertEqual(len(host.model.requests) - before, 3)
+
+
+class LifecycleTests(TestCase):
+    """
+    Bodies are mortal: dormancy, revival, a body that dies, the transcript.
+    """
+
+    timeout = 90
+
+    async def test_idleDormancyAndRevival(self) -> None:
+        """
+        After the idle time the body goes dormant; the next prompt
+        materializes it again from pi's file and the conversation goes on
+        (the model sees the earlier turn).
+        """
+        host = await LiveHost(self, bodyIdleMs=300).start()
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="remember BANANA")
+        await host.waitFor(sid, settledEvent)
+        events = await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        self.assertEqual(events[-1]["data"]["reason"], "idle")
+        cursor = events[-1]["seq"]
+        await host.command(sid, "prompt", "p2", text="what did I say?")
+        events = await host.waitFor(sid, settledEvent, since=cursor)
+        types = [e["type"] for e in events]
+        self.assertIn("body.materialized", types)
+        self.assertIn("session.revived", types)
+        _, body = host.model.requests[-1]
+        self.assertIn("remember BANANA", json.dumps(body))
+
+    async def test_bodyKilledMidRun(self) -> None:
+        """
+        kill -9 of pi during a run: body.exited with the signal, the run
+        settles aborted with stopReason body_exited, the prompt fails, and
+        the next prompt works.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="slow [[SLOW]]")
+        await host.waitFor(sid, lambda e: e["type"] == "run.started")
+        conductor = host.registry().sessions[sid].conductor
+        conductor.transport.signalProcess("KILL")
+        events = await host.waitFor(sid, lambda e: e["type"] == "command.failed")
+        byType = {e["type"]: e for e in events}
+        self.assertEqual(byType["body.exited"]["data"]["signal"], 9)
+        self.assertEqual(byType["run.settled"]["data"]["stopReason"], "body_exited")
+        self.assertTrue(byType["run.settled"]["data"]["aborted"])
+        cursor = events[-1]["seq"]
+        await host.command(sid, "prompt", "p2", text="are you back?")
+        events = await host.waitFor(sid, settledEvent, since=cursor)
+        self.assertFalse(events[-1]["data"]["aborted"])
+
+    async def test_transcriptTimestampsArePi(self) -> None:
+        """
+        The snapshot's transcript comes from pi's file: each item carries
+        pi's entry id and pi's own timestamp, live and after a restart.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="first words")
+        await host.waitFor(sid, settledEvent)
+        code, frame = await host.call("GET", f"/sessions/{sid}")
+        self.assertEqual(code, 200)
+        transcript = frame["value"]["transcript"]
+        self.assertEqual([t["role"] for t in transcript], ["user", "assistant"])
+        self.assertEqual(transcript[0]["text"], "first words")
+        session = host.registry().sessions[sid]
+        piFile = next((session.directory / "pi").glob("*.jsonl"))
+        entries = [json.loads(line) for line in piFile.read_text().splitlines()]
+        stamps = {e["id"]: e["timestamp"] for e in entries if "id" in e}
+        for item in transcript:
+            self.assertEqual(item["timestamp"], stamps[item["entryId"]])
+        self.assertIsNotNone(frame["value"]["stats"])
+        await host.restart()
+        code, frame = await host.call("GET", f"/sessions/{sid}")
+        self.assertEqual(frame["value"]["transcript"], transcript)
+        self.assertEqual(frame["value"]["session"]["body"], "dormant")
