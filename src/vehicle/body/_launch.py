@@ -1,0 +1,217 @@
+# -*- test-case-name: tests.test_pi_smoke -*-
+"""
+How a pi child is launched: where pi and its Node are, its argv, its environment.
+
+Pure functions (bar L{findPi}'s look at the install) that the body calls; the
+secrets travel only in L{bootConfig}'s bytes, written to the child's fd 3.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from attrs import frozen
+
+
+__all__ = [
+    "PiCommand",
+    "PiNotInstalled",
+    "SOPHIA_EXTENSION",
+    "BUILTIN_TOOLS",
+    "AGENT_TOOLS",
+    "findPi",
+    "nodeArchitecture",
+    "piArgv",
+    "piEnvironment",
+    "agentSettings",
+    "bootConfig",
+]
+
+#: The project's pi extension, shipped as package data next to this module.
+SOPHIA_EXTENSION = Path(__file__).parent / "extension" / "sophia.js"
+
+#: pi's built-in tools (1.6.0), any of which C{piArgv}'s C{tools} may name.
+BUILTIN_TOOLS = ("read", "bash", "edit", "write", "grep", "find", "ls", "powershell")
+
+#: The agent profile's built-in tools.
+AGENT_TOOLS = ("read", "write", "edit", "bash")
+
+#: The flags that turn off everything pi would otherwise discover or fetch.
+_ISOLATION_FLAGS = (
+    "--no-context-files",
+    "--no-skills",
+    "--no-prompt-templates",
+    "--no-extensions",
+    "--no-approve",
+    "--no-themes",
+    "--offline",
+)
+
+_MACHINES = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PI_PACKAGE = ("node_modules", "@earendil-works", "pi-coding-agent")
+
+
+class PiNotInstalled(Exception):
+    """
+    The pinned pi runtime (pi and its own Node) is not where it should be.
+    """
+
+
+@frozen(kw_only=True)
+class PiCommand:
+    """
+    The two paths that run pi: its own Node binary and pi's CLI script.
+    """
+
+    node: Path
+    cli: Path
+
+
+def _requireAbsolute(**paths: Path) -> None:
+    """
+    pi resolves relative paths against its own working directory, not the
+    host's: refuse them.
+    """
+    for name, path in paths.items():
+        if not Path(path).is_absolute():
+            raise ValueError(f"{name} must be an absolute path, not {str(path)!r}")
+
+
+def nodeArchitecture(machine: str | None = None) -> str:
+    """
+    The C{node-linux-<arch>} suffix for C{machine} (default: this machine).
+
+    @raise PiNotInstalled: for a machine no pinned Node package exists for.
+    """
+    machine = platform.machine() if machine is None else machine
+    try:
+        return _MACHINES[machine.lower()]
+    except KeyError:
+        raise PiNotInstalled(f"no pinned Node for machine {machine!r} (x86_64 and aarch64 only)")
+
+
+def findPi(piRoot: Path, machine: str | None = None) -> PiCommand:
+    """
+    Locate the pinned Node and pi's C{dist/cli.js} under C{piRoot}
+    (C{.venv/pi}, where C{scripts/setup} runs C{npm ci}).
+
+    @raise PiNotInstalled: if either is missing.
+    """
+    arch = nodeArchitecture(machine)
+    node = piRoot / "node_modules" / f"node-linux-{arch}" / "bin" / "node"
+    cli = piRoot.joinpath(*_PI_PACKAGE, "dist", "cli.js")
+    missing = [str(path) for path in (node, cli) if not path.is_file()]
+    if missing:
+        raise PiNotInstalled(
+            f"the pinned pi runtime is missing ({', '.join(missing)}); run scripts/setup"
+        )
+    return PiCommand(node=node, cli=cli)
+
+
+def piArgv(
+    pi: PiCommand,
+    *,
+    sessionDir: Path,
+    sessionFile: Path | None,
+    extension: Path,
+    model: str,
+    tools: Sequence[str] | None,
+) -> list[str]:
+    """
+    The argv of a pi RPC child, C{argv[0]} being the Node binary.
+
+    Built-in tools are always switched off (C{--no-builtin-tools}) and the
+    ones in C{tools} switched back on with C{--tools +a,+b}; tools registered
+    by the extension stay available either way.
+
+    @param sessionDir: where pi keeps its session files.
+    @param sessionFile: a session file to resume, or L{None} for a new one.
+    @param extension: the project's extension (C{sophia.js}).
+    @param model: C{provider/id}.
+    @param tools: the built-in tools to enable: L{None} or empty for none
+        (chat profile), L{AGENT_TOOLS} for the agent profile.
+    """
+    _requireAbsolute(sessionDir=sessionDir, extension=extension)
+    if sessionFile is not None:
+        _requireAbsolute(sessionFile=sessionFile)
+    if "/" not in model.strip("/"):
+        raise ValueError(f"model must be provider/id, not {model!r}")
+    argv = [str(pi.node), str(pi.cli), "--mode", "rpc", "--session-dir", str(sessionDir)]
+    if sessionFile is not None:
+        argv += ["--session", str(sessionFile)]
+    argv += _ISOLATION_FLAGS
+    argv += ["-e", str(extension), "--model", model, "--no-builtin-tools"]
+    if tools:
+        for name in tools:
+            if not _TOOL_NAME.match(name):
+                raise ValueError(f"not a tool name: {name!r}")
+        argv += ["--tools", ",".join("+" + name for name in tools)]
+    return argv
+
+
+def piEnvironment(*, home: Path, agentDir: Path, path: str) -> dict[str, str]:
+    """
+    The whole environment of a pi child: nothing inherited, no secrets.
+
+    @param home: C{HOME} (pi looks only at C{~/.agents/skills} and a gcloud
+        credential probe there).
+    @param agentDir: pi's agent dir; it must be writable (lock files).
+    @param path: C{PATH}; tools run with it, so put the pinned Node's
+        C{bin} first if tools may run C{node}.
+    """
+    _requireAbsolute(home=home, agentDir=agentDir)
+    return {
+        "PATH": path,
+        "HOME": str(home),
+        "PI_CODING_AGENT_DIR": str(agentDir),
+        "PI_OFFLINE": "1",
+        "PI_SKIP_VERSION_CHECK": "1",
+        "PI_TELEMETRY": "0",
+    }
+
+
+def agentSettings() -> dict[str, Any]:
+    """
+    The agent dir's C{settings.json}: pi's automatic retries off (the host
+    decides what a failed model call means), at agent and provider level.
+    """
+    return {"retry": {"enabled": False, "provider": {"maxRetries": 0}}}
+
+
+def bootConfig(*, providers: Mapping[str, Mapping[str, Any]], budget: Mapping[str, Any]) -> bytes:
+    """
+    The bytes the host writes to the child's fd 3 (then closes it).
+
+    @param providers: name -> pi provider config (models.json shape:
+        C{baseUrl}, C{api}, C{apiKey}, C{models}); C{apiKey} is passed as a
+        literal (the extension escapes pi's templating).
+    @param budget: C{maxTurns} (int) and C{maxCostUsd} (float) of one run.
+    """
+    checked: dict[str, Any] = {}
+    for name, provider in providers.items():
+        if not name or "/" in name:
+            raise ValueError(f"not a provider name: {name!r}")
+        for key in ("baseUrl", "api", "apiKey", "models"):
+            if key not in provider:
+                raise ValueError(f"provider {name!r} lacks {key!r}")
+        if not isinstance(provider["apiKey"], str) or not provider["apiKey"]:
+            raise ValueError(f"provider {name!r} has no key")
+        if not isinstance(provider["models"], (list, tuple)) or not provider["models"]:
+            raise ValueError(f"provider {name!r} has no models")
+        checked[name] = {**provider, "models": list(provider["models"])}
+    maxTurns = budget["maxTurns"]
+    maxCostUsd = budget["maxCostUsd"]
+    if isinstance(maxTurns, bool) or not isinstance(maxTurns, int) or maxTurns < 1:
+        raise ValueError(f"maxTurns must be a positive int, not {maxTurns!r}")
+    if isinstance(maxCostUsd, bool) or not isinstance(maxCostUsd, (int, float)):
+        raise ValueError(f"maxCostUsd must be a number, not {maxCostUsd!r}")
+    if not math.isfinite(maxCostUsd) or maxCostUsd <= 0:
+        raise ValueError(f"maxCostUsd must be positive, not {maxCostUsd!r}")
+    document = {"providers": checked, "budget": {"maxTurns": maxTurns, "maxCostUsd": float(maxCostUsd)}}
+    return json.dumps(document, separators=(",", ":")).encode("utf-8")

@@ -1,0 +1,477 @@
+# -*- test-case-name: tests.test_model -*-
+"""
+A scripted OpenAI-compatible chat-completions server for tests and local runs.
+
+It owns the script (queued steps, or answers chosen by markers in the last
+user message), the SSE and JSON renderings of an answer, and a record of every
+request it received. Test-only: it records the C{authorization} header.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from typing import Any, ClassVar, Sequence, Union
+
+from attrs import define, field, frozen
+from klein import Klein
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IListeningPort,
+    IReactorTCP,
+    IReactorTime,
+)
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.iweb import IRequest
+from twisted.web.resource import IResource
+from twisted.web.server import Site
+
+
+__all__ = [
+    "Usage",
+    "Text",
+    "ToolCall",
+    "Error",
+    "Hang",
+    "Step",
+    "ScriptedModel",
+]
+
+
+@frozen(kw_only=True)
+class Usage:
+    """
+    Token counts (and optionally a provider-billed cost) to report.
+
+    @ivar prompt: C{usage.prompt_tokens}.
+    @ivar completion: C{usage.completion_tokens}.
+    @ivar costUsd: when set, reported as C{usage.cost} (pi only believes it
+        for OpenRouter endpoints; otherwise it prices tokens itself).
+    """
+
+    prompt: int
+    completion: int
+    costUsd: float | None = None
+
+
+@frozen
+class Text:
+    """
+    Answer with C{text}, streamed as C{chunks} deltas C{delayMs} apart.
+    """
+
+    text: str
+    chunks: int = 5
+    delayMs: int = 0
+    usage: Usage | None = field(default=None, kw_only=True)
+
+
+@frozen
+class ToolCall:
+    """
+    Answer with a call of tool C{name}; enqueue a sequence of these for an
+    answer with several calls.
+    """
+
+    name: str
+    arguments: dict[str, Any]
+    id: str | None = None
+    usage: Usage | None = field(default=None, kw_only=True)
+
+
+@frozen
+class Error:
+    """
+    Answer with HTTP C{status} and an OpenAI error body carrying C{message}.
+    """
+
+    status: int
+    message: str
+
+
+@frozen
+class Hang:
+    """
+    Never answer; the request stays open until the client disconnects.
+    """
+
+
+Step = Union[Text, ToolCall, Error, Hang, Sequence[ToolCall]]
+
+_TOOL = re.compile(r"\[\[TOOL:([\w.-]+)(?:\s+(\{.*?\}))?\]\]", re.DOTALL)
+_LOOP = re.compile(r"\[\[LOOP:([\w.-]+)(?:\s+(\{.*?\}))?\]\]", re.DOTALL)
+_DEFAULT_ARGUMENTS: dict[str, Any] = {"text": "hello from the model"}
+
+
+def _globalReactor() -> Any:
+    from twisted.internet import reactor
+
+    return reactor
+
+
+class _Refused(Exception):
+    """
+    The request is refused with an OpenAI error body.
+    """
+
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+
+
+def _errorBody(message: str, kind: str, param: str | None = None) -> bytes:
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": param, "code": None}}
+    ).encode("utf-8")
+
+
+def _textOf(content: Any) -> str:
+    """
+    The text of a chat message's C{content} (a string or a list of parts).
+    """
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""
+
+
+def _checkToolResults(messages: Sequence[Any]) -> None:
+    """
+    Refuse, as real providers do, an assistant message whose C{tool_calls}
+    are not all answered by the C{tool} messages right after it.
+    """
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        wanted = [
+            call.get("id") for call in (message.get("tool_calls") or []) if isinstance(call, dict)
+        ]
+        if not wanted:
+            continue
+        answered = set()
+        for follower in messages[index + 1 :]:
+            if not isinstance(follower, dict) or follower.get("role") != "tool":
+                break
+            answered.add(follower.get("tool_call_id"))
+        missing = [callId for callId in wanted if callId not in answered]
+        if missing:
+            raise _Refused(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool "
+                "messages responding to each 'tool_call_id'. The following "
+                "tool_call_ids did not have response messages: " + ", ".join(map(str, missing)),
+                "invalid_request_error",
+                f"messages.[{index}].role",
+            )
+
+
+def _split(text: str, count: int) -> list[str]:
+    """
+    Cut C{text} into C{count} pieces (fewer if it is shorter), in order.
+    """
+    count = max(1, min(count, len(text)))
+    size, extra = divmod(len(text), count)
+    pieces, start = [], 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+@define
+class _Stream:
+    """
+    Writes timed frames to a request, stopping at a disconnect.
+    """
+
+    request: IRequest
+    reactor: IReactorTime
+    frames: deque[tuple[float, bytes]]
+    done: Deferred[None] = field(init=False)
+    _pending: IDelayedCall | None = field(init=False, default=None)
+
+    def start(self) -> Deferred[None]:
+        self.done = Deferred(self._cancel)
+        self._pump()
+        return self.done
+
+    def _pump(self) -> None:
+        while self.frames:
+            delay, data = self.frames.popleft()
+            if delay > 0:
+                self._pending = self.reactor.callLater(delay, self._write, data)
+                return
+            self.request.write(data)
+        self.done.callback(None)
+
+    def _write(self, data: bytes) -> None:
+        self._pending = None
+        self.request.write(data)
+        self._pump()
+
+    def _cancel(self, _: Deferred[None]) -> None:
+        if self._pending is not None and self._pending.active():
+            self._pending.cancel()
+        self._pending = None
+        self.frames.clear()
+
+
+@define
+class ScriptedModel:
+    """
+    An OpenAI-compatible chat-completions endpoint that answers from a script.
+
+    Queued steps (L{enqueue}) are answered first, one per request; with an
+    empty queue the last user message's marker decides: C{[[SLOW]]},
+    C{[[TOOL:name]]}, C{[[LOOP:name]]}, C{[[ERROR]]}, else an echo.
+
+    @ivar reactor: the clock used to space streamed deltas.
+    @ivar requests: every request received, as C{(headers, body)}; header
+        names are lowercased.
+    @ivar disconnects: how many clients went away before their answer ended.
+    @ivar url: the base URL (ending in C{/v1}) once L{listen} has fired.
+    """
+
+    router: ClassVar[Klein] = Klein()
+    _log: ClassVar[Logger] = Logger()
+
+    reactor: IReactorTime = field(factory=_globalReactor)
+    slowDeltas: int = 17
+    slowDelayMs: int = 300
+    defaultUsage: Usage = Usage(prompt=1000, completion=50)
+    requests: list[tuple[dict[str, str], dict[str, Any]]] = field(init=False, factory=list)
+    disconnects: int = field(init=False, default=0)
+    url: str | None = field(init=False, default=None)
+    _script: deque[Step] = field(init=False, factory=deque)
+    _counter: int = field(init=False, default=0)
+
+    def enqueue(self, step: Step) -> None:
+        """
+        Answer the next unanswered request with C{step}.
+        """
+        self._script.append(step)
+
+    def resource(self) -> IResource:
+        """
+        The web resource to serve (e.g. under a L{Site}).
+        """
+        return self.router.resource()
+
+    def listen(self, reactor: IReactorTCP, port: int = 0) -> Deferred[IListeningPort]:
+        """
+        Listen on loopback C{port} (0: any free one) and set L{url}.
+        """
+        endpoint = TCP4ServerEndpoint(reactor, port, interface="127.0.0.1")
+        site = Site(self.resource())
+        site.noisy = False
+
+        def listening(listeningPort: IListeningPort) -> IListeningPort:
+            self.url = f"http://127.0.0.1:{listeningPort.getHost().port}/v1"
+            return listeningPort
+
+        return endpoint.listen(site).addCallback(listening)
+
+    @router.route("/v1/chat/completions", methods=["POST"])
+    def chatCompletions(self, request: IRequest) -> Any:
+        """
+        Record the request, then answer it from the script.
+        """
+        headers = {
+            name.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in values)
+            for name, values in request.requestHeaders.getAllRawHeaders()
+        }
+        raw = request.content.read()
+        try:
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            self.requests.append((headers, {}))
+            return self._refuse(
+                request, _Refused(400, "We could not parse the JSON body of your request.", "invalid_request_error")
+            )
+        self.requests.append((headers, body))
+        request.notifyFinish().addErrback(self._lost)
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return self._refuse(
+                request, _Refused(400, "'messages' is a required property", "invalid_request_error", "messages")
+            )
+        try:
+            _checkToolResults(messages)
+        except _Refused as refused:
+            return self._refuse(request, refused)
+        step = self._script.popleft() if self._script else self._byMarker(messages)
+        return self._answer(request, body, step)
+
+    def _lost(self, reason: Failure) -> None:
+        self.disconnects += 1
+        self._log.debug("scripted model: client went away ({reason})", reason=reason.value)
+
+    def _refuse(self, request: IRequest, refused: _Refused) -> bytes:
+        request.setResponseCode(refused.status)
+        request.setHeader(b"content-type", b"application/json")
+        return _errorBody(refused.message, refused.kind, refused.param)
+
+    def _byMarker(self, messages: Sequence[Any]) -> Step:
+        lastUser = -1
+        for index, message in enumerate(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                lastUser = index
+        text = _textOf(messages[lastUser].get("content")) if lastUser >= 0 else ""
+        if "[[ERROR]]" in text:
+            return Error(500, "The scripted model failed on purpose ([[ERROR]]).")
+        if "[[SLOW]]" in text:
+            words = "".join(f"slow-{n} " for n in range(self.slowDeltas))
+            return Text(words, chunks=self.slowDeltas, delayMs=self.slowDelayMs)
+        loop = _LOOP.search(text)
+        if loop is not None:
+            return ToolCall(loop.group(1), _arguments(loop.group(2)))
+        tool = _TOOL.search(text)
+        if tool is not None:
+            answered = any(
+                isinstance(message, dict) and message.get("role") == "tool"
+                for message in messages[lastUser + 1 :]
+            )
+            if not answered:
+                return ToolCall(tool.group(1), _arguments(tool.group(2)))
+            return Text(f"The tool {tool.group(1)} answered.")
+        return Text(f"Hello from the scripted model (you said: '{text}')")
+
+    def _nextId(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter:010d}"
+
+    def _answer(self, request: IRequest, body: dict[str, Any], step: Step) -> Any:
+        if isinstance(step, Hang):
+            return Deferred()
+        if isinstance(step, Error):
+            kind = "invalid_request_error" if step.status < 500 else "server_error"
+            return self._refuse(request, _Refused(step.status, step.message, kind))
+        if isinstance(step, (Text, ToolCall)):
+            usage = step.usage
+        else:
+            usage = next((call.usage for call in step if call.usage is not None), None)
+        usage = usage or self.defaultUsage
+        completionId = self._nextId("chatcmpl-")
+        model = str(body.get("model", "scripted"))
+        created = int(self.reactor.seconds())
+        calls: list[dict[str, Any]] = []
+        if isinstance(step, Text):
+            text: str | None = step.text
+            finish = "stop"
+        else:
+            text = None
+            finish = "tool_calls"
+            for call in [step] if isinstance(step, ToolCall) else list(step):
+                calls.append(
+                    {
+                        "id": call.id or self._nextId("call_"),
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                    }
+                )
+        usageBody: dict[str, Any] = {
+            "prompt_tokens": usage.prompt,
+            "completion_tokens": usage.completion,
+            "total_tokens": usage.prompt + usage.completion,
+        }
+        if usage.costUsd is not None:
+            usageBody["cost"] = usage.costUsd
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if calls:
+                message["tool_calls"] = calls
+            request.setHeader(b"content-type", b"application/json")
+            return json.dumps(
+                {
+                    "id": completionId,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                    "usage": usageBody,
+                }
+            ).encode("utf-8")
+
+        def chunk(delta: dict[str, Any], finishReason: str | None = None) -> bytes:
+            record = {
+                "id": completionId,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finishReason}],
+            }
+            return b"data: " + json.dumps(record).encode("utf-8") + b"\n\n"
+
+        frames: deque[tuple[float, bytes]] = deque()
+        frames.append((0, chunk({"role": "assistant", "content": ""})))
+        if isinstance(step, Text):
+            delay = step.delayMs / 1000.0
+            for piece in _split(step.text, step.chunks):
+                frames.append((delay, chunk({"content": piece})))
+        else:
+            for index, call in enumerate(calls):
+                frames.append(
+                    (
+                        0,
+                        chunk(
+                            {
+                                "tool_calls": [
+                                    {
+                                        "index": index,
+                                        "id": call["id"],
+                                        "type": "function",
+                                        "function": {"name": call["function"]["name"], "arguments": ""},
+                                    }
+                                ]
+                            }
+                        ),
+                    )
+                )
+                for piece in _split(call["function"]["arguments"], 3):
+                    frames.append(
+                        (0, chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+                    )
+        frames.append((0, chunk({}, finish)))
+        streamOptions = body.get("stream_options")
+        if isinstance(streamOptions, dict) and streamOptions.get("include_usage"):
+            record = {
+                "id": completionId,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": usageBody,
+            }
+            frames.append((0, b"data: " + json.dumps(record).encode("utf-8") + b"\n\n"))
+        frames.append((0, b"data: [DONE]\n\n"))
+        request.setHeader(b"content-type", b"text/event-stream")
+        request.setHeader(b"cache-control", b"no-cache")
+        return _Stream(request, self.reactor, frames).start()
+
+
+def _arguments(raw: str | None) -> dict[str, Any]:
+    """
+    The tool arguments given in a marker (a JSON object), or the default.
+    """
+    if raw is None:
+        return dict(_DEFAULT_ARGUMENTS)
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return dict(_DEFAULT_ARGUMENTS)
+    return parsed if isinstance(parsed, dict) else dict(_DEFAULT_ARGUMENTS)

@@ -1,0 +1,390 @@
+"""
+Tests for L{vehicle.testing._model}: the scripted OpenAI-compatible server,
+driven over a real loopback port with treq (and a raw client for disconnects).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import treq
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.protocol import Protocol
+from twisted.internet.task import Clock, deferLater
+from twisted.python.failure import Failure
+from twisted.trial.unittest import TestCase
+from twisted.web.client import Agent, HTTPConnectionPool
+
+from vehicle.testing import Error, Hang, ScriptedModel, Text, ToolCall, Usage
+
+
+def _sse(body: bytes) -> list[Any]:
+    """
+    The C{data:} payloads of an SSE body, JSON-decoded except C{[DONE]}.
+    """
+    events: list[Any] = []
+    for block in body.split(b"\n\n"):
+        if not block.strip():
+            continue
+        assert block.startswith(b"data: "), block
+        payload = block[len(b"data: ") :]
+        events.append(payload.decode() if payload == b"[DONE]" else json.loads(payload))
+    return events
+
+
+def _text(events: list[Any]) -> str:
+    return "".join(
+        event["choices"][0]["delta"].get("content", "")
+        for event in events
+        if isinstance(event, dict) and event["choices"]
+    )
+
+
+def _toolCalls(events: list[Any]) -> list[dict[str, Any]]:
+    """
+    Reassemble streamed tool calls the way an OpenAI client does.
+    """
+    calls: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if not isinstance(event, dict) or not event["choices"]:
+            continue
+        for part in event["choices"][0]["delta"].get("tool_calls", []):
+            call = calls.setdefault(part["index"], {"id": None, "name": "", "arguments": ""})
+            if "id" in part:
+                call["id"] = part["id"]
+            function = part.get("function", {})
+            call["name"] += function.get("name", "")
+            call["arguments"] += function.get("arguments", "")
+    return [calls[index] for index in sorted(calls)]
+
+
+def _finish(events: list[Any]) -> list[str]:
+    return [
+        event["choices"][0]["finish_reason"]
+        for event in events
+        if isinstance(event, dict) and event["choices"] and event["choices"][0]["finish_reason"]
+    ]
+
+
+class _Raw(Protocol):
+    """
+    A bare HTTP client: sends one request, collects bytes.
+    """
+
+    def __init__(self, request: bytes) -> None:
+        self.request = request
+        self.received = b""
+        self.lost: Deferred[None] = Deferred()
+
+    def connectionMade(self) -> None:
+        self.transport.write(self.request)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+
+    def connectionLost(self, reason: Failure) -> None:
+        self.lost.callback(None)
+
+
+class ScriptedModelTests(TestCase):
+    """
+    The scripted model over real loopback HTTP.
+    """
+
+    timeout = 20
+
+    async def _start(self, model: ScriptedModel) -> None:
+        port = await model.listen(reactor)
+        self.addCleanup(port.stopListening)
+        self.model = model
+        pool = HTTPConnectionPool(reactor, persistent=False)
+        self.http = treq.client.HTTPClient(Agent(reactor, pool=pool))
+
+    async def post(self, body: dict[str, Any], key: str = "sk-test") -> tuple[int, bytes]:
+        assert self.model.url is not None
+        response = await self.http.post(
+            self.model.url + "/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        return response.code, await response.content()
+
+    async def until(self, predicate: Any) -> None:
+        """
+        Let the real reactor run until C{predicate()} holds.
+        """
+        for _ in range(500):
+            if predicate():
+                return
+            await deferLater(reactor, 0.01, lambda: None)
+        self.fail("condition never held")
+
+    async def rawRequest(self, body: dict[str, Any]) -> _Raw:
+        assert self.model.url is not None
+        port = int(self.model.url.split(":")[2].split("/")[0])
+        payload = json.dumps(body).encode()
+        raw = _Raw(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: "
+            + str(len(payload)).encode()
+            + b"\r\n\r\n"
+            + payload
+        )
+        await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), raw)
+        return raw
+
+    async def test_urlEndsInV1(self) -> None:
+        """
+        After C{listen}, C{url} is a loopback base URL ending in C{/v1}.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        assert self.model.url is not None
+        self.assertTrue(self.model.url.startswith("http://127.0.0.1:"))
+        self.assertTrue(self.model.url.endswith("/v1"))
+
+    async def test_echoStreams(self) -> None:
+        """
+        With an empty script a plain prompt is echoed as SSE text deltas,
+        a C{stop} finish, a usage chunk and C{[DONE]}.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        code, body = await self.post(
+            {
+                "model": "fake-1",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": [{"type": "text", "text": "hi there"}]},
+                ],
+            }
+        )
+        self.assertEqual(code, 200)
+        events = _sse(body)
+        self.assertEqual(events[-1], "[DONE]")
+        self.assertEqual(_text(events), "Hello from the scripted model (you said: 'hi there')")
+        self.assertEqual(_finish(events), ["stop"])
+        self.assertEqual(events[0]["choices"][0]["delta"]["role"], "assistant")
+        self.assertEqual(events[0]["model"], "fake-1")
+        self.assertEqual(events[-2]["usage"]["total_tokens"], 1050)
+
+    async def test_textInChunks(self) -> None:
+        """
+        A queued L{Text} is streamed in exactly C{chunks} content deltas.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue(Text("abcdefghij", chunks=4))
+        _, body = await self.post({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+        events = _sse(body)
+        deltas = [
+            event["choices"][0]["delta"]["content"]
+            for event in events[1:]
+            if isinstance(event, dict) and event["choices"][0]["delta"].get("content")
+        ]
+        self.assertEqual(deltas, ["abc", "def", "gh", "ij"])
+        # No usage chunk unless stream_options.include_usage asks for it.
+        self.assertFalse(any(isinstance(event, dict) and "usage" in event for event in events))
+
+    async def test_nonStreamJson(self) -> None:
+        """
+        Without C{stream}, the answer is one C{chat.completion} JSON object.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue(Text("whole answer", usage=Usage(prompt=4, completion=2)))
+        code, body = await self.post({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        self.assertEqual(code, 200)
+        answer = json.loads(body)
+        self.assertEqual(answer["object"], "chat.completion")
+        self.assertEqual(answer["choices"][0]["message"], {"role": "assistant", "content": "whole answer"})
+        self.assertEqual(answer["choices"][0]["finish_reason"], "stop")
+        self.assertEqual(answer["usage"], {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6})
+
+    async def test_severalToolCalls(self) -> None:
+        """
+        A queued sequence of L{ToolCall}s is one answer with several calls,
+        streamed as OpenAI tool-call deltas, finishing with C{tool_calls}.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue([ToolCall("read", {"path": "a.txt"}, id="call_a"), ToolCall("bash", {"command": "ls"})])
+        _, body = await self.post({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+        events = _sse(body)
+        calls = _toolCalls(events)
+        self.assertEqual([call["name"] for call in calls], ["read", "bash"])
+        self.assertEqual(calls[0]["id"], "call_a")
+        self.assertTrue(calls[1]["id"].startswith("call_"))
+        self.assertEqual(json.loads(calls[0]["arguments"]), {"path": "a.txt"})
+        self.assertEqual(json.loads(calls[1]["arguments"]), {"command": "ls"})
+        self.assertEqual(_finish(events), ["tool_calls"])
+
+    async def test_toolMarker(self) -> None:
+        """
+        C{[[TOOL:name]]} asks for one tool call, then answers with text once
+        a tool result follows the user message.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        user = {"role": "user", "content": 'do it [[TOOL:sophia_echo {"text": "yo"}]]'}
+        _, body = await self.post({"model": "m", "stream": True, "messages": [user]})
+        [call] = _toolCalls(_sse(body))
+        self.assertEqual(call["name"], "sophia_echo")
+        self.assertEqual(json.loads(call["arguments"]), {"text": "yo"})
+        assistant = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}],
+        }
+        result = {"role": "tool", "tool_call_id": call["id"], "content": "echo:yo"}
+        _, body = await self.post({"model": "m", "stream": True, "messages": [user, assistant, result]})
+        events = _sse(body)
+        self.assertEqual(_toolCalls(events), [])
+        self.assertEqual(_text(events), "The tool sophia_echo answered.")
+
+    async def test_loopMarker(self) -> None:
+        """
+        C{[[LOOP:name]]} asks for a tool call every time, results or not.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        user = {"role": "user", "content": "[[LOOP:spin]]"}
+        assistant = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "spin", "arguments": "{}"}}],
+        }
+        result = {"role": "tool", "tool_call_id": "c1", "content": "done"}
+        _, body = await self.post({"model": "m", "stream": True, "messages": [user, assistant, result]})
+        [call] = _toolCalls(_sse(body))
+        self.assertEqual(call["name"], "spin")
+
+    async def test_usageWithCost(self) -> None:
+        """
+        A step's L{Usage} is reported in the usage chunk, with C{cost} when set.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue(Text("x", usage=Usage(prompt=7, completion=3, costUsd=0.25)))
+        _, body = await self.post(
+            {"model": "m", "stream": True, "stream_options": {"include_usage": True}, "messages": [{"role": "user", "content": "x"}]}
+        )
+        [usage] = [event["usage"] for event in _sse(body) if isinstance(event, dict) and "usage" in event]
+        self.assertEqual(usage, {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10, "cost": 0.25})
+
+    async def test_missingToolResultRefused(self) -> None:
+        """
+        A conversation whose assistant C{tool_calls} lack matching C{tool}
+        messages is refused with 400 and an OpenAI error body, as real
+        providers do; the request is still recorded.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue(Text("never sent"))
+        messages = [
+            {"role": "user", "content": "x"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+                    {"id": "c2", "type": "function", "function": {"name": "b", "arguments": "{}"}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "user", "content": "go on"},
+        ]
+        code, body = await self.post({"model": "m", "stream": True, "messages": messages})
+        self.assertEqual(code, 400)
+        error = json.loads(body)["error"]
+        self.assertEqual(error["type"], "invalid_request_error")
+        self.assertIn("c2", error["message"])
+        self.assertNotIn("c1,", error["message"])
+        self.assertEqual(len(self.model.requests), 1)
+        # The queued step was not consumed by the refused request.
+        _, body = await self.post({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        self.assertEqual(json.loads(body)["choices"][0]["message"]["content"], "never sent")
+
+    async def test_recordsAuthorization(self) -> None:
+        """
+        Every request is recorded with lowercased headers, including
+        C{authorization}, and its decoded body.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        await self.post(body, key="sk-$weird!key")
+        [(headers, recorded)] = self.model.requests
+        self.assertEqual(headers["authorization"], "Bearer sk-$weird!key")
+        self.assertEqual(recorded, body)
+
+    async def test_errors(self) -> None:
+        """
+        A queued L{Error} answers with its status; C{[[ERROR]]} with a 500.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue(Error(429, "slow down"))
+        code, body = await self.post({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+        self.assertEqual((code, json.loads(body)["error"]["message"]), (429, "slow down"))
+        code, body = await self.post({"model": "m", "stream": True, "messages": [{"role": "user", "content": "[[ERROR]]"}]})
+        self.assertEqual(code, 500)
+        self.assertEqual(json.loads(body)["error"]["type"], "server_error")
+
+    async def test_badJsonRefused(self) -> None:
+        """
+        A body that is not a JSON object is refused with 400.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        assert self.model.url is not None
+        response = await self.http.post(self.model.url + "/chat/completions", data=b"[1,")
+        self.assertEqual(response.code, 400)
+        self.assertIn("error", json.loads(await response.content()))
+
+    async def test_slowMarkerIsPacedByTheReactor(self) -> None:
+        """
+        C{[[SLOW]]} streams C{slowDeltas} deltas C{slowDelayMs} apart on the
+        model's clock: nothing more is written until the clock moves.
+        """
+        clock = Clock()
+        clock.advance(1_000_000)
+        await self._start(ScriptedModel(reactor=clock, slowDeltas=3, slowDelayMs=500))
+        raw = await self.rawRequest({"model": "m", "stream": True, "messages": [{"role": "user", "content": "[[SLOW]]"}]})
+        await self.until(lambda: b"data: " in raw.received)
+        self.assertNotIn(b"slow-0", raw.received)
+        clock.advance(0.4)
+        await deferLater(reactor, 0.05, lambda: None)
+        self.assertNotIn(b"slow-0", raw.received)
+        clock.advance(0.1)
+        await self.until(lambda: b"slow-0" in raw.received)
+        self.assertNotIn(b"slow-1", raw.received)
+        clock.advance(0.5)
+        clock.advance(0.5)
+        await self.until(lambda: b"[DONE]" in raw.received)
+        self.assertIn(b"slow-2", raw.received)
+        raw.transport.loseConnection()
+        await raw.lost
+
+    async def test_disconnectStopsTheStream(self) -> None:
+        """
+        When the client goes away mid-stream the model counts a disconnect
+        and cancels its pending write.
+        """
+        clock = Clock()
+        await self._start(ScriptedModel(reactor=clock))
+        self.model.enqueue(Text("abcdef", chunks=3, delayMs=1000))
+        raw = await self.rawRequest({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+        await self.until(lambda: b"data: " in raw.received)
+        self.assertEqual(len(clock.getDelayedCalls()), 1)
+        raw.transport.loseConnection()
+        await raw.lost
+        await self.until(lambda: self.model.disconnects == 1)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    async def test_hangUntilDisconnect(self) -> None:
+        """
+        L{Hang} never answers; the client's disconnect is counted.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue(Hang())
+        raw = await self.rawRequest({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+        await self.until(lambda: len(self.model.requests) == 1)
+        await deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(raw.received, b"")
+        raw.transport.loseConnection()
+        await raw.lost
+        await self.until(lambda: self.model.disconnects == 1)
