@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 from attrs import define, field
@@ -20,7 +21,8 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from vehicle.body._conductor import Conductor
-from vehicle.body._launcher import Launcher
+from vehicle.agent import AgentProfile
+from vehicle.body._launcher import EXTENSION, Launcher
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
@@ -97,6 +99,7 @@ class Bodies:
     launcher: Launcher
     clock: Any
     idleSeconds: float
+    agent: AgentProfile | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
 
     def attach(self, session: Session) -> None:
@@ -106,6 +109,8 @@ class Bodies:
             clock=self.clock,
             idleSeconds=self.idleSeconds,
         )
+        if session.meta.profile == "agent" and self.agent is not None:
+            conductor.planner = self.agent.plan
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
         session.whenDeleted(lambda s: self.conductors.pop(s.sessionId, None))
@@ -145,7 +150,20 @@ def buildHost(
             piRoot=settings.piRoot,
             piCommand=settings.piCommand,
         )
-    bodies = Bodies(launcher=launcher, clock=reactor, idleSeconds=settings.bodyIdleMs / 1000.0)
+    agent = AgentProfile(
+        reactor=reactor,
+        dataDir=dataDir,
+        models=models,
+        isolation=settings.isolation,
+        agentUnisolated=settings.agentUnisolated,
+        piRoot=settings.piRoot,
+        extensionDir=EXTENSION.parent,
+        mcpUrl=settings.mcpUrl,
+        hidden=(Path.home(),) + settings.boxHidden,
+    )
+    bodies = Bodies(
+        launcher=launcher, clock=reactor, idleSeconds=settings.bodyIdleMs / 1000.0, agent=agent
+    )
     registry.onSession.append(bodies.attach)
     api = VehicleAPI(
         registry=registry,
@@ -157,6 +175,8 @@ def buildHost(
         leaseTtlMs=settings.leaseTtlMs,
         keepaliveSeconds=settings.keepaliveSeconds,
         hooks=Hooks(
+            checkProfile=agent.checkCreate,
+            makeFolders=agent.makeFolders,
             disposeBody=bodies.disposeFor,
             snapshotExtras=bodies.snapshotFor,
         ),

@@ -94,6 +94,9 @@ class Settings:
     mcpUrl: str | None = None
     keepaliveSeconds: float = 15.0
     headerTimeoutSeconds: float = 10.0
+    #: Folders no agent box may see, beyond the home folder and the data
+    #: dir (gardend's profile, when the host can tell where it is).
+    boxHidden: tuple[Path, ...] = ()
 
     @classmethod
     def fromEnvironment(
@@ -158,7 +161,17 @@ class Settings:
             mcpUrl=env.get("MNEMOSYNE_MCP_URL") or None,
             keepaliveSeconds=_float(env, "VEHICLE_SSE_KEEPALIVE_SECONDS", 15.0),
             headerTimeoutSeconds=_float(env, "VEHICLE_HEADER_TIMEOUT_SECONDS", 10.0),
+            boxHidden=_hiddenFolders(env, Path(dataDir).absolute()),
         )
+
+
+def _hiddenFolders(env: Mapping[str, str], dataDir: Path) -> tuple[Path, ...]:
+    hidden = [Path(p) for p in (env.get("VEHICLE_BOX_HIDE") or "").split(":") if p]
+    # gardend gives a service DATA_DIR=<profile>/services/<id>: the profile
+    # (its keys, every other service) is out of sight too.
+    if env.get("GARDEN_PROFILE_ID") and dataDir.parent.name == "services":
+        hidden.append(dataDir.parent.parent)
+    return tuple(hidden)
 
 
 def checkLoopbackEndpoint(listen: str) -> None:

@@ -20,7 +20,7 @@ from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReacto
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from vehicle.body._launcher import BodyPaths, Launcher, latestSessionFile
+from vehicle.body._launcher import BodyPaths, BodyPlan, Launcher, latestSessionFile
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol
 from vehicle.body._sessionfile import readSession
 from vehicle.body._translate import Translator
@@ -74,10 +74,9 @@ class Conductor:
     launcher: Launcher
     clock: IReactorTime
     idleSeconds: float = 600.0
-    #: (session) -> the box wrapper for the argv (agent bodies), or None.
-    wrapFor: Callable[[Session], Any] | None = None
-    #: (session) -> raises VehicleError if a body may not start now.
-    precheck: Callable[[Session], Any] | None = None
+    #: (session) -> Deferred/coroutine of a L{BodyPlan}; raises a
+    #: VehicleError when a body may not start now (tampering, no box).
+    planner: Callable[[Session], Any] | None = None
     #: Called after each settled run (the mirror hooks in here).
     onSettled: list[Callable[[Session, dict[str, Any]], Any]] = field(factory=list)
     paths: BodyPaths | None = None
@@ -95,6 +94,7 @@ class Conductor:
     _stopping: Deferred | None = None
     _expectExit: bool = False
     _abortRequested: bool = False
+    _plan: BodyPlan | None = None
 
     # -- IConductor ---------------------------------------------------------
 
@@ -208,6 +208,13 @@ class Conductor:
                 self._fail(command, "the body exited before the command was delivered")
             except PiCommandError as e:
                 self._fail(command, str(e.error) if hasattr(e, "error") else str(e))
+            except Exception:
+                self._log.failure(
+                    "Delivering {commandId} in {sessionId} failed",
+                    commandId=command["commandId"],
+                    sessionId=self.session.sessionId,
+                )
+                self._fail(command, "the host failed to deliver the command", code="internal")
             finally:
                 if self._backlog and self._backlog[0] is command:
                     self._backlog.pop(0)
@@ -221,17 +228,23 @@ class Conductor:
             return self.protocol
         if self._stopping is not None:
             await self._stopping
-        if self.precheck is not None:
-            self.precheck(self.session)
         self._cancelIdle()
-        paths = self._paths()
-        revived = latestSessionFile(paths.piDir) is not None
         self.state = "starting"
+        try:
+            plan = BodyPlan()
+            if self.planner is not None:
+                plan = await self.planner(self.session)
+        except BaseException:
+            self.state = "dormant"
+            raise
+        self._plan = plan
+        paths = BodyPaths.forSession(self.session.directory, plan.workDir)
+        self.paths = paths
+        revived = latestSessionFile(paths.piDir) is not None
         self.translator = Translator()
         protocol = PiProtocol(self)
         self.protocol = protocol
         self._expectExit = False
-        wrap = self.wrapFor(self.session) if self.wrapFor is not None else None
         meta = self.session.meta
         try:
             self.transport = self.launcher.spawn(
@@ -240,18 +253,22 @@ class Conductor:
                 model=meta.model,
                 profile=meta.profile,
                 budget={"maxTurns": meta.maxTurns, "maxCostUsd": meta.maxCostUsd},
-                wrap=wrap,
+                providers=plan.providers,
+                wrap=plan.wrap,
+                bootExtra=plan.bootExtra,
             )
             state = await protocol.request({"type": "get_state"})
         except BaseException:
+            if self.protocol is protocol and not protocol.hasEnded and self.transport is not None:
+                self._expectExit = True
+                protocol.terminate(self.clock, graceSeconds=1)
             self._becomeDormant()
             raise
         self.state = "live"
         self.translator.setTools(self.tools())
         event: dict[str, Any] = {"kind": "rpc", "pid": getattr(self.transport, "pid", None)}
-        box = getattr(wrap, "label", None)
-        if box:
-            event["box"] = box
+        if plan.box:
+            event["box"] = plan.box
         self.session.emit("body.materialized", event)
         if revived:
             self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
@@ -498,6 +515,11 @@ class Conductor:
             )
 
     def _becomeDormant(self) -> None:
+        plan, self._plan = self._plan, None
+        if plan is not None and plan.cleanup is not None:
+            result = plan.cleanup()
+            if isinstance(result, Deferred):
+                result.addErrback(self._logFailure)
         self.state = "dormant"
         self.protocol = None
         self.transport = None

@@ -80,6 +80,23 @@ Wrapper = Callable[[list[str], dict[str, str], "BodyPaths"], tuple[list[str], di
 
 
 @define(eq=False)
+class BodyPlan:
+    """
+    How one body is to be made, beyond the defaults: its working folder,
+    its providers (a boxed body gets a token and the bridge, never the
+    key), the wrapper into its box, extra boot config, and what to undo
+    when it is gone.
+    """
+
+    workDir: Path | None = None
+    providers: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+    wrap: Wrapper | None = None
+    bootExtra: dict[str, Any] | None = None
+    box: str | None = None
+    cleanup: Callable[[], Any] | None = None
+
+
+@define(eq=False)
 class Launcher:
     """
     Starts pi children.  Secrets reach a child only through its fd 3.
@@ -109,6 +126,7 @@ class Launcher:
         budget: dict[str, Any],
         providers: dict[str, dict[str, Any]] | None = None,
         wrap: Wrapper | None = None,
+        bootExtra: dict[str, Any] | None = None,
     ) -> IProcessTransport:
         """
         Spawn C{pi --mode rpc} for a session and hand it its boot config.
@@ -136,6 +154,8 @@ class Launcher:
             name, spec = self.models.providerFor(model)
             providers = {name: spec}
         boot = bootConfig(providers=providers, budget=budget)
+        if bootExtra:
+            boot = json.dumps({**json.loads(boot), **bootExtra}, separators=(",", ":")).encode()
         transport = self.reactor.spawnProcess(
             protocol,
             argv[0],

@@ -38,6 +38,7 @@ def createSession(
     maxTurns: int,
     maxCostUsd: float,
     isolation: str | None = None,
+    makeFolders: Any = None,
 ) -> Answer:
     """
     A new session on the caller's bound graph.  The caller has already
@@ -65,6 +66,7 @@ def createSession(
         title=body.get("title"),
         claim=claim,
         ttlMs=body.get("ttlMs"),
+        makeFolders=makeFolders if profile == "agent" else None,
     )
     session.delegatedToken = caller.delegatedToken
     result = answer(

@@ -7,9 +7,10 @@ rebuilds every one from disk at start, and deletes them into the trash.
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from attrs import define, field
+from attrs import define, evolve, field
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -96,6 +97,7 @@ class Registry:
         claim: bool,
         ttlMs: int | None = None,
         createdEvent: dict[str, Any] | None = None,
+        makeFolders: Callable[[str, Path], dict[str, Any]] | None = None,
     ) -> Session:
         """
         Make a session's directory and logs, write C{session.created} and,
@@ -105,6 +107,8 @@ class Registry:
         directory.mkdir(mode=0o700)
         (directory / "pi").mkdir(mode=0o700)
         (directory / "work").mkdir(mode=0o700)
+        if makeFolders is not None:
+            meta = evolve(meta, folders=makeFolders(meta.sessionId, directory))
         events, _ = JsonlLog.open(directory / "events.jsonl", seqField="seq")
         commands, _ = JsonlLog.open(directory / "commands.jsonl")
         session = Session(

@@ -133,6 +133,8 @@ class SessionMeta:
     parent: dict[str, Any] | None = None
     isolation: str | None = None
     graphs: tuple[str, ...] = ()
+    #: An agent's folders as the host made them (path, device, inode).
+    folders: dict[str, Any] | None = None
 
     @property
     def access(self) -> str:
@@ -154,6 +156,8 @@ class SessionMeta:
             out["isolation"] = self.isolation
         if self.graphs:
             out["graphs"] = list(self.graphs)
+        if self.folders:
+            out["folders"] = self.folders
         return out
 
     @classmethod
@@ -172,4 +176,5 @@ class SessionMeta:
             parent=data.get("parent"),
             isolation=data.get("isolation"),
             graphs=tuple(data.get("graphs") or ()),
+            folders=data.get("folders"),
         )

@@ -44,6 +44,8 @@ class Hooks:
     disposeBody: Callable[[Session], Awaitable[None]] | None = None
     #: (session) -> extras of the snapshot (transcript, queue, tools, stats).
     snapshotExtras: Callable[[Session], Awaitable[dict[str, Any]]] | None = None
+    #: (sessionId, sessionDir) -> the agent's folders, made and recorded.
+    makeFolders: Callable[[str, Any], dict[str, Any]] | None = None
     #: (session) -> the mirror's part of the delete answer, if any.
     deleteMirror: Callable[[Session], dict[str, Any] | None] | None = None
 
@@ -176,6 +178,7 @@ class VehicleAPI:
             maxTurns=self.maxTurns,
             maxCostUsd=self.maxCostUsd,
             isolation=isolation,
+            makeFolders=self.hooks.makeFolders,
         )
         return self._frame(request, 201, result)
 

@@ -1,0 +1,214 @@
+# -*- test-case-name: tests.test_agent -*-
+"""
+The agent profile, wired: who may create one, the isolation decision (with
+its probe), the session's workspace and the identities of its folders, and
+the box every agent body is started in, with the model reached only through
+the host's door.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+from attrs import define, field
+from twisted.logger import Logger
+
+from twisted.internet.defer import Deferred
+
+from vehicle.body._launcher import BodyPaths, BodyPlan, Wrapper
+from vehicle.box import BoxSpec, FolderIdentity, bwrapArgv, canonicalSpec, decideIsolation
+from vehicle.box._proxy import ModelDoor, Upstream
+from vehicle.errors import VehicleError
+from vehicle.models import ModelCatalog
+from vehicle.session import Caller, Session
+from vehicle.store import DataDir
+
+
+#: Where, inside the box, the body's bridge listens for the model.
+BRIDGE_PORT = 18080
+
+
+@define(eq=False)
+class AgentProfile:
+    """
+    Everything agent-specific the rest of the host asks for.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    reactor: Any
+    dataDir: DataDir
+    models: ModelCatalog
+    isolation: str
+    agentUnisolated: bool
+    piRoot: Path
+    extensionDir: Path
+    mcpUrl: str | None = None
+    platform: str = sys.platform
+    bwrap: str = "/usr/bin/bwrap"
+    #: Folders never to show a box (the host's home, gardend's profile).
+    hidden: tuple[Path, ...] = field(factory=lambda: (Path.home(),))
+    spawner: Any = None
+    doors: dict[str, ModelDoor] = field(factory=dict)
+
+    # -- creation -----------------------------------------------------------
+
+    async def decide(self) -> str:
+        """
+        The isolation tier agent bodies get here, after probing the box.
+
+        @raise VehicleError: C{isolation_unavailable}, with the reason.
+        """
+        decision = await decideIsolation(
+            self.reactor,
+            isolation=self.isolation,
+            agentUnisolated=self.agentUnisolated,
+            platform=self.platform,
+            bwrap=self.bwrap,
+            spawner=self.spawner,
+        )
+        if not decision.ok:
+            raise VehicleError(
+                "isolation_unavailable", decision.reason or "agent bodies cannot be boxed here"
+            )
+        return decision.tier
+
+    async def checkCreate(self, caller: Caller, body: dict[str, Any]) -> str:
+        return await self.decide()
+
+    def runDir(self) -> Path:
+        """
+        Where the doors' sockets live: a short path (a Unix socket's path is
+        at most 107 bytes), private to this host's data dir.
+        """
+        digest = hashlib.sha256(str(self.dataDir.root).encode()).hexdigest()[:12]
+        path = Path(tempfile.gettempdir()) / f"vehicle-{digest}"
+        path.mkdir(mode=0o700, exist_ok=True)
+        return path
+
+    def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]:
+        """
+        Make the workspace; record both folders' identities (kept in the
+        session's meta, checked before every body).
+        """
+        workspace = self.dataDir.workspaceDir(sessionId)
+        workspace.mkdir(mode=0o700, parents=False, exist_ok=False)
+        return {
+            "workspace": _identity(workspace),
+            "pi": _identity(sessionDir / "pi"),
+        }
+
+    # -- bodies -------------------------------------------------------------
+
+    def workDir(self, session: Session) -> Path:
+        return self.dataDir.workspaceDir(session.sessionId)
+
+    def checkFolders(self, session: Session) -> None:
+        """
+        The workspace and pi folder must still be the folders the host made.
+
+        @raise VehicleError: C{body_tampered}.
+        """
+        for name, recorded in (session.meta.folders or {}).items():
+            identity = FolderIdentity(
+                path=recorded["path"], device=recorded["device"], inode=recorded["inode"]
+            )
+            problem = identity.verify()
+            if problem is not None:
+                raise VehicleError(
+                    "body_tampered",
+                    f"the agent's {name} folder is not the one the host made: {problem}",
+                    {"folder": name},
+                )
+
+    async def plan(self, session: Session) -> BodyPlan:
+        """
+        Before each agent body: probe the box, check the folders, open the
+        body's door to the model, and say how to box it.
+        """
+        tier = await self.decide()
+        self.checkFolders(session)
+        workDir = self.workDir(session)
+        if tier == "none":
+            # The operator's choice: no box, so the body holds its key as a
+            # chat body does (there is no box to keep it out of).
+            return BodyPlan(workDir=workDir, box="none")
+        door = await self.openDoor(session)
+        return BodyPlan(
+            workDir=workDir,
+            providers=self.providersFor(session, door),
+            wrap=self.wrapper(door),
+            bootExtra={"bridge": {"socket": str(door.socketPath), "port": BRIDGE_PORT}},
+            box=tier,
+            cleanup=lambda: Deferred.fromCoroutine(self.closeDoor(session)),
+        )
+
+    async def openDoor(self, session: Session) -> ModelDoor:
+        """
+        The body's door to the model (and to MCP): a fresh token each body.
+        """
+        await self.closeDoor(session)
+        name, spec = self.models.providerFor(session.meta.model)
+        door = ModelDoor(
+            reactor=self.reactor,
+            socketPath=self.runDir() / session.sessionId / "model.sock",
+            model=Upstream(baseUrl=spec["baseUrl"], key=spec["apiKey"]),
+            mcp=Upstream(baseUrl=self.mcpUrl) if self.mcpUrl else None,
+        )
+        await door.listen()
+        self.doors[session.sessionId] = door
+        return door
+
+    async def closeDoor(self, session: Session) -> None:
+        door = self.doors.pop(session.sessionId, None)
+        if door is not None:
+            await door.close()
+
+    def providersFor(self, session: Session, door: ModelDoor) -> dict[str, dict[str, Any]]:
+        """
+        The boot config's providers for a boxed body: the token, and the
+        bridge's loopback address, never the real key or URL.
+        """
+        name, spec = self.models.providerFor(session.meta.model)
+        return {
+            name: {
+                **spec,
+                "baseUrl": f"http://127.0.0.1:{BRIDGE_PORT}/v1",
+                "apiKey": door.token,
+            }
+        }
+
+    def wrapper(self, door: ModelDoor) -> Wrapper:
+        """
+        Wrap a pi argv into the bwrap box: its own folders writable, the
+        door's folder bound in, the home and the data dir out of sight.
+        """
+
+        def wrap(
+            argv: list[str], env: dict[str, str], paths: BodyPaths
+        ) -> tuple[list[str], dict[str, str]]:
+            spec = canonicalSpec(
+                BoxSpec(
+                    bwrap=self.bwrap,
+                    workspace=paths.workDir,
+                    piDir=paths.piDir,
+                    readOnly=(self.piRoot, self.extensionDir),
+                    hidden=tuple(self.hidden) + (self.dataDir.root,),
+                    socketDir=door.socketPath.parent,
+                    env=env,
+                    command=argv,
+                )
+            )
+            # bwrap's own environment is visible inside as /proc/1/environ.
+            return bwrapArgv(spec), {"PATH": "/usr/bin:/bin"}
+
+        return wrap
+
+
+def _identity(path: Path) -> dict[str, Any]:
+    identity = FolderIdentity.record(path)
+    return {"path": str(identity.path), "device": identity.device, "inode": identity.inode}

@@ -1,0 +1,159 @@
+# -*- test-case-name: tests.test_proxy -*-
+"""
+The model's door into a box: an HTTP proxy on a Unix socket that the box
+sees (bound read-only), which swaps a per-body token for the real provider
+key and forwards to the provider, streaming the answer back.
+
+The real key never enters the box: a tool that reads pi's memory finds only
+the token, and the token is worthless outside the body it was made for.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from pathlib import Path
+from typing import Any, ClassVar
+
+import treq
+from attrs import define, field
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.endpoints import UNIXServerEndpoint
+from twisted.internet.interfaces import IListeningPort
+from twisted.logger import Logger
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IRequest
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Site
+
+
+#: Headers never passed upstream as they came (the proxy sets its own).
+_DROP = {b"authorization", b"host", b"content-length", b"connection", b"transfer-encoding"}
+
+
+def newToken() -> str:
+    return "vbt-" + secrets.token_urlsafe(32)
+
+
+@define(eq=False)
+class Upstream:
+    """
+    Where a path prefix goes: C{baseUrl} and the key to put in place of the
+    body's token (L{None}: pass the body's own bearer through, as for MCP).
+    """
+
+    baseUrl: str
+    key: str | None = field(default=None, repr=False)
+
+
+class _ProxyResource(Resource):
+    isLeaf = True
+    _log: ClassVar[Logger] = Logger()
+
+    def __init__(self, door: "ModelDoor") -> None:
+        super().__init__()
+        self.door = door
+
+    def render(self, request: IRequest) -> Any:
+        d = Deferred.fromCoroutine(self.door.forward(request))
+        d.addErrback(self._failed, request)
+        request.notifyFinish().addErrback(lambda _: d.cancel())
+        return NOT_DONE_YET
+
+    def _failed(self, failure: Any, request: IRequest) -> None:
+        if failure.check(CancelledError):
+            return
+        self._log.failure("The model door failed", failure)
+        if not request.finished and not getattr(request, "_disconnected", False):
+            if not request.startedWriting:
+                request.setResponseCode(502)
+                request.write(b'{"error":{"message":"the host could not reach the provider"}}')
+            request.finish()
+
+
+@define(eq=False)
+class ModelDoor:
+    """
+    One body's door: a Unix socket, a token, and the upstreams it reaches
+    (C{/v1...} to the model provider; C{/mcp} to gardend's MCP endpoint).
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    reactor: Any
+    socketPath: Path
+    model: Upstream
+    mcp: Upstream | None = None
+    token: str = field(factory=newToken, repr=False)
+    port: IListeningPort | None = None
+    http: Any = field(default=treq)
+
+    async def listen(self) -> None:
+        self.socketPath.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.socketPath.exists():
+            self.socketPath.unlink()
+        site = Site(_ProxyResource(self))
+        site.noisy = False
+        site.log = lambda request: None  # type: ignore[method-assign]
+        endpoint = UNIXServerEndpoint(self.reactor, str(self.socketPath), mode=0o600)
+        self.port = await endpoint.listen(site)
+
+    async def close(self) -> None:
+        if self.port is not None:
+            port, self.port = self.port, None
+            await port.stopListening()
+        try:
+            self.socketPath.unlink()
+        except FileNotFoundError:
+            pass
+
+    def _route(self, path: bytes) -> tuple[Upstream, str] | None:
+        text = path.decode("latin-1")
+        if text == "/mcp" or text.startswith("/mcp?"):
+            if self.mcp is None:
+                return None
+            return self.mcp, self.mcp.baseUrl + text[len("/mcp"):]
+        if text.startswith("/v1/"):
+            return self.model, self.model.baseUrl.rstrip("/") + text[len("/v1"):]
+        return None
+
+    async def forward(self, request: IRequest) -> None:
+        route = self._route(request.uri)
+        given = request.getHeader(b"authorization") or b""
+        if route is None:
+            return self._refuse(request, 404, "no such upstream")
+        upstream, url = route
+        headers = Headers()
+        for name, values in request.requestHeaders.getAllRawHeaders():
+            if name.lower() not in _DROP:
+                headers.setRawHeaders(name, values)
+        if upstream.key is not None:
+            # The model: only this body's token opens it.
+            expected = b"Bearer " + self.token.encode("ascii")
+            if not hmac.compare_digest(given, expected):
+                return self._refuse(request, 401, "this door needs its body's token")
+            headers.setRawHeaders(b"authorization", [b"Bearer " + upstream.key.encode("utf-8")])
+        elif given:
+            headers.setRawHeaders(b"authorization", [given])
+        body = request.content.read() if request.content is not None else b""
+        response = await self.http.request(
+            request.method.decode("ascii"),
+            url,
+            headers=headers,
+            data=body or None,
+            unbuffered=True,
+            persistent=False,
+        )
+        request.setResponseCode(response.code)
+        for name, values in response.headers.getAllRawHeaders():
+            if name.lower() not in (b"content-length", b"transfer-encoding", b"connection"):
+                request.responseHeaders.setRawHeaders(name, values)
+        await treq.collect(response, request.write)
+        if not request.finished:
+            request.finish()
+
+    def _refuse(self, request: IRequest, code: int, message: str) -> None:
+        request.setResponseCode(code)
+        request.setHeader(b"content-type", b"application/json")
+        request.write(('{"error":{"message":"%s"}}' % message).encode("utf-8"))
+        request.finish()

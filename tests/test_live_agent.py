@@ -1,0 +1,44 @@
+"""
+Integration: agent sessions, with pi's tools inside a real bwrap box and the
+model reached only through the host's door.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from twisted.trial.unittest import TestCase
+
+from tests.live import LiveHost, settledEvent
+
+
+def bash(command: str) -> str:
+    return "[[TOOL:bash " + json.dumps({"command": command}) + "]]"
+
+
+class AgentTests(TestCase):
+    """
+    An agent body runs pi's tools in its box.
+    """
+
+    timeout = 90
+
+    async def test_toolWritesWorkspace(self) -> None:
+        """
+        The model's bash call runs in the workspace, whose file the host
+        sees; the body materialized in a bwrap box; the model saw only the
+        door's token, never the key.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create(profile="agent")
+        code, frame = await host.call("GET", f"/sessions/{sid}")
+        self.assertEqual(frame["value"]["session"]["isolation"], "bwrap")
+        await host.command(sid, "prompt", "p1", text="make a file " + bash("echo hi > made.txt"))
+        events = await host.waitFor(sid, settledEvent)
+        materialized = next(e for e in events if e["type"] == "body.materialized")
+        self.assertEqual(materialized["data"]["box"], "bwrap")
+        workspace = host.root / "workspaces" / sid
+        self.assertEqual((workspace / "made.txt").read_text(), "hi\n")
+        for headers, _ in host.model.requests:
+            self.assertEqual(headers["authorization"], "Bearer " + host.key)
