@@ -243,3 +243,57 @@ class LifecycleTests(TestCase):
         code, frame = await host.call("GET", f"/sessions/{sid}")
         self.assertEqual(frame["value"]["transcript"], transcript)
         self.assertEqual(frame["value"]["session"]["body"], "dormant")
+
+
+class BranchTests(TestCase):
+    """
+    Fork and clone make new conversations from pi's file.
+    """
+
+    timeout = 90
+
+    async def test_forkAndClone(self) -> None:
+        """
+        A fork before the second message starts with the first exchange and
+        hands back the second message's text; a clone copies everything and
+        is named "Copy of"; both carry their parent and run real prompts.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create(title="Trip plans")
+        await host.command(sid, "prompt", "p1", text="first question")
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed")
+        cursor = host.registry().sessions[sid].cursor
+        await host.command(sid, "prompt", "p2", text="second question", contextRefs=["doc-1"])
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed", since=cursor)
+        code, frame = await host.call("GET", f"/sessions/{sid}")
+        transcript = frame["value"]["transcript"]
+        second = [t for t in transcript if t["role"] == "user"][1]
+
+        code, frame = await host.command(sid, "fork", "f1", entryId=second["entryId"])
+        self.assertEqual(code, 201, frame)
+        self.assertEqual(frame["type"], "session.forked")
+        self.assertEqual(frame["value"]["selectedText"], "second question")
+        fork = frame["value"]["session"]
+        self.assertEqual(fork["parent"], {"sessionId": sid, "kind": "fork", "entryId": second["entryId"]})
+        self.assertIsNone(fork["title"])
+        code, frame = await host.call("GET", f"/sessions/{fork['sessionId']}")
+        self.assertEqual([t["text"] for t in frame["value"]["transcript"] if t["role"] == "user"],
+                         ["first question"])
+        await host.command(fork["sessionId"], "prompt", "p3", text="another way")
+        events = await host.waitFor(fork["sessionId"], settledEvent)
+        self.assertFalse(events[-1]["data"]["aborted"])
+        _, body = host.model.requests[-1]
+        self.assertIn("first question", json.dumps(body))
+        self.assertNotIn("second question", json.dumps(body))
+
+        code, frame = await host.command(sid, "clone", "c1")
+        self.assertEqual(code, 201, frame)
+        clone = frame["value"]["session"]
+        self.assertEqual(clone["title"], "Copy of Trip plans")
+        code, frame = await host.call("GET", f"/sessions/{clone['sessionId']}")
+        self.assertEqual(len(frame["value"]["transcript"]), 4)
+        code, frame = await host.command(sid, "fork", "f2", entryId="nope")
+        self.assertEqual(frame["code"], "nothing_to_fork")
+        sourceEvents = host.events(sid)
+        self.assertIn("session.forked", [e["type"] for e in sourceEvents])
+        self.assertIn("session.cloned", [e["type"] for e in sourceEvents])

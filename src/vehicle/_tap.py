@@ -174,9 +174,11 @@ def buildHost(
         maxCostUsd=settings.maxCostUsd,
         leaseTtlMs=settings.leaseTtlMs,
         keepaliveSeconds=settings.keepaliveSeconds,
+        requireDelegation=settings.mcpUrl is not None,
         hooks=Hooks(
             checkProfile=agent.checkCreate,
             makeFolders=agent.makeFolders,
+            recordFolders=agent.recordFolders,
             disposeBody=bodies.disposeFor,
             snapshotExtras=bodies.snapshotFor,
         ),

@@ -97,6 +97,13 @@ class AgentProfile:
         """
         workspace = self.dataDir.workspaceDir(sessionId)
         workspace.mkdir(mode=0o700, parents=False, exist_ok=False)
+        return self.recordFolders(sessionId, sessionDir)
+
+    def recordFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]:
+        """
+        Record the identities of an agent's folders as they are now.
+        """
+        workspace = self.dataDir.workspaceDir(sessionId)
         return {
             "workspace": _identity(workspace),
             "pi": _identity(sessionDir / "pi"),

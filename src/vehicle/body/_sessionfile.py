@@ -311,6 +311,7 @@ def branchSession(
     entryId: str | None,
     newSessionId: str,
     now: datetime,
+    cwd: str | None = None,
 ) -> BranchResult:
     """
     Fork or clone a session by copying its file, as pi's RPC C{fork} and
@@ -354,7 +355,7 @@ def branchSession(
         "version": 3,
         "id": newSessionId,
         "timestamp": timestamp,
-        "cwd": session.header.get("cwd"),
+        "cwd": cwd if cwd is not None else session.header.get("cwd"),
         "parentSession": str(source),
     }
     lines = [_line(header)]

@@ -153,8 +153,6 @@ def submitCommand(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
                 f"chime {body['chimeId']!r} is not pending",
                 {"chimeId": body["chimeId"]},
             )
-    if kind in ("fork", "clone") and session.conductor is None:
-        raise VehicleError("nothing_to_fork", "this session has no conversation to branch yet")
     return session.acceptCommand(
         caller, body, lambda command: answer("command.accepted", {"command": dict(command)})
     )

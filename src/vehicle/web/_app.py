@@ -21,7 +21,8 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from vehicle import __version__
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
-from vehicle.session import Caller, Registry, Session
+from vehicle.branching import branch
+from vehicle.session import TEXT_COMMANDS, Caller, Registry, Session
 from vehicle.session import _drive as drive
 from vehicle.web._frames import encode, errorFrame, frame, parseBody, validate
 from vehicle.web._trust import authenticate, checkSecret
@@ -46,6 +47,8 @@ class Hooks:
     snapshotExtras: Callable[[Session], Awaitable[dict[str, Any]]] | None = None
     #: (sessionId, sessionDir) -> the agent's folders, made and recorded.
     makeFolders: Callable[[str, Any], dict[str, Any]] | None = None
+    #: (sessionId, sessionDir) -> the agent's folders as they are (a branch's copy).
+    recordFolders: Callable[[str, Any], dict[str, Any]] | None = None
     #: (session) -> the mirror's part of the delete answer, if any.
     deleteMirror: Callable[[Session], dict[str, Any] | None] | None = None
 
@@ -67,6 +70,8 @@ class VehicleAPI:
     maxCostUsd: float = 0.25
     leaseTtlMs: int = 30 * 60 * 1000
     keepaliveSeconds: float = 15.0
+    #: Graph tools exist (an MCP URL is configured): bodies need a token.
+    requireDelegation: bool = False
     hooks: Hooks = field(factory=Hooks)
     streams: set[EventStream] = field(factory=set)
 
@@ -294,6 +299,22 @@ class VehicleAPI:
         replayed = session.replay(body["requestId"], body)
         if replayed is not None:
             return self._frame(request, 200, replayed, replayed=True)
+        if body["type"] in ("fork", "clone"):
+            # Ownership is enough: the source is not touched.
+            result = branch(self.registry, session, caller, body, self.hooks.recordFolders)
+            session.remember("branch", caller, body["requestId"], body, result)
+            return self._frame(request, 201, result)
+        if (
+            self.requireDelegation
+            and body["type"] in TEXT_COMMANDS
+            and session.bodyState() != "live"
+            and session.delegatedToken is None
+        ):
+            raise VehicleError(
+                "delegation_required",
+                "this session has no delegation token yet: the session's owner must "
+                "send a request through its graph first",
+            )
         return self._frame(request, 202, drive.submitCommand(session, caller, body))
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])

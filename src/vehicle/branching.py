@@ -1,0 +1,104 @@
+# -*- test-case-name: tests.test_branching -*-
+"""
+Fork and clone: a new session from a source session's conversation (a copy
+of pi's file up to a point, made without a pi process), with the source's
+delegation token, and for an agent a snapshot copy of its workspace.  The
+source is not touched beyond an event saying a branch was made.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from attrs import evolve
+
+from vehicle.body._conductor import stripContextNote
+from vehicle.body._launcher import latestSessionFile
+from vehicle.body._sessionfile import NothingToFork, branchSession, readSession
+from vehicle.box import copyTree
+from vehicle.errors import VehicleError
+from vehicle.session import Caller, Registry, Session
+from vehicle.session._drive import answer
+
+
+def branch(
+    registry: Registry,
+    source: Session,
+    caller: Caller,
+    body: dict[str, Any],
+    recordFolders: Callable[[str, Path], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """
+    Make the branch and return the answer (C{session.forked} or
+    C{session.cloned}).  File work is synchronous: pi's file is small next
+    to a reply, and an agent's workspace copy is the one large step.
+    """
+    kind = body["type"]
+    if source.meta.profile == "agent" and caller.role != "owner":
+        raise VehicleError(
+            "forbidden_profile", "only the graph's owner may branch an agent session",
+            {"role": caller.role},
+        )
+    piFile = latestSessionFile(source.directory / "pi")
+    if piFile is None:
+        raise VehicleError("nothing_to_fork", "nothing has been said in this session yet")
+    entryId = body.get("entryId") if kind == "fork" else None
+    newId = registry.newSessionId()
+    if entryId is not None:
+        points = {p["entryId"]: p["text"] for p in readSession(piFile).forkPoints()}
+        if entryId not in points:
+            raise NothingToFork(entryId)
+    meta = evolve(
+        source.meta,
+        sessionId=newId,
+        principal=caller.principal,
+        role=caller.role,
+        createdAt=registry.clock.seconds(),
+        parent={"sessionId": source.sessionId, "kind": kind, "entryId": entryId},
+        folders=None,
+    )
+    title = None
+    if kind == "clone" and source.title:
+        title = f"Copy of {source.title}"
+    session = registry.create(
+        caller,
+        meta,
+        title=title,
+        claim=True,
+        createdEvent={"parent": meta.parent},
+    )
+    workDir = (
+        registry.dataDir.workspaceDir(newId)
+        if meta.profile == "agent"
+        else session.directory / "work"
+    )
+    result = branchSession(
+        piFile,
+        session.directory / "pi",
+        entryId=entryId,
+        newSessionId=str(uuid.uuid4()),
+        now=datetime.datetime.fromtimestamp(registry.clock.seconds(), datetime.timezone.utc),
+        cwd=str(workDir),
+    )
+    if not any(e.get("type") == "message" for e in readSession(result.path).entries):
+        # A fork before the first message has no history: it starts empty.
+        result.path.unlink()
+    if meta.profile == "agent" and recordFolders is not None:
+        # A snapshot: links copied as links, never followed.
+        copyTree(registry.dataDir.workspaceDir(source.sessionId), workDir)
+        session.meta = evolve(session.meta, folders=recordFolders(newId, session.directory))
+        session.writeMeta()
+    session.delegatedToken = source.delegatedToken
+    selected = stripContextNote(result.selectedText) if result.selectedText is not None else None
+    source.emit(
+        f"session.{'forked' if kind == 'fork' else 'cloned'}",
+        {"branchId": newId, "entryId": entryId, "by": caller.holder()},
+    )
+    value: dict[str, Any] = {"session": session.summary(), "parent": meta.parent}
+    if kind == "fork":
+        value["selectedText"] = selected
+    frameType = "session.forked" if kind == "fork" else "session.cloned"
+    return answer(frameType, value)
