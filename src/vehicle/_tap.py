@@ -30,6 +30,16 @@ from vehicle.store import DataDir
 from vehicle.web import Hooks, VehicleAPI, VehicleSite
 
 
+class SettingsRefused(SystemExit):
+    """
+    The host will not start with these settings.  A C{SystemExit}, so that
+    twistd prints this one line and not its page of usage.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class Options(usage.Options):
     """
     C{twistd vehicle --listen ENDPOINT --data-dir DIR}.
@@ -52,7 +62,8 @@ class Options(usage.Options):
                 self["settings"].modelsFile, self["settings"].defaultModel, os.environ
             )
         except SettingsError as e:
-            raise usage.UsageError(str(e))
+            # One clear line, not twistd's page of usage.
+            raise SettingsRefused(f"vehicle: {e}")
         scrubEnvironment(os.environ)
 
 

@@ -117,7 +117,7 @@ class Conductor:
                     return
         if kind in ("abort", "shutdown"):
             # Everything not yet handed to pi is cancelled, not delivered.
-            for waiting in [c for c in self._backlog if c["type"] in TEXT]:
+            for waiting in [c for c in self._backlog if "text" in c]:
                 self._backlog.remove(waiting)
                 self.session.setStatus(waiting["commandId"], "cancelled", reason=kind)
             self._backlog.insert(0, command)
@@ -294,8 +294,8 @@ class Conductor:
             await self._cancel(command)
         elif kind == "shutdown":
             await self._shutdown(command)
-        elif kind in ("accept_chime", "reject_chime"):
-            self.session.setStatus(command["commandId"], "completed")
+        elif kind == "accept_chime":
+            await self._deliverText(command)
         else:
             self._fail(command, f"{kind} is not supported by this body")
 
@@ -322,7 +322,7 @@ class Conductor:
                 self.session.setStatus(command["commandId"], "delivered", disposition=disposition)
                 self.session.setStatus(command["commandId"], "completed")
             return
-        verb = {"prompt": "prompt", "follow_up": "follow_up", "steer": "steer"}[command["type"]]
+        verb = command.get("delivery") or command["type"]
         request: dict[str, Any] = {"type": verb, "message": message}
         if verb == "prompt":
             request["streamingBehavior"] = "followUp"
@@ -377,7 +377,8 @@ class Conductor:
         self.session.setStatus(target, "cancelled", reason="cancelled")
         # pi has no dequeue: what stays goes back in its original order.
         for other in keep:
-            verb = "steer" if other["type"] == "steer" else "follow_up"
+            kind = other.get("delivery") or other["type"]
+            verb = "steer" if kind == "steer" else "follow_up"
             self._queued.append(other)
             await protocol.request({"type": verb, "message": other["rendered"]})
         self.session.setStatus(command["commandId"], "completed")

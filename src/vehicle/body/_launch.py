@@ -14,6 +14,7 @@ import platform
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from attrs import frozen
 
@@ -24,12 +25,15 @@ __all__ = [
     "SOPHIA_EXTENSION",
     "BUILTIN_TOOLS",
     "AGENT_TOOLS",
+    "MCP_EXTENSION",
+    "GRAPH_TOOL_PREFIX",
     "findPi",
     "nodeArchitecture",
     "piArgv",
     "piEnvironment",
     "agentSettings",
     "bootConfig",
+    "checkMcpUrl",
 ]
 
 #: The project's pi extension, shipped as package data next to this module.
@@ -40,6 +44,12 @@ BUILTIN_TOOLS = ("read", "bash", "edit", "write", "grep", "find", "ls", "powersh
 
 #: The agent profile's built-in tools.
 AGENT_TOOLS = ("read", "write", "edit", "bash")
+
+#: pi's built-in MCP support, loaded explicitly (C{--no-extensions} drops it).
+MCP_EXTENSION = "builtin:mcp"
+
+#: The names the graph tools have in pi (C{mcp__graph__create_document}).
+GRAPH_TOOL_PREFIX = "mcp__graph__"
 
 #: The flags that turn off everything pi would otherwise discover or fetch.
 _ISOLATION_FLAGS = (
@@ -55,6 +65,7 @@ _ISOLATION_FLAGS = (
 _MACHINES = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PI_PACKAGE = ("node_modules", "@earendil-works", "pi-coding-agent")
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 class PiNotInstalled(Exception):
@@ -122,13 +133,14 @@ def piArgv(
     extension: Path,
     model: str,
     tools: Sequence[str] | None,
+    mcp: bool = False,
 ) -> list[str]:
     """
     The argv of a pi RPC child, C{argv[0]} being the Node binary.
 
     Built-in tools are always switched off (C{--no-builtin-tools}) and the
     ones in C{tools} switched back on with C{--tools +a,+b}; tools registered
-    by the extension stay available either way.
+    by the extension (and the graph tools) stay available either way.
 
     @param sessionDir: where pi keeps its session files.
     @param sessionFile: a session file to resume, or L{None} for a new one.
@@ -136,6 +148,9 @@ def piArgv(
     @param model: C{provider/id}.
     @param tools: the built-in tools to enable: L{None} or empty for none
         (chat profile), L{AGENT_TOOLS} for the agent profile.
+    @param mcp: load pi's MCP support (L{MCP_EXTENSION}), which the
+        extension needs for the graph tools; pass C{True} whenever the boot
+        config has an MCP endpoint (L{bootConfig}'s C{mcpUrl}).
     """
     _requireAbsolute(sessionDir=sessionDir, extension=extension)
     if sessionFile is not None:
@@ -146,6 +161,8 @@ def piArgv(
     if sessionFile is not None:
         argv += ["--session", str(sessionFile)]
     argv += _ISOLATION_FLAGS
+    if mcp:
+        argv += ["-e", MCP_EXTENSION]
     argv += ["-e", str(extension), "--model", model, "--no-builtin-tools"]
     if tools:
         for name in tools:
@@ -184,7 +201,29 @@ def agentSettings() -> dict[str, Any]:
     return {"retry": {"enabled": False, "provider": {"maxRetries": 0}}}
 
 
-def bootConfig(*, providers: Mapping[str, Mapping[str, Any]], budget: Mapping[str, Any]) -> bytes:
+def checkMcpUrl(url: str) -> str:
+    """
+    C{url} if pi will send the delegation token to it: C{https}, or C{http}
+    on a loopback host (pi's MCP transport refuses a provider token for
+    anything else).
+
+    @raise ValueError: otherwise.
+    """
+    parsed = urlsplit(url)
+    host = (parsed.hostname or "").lower()
+    if parsed.scheme == "https" and host:
+        return url
+    if parsed.scheme == "http" and host in _LOOPBACK:
+        return url
+    raise ValueError(f"the MCP endpoint must be https or http on loopback, not {url!r}")
+
+
+def bootConfig(
+    *,
+    providers: Mapping[str, Mapping[str, Any]],
+    budget: Mapping[str, Any],
+    mcpUrl: str | None = None,
+) -> bytes:
     """
     The bytes the host writes to the child's fd 3 (then closes it).
 
@@ -192,6 +231,11 @@ def bootConfig(*, providers: Mapping[str, Mapping[str, Any]], budget: Mapping[st
         C{baseUrl}, C{api}, C{apiKey}, C{models}); C{apiKey} is passed as a
         literal (the extension escapes pi's templating).
     @param budget: C{maxTurns} (int) and C{maxCostUsd} (float) of one run.
+    @param mcpUrl: the graph's MCP endpoint as the body reaches it (gardend's
+        loopback C{/mcp} for a chat body, C{http://127.0.0.1:<bridge>/mcp}
+        for a boxed one), or L{None} for no graph tools. It becomes
+        C{"mcp": {"url": mcpUrl}}; the child must then be started with
+        C{piArgv(..., mcp=True)}.
     """
     checked: dict[str, Any] = {}
     for name, provider in providers.items():
@@ -213,5 +257,10 @@ def bootConfig(*, providers: Mapping[str, Mapping[str, Any]], budget: Mapping[st
         raise ValueError(f"maxCostUsd must be a number, not {maxCostUsd!r}")
     if not math.isfinite(maxCostUsd) or maxCostUsd <= 0:
         raise ValueError(f"maxCostUsd must be positive, not {maxCostUsd!r}")
-    document = {"providers": checked, "budget": {"maxTurns": maxTurns, "maxCostUsd": float(maxCostUsd)}}
+    document: dict[str, Any] = {
+        "providers": checked,
+        "budget": {"maxTurns": maxTurns, "maxCostUsd": float(maxCostUsd)},
+    }
+    if mcpUrl is not None:
+        document["mcp"] = {"url": checkMcpUrl(mcpUrl)}
     return json.dumps(document, separators=(",", ":")).encode("utf-8")

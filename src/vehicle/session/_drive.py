@@ -8,6 +8,7 @@ web room wraps in a frame.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from vehicle.errors import VehicleError
@@ -19,6 +20,7 @@ from vehicle.session._values import (
     WRITER_ROLES,
     Caller,
     SessionMeta,
+    isoTimestamp,
 )
 
 
@@ -104,7 +106,7 @@ def checkDriver(session: Session, caller: Caller) -> None:
 def claim(session: Session, caller: Caller, body: dict[str, Any], defaultTtlMs: int) -> Answer:
     result = answer(
         "driver.claimed",
-        session.claim(caller, body.get("ttlMs", defaultTtlMs), bool(body.get("takeover"))),
+        session.claim(caller, int(body.get("ttlMs", defaultTtlMs)), bool(body.get("takeover"))),
     )
     result["value"]["session"] = session.summary()
     session.remember("claim", caller, body["requestId"], body, result)
@@ -146,23 +148,104 @@ def submitCommand(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
     if kind == "set_room_policy":
         return _roomPolicy(session, caller, body)
     if kind in ("accept_chime", "reject_chime"):
-        chime = session.chimes.get(body["chimeId"])
-        if chime is None or chime.get("status") != "pending":
-            raise VehicleError(
-                "chime_not_pending",
-                f"chime {body['chimeId']!r} is not pending",
-                {"chimeId": body["chimeId"]},
-            )
+        return _resolveChime(session, caller, body)
     return session.acceptCommand(
         caller, body, lambda command: answer("command.accepted", {"command": dict(command)})
     )
 
 
+def chime(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+    """
+    A collaborator's attributed message, as the room's policy says:
+    refused (C{observe}, C{mute}), held for the driver (C{suggest}), or
+    submitted at once under the driver's lease (C{co-drive}).
+    """
+    chimeId = "chime-" + uuid.uuid4().hex[:12]
+    record: dict[str, Any] = {
+        "chimeId": chimeId,
+        "author": body["author"],
+        "delivery": body.get("delivery", "follow_up"),
+        "textBytes": len(body["text"].encode("utf-8")),
+        "by": caller.holder(),
+        "receivedAt": isoTimestamp(session.clock.seconds()),
+    }
+    policy = session.roomPolicy
+    lease = session.currentLease()
+    if policy in ("observe", "mute"):
+        record["status"] = "rejected"
+        result = answer(
+            "chime.rejected",
+            {"chime": record, "reason": f"the room's policy is {policy}"},
+        )
+        session.remember("chime", caller, body["requestId"], body, result)
+        session.emit("chime.resolved", {"chimeId": chimeId, "status": "rejected", "reason": policy})
+        return result
+    if policy == "co-drive" and lease is not None:
+        record["status"] = "accepted"
+        driver = Caller(
+            principal=lease.principal,
+            clientId=lease.clientId,
+            role=session.meta.role,  # type: ignore[arg-type]
+            graphId=session.meta.graphId,
+        )
+        commandBody = {
+            "type": record["delivery"],
+            "requestId": chimeId,
+            "text": body["text"],
+            "chimeAuthor": body["author"],
+        }
+        session.emit("chime.received", {k: v for k, v in record.items() if k != "status"})
+        frame = session.acceptCommand(
+            driver, commandBody, lambda command: answer("command.accepted", {"command": dict(command)})
+        )
+        record["commandId"] = chimeId
+        result = answer("chime.accepted", {"chime": record, "command": frame["value"]["command"]})
+        session.remember("chime", caller, body["requestId"], body, result)
+        session.emit("chime.resolved", {"chimeId": chimeId, "status": "accepted", "commandId": chimeId})
+        return result
+    record["status"] = "pending"
+    result = answer("chime.accepted", {"chime": record})
+    session.remember("chime", caller, body["requestId"], body, result)
+    session.chimes[chimeId] = {**record, "text": body["text"]}
+    session.emit("chime.received", {k: v for k, v in record.items() if k != "status"})
+    return result
+
+
+def _resolveChime(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+    chime = session.chimes.get(body["chimeId"])
+    if chime is None or chime.get("status") != "pending":
+        raise VehicleError(
+            "chime_not_pending",
+            f"chime {body['chimeId']!r} is not pending",
+            {"chimeId": body["chimeId"]},
+        )
+    if body["type"] == "reject_chime":
+        chime["status"] = "rejected"
+        result = answer("chime.rejected", {"chime": _public(chime), "reason": "the driver declined it"})
+        session.remember("policy", caller, body["requestId"], body, result)
+        session.emit("chime.resolved", {"chimeId": chime["chimeId"], "status": "rejected",
+                                        "by": caller.holder()})
+        return result
+    chime["status"] = "accepted"
+    commandId = body.get("commandId") or body["requestId"]
+    result = session.acceptCommand(
+        caller,
+        body,
+        lambda command: answer("command.accepted", {"command": dict(command)}),
+        extra={"text": chime["text"], "chimeAuthor": chime["author"], "delivery": chime["delivery"]},
+    )
+    session.emit("chime.resolved", {"chimeId": chime["chimeId"], "status": "accepted",
+                                    "commandId": commandId, "by": caller.holder()})
+    return result
+
+
+def _public(chime: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in chime.items() if k != "text"}
+
+
 def _cancel(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
     target = session.commands.get(body["targetCommandId"])
-    if target is None or target["status"] not in ("accepted", "queued") or target["type"] not in (
-        "prompt", "follow_up", "steer"
-    ):
+    if target is None or target["status"] not in ("accepted", "queued") or "text" not in target:
         raise VehicleError(
             "not_cancellable",
             f"command {body['targetCommandId']!r} is not waiting in the queue",

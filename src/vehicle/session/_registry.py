@@ -61,6 +61,15 @@ class Registry:
             raise notFound()
         return session
 
+    def findForChime(self, caller: Caller, sessionId: str) -> Session:
+        """
+        A session anyone authenticated on its graph may chime into.
+        """
+        session = self.sessions.get(sessionId)
+        if session is None or session.deleted or caller.graphId != session.meta.graphId:
+            raise notFound()
+        return session
+
     def listFor(self, caller: Caller) -> list[Session]:
         """
         The caller's sessions on the bound graph (every graph unbound), most

@@ -36,7 +36,10 @@ from vehicle.store import JsonlLog, writeJsonAtomic
 Listener = Callable[[dict[str, Any]], None]
 
 #: The fields of a command's request that its record keeps.
-COMMAND_FIELDS = ("text", "contextRefs", "targetCommandId", "entryId", "policy", "chimeId")
+COMMAND_FIELDS = (
+    "text", "contextRefs", "targetCommandId", "entryId", "policy", "chimeId",
+    "chimeAuthor", "delivery",
+)
 
 #: How many events one watch answer carries at most (spec, "Watch").
 WATCH_LIMIT = 500
@@ -429,6 +432,7 @@ class Session:
         caller: Caller,
         body: dict[str, Any],
         frameFor: Callable[[dict[str, Any]], dict[str, Any]],
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """
         Record a new command: the request is logged first (its intent, in
@@ -456,11 +460,12 @@ class Session:
         for key in COMMAND_FIELDS:
             if key in body:
                 command[key] = body[key]
+        command.update(extra or {})
         frame = frameFor(command)
         self.remember("command", caller, body["requestId"], body, frame)
         self.commands[commandId] = command
-        if self.preview is None and "text" in body:
-            self.preview = _preview(body["text"])
+        if self.preview is None and "text" in command and not command.get("chimeAuthor"):
+            self.preview = _preview(command["text"])
         self.emit(
             "command.accepted",
             {
@@ -469,7 +474,11 @@ class Session:
                 "requestId": body["requestId"],
                 "status": "accepted",
                 "by": caller.holder(),
-                **({"textBytes": len(body["text"].encode("utf-8"))} if "text" in body else {}),
+                **(
+                    {"textBytes": len(command["text"].encode("utf-8"))}
+                    if "text" in command
+                    else {}
+                ),
             },
         )
         if self.conductor is not None:
@@ -481,6 +490,7 @@ class Session:
     def summary(self) -> dict[str, Any]:
         lease = self.currentLease()
         out = self.meta.asJSON()
+        out.pop("folders", None)  # host paths: not the client's business
         out.update(
             {
                 "title": self.title,
@@ -530,11 +540,25 @@ class Session:
         """
         Restore state from the logs read back at start.
         """
+        requests = list(requests)
+        for record in requests:
+            if record.get("kind") == "chime":
+                chime = ((record.get("frame") or {}).get("value") or {}).get("chime") or {}
+                if chime.get("status") == "pending":
+                    self.chimes[chime["chimeId"]] = {**chime, "text": record["body"]["text"]}
         lease: Lease | None = None
         for event in events:
             self._history.append(event)
             kind, data = event["type"], event.get("data") or {}
             at = parseTimestamp(event["timestamp"])
+            by = data.get("by") if isinstance(data.get("by"), dict) else {}
+            if (
+                lease is not None
+                and by.get("principal") == lease.principal
+                and by.get("clientId") == lease.clientId
+            ):
+                # Any mutation by the holder renewed the lease by use.
+                lease = lease.renewed(at)
             if kind == "lease.claimed" or kind == "lease.renewed":
                 claimedAt = lease.claimedAt if (kind == "lease.renewed" and lease) else at
                 lease = Lease(
@@ -547,12 +571,6 @@ class Session:
             elif kind in ("lease.released", "lease.revoked", "lease.expired"):
                 if lease is not None and data.get("clientId") == lease.clientId:
                     lease = None
-            elif kind == "command.accepted":
-                by = data.get("by") or {}
-                if lease is not None and by.get("principal") == lease.principal and by.get(
-                    "clientId"
-                ) == lease.clientId:
-                    lease = lease.renewed(at)
             elif kind.startswith("command.") and data.get("commandId") in self.commands:
                 command = self.commands[data["commandId"]]
                 command["status"] = data.get("status", kind.split(".", 1)[1])
@@ -564,6 +582,8 @@ class Session:
                 self.title = data.get("title")
             elif kind == "room.policy":
                 self.roomPolicy = data.get("policy", self.roomPolicy)
+            elif kind == "chime.resolved" and data.get("chimeId") in self.chimes:
+                self.chimes[data["chimeId"]]["status"] = data.get("status")
         self.lease = lease
         for record in requests:
             self._requests[record["requestId"]] = (record["fingerprint"], record["frame"])

@@ -24,6 +24,7 @@ from vehicle.models import ModelCatalog
 from vehicle.branching import branch
 from vehicle.session import TEXT_COMMANDS, Caller, Registry, Session
 from vehicle.session import _drive as drive
+from vehicle.session._capsule import makeCapsule
 from vehicle.web._frames import encode, errorFrame, frame, parseBody, validate
 from vehicle.web._trust import authenticate, checkSecret
 from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait
@@ -316,6 +317,31 @@ class VehicleAPI:
                 "send a request through its graph first",
             )
         return self._frame(request, 202, drive.submitCommand(session, caller, body))
+
+    @router.route("/sessions/<sessionId>/chimes", methods=["POST"])
+    def chime(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._chime, sessionId))
+
+    async def _chime(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self.registry.findForChime(caller, sessionId)
+        body = self._body(request, "chime.request")
+        replayed = session.replay(body["requestId"], body)
+        if replayed is not None:
+            return self._frame(request, 200, replayed, replayed=True)
+        return self._frame(request, 202, drive.chime(session, caller, body))
+
+    @router.route("/sessions/<sessionId>/capsule", methods=["GET"])
+    def capsule(self, request: IRequest, sessionId: str) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._capsule, sessionId))
+
+    async def _capsule(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        session = self._session(caller, sessionId)
+        transcript: list[dict[str, Any]] = []
+        if self.hooks.snapshotExtras is not None:
+            transcript = (await self.hooks.snapshotExtras(session)).get("transcript") or []
+        return 200, frame("session.capsule", None, makeCapsule(session, transcript))
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])
     def events(self, request: IRequest, sessionId: str) -> Deferred:

@@ -74,9 +74,36 @@ def parseBody(raw: bytes) -> Any:
     if not text.strip():
         raise VehicleError("invalid_json", "the body is empty: a JSON object is required")
     try:
-        return json.loads(text)
+        parsed = json.loads(text, parse_constant=_refuseConstant)
+    except RecursionError:
+        raise VehicleError("invalid_json", "the body is nested too deeply")
     except ValueError as e:
         raise VehicleError("invalid_json", f"the body is not JSON: {e}")
+    _checkStrings(parsed)
+    return parsed
+
+
+def _refuseConstant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _checkStrings(value: Any) -> None:
+    """
+    Refuse lone surrogates (C{"\\ud800"}): they are not Unicode text.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise VehicleError("invalid_json", "the body holds a string that is not valid Unicode")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def validate(name: str, body: Any) -> dict[str, Any]:
@@ -94,9 +121,6 @@ def validate(name: str, body: Any) -> dict[str, Any]:
         raise VehicleError(
             "invalid_request", "requestId is required", {"field": "requestId"}
         )
-    errors = sorted(validator(name).iter_errors(body), key=_errorOrder)
-    if errors:
-        raise _describe(errors[0], body)
     for key in ("text",):
         if isinstance(body.get(key), str) and len(body[key].encode("utf-8")) > MAX_TEXT_BYTES:
             raise VehicleError(
@@ -104,6 +128,9 @@ def validate(name: str, body: Any) -> dict[str, Any]:
                 f"{key} is longer than {MAX_TEXT_BYTES} bytes",
                 {"field": key, "limit": MAX_TEXT_BYTES},
             )
+    errors = sorted(validator(name).iter_errors(body), key=_errorOrder)
+    if errors:
+        raise _describe(errors[0], body)
     return body
 
 

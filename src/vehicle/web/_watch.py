@@ -33,7 +33,7 @@ def parseCursor(raw: str | None, name: str, session: Session) -> int:
     """
     if raw is None or raw == "":
         return 0
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise VehicleError(
             "invalid_request", f"{name} must be a whole number of at least 0", {"field": name}
         )
@@ -50,7 +50,7 @@ def parseCursor(raw: str | None, name: str, session: Session) -> int:
 def parseWait(raw: str | None) -> int:
     if raw is None or raw == "":
         return 0
-    if not raw.isdigit() or int(raw) > MAX_WAIT_MS:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_WAIT_MS:
         raise VehicleError(
             "invalid_request",
             f"waitMs must be a whole number from 0 to {MAX_WAIT_MS}",

@@ -1,13 +1,21 @@
 // vehicle's own pi extension (loaded with `pi -e sophia.js`).
 //
-// It owns two things inside the pi child:
+// It owns three things inside the pi child:
 //   1. the boot config: read once per process from fd 3 (written by the host,
-//      then closed), it carries the model providers, with their keys, and the
-//      run budget. The keys never touch argv, the environment or a file.
+//      then closed), it carries the model providers, with their keys, the
+//      run budget and, optionally, the graph's MCP endpoint. The keys never
+//      touch argv, the environment or a file.
 //   2. the budget guard: it counts the model requests and the cost of the
 //      current run and, before a request that would exceed the budget, aborts
 //      the run and tells the host with a UI notify
 //      "sophia.budget {json}" (the host turns it into budget.exceeded).
+//   3. the graph tools: with `mcp: {url}` in the boot config it registers
+//      that endpoint with pi's built-in MCP support (`-e builtin:mcp`), its
+//      tools declared to the model as `mcp__graph__<tool>`. Every MCP HTTP
+//      request carries the newest delegation token, asked of the host just
+//      before it (UI `input` titled "sophia.delegated-token"); a tool call
+//      the host has no token for is refused before any request is made. The
+//      token lives only in memory, for the one request it was asked for.
 //
 // pi evaluates this module once per process but calls the factory again after
 // fork, clone and new_session, so everything that must outlive one runtime
@@ -15,9 +23,25 @@
 
 import * as fs from "node:fs";
 import * as net from "node:net";
+import { createProvider } from "@earendil-works/pi-ai/models";
 
 const STATE_KEY = Symbol.for("vehicle.sophia.state");
 const BUDGET_PREFIX = "sophia.budget ";
+
+// The graph tools: the MCP server's name (its tools are mcp__graph__<tool>),
+// the auth provider pi's MCP transport asks for a bearer token on every HTTP
+// request, and the UI request the host answers with the delegation token.
+const MCP_SERVER = "graph";
+const MCP_AUTH_PROVIDER = "sophia-delegation";
+const TOKEN_TITLE = "sophia.delegated-token";
+const GRAPH_TOOL_PREFIX = `mcp__${MCP_SERVER}__`;
+// How long the host has to answer a token request (it answers from memory).
+const TOKEN_TIMEOUT_MS = 30000;
+// A token asked for in a tool call's preflight serves that call's request
+// only if the request follows within this time; otherwise it is asked again.
+const HANDOFF_MS = 10000;
+const NO_TOKEN =
+  "no delegation token: the session's owner must send a request before the graph tools can be used";
 
 // fd 3 is the host's boot channel only when it is a pipe, file or socket the
 // host handed over. Without it, Node's own event loop may hold fd 3 (an
@@ -71,7 +95,17 @@ function newRun() {
 
 const state =
   globalThis[STATE_KEY] ??
-  (globalThis[STATE_KEY] = { boot: readBootConfig(), run: newRun() });
+  (globalThis[STATE_KEY] = {
+    boot: readBootConfig(),
+    run: newRun(),
+    // The RPC UI of the newest runtime (from any hook's ctx), and those
+    // waiting for one.
+    ui: null,
+    uiWaiters: [],
+    // toolCallId -> {token, at}: a token just asked for in a graph tool
+    // call's preflight, used once by the next MCP request. Memory only.
+    handoffs: new Map(),
+  });
 
 // A boxed body has no network: the model (and MCP) are reached through the
 // host's door, a Unix socket bound into the box. pi speaks HTTP to
@@ -106,6 +140,134 @@ function startBridge(bridge) {
 if (state.bridgeReady === undefined) {
   state.bridgeReady = startBridge(state.boot?.bridge ?? null);
 }
+
+// -- graph tools ------------------------------------------------------------
+
+// The MCP endpoint of the boot config, or null. pi's MCP transport sends a
+// provider's token only to https or to http on loopback, which is what the
+// host hands over (gardend's loopback /mcp, or the box's bridge).
+function mcpUrl() {
+  const url = state.boot?.mcp?.url;
+  return typeof url === "string" && url !== "" ? url : null;
+}
+
+function isGraphTool(name) {
+  return typeof name === "string" && name.startsWith(GRAPH_TOOL_PREFIX);
+}
+
+// Keep the newest runtime's UI: ctx goes stale when pi replaces its runtime
+// (fork, clone, new_session), the RPC UI itself does not.
+function captureUi(ctx) {
+  let ui;
+  try {
+    ui = ctx?.ui;
+  } catch {
+    return;
+  }
+  if (ui === null || ui === undefined || typeof ui.input !== "function") {
+    return;
+  }
+  state.ui = ui;
+  const waiters = state.uiWaiters.splice(0);
+  for (const wake of waiters) {
+    wake(ui);
+  }
+}
+
+function currentUi() {
+  if (state.ui !== null) {
+    return Promise.resolve(state.ui);
+  }
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      const index = state.uiWaiters.indexOf(wake);
+      if (index >= 0) {
+        state.uiWaiters.splice(index, 1);
+      }
+      resolve(null);
+    }, TOKEN_TIMEOUT_MS);
+    function wake(ui) {
+      clearTimeout(timer);
+      resolve(ui);
+    }
+    state.uiWaiters.push(wake);
+  });
+}
+
+// Ask the host for the newest delegation token; undefined when it has none
+// (it answered cancelled), did not answer in time, or there is no UI.
+// `detail` goes in the placeholder, the only free-form field of the request.
+async function askToken(detail, signal) {
+  const ui = await currentUi();
+  if (ui === null) {
+    return undefined;
+  }
+  let value;
+  try {
+    value = await ui.input(TOKEN_TITLE, JSON.stringify(detail), {
+      timeout: TOKEN_TIMEOUT_MS,
+      signal,
+    });
+  } catch {
+    return undefined;
+  }
+  return typeof value === "string" && value.trim() !== "" ? value.trim() : undefined;
+}
+
+// The token for one MCP HTTP request: the one a tool call's preflight just
+// asked for (used once), else a fresh answer from the host.
+async function tokenForRequest(signal) {
+  const now = Date.now();
+  for (const [toolCallId, handoff] of state.handoffs) {
+    state.handoffs.delete(toolCallId);
+    if (now - handoff.at <= HANDOFF_MS) {
+      return handoff.token;
+    }
+  }
+  return askToken({ purpose: "mcp" }, signal);
+}
+
+function noModels() {
+  throw new Error(`${MCP_AUTH_PROVIDER} only authenticates the graph tools; it has no models`);
+}
+
+// A provider with no models, whose key is resolved on every request: pi's
+// MCP transport asks `auth: {provider}` for a bearer token before each HTTP
+// request it makes (and awaits it). Its availability check never asks.
+function delegationProvider() {
+  return createProvider({
+    id: MCP_AUTH_PROVIDER,
+    name: "Sophia delegation",
+    models: [],
+    api: { stream: noModels, streamSimple: noModels },
+    auth: {
+      apiKey: {
+        name: "the session owner's delegation token",
+        check: async () => ({ type: "api_key", source: TOKEN_TITLE }),
+        resolve: async ({ signal } = {}) => {
+          const token = await tokenForRequest(signal);
+          return token === undefined ? undefined : { auth: { apiKey: token }, source: TOKEN_TITLE };
+        },
+      },
+    },
+  });
+}
+
+function registerGraphTools(pi) {
+  const url = mcpUrl();
+  if (url === null) {
+    return;
+  }
+  pi.registerProvider(delegationProvider());
+  pi.registerMcpServer(MCP_SERVER, {
+    url,
+    auth: { provider: MCP_AUTH_PROVIDER },
+    exposure: "direct",
+    description: "The person's Sophia graph: its documents and folders",
+  });
+}
+
+// -- budget -----------------------------------------------------------------
 
 function limit(value) {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? value : null;
@@ -143,10 +305,44 @@ function budgetExceeded(run, budget) {
 export default async function sophia(pi) {
   await state.bridgeReady;
   registerProviders(pi);
+  registerGraphTools(pi);
+
+  pi.on("session_start", (_event, ctx) => {
+    captureUi(ctx);
+  });
 
   // One prompt (with its steering and follow-ups) is one run.
-  pi.on("before_agent_start", () => {
+  pi.on("before_agent_start", (_event, ctx) => {
+    captureUi(ctx);
     state.run = newRun();
+  });
+
+  // A graph tool call asks for the token first: without one no request is
+  // made and the call fails with a clear reason; with one, the call's
+  // request uses it (see tokenForRequest).
+  pi.on("tool_call", async (event, ctx) => {
+    captureUi(ctx);
+    if (mcpUrl() === null || !isGraphTool(event.toolName)) {
+      return undefined;
+    }
+    let signal;
+    try {
+      signal = ctx.signal;
+    } catch {
+      signal = undefined;
+    }
+    const token = await askToken({ toolName: event.toolName, toolCallId: event.toolCallId }, signal);
+    if (token === undefined) {
+      return { block: true, reason: NO_TOKEN };
+    }
+    state.handoffs.set(event.toolCallId, { token, at: Date.now() });
+    return undefined;
+  });
+
+  // A preflight token its call did not use is dropped with the call.
+  pi.on("tool_result", (event) => {
+    state.handoffs.delete(event.toolCallId);
+    return undefined;
   });
 
   pi.on("message_end", (event) => {
@@ -163,6 +359,7 @@ export default async function sophia(pi) {
   // Runs right before each model request: stop before the request that would
   // go over the budget, so exactly maxTurns requests are made.
   pi.on("before_provider_request", (_event, ctx) => {
+    captureUi(ctx);
     const run = state.run;
     const budget = state.boot?.budget;
     const reason = run.stopped ? null : budgetExceeded(run, budget);
