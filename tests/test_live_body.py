@@ -297,3 +297,31 @@ class BranchTests(TestCase):
         sourceEvents = host.events(sid)
         self.assertIn("session.forked", [e["type"] for e in sourceEvents])
         self.assertIn("session.cloned", [e["type"] for e in sourceEvents])
+
+
+class ChimeLiveTests(TestCase):
+    """
+    An accepted chime reaches the model attributed to its author.
+    """
+
+    timeout = 60
+
+    async def test_acceptedChimeAttributed(self) -> None:
+        """
+        The model sees C{[<author> collaborator]} before the chime's text,
+        never as the driver's own words.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        code, frame = await host.call(
+            "POST", f"/sessions/{sid}/chimes",
+            {"requestId": "ch-1", "author": "Bea", "text": "try the red one"}, principal="bea",
+        )
+        chimeId = frame["value"]["chime"]["chimeId"]
+        code, frame = await host.command(sid, "accept_chime", "acc-1", chimeId=chimeId)
+        self.assertEqual(code, 202, frame)
+        await host.waitFor(sid, settledEvent)
+        _, body = host.model.requests[-1]
+        users = [m for m in body["messages"] if m["role"] == "user"]
+        self.assertIn("[Bea collaborator]\ntry the red one", json.dumps(users[-1]["content"])
+                      .encode().decode("unicode_escape"))
