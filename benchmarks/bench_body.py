@@ -1,0 +1,219 @@
+"""
+Benchmarks of the pi body through the host (run on demand, not in the suite):
+
+1. time from a prompt to its first text delta, through the host (POST the
+   command, first C{message.delta} on an SSE watch) against the same prompt
+   sent straight to a C{pi --mode rpc} child, side by side in one run;
+2. the host's own cost per durable event (append + fsync + publish);
+3. resident memory of a live body (the pi process) and of a dormant session
+   (the host's growth per loaded session).
+
+Usage: .venv/bin/python benchmarks/bench_body.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater, react
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.live import LiveHost, SSEWatcher  # noqa: E402
+from vehicle.body._launch import agentSettings, bootConfig, findPi, piArgv, piEnvironment  # noqa: E402
+from vehicle.body._launcher import EXTENSION  # noqa: E402
+from vehicle.body._rpc import PiProtocol  # noqa: E402
+from vehicle.session import Caller, Registry, SessionMeta  # noqa: E402
+from vehicle.settings import defaultPiRoot  # noqa: E402
+from vehicle.store import DataDir  # noqa: E402
+
+
+class _Case:
+    """Stands for a trial TestCase where LiveHost wants one."""
+
+    def __init__(self) -> None:
+        self.cleanups: list[Any] = []
+        self.root = Path(tempfile.mkdtemp(prefix="vehicle-bench-"))
+
+    def mktemp(self) -> str:
+        return str(self.root / secrets.token_hex(4))
+
+    def addCleanup(self, f: Any, *a: Any) -> None:
+        self.cleanups.append((f, a))
+
+    async def cleanup(self) -> None:
+        for f, a in reversed(self.cleanups):
+            r = f(*a)
+            if isinstance(r, Deferred) or hasattr(r, "__await__"):
+                await r
+
+
+def rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.firstDelta: Deferred = Deferred()
+        self.settled: Deferred = Deferred()
+
+    def piEvent(self, event: dict[str, Any]) -> None:
+        update = event.get("assistantMessageEvent") or {}
+        if update.get("type") == "text_delta" and not self.firstDelta.called:
+            self.firstDelta.callback(time.perf_counter())
+        if event.get("type") == "agent_settled" and not self.settled.called:
+            self.settled.callback(None)
+
+    def bodyExited(self, *a: Any) -> None:
+        pass
+
+
+async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], list[int]]:
+    """Prompt → first delta, straight to a pi child (warm: one prompt first)."""
+    pi = findPi(defaultPiRoot())
+    root = Path(tempfile.mkdtemp(prefix="vehicle-bench-pi-"))
+    for d in ("agent", "home", "sess", "work"):
+        (root / d).mkdir()
+    (root / "agent" / "settings.json").write_text(json.dumps(agentSettings()))
+    argv = piArgv(pi, sessionDir=root / "sess", sessionFile=None, extension=EXTENSION,
+                  model="scripted/echo-1", tools=None)
+    env = piEnvironment(home=root / "home", agentDir=root / "agent",
+                        path=f"{pi.node.parent}:/usr/bin:/bin")
+    sink = _Sink()
+    proto = PiProtocol(sink)
+    transport = reactor.spawnProcess(proto, argv[0], argv, env=env, path=str(root / "work"),
+                                     childFDs={0: "w", 1: "r", 2: "r", 3: "w"})
+    spec = dict(host.api.models.providers["scripted"])
+    transport.writeToChild(3, bootConfig(providers={"scripted": spec},
+                                         budget={"maxTurns": 12, "maxCostUsd": 1.0}))
+    transport.closeChildFD(3)
+    await proto.request({"type": "get_state"})
+    times = []
+    for n in range(runs + 1):
+        sink.firstDelta, sink.settled = Deferred(), Deferred()
+        start = time.perf_counter()
+        await proto.request({"type": "prompt", "message": f"hello {n}"})
+        first = await sink.firstDelta
+        await sink.settled
+        if n:
+            times.append(first - start)
+    live = rss(transport.pid)
+    await proto.terminate(reactor)
+    return times, [live]
+
+
+async def throughHost(host: LiveHost, runs: int) -> tuple[list[float], int]:
+    sid = await host.create()
+    watcher = await SSEWatcher(host, sid).start()
+    times = []
+    for n in range(runs + 1):
+        count = len([m for m in watcher.messages if m.get("event") == "message.delta"])
+        settled = len([m for m in watcher.messages if m.get("event") == "run.settled"])
+        start = time.perf_counter()
+        await host.command(sid, "prompt", f"p{n}", text=f"hello {n}")
+        await watcher.waitFor(lambda m, c=[0]: m.get("event") == "message.delta" and
+                              sum(1 for x in watcher.messages if x.get("event") == "message.delta") > count)
+        first = time.perf_counter()
+        await watcher.waitFor(lambda m: m.get("event") == "run.settled" and
+                              sum(1 for x in watcher.messages if x.get("event") == "run.settled") > settled)
+        if n:
+            times.append(first - start)
+    pid = host.registry().sessions[sid].conductor.transport.pid
+    live = rss(pid)
+    watcher.close()
+    return times, live
+
+
+def perEvent(count: int = 2000) -> tuple[float, float]:
+    from twisted.internet.task import Clock
+
+    root = Path(tempfile.mkdtemp(prefix="vehicle-bench-ev-"))
+    clock = Clock()
+    clock.advance(1_796_000_000)
+    registry = Registry(dataDir=DataDir(root), clock=clock)
+    registry.dataDir.ensure()
+    caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g")
+    meta = SessionMeta(sessionId="sbench", graphId="g", principal="alice", role="owner",
+                       profile="chat", model="scripted/echo-1", createdAt=clock.seconds(),
+                       maxTurns=12, maxCostUsd=0.25)
+    session = registry.create(caller, meta, title=None, claim=True)
+    received = []
+    session.subscribe(received.append)
+    start = time.perf_counter()
+    for n in range(count):
+        session.emit("tool.started", {"runId": "run-1", "toolCallId": f"c{n}", "toolName": "x"})
+    durable = (time.perf_counter() - start) / count
+    start = time.perf_counter()
+    for n in range(count):
+        session.broadcast("message.delta", {"runId": "run-1", "text": "word "})
+    ephemeral = (time.perf_counter() - start) / count
+    session.close()
+    return durable, ephemeral
+
+
+def dormantCost(sessions: int = 200) -> float:
+    """Host memory per dormant session: load N sessions into a registry."""
+    import gc
+    from twisted.internet.task import Clock
+
+    root = Path(tempfile.mkdtemp(prefix="vehicle-bench-dorm-"))
+    clock = Clock()
+    clock.advance(1_796_000_000)
+    registry = Registry(dataDir=DataDir(root), clock=clock)
+    registry.dataDir.ensure()
+    for n in range(sessions):
+        caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g")
+        meta = SessionMeta(sessionId=f"s{n:05d}", graphId="g", principal="alice", role="owner",
+                           profile="chat", model="scripted/echo-1", createdAt=clock.seconds(),
+                           maxTurns=12, maxCostUsd=0.25)
+        s = registry.create(caller, meta, title=f"t{n}", claim=True)
+        for k in range(20):
+            s.emit("tool.started", {"runId": "run-1", "toolCallId": f"c{k}", "toolName": "x"})
+    registry.close()
+    gc.collect()
+    before = rss(os.getpid())
+    loaded = Registry(dataDir=DataDir(root), clock=clock)
+    loaded.loadAll()
+    gc.collect()
+    after = rss(os.getpid())
+    loaded.close()
+    return (after - before) / sessions
+
+
+async def main(reactor: Any, runs: int = 5) -> None:
+    case = _Case()
+    host = await LiveHost(case).start()
+    try:
+        hostTimes, hostRss = await throughHost(host, runs)
+        directTimes, directRss = await direct(reactor, host, runs)
+    finally:
+        await case.cleanup()
+    durable, ephemeral = perEvent()
+    dormant = dormantCost()
+    h, d = statistics.median(hostTimes), statistics.median(directTimes)
+    print(f"prompt → first delta (median of {runs}, warm body):")
+    print(f"  through the host (HTTP + SSE): {h * 1000:8.1f} ms")
+    print(f"  straight to pi --mode rpc:     {d * 1000:8.1f} ms")
+    print(f"  ratio host / direct:           {h / d:8.2f}")
+    print(f"host per durable event (append+fsync+publish): {durable * 1e6:8.1f} µs")
+    print(f"host per ephemeral delta (publish only):       {ephemeral * 1e6:8.1f} µs")
+    print(f"resident memory of a live body (pi process):   {hostRss / 2**20:8.1f} MiB "
+          f"(direct: {directRss[0] / 2**20:.1f} MiB)")
+    print(f"host memory per dormant session (20 events):   {dormant / 1024:8.1f} KiB")
+
+
+if __name__ == "__main__":
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
+    react(lambda reactor: Deferred.fromCoroutine(main(reactor, runs)))
