@@ -129,6 +129,7 @@ class LiveHost:
         predicate: Callable[[dict[str, Any]], bool],
         since: int = 0,
         timeout: float = 30.0,
+        **who: Any,
     ) -> list[dict[str, Any]]:
         """
         Long-poll until an event matches; returns every event seen after
@@ -139,7 +140,7 @@ class LiveHost:
         cursor = since
         while reactor.seconds() < deadline:
             code, frame = await self.call(
-                "GET", f"/sessions/{sessionId}/events?since={cursor}&waitMs=2000"
+                "GET", f"/sessions/{sessionId}/events?since={cursor}&waitMs=2000", **who
             )
             assert code == 200, frame
             for event in frame["value"]["events"]:

@@ -23,6 +23,7 @@ from twisted.python import usage
 from vehicle.body._conductor import Conductor
 from vehicle.agent import AgentProfile
 from vehicle.body._launcher import EXTENSION, Launcher
+from vehicle.mirror import Mirror
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
@@ -111,6 +112,7 @@ class Bodies:
     clock: Any
     idleSeconds: float
     agent: AgentProfile | None = None
+    mirror: Mirror | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
 
     def attach(self, session: Session) -> None:
@@ -125,12 +127,20 @@ class Bodies:
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
         session.whenDeleted(lambda s: self.conductors.pop(s.sessionId, None))
+        if self.mirror is not None:
+            mirror = self.mirror
+            mirror.attach(session)
+            conductor.onSettled.append(lambda s, info: mirror.afterSettle(s))
+            session.whenDeleted(mirror.forget)
 
     async def disposeFor(self, session: Session) -> None:
         await session.conductor.dispose("deleted")
 
     async def snapshotFor(self, session: Session) -> dict[str, Any]:
-        return await session.conductor.snapshot()
+        extras = await session.conductor.snapshot()
+        if self.mirror is not None:
+            extras["mirror"] = self.mirror.state(session)
+        return extras
 
     def stop(self) -> Deferred:
         return gatherResults(
@@ -172,8 +182,13 @@ def buildHost(
         mcpUrl=settings.mcpUrl,
         hidden=(Path.home(),) + settings.boxHidden,
     )
+    mirror = Mirror(reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror)
     bodies = Bodies(
-        launcher=launcher, clock=reactor, idleSeconds=settings.bodyIdleMs / 1000.0, agent=agent
+        launcher=launcher,
+        clock=reactor,
+        idleSeconds=settings.bodyIdleMs / 1000.0,
+        agent=agent,
+        mirror=mirror,
     )
     registry.onSession.append(bodies.attach)
     api = VehicleAPI(
@@ -192,6 +207,8 @@ def buildHost(
             recordFolders=agent.recordFolders,
             disposeBody=bodies.disposeFor,
             snapshotExtras=bodies.snapshotFor,
+            deleteMirror=mirror.deleteInfo,
+            afterRename=mirror.afterRename,
         ),
     )
     return api, HostService(registry=registry, api=api, host=bodies)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_pi_smoke -*-
+# -*- test-case-name: tests.test_pi_smoke,tests.test_graph_tools -*-
 """
 How a pi child is launched: where pi and its Node are, its argv, its environment.
 

@@ -37,6 +37,10 @@ from vehicle.store import readJson, writeJsonAtomic
 
 MIRROR_FILE = "mirror.json"
 
+#: The cap on one message's text in the document, in UTF-8 bytes (the
+#: host's transcript keeps 16 KiB; the document keeps more).
+MAX_MESSAGE_BYTES = 256 * 1024
+
 STATES = ("off", "skipped", "pending", "written", "failed")
 
 REASON_OFF = "the mirror is turned off (VEHICLE_MIRROR=off)"
@@ -97,7 +101,7 @@ def renderSession(
     if path is None:
         return None
     try:
-        transcript = readSession(path).transcript()
+        transcript = readSession(path).transcript(maxText=MAX_MESSAGE_BYTES)
     except FileNotFoundError:
         return None
     if not transcript:
@@ -205,7 +209,10 @@ class Mirror:
     def attach(self, session: Any) -> None:
         """
         Start keeping a session: load its C{mirror.json} when present.
+        Attaching a session already kept changes nothing.
         """
+        if session.meta.sessionId in self._records:
+            return
         record = _Record()
         path = Path(session.directory) / MIRROR_FILE
         try:

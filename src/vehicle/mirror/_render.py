@@ -214,7 +214,7 @@ def renderConversation(
             author, words = personWords(str(item.get("text") or ""))
             current = [_who(author or person, item.get("timestamp"))]
             if words.strip():
-                current.append(words.strip("\n"))
+                current.append(words.strip("\n") + _cut(item))
             turns.append(current)
             lastSpeaker = "user"
         elif role == "assistant":
@@ -226,7 +226,7 @@ def renderConversation(
                 lastSpeaker = "assistant"
             text = str(item.get("text") or "").strip("\n")
             if text.strip():
-                current.append(text)
+                current.append(text + _cut(item))
             chips = [
                 _chip(call.get("name"), (item.get("entryId"), position) in errors)
                 for position, call in enumerate(item.get("toolCalls") or [])
@@ -241,6 +241,10 @@ def renderConversation(
         if turn:
             out += "\n\n---\n\n" + "\n\n".join(turn)
     return out + "\n"
+
+
+def _cut(item: Mapping[str, Any]) -> str:
+    return " \u2026 *(cut)*" if item.get("truncated") else ""
 
 
 def _code(text: str) -> str:

@@ -115,6 +115,7 @@ class Session:
     lease: Lease | None = None
     preview: str | None = None
     deleted: bool = False
+    closed: bool = False
     roomPolicy: str = "suggest"
     chimes: dict[str, dict[str, Any]] = field(factory=dict)
     conductor: Any = None
@@ -157,6 +158,13 @@ class Session:
         Append a durable event (written and synced before anyone sees it),
         then tell the watchers.
         """
+        if self.closed:
+            # The host is stopping: late news (a mirror pass) is not kept.
+            self._log.warn(
+                "Dropped {eventType} for {sessionId}: the session is closed",
+                eventType=eventType, sessionId=self.sessionId,
+            )
+            return {"type": eventType, "data": data or {}}
         event = {
             "seq": self.cursor + 1,
             "type": eventType,
@@ -523,13 +531,16 @@ class Session:
         self._events.reopen(trashDir / "events.jsonl")
         self._commandsLog.close()
         self.directory = trashDir
+        self.closed = False
         self.emit("session.deleted", {"trashedAs": trashedAs, "by": caller.holder()})
+        self.closed = True
         self._events.close()
         self.deleted = True
         for callback in self._onDeleted:
             callback(self)
 
     def close(self) -> None:
+        self.closed = True
         self._cancelLeaseTimer()
         self._events.close()
         self._commandsLog.close()

@@ -50,6 +50,8 @@ class Hooks:
     makeFolders: Callable[[str, Any], dict[str, Any]] | None = None
     #: (sessionId, sessionDir) -> the agent's folders as they are (a branch's copy).
     recordFolders: Callable[[str, Any], dict[str, Any]] | None = None
+    #: (session) -> called after a rename (the mirror follows it).
+    afterRename: Callable[[Session], Any] | None = None
     #: (session) -> the mirror's part of the delete answer, if any.
     deleteMirror: Callable[[Session], dict[str, Any] | None] | None = None
 
@@ -232,7 +234,10 @@ class VehicleAPI:
             replayed = session.replay(body["requestId"], body)
             if replayed is not None:
                 return self._frame(request, 200, replayed, replayed=True)
-        return self._frame(request, 200, drive.rename(session, caller, body))
+        result = drive.rename(session, caller, body)
+        if self.hooks.afterRename is not None:
+            self.hooks.afterRename(session)
+        return self._frame(request, 200, result)
 
     @router.route("/sessions/<sessionId>", methods=["DELETE"])
     def delete(self, request: IRequest, sessionId: str) -> Deferred:

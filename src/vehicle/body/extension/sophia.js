@@ -42,6 +42,10 @@ const TOKEN_TIMEOUT_MS = 30000;
 const HANDOFF_MS = 10000;
 const NO_TOKEN =
   "no delegation token: the session's owner must send a request before the graph tools can be used";
+const TOKEN_REFUSED =
+  "the graph refused the delegation token (expired or revoked): the session's owner must send a request";
+// What pi's MCP support says when the server answers 401 (it means sign-in).
+const SIGN_IN_REQUIRED = "requires sign-in";
 
 // fd 3 is the host's boot channel only when it is a pipe, file or socket the
 // host handed over. Without it, Node's own event loop may hold fd 3 (an
@@ -339,10 +343,19 @@ export default async function sophia(pi) {
     return undefined;
   });
 
-  // A preflight token its call did not use is dropped with the call.
+  // A preflight token its call did not use is dropped with the call. A 401
+  // (pi speaks of signing in) is told as what it is here; pi reconnects, with
+  // a token asked anew, on the next call.
   pi.on("tool_result", (event) => {
     state.handoffs.delete(event.toolCallId);
-    return undefined;
+    if (!isGraphTool(event.toolName) || !event.isError) {
+      return undefined;
+    }
+    const text = (event.content ?? []).map((part) => part?.text ?? "").join("");
+    if (!text.includes(SIGN_IN_REQUIRED)) {
+      return undefined;
+    }
+    return { content: [{ type: "text", text: TOKEN_REFUSED }], isError: true };
   });
 
   pi.on("message_end", (event) => {

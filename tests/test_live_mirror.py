@@ -1,0 +1,131 @@
+"""
+Integration: the mirror and delegation tokens, real pi + the gardend
+stand-in's MCP endpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from twisted.internet import reactor
+from twisted.trial.unittest import TestCase
+
+from vehicle.gardend import Config, StandIn
+
+from tests.harness import SECRET
+from tests.live import LiveHost, settledEvent
+
+
+def standIn(testCase: TestCase) -> StandIn:
+    config = Config.fromJSON(
+        {
+            "masterKey": "master-test",
+            "graphs": ["g1"],
+            "tokens": [],
+            "service": {"url": "http://127.0.0.1:9", "secret": SECRET},
+        }
+    )
+    stand = StandIn(root=testCase.mktemp(), config=config, reactor=reactor)
+    stand.listen(reactor, 0)
+    testCase.addCleanup(stand.stopListening)
+    return stand
+
+
+class MirrorTests(TestCase):
+    """
+    The conversation is mirrored as the person, through MCP.
+    """
+
+    timeout = 90
+
+    async def test_mirrorFollowsTheConversation(self) -> None:
+        """
+        The document appears after the first settled run with the person as
+        the audit's actor, is rewritten only when something changed,
+        follows a rename, survives an outage, and the delete answer names it.
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("alice", "g1", "owner")
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1", "title": "Cows"}, token=token)
+        sid = frame["value"]["session"]["sessionId"]
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "how many cows?"}, token=token)
+        events = await host.waitFor(sid, lambda e: e["type"] in ("mirror.written", "mirror.failed"))
+        self.assertEqual(events[-1]["type"], "mirror.written", events[-1])
+        docId = f"sophia-conversation-{sid}"
+        document = stand.document("g1", docId)
+        self.assertIn("how many cows?", document["content"])
+        self.assertEqual(document["title"], "Cows")
+        writes = [a for a in stand.audit() if a.get("documentId") == docId]
+        self.assertTrue(all(a["actor"] == "alice" and a["via"] == "service:vehicle" for a in writes))
+        audited = len(stand.audit())
+
+        code, frame = await host.call("PATCH", f"/sessions/{sid}", {"title": "Many cows"}, token=token)
+        await host.waitFor(sid, lambda e: e["type"] == "mirror.written", since=frame["value"]["session"]["cursor"])
+        self.assertEqual(stand.document("g1", docId)["title"], "Many cows")
+        # A title change alone is a rename, not a rewrite.
+        self.assertEqual([a["tool"] for a in stand.audit()[audited:]], ["rename"])
+
+        stand.setOffline(True)
+        cursor = host.registry().sessions[sid].cursor
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p2", "text": "and sheep?"}, token=token)
+        events = await host.waitFor(sid, lambda e: e["type"] == "mirror.failed", since=cursor)
+        stand.setOffline(False)
+        cursor = events[-1]["seq"]
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p3", "text": "and goats?"}, token=token)
+        await host.waitFor(sid, lambda e: e["type"] == "mirror.written", since=cursor)
+        content = stand.document("g1", docId)["content"]
+        self.assertIn("and sheep?", content)
+        self.assertIn("and goats?", content)
+
+        code, frame = await host.call("GET", f"/sessions/{sid}", token=token)
+        self.assertEqual(frame["value"]["mirror"]["state"], "written")
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed" and e["data"]["commandId"] == "p3")
+        code, frame = await host.call("DELETE", f"/sessions/{sid}")
+        self.assertEqual(code, 200, frame)
+        self.assertEqual(frame["value"]["mirror"], {"documentId": docId, "graphId": "g1"})
+        for path in Path(host.root).rglob("*"):
+            if path.is_file():
+                self.assertNotIn(token.encode(), path.read_bytes(), str(path))
+
+    async def test_delegationRequiredAfterRestart(self) -> None:
+        """
+        After a restart the session has no token until its owner's next
+        request: a prompt without one is delegation_required; with one it
+        runs.
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("alice", "g1", "owner")
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, token=token)
+        sid = frame["value"]["session"]["sessionId"]
+        await host.restart()
+        code, frame = await host.call("POST", f"/sessions/{sid}/commands",
+                                      {"type": "prompt", "requestId": "p1", "text": "hi"})
+        self.assertEqual((code, frame["code"]), (409, "delegation_required"))
+        code, frame = await host.call("POST", f"/sessions/{sid}/commands",
+                                      {"type": "prompt", "requestId": "p1", "text": "hi"}, token=token)
+        self.assertEqual(code, 202, frame)
+        await host.waitFor(sid, settledEvent)
+
+    async def test_viewerNeverMirrored(self) -> None:
+        """
+        A viewer's session is never written; its snapshot says why.
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("vera", "g1", "viewer")
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"},
+                                      principal="vera", role="viewer", token=token)
+        sid = frame["value"]["session"]["sessionId"]
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "hi"},
+                        principal="vera", role="viewer", token=token)
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed",
+                           principal="vera", role="viewer", token=token)
+        code, frame = await host.call("GET", f"/sessions/{sid}", principal="vera", role="viewer", token=token)
+        self.assertEqual(frame["value"]["mirror"]["state"], "skipped")
+        self.assertIsNone(stand.document("g1", f"sophia-conversation-{sid}"))
