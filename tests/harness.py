@@ -125,6 +125,8 @@ class FakeLauncher:
     without pi, and commands simply wait for a body that never answers.
     """
 
+    mcpUrl = None
+
     def __init__(self) -> None:
         self.spawned: list[FakePiTransport] = []
 

@@ -129,3 +129,73 @@ class MirrorTests(TestCase):
         code, frame = await host.call("GET", f"/sessions/{sid}", principal="vera", role="viewer", token=token)
         self.assertEqual(frame["value"]["mirror"]["state"], "skipped")
         self.assertIsNone(stand.document("g1", f"sophia-conversation-{sid}"))
+
+
+class GraphToolTests(TestCase):
+    """
+    The body's graph tools act as the person, through the host's wiring.
+    """
+
+    timeout = 90
+
+    async def test_chatToolCallAuditedAsPerson(self) -> None:
+        """
+        A chat session's model calls a writer tool; the stand-in's audit
+        names the person (via service:vehicle), and the token used is the
+        newest the owner sent.
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        first = stand.mintDelegation("alice", "g1", "owner")
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, token=first)
+        sid = frame["value"]["session"]["sessionId"]
+        second = stand.mintDelegation("alice", "g1", "owner")
+        self.assertNotEqual(first, second)
+        tool = '[[TOOL:mcp__graph__create_document {"title": "Cow notes"}]]'
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "note it " + tool}, token=second)
+        events = await host.waitFor(sid, lambda e: e["type"] == "tool.result")
+        self.assertFalse(events[-1]["data"]["isError"], events[-1])
+        created = [a for a in stand.audit() if a["tool"] == "create_document"
+                   and not a.get("documentId", "").startswith("sophia-conversation-")]
+        self.assertTrue(created, stand.audit())
+        self.assertEqual({(a["actor"], a["via"]) for a in created}, {("alice", "service:vehicle")})
+
+    async def test_viewerHasOnlyReaderTools(self) -> None:
+        """
+        A viewer session's body cannot write: the writer tool is not there,
+        and nothing lands in the stand-in.
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("vera", "g1", "viewer")
+        who = {"principal": "vera", "role": "viewer", "token": token}
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, **who)
+        sid = frame["value"]["session"]["sessionId"]
+        tool = '[[TOOL:mcp__graph__create_document {"title": "Nope"}]]'
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "write " + tool}, **who)
+        events = await host.waitFor(sid, lambda e: e["type"] == "tool.result", **who)
+        self.assertTrue(events[-1]["data"]["isError"])
+        self.assertEqual([a for a in stand.audit() if a["tool"] == "create_document"], [])
+
+    async def test_agentGraphToolThroughTheDoor(self) -> None:
+        """
+        A boxed agent body has no network: its graph tools reach the stand-in
+        through the host's door, still as the person.
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("alice", "g1", "owner")
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1", "profile": "agent"},
+                                      token=token)
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        tool = '[[TOOL:mcp__graph__create_document {"title": "Boxed notes"}]]'
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "note " + tool}, token=token)
+        events = await host.waitFor(sid, lambda e: e["type"] == "tool.result")
+        self.assertFalse(events[-1]["data"]["isError"], events[-1])
+        created = [a for a in stand.audit() if a["tool"] == "create_document"
+                   and not a.get("documentId", "").startswith("sophia-conversation-")]
+        self.assertEqual({(a["actor"], a["via"]) for a in created}, {("alice", "service:vehicle")})

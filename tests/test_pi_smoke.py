@@ -24,11 +24,13 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase, TestCase
 from vehicle.body._launch import (
     AGENT_TOOLS,
     BUILTIN_TOOLS,
+    MCP_EXTENSION,
     SOPHIA_EXTENSION,
     PiCommand,
     PiNotInstalled,
     agentSettings,
     bootConfig,
+    checkMcpUrl,
     findPi,
     nodeArchitecture,
     piArgv,
@@ -395,6 +397,34 @@ class LaunchTests(SynchronousTestCase):
         self.assertEqual(argv[4:8], ["--session-dir", "/s", "--session", "/s/one.jsonl"])
         self.assertEqual(argv[-3:], ["--no-builtin-tools", "--tools", "+read,+write,+edit,+bash"])
 
+    def test_mcpArgv(self) -> None:
+        """
+        With C{mcp}, pi's built-in MCP support is loaded explicitly (the
+        isolation flags drop it), before the project's extension.
+        """
+        argv = piArgv(
+            self.pi,
+            sessionDir=Path("/s"),
+            sessionFile=None,
+            extension=Path("/x/sophia.js"),
+            model="sophia/fake-1",
+            tools=None,
+            mcp=True,
+        )
+        self.assertEqual(MCP_EXTENSION, "builtin:mcp")
+        at = argv.index("builtin:mcp")
+        self.assertEqual(argv[at - 1 : at + 3], ["-e", "builtin:mcp", "-e", "/x/sophia.js"])
+        self.assertLess(argv.index("--no-extensions"), at)
+        without = piArgv(
+            self.pi,
+            sessionDir=Path("/s"),
+            sessionFile=None,
+            extension=Path("/x/sophia.js"),
+            model="sophia/fake-1",
+            tools=None,
+        )
+        self.assertNotIn("builtin:mcp", without)
+
     def test_argvRefusals(self) -> None:
         """
         Relative paths (pi would resolve them against its own cwd), a model
@@ -449,6 +479,36 @@ class LaunchTests(SynchronousTestCase):
             {"providers": {"sophia": provider}, "budget": {"maxTurns": 3, "maxCostUsd": 1.0}},
         )
         self.assertNotIn(b" ", raw.replace(b"Fake One", b""))
+
+    def test_bootConfigMcp(self) -> None:
+        """
+        An MCP endpoint becomes C{"mcp": {"url": ...}}; without one there is
+        no C{mcp} key.
+        """
+        provider = _model("http://127.0.0.1:1/v1", "k")
+        budget = {"maxTurns": 3, "maxCostUsd": 1.0}
+        raw = bootConfig(
+            providers={"sophia": provider}, budget=budget, mcpUrl="http://127.0.0.1:8710/mcp"
+        )
+        self.assertEqual(json.loads(raw)["mcp"], {"url": "http://127.0.0.1:8710/mcp"})
+        self.assertNotIn("mcp", json.loads(bootConfig(providers={"sophia": provider}, budget=budget)))
+
+    def test_mcpUrlMustReachPiAuth(self) -> None:
+        """
+        pi sends a provider token only to https or to http on loopback: other
+        endpoints are refused rather than silently getting no token.
+        """
+        for url in ["https://garden.example/mcp", "http://localhost:1/mcp", "http://[::1]:1/mcp"]:
+            self.assertEqual(checkMcpUrl(url), url)
+        for url in ["http://10.0.0.1/mcp", "http://garden.example/mcp", "ftp://127.0.0.1/mcp", "/mcp"]:
+            with self.assertRaises(ValueError, msg=url):
+                checkMcpUrl(url)
+        with self.assertRaises(ValueError):
+            bootConfig(
+                providers={"sophia": _model("http://127.0.0.1:1/v1", "k")},
+                budget={"maxTurns": 3, "maxCostUsd": 1.0},
+                mcpUrl="http://10.0.0.1/mcp",
+            )
 
     def test_bootConfigRefusals(self) -> None:
         """

@@ -170,6 +170,7 @@ def buildHost(
             models=models,
             piRoot=settings.piRoot,
             piCommand=settings.piCommand,
+            mcpUrl=settings.mcpUrl,
         )
     agent = AgentProfile(
         reactor=reactor,

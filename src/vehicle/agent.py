@@ -20,7 +20,14 @@ from twisted.logger import Logger
 from twisted.internet.defer import Deferred
 
 from vehicle.body._launcher import BodyPaths, BodyPlan, Wrapper
-from vehicle.box import BoxSpec, FolderIdentity, bwrapArgv, canonicalSpec, decideIsolation
+from vehicle.box import (
+    BoxSpec,
+    FolderIdentity,
+    bwrapArgv,
+    canonicalSpec,
+    decideIsolation,
+    systemRoots,
+)
 from vehicle.box._proxy import ModelDoor, Upstream
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
@@ -151,6 +158,7 @@ class AgentProfile:
             wrap=self.wrapper(door),
             bootExtra={"bridge": {"socket": str(door.socketPath), "port": BRIDGE_PORT}},
             box=tier,
+            mcpUrl=f"http://127.0.0.1:{BRIDGE_PORT}/mcp" if door.mcp is not None else None,
             cleanup=lambda: Deferred.fromCoroutine(self.closeDoor(session)),
         )
 
@@ -165,6 +173,7 @@ class AgentProfile:
             socketPath=self.runDir() / session.sessionId / "model.sock",
             model=Upstream(baseUrl=spec["baseUrl"], key=spec["apiKey"]),
             mcp=Upstream(baseUrl=self.mcpUrl) if self.mcpUrl else None,
+            gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
         await door.listen()
         self.doors[session.sessionId] = door
@@ -208,6 +217,9 @@ class AgentProfile:
                     socketDir=door.socketPath.parent,
                     env=env,
                     command=argv,
+                    # Only the system: no host folder but the body's own,
+                    # so no socket planted anywhere else is reachable.
+                    system=systemRoots(),
                 )
             )
             # bwrap's own environment is visible inside as /proc/1/environ.

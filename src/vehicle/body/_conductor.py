@@ -95,6 +95,7 @@ class Conductor:
     _expectExit: bool = False
     _abortRequested: bool = False
     _plan: BodyPlan | None = None
+    _modelRequests: int = 0
 
     # -- IConductor ---------------------------------------------------------
 
@@ -256,6 +257,7 @@ class Conductor:
                 providers=plan.providers,
                 wrap=plan.wrap,
                 bootExtra=plan.bootExtra,
+                mcpUrl=plan.mcpUrl or self.launcher.mcpUrl,
             )
             state = await protocol.request({"type": "get_state"})
         except BaseException:
@@ -399,11 +401,28 @@ class Conductor:
         self.session.emit("session.shutdown", {"by": by})
         self.session.setStatus(command["commandId"], "completed")
 
+    # -- the door's meter ---------------------------------------------------
+
+    def meterModelRequest(self) -> str | None:
+        """
+        May the body's door forward one more model request?  Only during a
+        run, and no more than the run's turn budget: pi's own guard stops
+        it before that, so only a tool calling the door itself is refused.
+        """
+        if not self.runActive:
+            return "no run is under way"
+        if self._modelRequests >= self.session.meta.maxTurns:
+            return "this run's turn budget is spent"
+        self._modelRequests += 1
+        return None
+
     # -- IBodySink ----------------------------------------------------------
 
     def piEvent(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "agent_start":
+            if not self.translator.runOpen:
+                self._modelRequests = 0
             self.runActive = True
             self._cancelIdle()
         elif kind == "message_end":

@@ -69,6 +69,13 @@ class BodyPaths:
     def prepare(self) -> None:
         for path in (self.piDir, self.agentDir, self.home, self.workDir):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # A body may write its own agent dir: an MCP config left there could
+        # redirect the graph tools' token on the next start.
+        for name in ("mcp.json", "mcp-auth.json"):
+            try:
+                (self.agentDir / name).unlink()
+            except FileNotFoundError:
+                pass
         writeAtomic(
             self.agentDir / "settings.json",
             json.dumps(agentSettings()).encode("utf-8"),
@@ -94,6 +101,9 @@ class BodyPlan:
     bootExtra: dict[str, Any] | None = None
     box: str | None = None
     cleanup: Callable[[], Any] | None = None
+    #: The graph's MCP endpoint as this body reaches it; L{None}: the
+    #: launcher's own (gardend's loopback /mcp), or no graph tools at all.
+    mcpUrl: str | None = None
 
 
 @define(eq=False)
@@ -109,6 +119,8 @@ class Launcher:
     piRoot: Path
     piCommand: tuple[str, ...] | None = None
     extension: Path = EXTENSION
+    #: gardend's MCP endpoint: bodies get the graph tools when it is set.
+    mcpUrl: str | None = None
     _pi: PiCommand | None = field(default=None, init=False)
 
     def pi(self) -> PiCommand:
@@ -127,6 +139,7 @@ class Launcher:
         providers: dict[str, dict[str, Any]] | None = None,
         wrap: Wrapper | None = None,
         bootExtra: dict[str, Any] | None = None,
+        mcpUrl: str | None = None,
     ) -> IProcessTransport:
         """
         Spawn C{pi --mode rpc} for a session and hand it its boot config.
@@ -140,6 +153,7 @@ class Launcher:
             extension=self.extension,
             model=model,
             tools=AGENT_TOOLS if profile == "agent" else None,
+            mcp=mcpUrl is not None,
         )
         if self.piCommand:
             argv = list(self.piCommand) + argv[2:]
@@ -153,7 +167,7 @@ class Launcher:
         if providers is None:
             name, spec = self.models.providerFor(model)
             providers = {name: spec}
-        boot = bootConfig(providers=providers, budget=budget)
+        boot = bootConfig(providers=providers, budget=budget, mcpUrl=mcpUrl)
         if bootExtra:
             boot = json.dumps({**json.loads(boot), **bootExtra}, separators=(",", ":")).encode()
         transport = self.reactor.spawnProcess(

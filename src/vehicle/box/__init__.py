@@ -28,16 +28,20 @@ from vehicle.box._seatbelt import (
     seatbeltProfile,
 )
 from vehicle.box._spec import (
+    SYSTEM_FOLDERS,
     BoxSpec,
     BoxSpecError,
     canonicalPath,
     canonicalSpec,
     checkSpec,
+    systemRoots,
 )
 
 
 __all__ = [
     "BoxSpec",
+    "SYSTEM_FOLDERS",
+    "systemRoots",
     "BoxSpecError",
     "FolderIdentity",
     "IsolationDecision",

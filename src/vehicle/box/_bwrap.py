@@ -60,7 +60,15 @@ def bwrapArgv(spec: BoxSpec) -> list[str]:
     argv = [spec.bwrap, *NAMESPACE_FLAGS, "--clearenv"]
     for name, value in spec.env:
         argv += ["--setenv", name, value]
-    argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if spec.system is None:
+        argv += ["--ro-bind", "/", "/"]
+    else:
+        for path, target in spec.system:
+            if target is None:
+                argv += ["--ro-bind", str(path), str(path)]
+            else:
+                argv += ["--symlink", target, str(path)]
+    argv += ["--dev", "/dev", "--proc", "/proc"]
 
     # The private /tmp already hides the host's; masking it again and making
     # that read-only would take the body's /tmp away.
@@ -82,6 +90,10 @@ def bwrapArgv(spec: BoxSpec) -> list[str]:
         argv += args
     for hidden in masked:
         argv += ["--remount-ro", str(hidden)]
+    if spec.system is not None:
+        # bwrap's own root is a tmpfs holding the mount points: read-only too,
+        # so nothing outside the body's folders and /tmp takes a write.
+        argv += ["--remount-ro", "/"]
 
     argv += ["--chdir", str(spec.workspace), "--", *spec.command]
     return argv

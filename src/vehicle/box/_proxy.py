@@ -85,6 +85,10 @@ class ModelDoor:
     model: Upstream
     mcp: Upstream | None = None
     token: str = field(factory=newToken, repr=False)
+    #: Asked before each model request: L{None} to let it through, or the
+    #: reason to refuse it (the door meters the body's own budget, since a
+    #: tool that read the token out of pi's memory could call it too).
+    gate: Any = None
     port: IListeningPort | None = None
     http: Any = field(default=treq)
 
@@ -132,6 +136,9 @@ class ModelDoor:
             expected = b"Bearer " + self.token.encode("ascii")
             if not hmac.compare_digest(given, expected):
                 return self._refuse(request, 401, "this door needs its body's token")
+            refusal = self.gate() if self.gate is not None else None
+            if refusal is not None:
+                return self._refuse(request, 429, refusal)
             headers.setRawHeaders(b"authorization", [b"Bearer " + upstream.key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])

@@ -61,6 +61,12 @@ class BoxSpec:
         C{--clearenv}); never a secret. Kept as ordered pairs.
     @ivar command: the argv run inside the box.
     @ivar tmpSizeBytes: the size cap of the private C{/tmp}.
+    @ivar system: L{None} to see the host's whole root read-only; otherwise
+        only these system folders are shown (read-only), so nothing else on
+        the host (its sockets in C{/run}, other people's folders) exists in
+        the box.  Pairs of C{(path, None)} bind the folder; C{(path, target)}
+        make C{path} a symlink to C{target}, as merged-C{/usr} systems have
+        (see L{systemRoots}).
     """
 
     bwrap: str = "/usr/bin/bwrap"
@@ -72,6 +78,28 @@ class BoxSpec:
     env: tuple[tuple[str, str], ...] = field(default=(), converter=_env)
     command: tuple[str, ...] = field(converter=tuple)
     tmpSizeBytes: int = 256 * 1024 * 1024
+    system: tuple[tuple[Path, str | None], ...] | None = None
+
+
+#: The folders a minimal root shows: the system and its configuration.
+SYSTEM_FOLDERS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+
+
+def systemRoots(folders: Sequence[str] = SYSTEM_FOLDERS) -> tuple[tuple[Path, str | None], ...]:
+    """
+    Look at the host: which of C{folders} exist, and which are symlinks
+    (merged C{/usr}).  Impure; feed the result to L{BoxSpec.system}.
+    """
+    import os
+
+    found: list[tuple[Path, str | None]] = []
+    for folder in folders:
+        path = Path(folder)
+        if path.is_symlink():
+            found.append((path, os.readlink(path)))
+        elif path.is_dir():
+            found.append((path, None))
+    return tuple(found)
 
 
 #: Words that mark an environment variable as a credential.  The box's
@@ -239,6 +267,7 @@ def canonicalSpec(spec: BoxSpec) -> BoxSpec:
         env=dict(spec.env),
         command=spec.command,
         tmpSizeBytes=spec.tmpSizeBytes,
+        system=spec.system,
     )
     checkSpec(canonical)
     return canonical
