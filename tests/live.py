@@ -26,6 +26,7 @@ from vehicle.testing import ScriptedModel
 from vehicle.web import VehicleSite
 
 from tests.harness import SECRET, identity
+from tests.schemas import assertValidFrame
 
 
 def requirePi() -> None:
@@ -110,7 +111,10 @@ class LiveHost:
         data = json.dumps(body).encode() if body is not None else None
         response = await self.http.request(method, self.url + path, headers=headers, data=data)
         content = await response.content()
-        return response.code, json.loads(content)
+        frame = json.loads(content)
+        # Every answer a live test sees is held to the protocol's schemas.
+        assertValidFrame(self.testCase, frame)
+        return response.code, frame
 
     async def create(self, **body: Any) -> str:
         body.setdefault("requestId", "create-" + secrets.token_hex(4))

@@ -23,6 +23,7 @@ from twisted.python import usage
 from vehicle.body._conductor import Conductor
 from vehicle.agent import AgentProfile
 from vehicle.body._launcher import EXTENSION, Launcher
+from vehicle.errors import VehicleError
 from vehicle.mirror import Mirror
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry, Session
@@ -84,12 +85,24 @@ class HostService(Service):
     def startService(self) -> None:
         Service.startService(self)
         self.registry.loadAll()
+        if self.host is not None and getattr(self.host, "agent", None) is not None:
+            Deferred.fromCoroutine(self._probe(self.host.agent))
         self._log.info(
             "vehicle {version} serving {count} sessions from {dataDir}",
             version=_version(),
             count=len(self.registry.sessions),
             dataDir=str(self.registry.dataDir.root),
         )
+
+    async def _probe(self, agent: AgentProfile) -> None:
+        try:
+            tier = await agent.decide()
+        except VehicleError as e:
+            self._log.warn("Agent sessions are unavailable here: {reason}", reason=e.message)
+        except Exception:
+            self._log.failure("The box probe failed")
+        else:
+            self._log.info("Agent bodies run in isolation tier {tier}", tier=tier)
 
     def stopService(self) -> Any:
         Service.stopService(self)
@@ -209,6 +222,7 @@ def buildHost(
             disposeBody=bodies.disposeFor,
             snapshotExtras=bodies.snapshotFor,
             deleteMirror=mirror.deleteInfo,
+            precheckBody=agent.precheck,
             afterRename=mirror.afterRename,
         ),
     )

@@ -139,6 +139,15 @@ class AgentProfile:
                     {"folder": name},
                 )
 
+    async def precheck(self, session: Session) -> None:
+        """
+        Could a body be made for this session now?  (Chat: always.)
+        """
+        if session.meta.profile != "agent":
+            return
+        await self.decide()
+        self.checkFolders(session)
+
     async def plan(self, session: Session) -> BodyPlan:
         """
         Before each agent body: probe the box, check the folders, open the

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import treq
 from attrs import define, field
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.endpoints import UNIXServerEndpoint
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
@@ -105,7 +105,7 @@ class ModelDoor:
     async def close(self) -> None:
         if self.port is not None:
             port, self.port = self.port, None
-            await port.stopListening()
+            await maybeDeferred(port.stopListening)
         try:
             self.socketPath.unlink()
         except FileNotFoundError:

@@ -50,6 +50,9 @@ class Hooks:
     makeFolders: Callable[[str, Any], dict[str, Any]] | None = None
     #: (sessionId, sessionDir) -> the agent's folders as they are (a branch's copy).
     recordFolders: Callable[[str, Any], dict[str, Any]] | None = None
+    #: (session) -> raises when a body could not be started now (an agent's
+    #: box is unavailable, or its folders were tampered with).
+    precheckBody: Callable[[Session], Awaitable[None]] | None = None
     #: (session) -> called after a rename (the mirror follows it).
     afterRename: Callable[[Session], Any] | None = None
     #: (session) -> the mirror's part of the delete answer, if any.
@@ -321,6 +324,19 @@ class VehicleAPI:
                 "this session has no delegation token yet: the session's owner must "
                 "send a request through its graph first",
             )
+        if (
+            self.hooks.precheckBody is not None
+            and ("text" in body or body["type"] == "accept_chime")
+            and session.bodyState() == "dormant"
+        ):
+            # Refuse now, with the protocol's status, rather than accept a
+            # command whose body cannot be made.
+            drive.checkDriver(session, caller)
+            await self.hooks.precheckBody(session)
+            session = self._session(caller, sessionId)
+            replayed = session.replay(body["requestId"], body)
+            if replayed is not None:
+                return self._frame(request, 200, replayed, replayed=True)
         return self._frame(request, 202, drive.submitCommand(session, caller, body))
 
     @router.route("/sessions/<sessionId>/chimes", methods=["POST"])
