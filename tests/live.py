@@ -15,6 +15,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.internet.task import deferLater
 from twisted.trial.unittest import SkipTest, TestCase
 
@@ -52,6 +53,19 @@ class LiveHost:
 
     async def start(self) -> "LiveHost":
         requirePi()
+        # Everything the host logs, as text, for the leak scans.
+        self.logLines: list[str] = []
+
+        def observe(event: dict[str, Any]) -> None:
+            text = formatEvent(event)
+            if text:
+                self.logLines.append(text)
+            failure = event.get("log_failure")
+            if failure is not None:
+                self.logLines.append(failure.getTraceback())
+
+        globalLogPublisher.addObserver(observe)
+        self.testCase.addCleanup(globalLogPublisher.removeObserver, observe)
         self.modelPort = await self.model.listen(reactor)
         self.testCase.addCleanup(self.modelPort.stopListening)
         await self._startHost()

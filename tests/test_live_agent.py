@@ -42,3 +42,26 @@ class AgentTests(TestCase):
         self.assertEqual((workspace / "made.txt").read_text(), "hi\n")
         for headers, _ in host.model.requests:
             self.assertEqual(headers["authorization"], "Bearer " + host.key)
+
+    async def test_abortDuringToolCall(self) -> None:
+        """
+        Abort while a tool runs: the run settles aborted, and the next prompt
+        runs normally (pi's history stays acceptable to the provider: every
+        tool call has its result).
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create(profile="agent")
+        await host.command(sid, "prompt", "p1", text="wait " + bash("sleep 20"))
+        await host.waitFor(sid, lambda e: e["type"] == "tool.started")
+        code, frame = await host.command(sid, "abort", "a1")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, settledEvent)
+        self.assertTrue(events[-1]["data"]["aborted"])
+        cursor = events[-1]["seq"]
+        await host.command(sid, "prompt", "p2", text="are we fine?")
+        events = await host.waitFor(sid, settledEvent, since=cursor)
+        self.assertFalse(events[-1]["data"]["aborted"], events[-1])
+        self.assertNotIn("run.error", [e["type"] for e in events])
+        body = host.model.requests[-1][1]
+        roles = [m["role"] for m in body["messages"]]
+        self.assertIn("tool", roles)

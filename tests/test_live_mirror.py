@@ -5,6 +5,7 @@ stand-in's MCP endpoint.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from twisted.internet import reactor
@@ -83,6 +84,10 @@ class MirrorTests(TestCase):
 
         code, frame = await host.call("GET", f"/sessions/{sid}", token=token)
         self.assertEqual(frame["value"]["mirror"]["state"], "written")
+        # The token lives in memory only: no event, no log line.
+        self.assertNotIn(token, json.dumps(host.events(sid)))
+        self.assertNotIn(token, "\n".join(host.logLines))
+        self.assertTrue(host.logLines, "the host logged nothing: the scan proves nothing")
         await host.waitFor(sid, lambda e: e["type"] == "command.completed" and e["data"]["commandId"] == "p3")
         code, frame = await host.call("DELETE", f"/sessions/{sid}")
         self.assertEqual(code, 200, frame)
