@@ -6,6 +6,7 @@ pinned runtime in C{.venv/pi}) on loopback, against the scripted model.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import Any, Callable
@@ -303,6 +304,8 @@ class TwistdHost(LiveHost):
             "VEHICLE_MODELS": str(self.modelsFile),
             "VEHICLE_DEFAULT_MODEL": "scripted/echo-1",
             "SCRIPTED_KEY": self.key,
+            **({"VEHICLE_PI_ROOT": os.environ["VEHICLE_PI_ROOT"]}
+               if os.environ.get("VEHICLE_PI_ROOT") else {}),
             **{k: str(v) for k, v in self.overrides.items()},
         }
         twistd = str(Path(sys.prefix) / "bin" / "twistd")

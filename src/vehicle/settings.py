@@ -65,8 +65,11 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
 
 def defaultPiRoot() -> Path:
     """
-    Where C{scripts/setup} installs the pinned pi runtime: C{<venv>/pi}.
+    Where C{scripts/setup} installs the pinned pi runtime: C{<venv>/pi}, or
+    C{$VEHICLE_PI_ROOT} (tox's environments point it at the project's).
     """
+    if os.environ.get("VEHICLE_PI_ROOT"):
+        return Path(os.environ["VEHICLE_PI_ROOT"])
     return Path(sys.prefix) / "pi"
 
 
