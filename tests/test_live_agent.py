@@ -6,6 +6,7 @@ model reached only through the host's door.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from twisted.trial.unittest import TestCase
@@ -65,3 +66,31 @@ class AgentTests(TestCase):
         body = host.model.requests[-1][1]
         roles = [m["role"] for m in body["messages"]]
         self.assertIn("tool", roles)
+
+    async def test_cloneCopiesWorkspace(self) -> None:
+        """
+        A clone of an agent session gets a snapshot of the workspace: files
+        copied, a link copied as a link (never followed), later changes in
+        either not seen by the other; its body runs in its own box.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create(profile="agent")
+        await host.command(sid, "prompt", "p1",
+                           text="set up " + bash("echo one > a.txt && ln -s /etc/hostname link"))
+        await host.waitFor(sid, settledEvent)
+        code, frame = await host.command(sid, "clone", "c1")
+        self.assertEqual(code, 201, frame)
+        clone = frame["value"]["session"]
+        self.assertEqual(clone["profile"], "agent")
+        source = host.root / "workspaces" / sid
+        copy = host.root / "workspaces" / clone["sessionId"]
+        self.assertEqual((copy / "a.txt").read_text(), "one\n")
+        self.assertTrue((copy / "link").is_symlink())
+        self.assertEqual(os.readlink(copy / "link"), "/etc/hostname")
+        (source / "a.txt").write_text("changed\n")
+        self.assertEqual((copy / "a.txt").read_text(), "one\n")
+        await host.command(clone["sessionId"], "prompt", "p2", text="add " + bash("echo two > b.txt"))
+        events = await host.waitFor(clone["sessionId"], settledEvent)
+        self.assertFalse(events[-1]["data"]["aborted"])
+        self.assertTrue((copy / "b.txt").exists())
+        self.assertFalse((source / "b.txt").exists())
