@@ -99,8 +99,8 @@ class HostService(Service):
             tier = await agent.decide()
         except VehicleError as e:
             self._log.warn("Agent sessions are unavailable here: {reason}", reason=e.message)
-        except Exception:
-            self._log.failure("The box probe failed")
+        except Exception as e:
+            self._log.error("The box probe could not run: {error!r}", error=e)
         else:
             self._log.info("Agent bodies run in isolation tier {tier}", tier=tier)
 

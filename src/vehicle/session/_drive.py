@@ -136,13 +136,6 @@ def submitCommand(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
     if kind in LEASED_COMMANDS:
         checkDriver(session, caller)
         session.requireLease(caller)
-    commandId = body.get("commandId") or body["requestId"]
-    if commandId in session.commands:
-        raise VehicleError(
-            "command_exists",
-            f"a command with id {commandId!r} already exists in this session",
-            {"commandId": commandId},
-        )
     if kind == "cancel":
         return _cancel(session, caller, body)
     if kind == "set_room_policy":

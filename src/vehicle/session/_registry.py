@@ -15,7 +15,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
-from vehicle.session._session import Session, fingerprint, normalizeTitle
+from vehicle.session._session import Session, fingerprint, normalizeTitle, replayed
 from vehicle.session._values import OPEN_STATUSES, Caller, SessionMeta
 from vehicle.store import CorruptLog, DataDir, JsonlLog, readJson, writeJsonAtomic
 
@@ -82,17 +82,7 @@ class Registry:
     # -- creation -----------------------------------------------------------
 
     def replayCreation(self, caller: Caller, requestId: str, body: Any) -> dict[str, Any] | None:
-        known = self._creations.get((caller.principal, requestId))
-        if known is None:
-            return None
-        digest, frame = known
-        if digest != fingerprint(body):
-            raise VehicleError(
-                "request_id_conflict",
-                f"requestId {requestId!r} was already used with a different body",
-                {"requestId": requestId},
-            )
-        return frame
+        return replayed(self._creations.get((caller.principal, requestId)), requestId, body)
 
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex

@@ -55,6 +55,28 @@ def fingerprint(body: Any) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def replayed(
+    known: tuple[str, dict[str, Any]] | None, requestId: str, body: Any
+) -> dict[str, Any] | None:
+    """
+    The idempotency rule, in one place: a known request with the same body
+    replays its frame, with another body it is a conflict.
+
+    @param known: the remembered C{(fingerprint, frame)}, or L{None}.
+    @raise VehicleError: C{request_id_conflict}.
+    """
+    if known is None:
+        return None
+    digest, frame = known
+    if digest != fingerprint(body):
+        raise VehicleError(
+            "request_id_conflict",
+            f"requestId {requestId!r} was already used with a different body",
+            {"requestId": requestId},
+        )
+    return frame
+
+
 def normalizeTitle(title: str | None) -> str | None:
     """
     Whitespace runs become one space, trimmed, at most 200 characters;
@@ -362,17 +384,7 @@ class Session:
 
         @raise VehicleError: C{request_id_conflict} for another body.
         """
-        known = self._requests.get(requestId)
-        if known is None:
-            return None
-        digest, frame = known
-        if digest != fingerprint(body):
-            raise VehicleError(
-                "request_id_conflict",
-                f"requestId {requestId!r} was already used with a different body",
-                {"requestId": requestId},
-            )
-        return frame
+        return replayed(self._requests.get(requestId), requestId, body)
 
     def remember(
         self, kind: str, caller: Caller, requestId: str, body: Any, frame: dict[str, Any]
