@@ -22,7 +22,7 @@ _CLIENT = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
 def _header(request: IRequest, name: str) -> str | None:
-    raw = request.getHeader(name)
+    raw = request.getHeader(name.encode("ascii"))
     if raw is None:
         return None
     return raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
