@@ -11,6 +11,7 @@ from typing import Any
 
 from treq.testing import StubTreq
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactorClock
 from twisted.internet.interfaces import IProcessTransport
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
@@ -148,7 +149,7 @@ class Harness:
 
     def __init__(self, testCase: SynchronousTestCase, root: Path | None = None, **settings: Any) -> None:
         self.testCase = testCase
-        self.clock = Clock()
+        self.clock = MemoryReactorClock()
         self.clock.advance(1_796_000_000)
         self.root = root or Path(testCase.mktemp())
         self.overrides = settings

@@ -120,9 +120,12 @@ class LiveHost:
         # Let the model's side of each dead body's connection see its end.
         await sleep(0.1)
 
-    async def call(self, method: str, path: str, body: Any = None, **who: Any) -> tuple[int, Any]:
+    async def call(self, method: str, path: str, body: Any = None,
+                   headers: dict[str, str] | None = None, **who: Any) -> tuple[int, Any]:
+        extra = headers or {}
         headers = identity(**who)
         headers["content-type"] = "application/json"
+        headers.update(extra)
         data = json.dumps(body).encode() if body is not None else None
         response = await self.http.request(method, self.url + path, headers=headers, data=data)
         content = await response.content()

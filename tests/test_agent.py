@@ -134,7 +134,7 @@ class AgentHarness(Harness):
         super().__init__(testCase, root=Path(testCase.mktemp()).absolute(), **settings)
 
     def _start(self) -> None:
-        if not isinstance(self.clock, MemoryReactorClock):
+        if not isinstance(self.clock, Reactor):
             now = self.clock.seconds()
             self.clock = Reactor()
             self.clock.advance(now)

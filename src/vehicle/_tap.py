@@ -25,6 +25,8 @@ from vehicle.agent import AgentProfile
 from vehicle.body._launcher import EXTENSION, Launcher
 from vehicle.errors import VehicleError
 from vehicle.mirror import Mirror
+from vehicle.public import Ledger, Public
+from vehicle.public._body import OwnKeyBodies
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
@@ -126,6 +128,8 @@ class Bodies:
     idleSeconds: float
     agent: AgentProfile | None = None
     mirror: Mirror | None = None
+    public: Public | None = None
+    ownKey: OwnKeyBodies | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
 
     def attach(self, session: Session) -> None:
@@ -137,6 +141,12 @@ class Bodies:
         )
         if session.meta.profile == "agent" and self.agent is not None:
             conductor.planner = self.agent.plan
+        if session.meta.funding == "byok" and self.ownKey is not None:
+            conductor.planner = self.ownKey.plan
+        if self.public is not None and session.meta.funding is not None:
+            public = self.public
+            conductor.onSettled.append(public.afterSettle)
+            session.whenDeleted(public.forget)
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
         session.whenDeleted(lambda s: self.conductors.pop(s.sessionId, None))
@@ -156,10 +166,14 @@ class Bodies:
         return extras
 
     def stop(self) -> Deferred:
+        def closeLedger(_: Any) -> None:
+            if self.public is not None:
+                self.public.ledger.close()
+
         return gatherResults(
             [c.dispose("host_stopping") for c in list(self.conductors.values())],
             consumeErrors=True,
-        ).addBoth(lambda _: None)
+        ).addBoth(closeLedger)
 
 
 def _version() -> str:
@@ -197,12 +211,21 @@ def buildHost(
         hidden=(Path.home(),) + settings.boxHidden,
     )
     mirror = Mirror(reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror)
+    public = None
+    ownKey = None
+    if settings.public.enabled:
+        ledger = Ledger(path=dataDir.public / "ledger.jsonl", clock=reactor)
+        ledger.open()
+        public = Public(settings=settings.public, ledger=ledger, models=models)
+        ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
     bodies = Bodies(
         launcher=launcher,
         clock=reactor,
         idleSeconds=settings.bodyIdleMs / 1000.0,
         agent=agent,
         mirror=mirror,
+        public=public,
+        ownKey=ownKey,
     )
     registry.onSession.append(bodies.attach)
     api = VehicleAPI(
@@ -215,6 +238,7 @@ def buildHost(
         leaseTtlMs=settings.leaseTtlMs,
         keepaliveSeconds=settings.keepaliveSeconds,
         requireDelegation=settings.mcpUrl is not None,
+        public=public,
         hooks=Hooks(
             checkProfile=agent.checkCreate,
             makeFolders=agent.makeFolders,

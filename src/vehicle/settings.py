@@ -74,6 +74,47 @@ def defaultPiRoot() -> Path:
 
 
 @frozen(kw_only=True)
+class PublicSettings:
+    """
+    Public sessions (spec, "Public sessions"): off unless C{VEHICLE_PUBLIC}.
+    """
+
+    enabled: bool = False
+    provider: str = "openrouter"
+    defaultModel: str = "openrouter/openai/gpt-6-luna"
+    creditModels: tuple[str, ...] = ("openrouter/deepseek/deepseek-v4.1-flash",)
+    creditDefaultModel: str = "openrouter/deepseek/deepseek-v4.1-flash"
+    signupGrantUsd: float = 0.5
+    creditDailyCapUsd: float = 5.0
+    turnsPerDay: int = 100
+    sessionMaxTurns: int = 40
+    runMaxTurns: int = 8
+    runMaxCostUsd: float = 0.05
+
+    @classmethod
+    def fromEnvironment(cls, env: Mapping[str, str]) -> "PublicSettings":
+        default = cls()
+        creditDefault = env.get("VEHICLE_CREDIT_DEFAULT_MODEL") or default.creditDefaultModel
+        raw = env.get("VEHICLE_CREDIT_MODELS")
+        creditModels = (
+            tuple(m.strip() for m in raw.split(",") if m.strip()) if raw else (creditDefault,)
+        )
+        return cls(
+            enabled=_flag(env, "VEHICLE_PUBLIC"),
+            provider=env.get("VEHICLE_PUBLIC_PROVIDER") or default.provider,
+            defaultModel=env.get("VEHICLE_PUBLIC_DEFAULT_MODEL") or default.defaultModel,
+            creditModels=creditModels,
+            creditDefaultModel=creditDefault,
+            signupGrantUsd=_float(env, "VEHICLE_SIGNUP_GRANT_USD", default.signupGrantUsd),
+            creditDailyCapUsd=_float(env, "VEHICLE_CREDIT_DAILY_CAP_USD", default.creditDailyCapUsd),
+            turnsPerDay=_int(env, "VEHICLE_PUBLIC_TURNS_PER_DAY", default.turnsPerDay, 0),
+            sessionMaxTurns=_int(env, "VEHICLE_PUBLIC_SESSION_MAX_TURNS", default.sessionMaxTurns, 0),
+            runMaxTurns=_int(env, "VEHICLE_PUBLIC_RUN_MAX_TURNS", default.runMaxTurns, 1),
+            runMaxCostUsd=_float(env, "VEHICLE_PUBLIC_RUN_MAX_COST_USD", default.runMaxCostUsd),
+        )
+
+
+@frozen(kw_only=True)
 class Settings:
     """
     The host's configuration.  Secrets here (the service secret, provider
@@ -100,6 +141,7 @@ class Settings:
     #: Folders no agent box may see, beyond the home folder and the data
     #: dir (gardend's profile, when the host can tell where it is).
     boxHidden: tuple[Path, ...] = ()
+    public: PublicSettings = field(factory=PublicSettings)
 
     @classmethod
     def fromEnvironment(
@@ -165,6 +207,7 @@ class Settings:
             keepaliveSeconds=_float(env, "VEHICLE_SSE_KEEPALIVE_SECONDS", 15.0),
             headerTimeoutSeconds=_float(env, "VEHICLE_HEADER_TIMEOUT_SECONDS", 10.0),
             boxHidden=_hiddenFolders(env, Path(dataDir).absolute()),
+            public=PublicSettings.fromEnvironment(env),
         )
 
 

@@ -427,17 +427,20 @@ class Conductor:
             self._cancelIdle()
         elif kind == "message_end":
             self._userMessage(event.get("message") or {})
+        settled: dict[str, Any] = {}
         for hostEvent in self.translator.feed(event):
             if hostEvent.type == "ui.request":
                 self._answerUI(hostEvent.data)
             elif hostEvent.durable:
-                self.session.emit(hostEvent.type, hostEvent.data)
+                emitted = self.session.emit(hostEvent.type, hostEvent.data)
                 if hostEvent.type == "budget.exceeded":
                     self._budgetStop()
+                if hostEvent.type == "run.settled":
+                    settled = {**hostEvent.data, "seq": emitted.get("seq")}
             else:
                 self.session.broadcast(hostEvent.type, hostEvent.data)
         if kind == "agent_settled":
-            self._settled(bool(event.get("aborted")))
+            self._settled(bool(event.get("aborted")), settled)
 
     def _userMessage(self, message: dict[str, Any]) -> None:
         if message.get("role") != "user":
@@ -461,7 +464,7 @@ class Conductor:
             d = self._clearQueue(self.protocol, "budget_exceeded")
             Deferred.fromCoroutine(d).addErrback(self._logFailure)
 
-    def _settled(self, aborted: bool) -> None:
+    def _settled(self, aborted: bool, info: dict[str, Any] | None = None) -> None:
         self.runActive = False
         finished, self._runCommands = self._runCommands, []
         status = "aborted" if aborted else "completed"
@@ -482,7 +485,7 @@ class Conductor:
             )
         for hook in self.onSettled:
             try:
-                hook(self.session, {"aborted": aborted})
+                hook(self.session, {**(info or {}), "aborted": aborted})
             except Exception:
                 self._log.failure("A settle hook failed")
         self._armIdle()

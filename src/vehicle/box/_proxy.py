@@ -44,6 +44,20 @@ class Upstream:
 
     baseUrl: str
     key: str | None = field(default=None, repr=False)
+    #: For a key that may change (a caller's own, newest wins): asked per
+    #: request, and takes precedence over C{key}.
+    keySource: Any = field(default=None, repr=False)
+    #: Scrub the key out of error answers before the body sees them.
+    scrub: bool = False
+
+    def currentKey(self) -> str | None:
+        if self.keySource is not None:
+            return self.keySource()
+        return self.key
+
+    @property
+    def swapsKey(self) -> bool:
+        return self.key is not None or self.keySource is not None
 
 
 class _ProxyResource(Resource):
@@ -131,7 +145,7 @@ class ModelDoor:
         for name, values in request.requestHeaders.getAllRawHeaders():
             if name.lower() not in _DROP:
                 headers.setRawHeaders(name, values)
-        if upstream.key is not None:
+        if upstream.swapsKey:
             # The model: only this body's token opens it.
             expected = b"Bearer " + self.token.encode("ascii")
             if not hmac.compare_digest(given, expected):
@@ -139,7 +153,10 @@ class ModelDoor:
             refusal = self.gate() if self.gate is not None else None
             if refusal is not None:
                 return self._refuse(request, 429, refusal)
-            headers.setRawHeaders(b"authorization", [b"Bearer " + upstream.key.encode("utf-8")])
+            key = upstream.currentKey()
+            if key is None:
+                return self._refuse(request, 401, "no model key for this body right now")
+            headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
         body = request.content.read() if request.content is not None else b""
@@ -155,7 +172,15 @@ class ModelDoor:
         for name, values in response.headers.getAllRawHeaders():
             if name.lower() not in (b"content-length", b"transfer-encoding", b"connection"):
                 request.responseHeaders.setRawHeaders(name, values)
-        await treq.collect(response, request.write)
+        if upstream.scrub and response.code >= 400:
+            # A provider's error may quote the key: never let pi record it.
+            body = await treq.content(response)
+            key = upstream.currentKey()
+            if key:
+                body = body.replace(key.encode("utf-8"), b"[redacted]")
+            request.write(body)
+        else:
+            await treq.collect(response, request.write)
         if not request.finished:
             request.finish()
 

@@ -41,6 +41,8 @@ def createSession(
     maxCostUsd: float,
     isolation: str | None = None,
     makeFolders: Any = None,
+    funding: str | None = None,
+    graphs: tuple[str, ...] = (),
 ) -> Answer:
     """
     A new session on the caller's bound graph.  The caller has already
@@ -57,9 +59,12 @@ def createSession(
         profile=profile,
         model=model,
         createdAt=registry.clock.seconds(),
-        maxTurns=int(budget.get("maxTurns", maxTurns)),
-        maxCostUsd=float(budget.get("maxCostUsd", maxCostUsd)),
+        # A public conversation's budget is the host's, whatever it asks.
+        maxTurns=maxTurns if funding else int(budget.get("maxTurns", maxTurns)),
+        maxCostUsd=maxCostUsd if funding else float(budget.get("maxCostUsd", maxCostUsd)),
         isolation=isolation if profile == "agent" else None,
+        funding=funding,
+        graphs=graphs,
     )
     claim = body.get("claim", True)
     session = registry.create(

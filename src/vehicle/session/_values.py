@@ -77,6 +77,19 @@ class Caller:
     role: Literal["owner", "editor", "viewer"]
     graphId: str | None = None
     delegatedToken: str | None = field(default=None, repr=False)
+    #: C{member} (this Sophia's own people), or a public caller:
+    #: C{anonymous} (a visitor) or C{account} (a Sophia account).
+    kind: str = "member"
+    email: str | None = None
+    emailVerified: bool = False
+    #: Every public graph (public mode: a conversation reads them all).
+    publicGraphs: tuple[str, ...] = ()
+    #: The caller's own model key (C{x-model-key}): memory only.
+    modelKey: str | None = field(default=None, repr=False)
+
+    @property
+    def public(self) -> bool:
+        return self.kind != "member"
 
     def holder(self) -> dict[str, str]:
         return {"principal": self.principal, "clientId": self.clientId}
@@ -135,6 +148,9 @@ class SessionMeta:
     graphs: tuple[str, ...] = ()
     #: An agent's folders as the host made them (path, device, inode).
     folders: dict[str, Any] | None = None
+    #: A public conversation's door: C{byok} (the caller's key) or
+    #: C{credit} (the house key, debited); L{None} for members.
+    funding: str | None = None
 
     @property
     def access(self) -> str:
@@ -158,6 +174,8 @@ class SessionMeta:
             out["graphs"] = list(self.graphs)
         if self.folders:
             out["folders"] = self.folders
+        if self.funding:
+            out["funding"] = self.funding
         return out
 
     @classmethod
@@ -177,4 +195,5 @@ class SessionMeta:
             isolation=data.get("isolation"),
             graphs=tuple(data.get("graphs") or ()),
             folders=data.get("folders"),
+            funding=data.get("funding"),
         )

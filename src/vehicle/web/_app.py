@@ -21,6 +21,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from vehicle import __version__
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
+from vehicle.public import Public
 from vehicle.branching import branch
 from vehicle.session import TEXT_COMMANDS, Caller, Registry, Session
 from vehicle.session import _drive as drive
@@ -79,6 +80,8 @@ class VehicleAPI:
     #: Graph tools exist (an MCP URL is configured): bodies need a token.
     requireDelegation: bool = False
     hooks: Hooks = field(factory=Hooks)
+    #: Public sessions (their doors, limits and ledger), if this host has them.
+    public: Public | None = None
     streams: set[EventStream] = field(factory=set)
 
     def resource(self) -> Any:
@@ -125,6 +128,8 @@ class VehicleAPI:
             and caller.graphId == session.meta.graphId
         ):
             session.delegatedToken = caller.delegatedToken
+        if self.public is not None and session.meta.funding == "byok":
+            self.public.rememberKey(session, caller)
         return session
 
     def _frame(
@@ -163,7 +168,14 @@ class VehicleAPI:
         replayed = self.registry.replayCreation(caller, body["requestId"], body)
         if replayed is not None:
             return self._frame(request, 200, replayed, replayed=True)
-        model = self.models.choose(body.get("model"))
+        door: dict[str, Any] = {}
+        if caller.public:
+            if self.public is None:
+                raise VehicleError("not_public", "public sessions are off on this host")
+            door = self.public.chooseDoor(caller, body)
+            model = door["model"]
+        else:
+            model = self.models.choose(body.get("model"))
         isolation = None
         if body.get("profile") == "agent":
             if caller.role != "owner":
@@ -186,11 +198,16 @@ class VehicleAPI:
             caller,
             body,
             model=model,
-            maxTurns=self.maxTurns,
-            maxCostUsd=self.maxCostUsd,
+            maxTurns=door.get("maxTurns", self.maxTurns),
+            maxCostUsd=door.get("maxCostUsd", self.maxCostUsd),
             isolation=isolation,
             makeFolders=self.hooks.makeFolders,
+            funding=door.get("funding"),
+            graphs=caller.publicGraphs if caller.public else (),
         )
+        if self.public is not None and caller.public:
+            session = self.registry.sessions[result["value"]["session"]["sessionId"]]
+            self.public.rememberKey(session, caller)
         return self._frame(request, 201, result)
 
     @router.route("/sessions", methods=["GET"])
@@ -324,6 +341,15 @@ class VehicleAPI:
                 "this session has no delegation token yet: the session's owner must "
                 "send a request through its graph first",
             )
+        publicTurn = (
+            session.meta.funding is not None
+            and body["type"] in TEXT_COMMANDS
+            and self.public is not None
+        )
+        if publicTurn:
+            drive.checkDriver(session, caller)
+            session.requireLease(caller)
+            self.public.checkTurn(session, caller)
         if (
             self.hooks.precheckBody is not None
             and ("text" in body or body["type"] == "accept_chime")
@@ -337,7 +363,10 @@ class VehicleAPI:
             replayed = session.replay(body["requestId"], body)
             if replayed is not None:
                 return self._frame(request, 200, replayed, replayed=True)
-        return self._frame(request, 202, drive.submitCommand(session, caller, body))
+        result = drive.submitCommand(session, caller, body)
+        if publicTurn:
+            self.public.turnTaken(session, caller)
+        return self._frame(request, 202, result)
 
     @router.route("/sessions/<sessionId>/chimes", methods=["POST"])
     def chime(self, request: IRequest, sessionId: str) -> Deferred:
@@ -346,6 +375,8 @@ class VehicleAPI:
     async def _chime(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
         caller = self._caller(request)
         session = self.registry.findForChime(caller, sessionId)
+        if session.meta.funding is not None or caller.public:
+            raise VehicleError("chimes_closed", "a public conversation takes no chimes")
         body = self._body(request, "chime.request")
         replayed = session.replay(body["requestId"], body)
         if replayed is not None:
@@ -363,6 +394,32 @@ class VehicleAPI:
         if self.hooks.snapshotExtras is not None:
             transcript = (await self.hooks.snapshotExtras(session)).get("transcript") or []
         return 200, frame("session.capsule", None, makeCapsule(session, transcript))
+
+    @router.route("/account", methods=["GET"])
+    def account(self, request: IRequest) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._account))
+
+    async def _account(self, request: IRequest) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        if self.public is None:
+            if caller.public:
+                raise VehicleError("not_public", "public sessions are off on this host")
+            return 200, frame("account", None, {"kind": "member", "principal": caller.principal})
+        return 200, frame("account", None, self.public.account(caller))
+
+    @router.route("/account/grants", methods=["POST"])
+    def grant(self, request: IRequest) -> Deferred:
+        return Deferred.fromCoroutine(self._respond(request, self._grant))
+
+    async def _grant(self, request: IRequest) -> tuple[int, dict[str, Any]]:
+        caller = self._caller(request)
+        if caller.public or caller.role != "owner":
+            raise VehicleError("forbidden", "only the owner may grant credit")
+        body = self._body(request, "grant.request")
+        if self.public is None:
+            raise VehicleError("not_public", "public sessions are off on this host")
+        value = self.public.grant(caller, body)
+        return 200, frame("account.granted", body.get("requestId"), value)
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])
     def events(self, request: IRequest, sessionId: str) -> Deferred:

@@ -19,6 +19,7 @@ from vehicle.session._values import ROLES
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]{1,320}$")
 _GRAPH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 _CLIENT = re.compile(r"^[\x21-\x7e]{1,200}$")
+_MODEL_KEY = re.compile(r"^[\x21-\x7e]{8,512}$")
 
 
 def _header(request: IRequest, name: str) -> str | None:
@@ -81,10 +82,35 @@ def authenticate(request: IRequest, secret: str) -> Caller:
             {"header": "x-vehicle-client-id"},
         )
     token = _header(request, "x-sophia-delegated-token") or None
+    kind = _header(request, "x-sophia-caller-kind") or "member"
+    if kind not in ("member", "anonymous", "account"):
+        raise VehicleError(
+            "invalid_identity",
+            "x-sophia-caller-kind must be anonymous or account",
+            {"header": "x-sophia-caller-kind"},
+        )
+    modelKey = _header(request, "x-model-key")
+    if modelKey is not None and not _MODEL_KEY.match(modelKey):
+        raise VehicleError(
+            "invalid_model_key",
+            "x-model-key must be one printable token of 8 to 512 characters",
+        )
+    publicGraphs: tuple[str, ...] = ()
+    if kind != "member":
+        # Public callers are always viewers, whatever else was said.
+        role = "viewer"
+        raw = _header(request, "x-sophia-public-graphs") or ""
+        publicGraphs = tuple(g.strip() for g in raw.split(",") if _GRAPH.match(g.strip()))
     return Caller(
         principal=principal,
         clientId=clientId,
         role=role,  # type: ignore[arg-type]
         graphId=graphId,
         delegatedToken=token if graphId is not None else None,
+        kind=kind,
+        email=_header(request, "x-sophia-account-email") or None,
+        emailVerified=(_header(request, "x-sophia-account-email-verified") or "").lower()
+        in ("true", "1", "yes"),
+        publicGraphs=publicGraphs,
+        modelKey=modelKey or None,
     )

@@ -137,7 +137,12 @@ function startBridge(bridge) {
       process.stderr.write(`sophia: the model bridge failed (${error.message})\n`);
       resolve();
     });
-    server.listen(bridge.port, "127.0.0.1", () => resolve());
+    server.listen(bridge.port, "127.0.0.1", () => {
+      // Port 0 (an unboxed body shares the host's loopback): the providers'
+      // URLs name port 0 until now, when the real one is known.
+      state.bridgePort = server.address().port;
+      resolve();
+    });
   });
 }
 
@@ -287,6 +292,9 @@ function registerProviders(pi) {
       continue;
     }
     const provider = { ...config };
+    if (state.bridgePort && typeof provider.baseUrl === "string") {
+      provider.baseUrl = provider.baseUrl.replace("127.0.0.1:0/", `127.0.0.1:${state.bridgePort}/`);
+    }
     if (typeof provider.apiKey === "string") {
       provider.apiKey = literalConfigValue(provider.apiKey);
     }

@@ -1,0 +1,70 @@
+# -*- test-case-name: tests.test_public -*-
+"""
+The body of a conversation on the caller's own key: a model runtime of its
+own, reaching the provider through a door that holds the caller's newest key
+(memory only) and scrubs it out of any error before pi can record it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from attrs import define
+from twisted.internet.defer import Deferred
+
+from vehicle.body._launcher import BodyPlan
+from vehicle.box._proxy import ModelDoor, Upstream
+from vehicle.errors import VehicleError
+from vehicle.models import ModelCatalog
+from vehicle.public._public import Public
+from vehicle.session import Session
+
+
+@define(eq=False)
+class OwnKeyBodies:
+    """
+    Plans bodies for C{byok} conversations.
+    """
+
+    reactor: Any
+    public: Public
+    models: ModelCatalog
+    runDir: Callable[[], Path]
+
+    async def plan(self, session: Session) -> BodyPlan:
+        if self.public.keyFor(session) is None:
+            raise VehicleError(
+                "model_key_required",
+                "this conversation runs on your own key: send it as X-Model-Key",
+            )
+        provider, spec = self.models.providerFor(session.meta.model)
+        modelId = session.meta.model.split("/", 1)[1]
+        door = ModelDoor(
+            reactor=self.reactor,
+            socketPath=self.runDir() / session.sessionId / "model.sock",
+            model=Upstream(
+                baseUrl=spec["baseUrl"],
+                keySource=lambda: self.public.keyFor(session),
+                scrub=True,
+            ),
+            gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
+        )
+        await door.listen()
+        providers = {
+            provider: {
+                **{k: v for k, v in spec.items() if k != "models"},
+                # The bridge picks a free port and puts it in place of the 0.
+                "baseUrl": "http://127.0.0.1:0/v1",
+                "apiKey": door.token,
+                "models": [
+                    {"id": modelId, "name": modelId, "reasoning": False, "input": ["text"],
+                     "contextWindow": 128000, "maxTokens": 4096}
+                ],
+            }
+        }
+        return BodyPlan(
+            providers=providers,
+            bootExtra={"bridge": {"socket": str(door.socketPath), "port": 0}},
+            cleanup=lambda: Deferred.fromCoroutine(door.close()),
+        )

@@ -1,0 +1,239 @@
+# -*- test-case-name: tests.test_public -*-
+"""
+Public sessions: who may open a conversation and on which door (their own
+key, or an account's credit), the limits of every public turn, the credit
+that runs spend, and C{/account}.  Keys callers bring live in memory only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from attrs import define, field
+from twisted.logger import Logger
+
+from vehicle.errors import VehicleError
+from vehicle.models import ModelCatalog
+from vehicle.public._ledger import Ledger
+from vehicle.session import Caller, Session
+from vehicle.settings import PublicSettings
+
+
+OUT_OF_CREDIT = (
+    "out of credit: paste your OpenRouter key (send it as X-Model-Key) to keep talking"
+)
+
+
+@define(eq=False)
+class Public:
+    """
+    The public doors and their ledger.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    settings: PublicSettings
+    ledger: Ledger
+    models: ModelCatalog
+    #: sessionId -> the newest key its owner sent (memory only).
+    _keys: dict[str, str] = field(factory=dict, repr=False)
+
+    # -- the doors ----------------------------------------------------------
+
+    def doors(self) -> dict[str, Any]:
+        return {
+            "byok": {
+                "header": "X-Model-Key",
+                "provider": self.settings.provider,
+                "defaultModel": self.settings.defaultModel,
+            },
+            "account": {
+                "header": "Authorization: Bearer <Sophia account ID token>",
+                "signupGrantUsd": self.settings.signupGrantUsd,
+                "models": list(self.settings.creditModels),
+            },
+        }
+
+    def requireEnabled(self) -> None:
+        if not self.settings.enabled:
+            raise VehicleError("not_public", "public sessions are off on this host")
+
+    def see(self, caller: Caller) -> None:
+        """
+        The first time the host sees a verified account, it gets the signup
+        credit (once: the grant's key is the principal).
+        """
+        if caller.kind == "account" and caller.emailVerified and self.settings.signupGrantUsd > 0:
+            self.ledger.grant(
+                caller.principal, self.settings.signupGrantUsd, "signup",
+                f"signup:{caller.principal}",
+            )
+
+    def chooseDoor(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+        """
+        For a public caller's new session: the model, the funding and the
+        run budget.
+
+        @raise VehicleError: C{model_key_required}, C{model_not_allowed},
+            C{email_unverified}, C{out_of_credit}, C{credit_pool_exhausted}.
+        """
+        self.requireEnabled()
+        self.see(caller)
+        requested = body.get("model")
+        budget = {"maxTurns": self.settings.runMaxTurns, "maxCostUsd": self.settings.runMaxCostUsd}
+        if caller.modelKey:
+            model = requested or self.settings.defaultModel
+            if model.split("/", 1)[0] != self.settings.provider:
+                raise VehicleError(
+                    "model_not_allowed",
+                    f"an own key runs models of {self.settings.provider} only",
+                    {"provider": self.settings.provider},
+                )
+            if self.settings.provider not in self.models.providers:
+                raise VehicleError(
+                    "model_unavailable", "this host cannot reach the public provider", status=503
+                )
+            return {"model": model, "funding": "byok", **budget}
+        if caller.kind != "account":
+            raise VehicleError(
+                "model_key_required",
+                "bring your own OpenRouter key (send it as X-Model-Key), or sign in with a "
+                "Sophia account to use its credit",
+                {"doors": self.doors()},
+            )
+        model = requested or self.settings.creditDefaultModel
+        if model not in self.settings.creditModels:
+            raise VehicleError(
+                "model_not_allowed",
+                "that model is not on the credit list",
+                {"models": list(self.settings.creditModels)},
+            )
+        if not self.models.has(model):
+            raise VehicleError("model_unavailable", f"the model {model!r} is not on this host", status=503)
+        self.checkCredit(caller)
+        return {"model": model, "funding": "credit", **budget}
+
+    def checkCredit(self, caller: Caller) -> None:
+        if not caller.emailVerified:
+            raise VehicleError(
+                "email_unverified", "an account whose email is not verified has no credit yet"
+            )
+        if self.ledger.balance(caller.principal) <= 0:
+            raise VehicleError("out_of_credit", OUT_OF_CREDIT)
+        if self.ledger.poolToday() >= self.settings.creditDailyCapUsd:
+            raise VehicleError(
+                "credit_pool_exhausted",
+                "today's credit-funded conversations have reached their cap; an own key "
+                "still works",
+            )
+
+    # -- turns ----------------------------------------------------------------
+
+    def checkTurn(self, session: Session, caller: Caller) -> None:
+        """
+        Before a public turn (prompt, follow-up or steer) is accepted.
+        """
+        self.requireEnabled()
+        self.see(caller)
+        if self.ledger.turnsToday(caller.principal) >= self.settings.turnsPerDay:
+            raise VehicleError(
+                "daily_turn_limit",
+                f"you have used today's {self.settings.turnsPerDay} turns",
+                {"turnsPerDay": self.settings.turnsPerDay},
+            )
+        if self.ledger.sessionTurns[session.sessionId] >= self.settings.sessionMaxTurns:
+            raise VehicleError(
+                "session_turn_limit",
+                f"this conversation has had its {self.settings.sessionMaxTurns} turns",
+                {"sessionMaxTurns": self.settings.sessionMaxTurns},
+            )
+        if session.meta.funding == "byok":
+            self.rememberKey(session, caller)
+            if session.sessionId not in self._keys:
+                raise VehicleError(
+                    "model_key_required",
+                    "this conversation runs on your own key: send it as X-Model-Key",
+                    {"doors": self.doors()},
+                )
+        elif session.meta.funding == "credit":
+            self.checkCredit(caller)
+
+    def turnTaken(self, session: Session, caller: Caller) -> None:
+        self.ledger.turn(caller.principal, session.sessionId, session.meta.funding or "")
+
+    def rememberKey(self, session: Session, caller: Caller) -> None:
+        if caller.modelKey and caller.principal == session.meta.principal:
+            self._keys[session.sessionId] = caller.modelKey
+
+    def keyFor(self, session: Session) -> str | None:
+        return self._keys.get(session.sessionId)
+
+    def forget(self, session: Session) -> None:
+        self._keys.pop(session.sessionId, None)
+
+    def secrets(self) -> list[str]:
+        return list(self._keys.values())
+
+    # -- runs -----------------------------------------------------------------
+
+    def afterSettle(self, session: Session, info: dict[str, Any]) -> None:
+        """
+        A credit run is debited what it cost (pi's usage).
+        """
+        if session.meta.funding != "credit":
+            return
+        cost = float(info.get("costUsd") or 0.0)
+        if cost <= 0 or info.get("seq") is None:
+            return
+        self.ledger.debit(
+            session.meta.principal, cost, f"run:{session.sessionId}:{info['seq']}",
+            session.sessionId,
+        )
+
+    # -- /account -------------------------------------------------------------
+
+    def account(self, caller: Caller) -> dict[str, Any]:
+        if not caller.public:
+            return {"kind": "member", "principal": caller.principal}
+        self.requireEnabled()
+        self.see(caller)
+        out: dict[str, Any] = {
+            "kind": caller.kind,
+            "principal": caller.principal,
+            "turnsToday": self.ledger.turnsToday(caller.principal),
+            "turnsPerDay": self.settings.turnsPerDay,
+            "sessionMaxTurns": self.settings.sessionMaxTurns,
+            "doors": self.doors(),
+            "byok": {"provider": self.settings.provider, "defaultModel": self.settings.defaultModel},
+        }
+        if caller.kind == "account":
+            granted = round(self.ledger.granted[caller.principal], 9)
+            spent = round(self.ledger.spent[caller.principal], 9)
+            out.update(
+                {
+                    "email": caller.email,
+                    "emailVerified": caller.emailVerified,
+                    "credit": {
+                        "balanceUsd": round(granted - spent, 9),
+                        "grantedUsd": granted,
+                        "spentUsd": spent,
+                        "defaultModel": self.settings.creditDefaultModel,
+                        "models": list(self.settings.creditModels),
+                        "poolOpenToday": self.ledger.poolToday() < self.settings.creditDailyCapUsd,
+                    },
+                }
+            )
+        return out
+
+    def grant(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+        if caller.public or caller.role != "owner":
+            raise VehicleError("forbidden", "only the owner may grant credit")
+        key = f"{body['source']}:{body['idempotencyKey']}"
+        created = self.ledger.grant(
+            body["principal"], float(body["amountUsd"]), body["source"], key, body.get("note")
+        )
+        return {
+            "principal": body["principal"],
+            "granted": created,
+            "balanceUsd": self.ledger.balance(body["principal"]),
+        }

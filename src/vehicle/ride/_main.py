@@ -1,0 +1,114 @@
+# -*- test-case-name: tests.test_ride -*-
+"""
+C{vehicle ride}: its options, and the wiring of a ride to standard input
+and output and to gardend over HTTP, on the real reactor.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from twisted.internet.stdio import StandardIO
+from twisted.python import usage
+from twisted.web.client import Agent, HTTPConnectionPool
+from treq.client import HTTPClient
+
+from vehicle.ride._door import CredentialError, Door, errorFrame, resolveCredentials
+from vehicle.ride._ride import NewSession, Ride, randomId
+from vehicle.ride._stdio import StdioLines
+
+
+class RideOptions(usage.Options):
+    """
+    C{vehicle ride --gardend URL --graph G (--new | --session ID) ...}.
+
+    No option takes a secret: the token comes from C{$VEHICLE_TOKEN} or a
+    file, the model key from the environment.
+    """
+
+    longdesc = ""
+    synopsis = "--gardend URL --graph G (--new [--profile P] [--model M] [--title T] | --session ID)"
+
+    optFlags = [
+        ["new", None, "Create a session and ride it."],
+        ["anonymous", None, "Ride as a visitor (no Authorization), even with a token."],
+    ]
+    optParameters = [
+        ["gardend", None, None, "gardend's URL."],
+        ["graph", None, None, "The graph the session lives on."],
+        ["session", None, None, "Ride this session (claims its lease when free)."],
+        ["profile", None, None, "With --new: chat (default) or agent."],
+        ["model", None, None, "With --new: provider/model."],
+        ["title", None, None, "With --new: the session's title."],
+        ["client-id", None, None, "This ride's x-vehicle-client-id (default: a fresh one)."],
+        ["visitor-id", None, None, "A visitor's X-Visitor-Id (default: the one kept in "
+         "~/.local/state/vehicle/visitor-id)."],
+        ["model-key-env", None, None, "The variable holding your model key "
+         "(default: VEHICLE_MODEL_KEY)."],
+        ["key-file", None, None, "A file holding the bearer token (default: $VEHICLE_TOKEN)."],
+    ]
+
+    def postOptions(self) -> None:
+        for name in ("gardend", "graph"):
+            if not self[name]:
+                raise usage.UsageError(f"--{name} is required")
+        if bool(self["new"]) == bool(self["session"]):
+            raise usage.UsageError("give exactly one of --new and --session")
+        if not self["new"]:
+            for name in ("profile", "model", "title"):
+                if self[name] is not None:
+                    raise usage.UsageError(f"--{name} goes with --new")
+        if self["profile"] not in (None, "chat", "agent"):
+            raise usage.UsageError("--profile is chat or agent")
+
+    def newSession(self) -> NewSession | None:
+        if not self["new"]:
+            return None
+        return NewSession(profile=self["profile"], model=self["model"], title=self["title"])
+
+
+async def runRide(
+    reactor: Any, options: RideOptions, environ: Mapping[str, str] | None = None
+) -> int:
+    """
+    Ride on standard input and output until C{closed}.
+
+    @return: the exit code: 0, 1 when the session could not be opened, 2
+        when the credentials could not be had.
+    """
+    environ = os.environ if environ is None else environ
+    output = StdioLines()
+    try:
+        credentials = resolveCredentials(
+            gardend=options["gardend"],
+            environ=environ,
+            keyFile=options["key-file"],
+            anonymous=bool(options["anonymous"]),
+            visitorId=options["visitor-id"],
+            modelKeyEnv=options["model-key-env"],
+        )
+    except CredentialError as e:
+        StandardIO(output, reactor=reactor)
+        output.sendFrame(errorFrame("invalid_request", str(e)))
+        await output.close()
+        return 2
+    clientId = options["client-id"] or randomId("ride")
+    pool = HTTPConnectionPool(reactor, persistent=True)
+    door = Door(
+        http=HTTPClient(Agent(reactor, pool=pool)),
+        gardend=options["gardend"],
+        graph=options["graph"],
+        headers={**credentials.headers(), "X-Vehicle-Client-Id": clientId},
+    )
+    ride = Ride(door=door, clientId=clientId, write=output.sendFrame)
+    output.onLine = ride.lineReceived
+    output.onEnd = ride.inputEnded
+    output.onTooLong = ride.lineTooLong
+    StandardIO(output, reactor=reactor)
+    try:
+        code = await ride.run(new=options.newSession(), sessionId=options["session"])
+    finally:
+        await output.close()
+        await pool.closeCachedConnections()
+    return code

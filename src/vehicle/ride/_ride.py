@@ -1,0 +1,362 @@
+# -*- test-case-name: tests.test_ride -*-
+"""
+The ride's line protocol: one request a line in, one frame a line out, in
+order, one request at a time.  C{ready} first (the session made or found,
+the lease claimed when free), C{closed} last (the lease released at the end
+of the input).  Each request becomes one call to the host's routes.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, Callable, ClassVar
+
+from attrs import define, field, frozen
+from twisted.internet.defer import CancelledError, DeferredQueue
+from twisted.logger import Logger
+
+from vehicle.ride._door import Door, errorFrame, localFrame
+
+
+#: Ops that are command types: C{POST /sessions/:id/commands}, C{type} = op.
+COMMAND_OPS = frozenset(
+    {
+        "prompt",
+        "follow_up",
+        "steer",
+        "abort",
+        "cancel",
+        "shutdown",
+        "fork",
+        "clone",
+        "set_room_policy",
+        "accept_chime",
+        "reject_chime",
+    }
+)
+
+#: Every op a line may name.
+OPS = COMMAND_OPS | frozenset(
+    {"claim", "release", "chime", "inspect", "capsule", "watch", "rename", "delete", "list"}
+)
+
+#: Refusals that mean this ride does not hold the lease (any more).
+_LEASE_LOST = frozenset({"lease_held", "lease_required", "lease_not_held"})
+
+#: The end of the input, and a line too long to read, in the queue.
+_END = object()
+_TOO_LONG = object()
+
+
+def randomId(prefix: str) -> str:
+    """
+    A fresh id (C{<prefix>-<hex>}) for a ride's own requests and client.
+    """
+    return f"{prefix}-{secrets.token_hex(8)}"
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+@frozen(kw_only=True)
+class NewSession:
+    """
+    What C{--new} asks for.
+    """
+
+    profile: str | None = None
+    model: str | None = None
+    title: str | None = None
+
+    def body(self, requestId: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"requestId": requestId}
+        for name in ("profile", "model", "title"):
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = value
+        return body
+
+
+@frozen(kw_only=True)
+class Call:
+    """
+    One request to the host: what a line asks for.
+    """
+
+    method: str
+    path: str
+    body: Any = None
+    query: dict[str, str] | None = None
+
+
+@define(eq=False)
+class Ride:
+    """
+    One ride on one session.  Feed it lines (L{lineReceived}) and the end
+    of the input (L{inputEnded}); it writes frames with C{write}.
+
+    @ivar door: the host's routes, through gardend.
+    @ivar clientId: this ride's C{x-vehicle-client-id} (the door sends it).
+    @ivar write: called with each frame, in order.
+    @ivar newId: makes the request ids of the ride's own requests.
+    @ivar sessionId: the session, once ready.
+    @ivar cursor: the last C{seq} the ride has reported; a C{watch} without
+        C{since} starts there.
+    @ivar holdsLease: whether this ride holds the session's lease, as far as
+        its answers tell.
+    @ivar closed: C{closed} was written; nothing more is read.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    door: Door
+    clientId: str
+    write: Callable[[dict[str, Any]], None]
+    newId: Callable[[str], str] = randomId
+    sessionId: str | None = None
+    cursor: int = 0
+    holdsLease: bool = False
+    closed: bool = False
+    _queue: DeferredQueue = field(init=False, factory=DeferredQueue)
+    _ended: bool = field(init=False, default=False)
+
+    # -- input --------------------------------------------------------------
+
+    def lineReceived(self, line: bytes) -> None:
+        """
+        A request line; handled after those before it.
+        """
+        if not self._ended:
+            self._queue.put(line)
+
+    def lineTooLong(self) -> None:
+        """
+        A line too long to read: refused, and the input ends there.
+        """
+        if not self._ended:
+            self._queue.put(_TOO_LONG)
+            self.inputEnded()
+
+    def inputEnded(self) -> None:
+        """
+        No more lines: the ride releases its lease and closes (once).
+        """
+        if not self._ended:
+            self._ended = True
+            self._queue.put(_END)
+
+    # -- the ride -------------------------------------------------------------
+
+    async def run(self, *, new: NewSession | None = None, sessionId: str | None = None) -> int:
+        """
+        Open the session (C{new}, else C{sessionId}), write C{ready}, then
+        answer each line until C{closed}.
+
+        @return: 0, or 1 when the session could not be opened.
+        """
+        if not await self._open(new, sessionId):
+            self._close(None, "refused")
+            return 1
+        while not self.closed:
+            item = await self._queue.get()
+            if item is _END:
+                await self._finish()
+            elif item is _TOO_LONG:
+                self.write(
+                    errorFrame("body_too_large", "the line is too long to read; the ride ends here")
+                )
+            else:
+                try:
+                    await self._handle(item)
+                except CancelledError:
+                    raise
+                except Exception:
+                    self._log.failure("The ride failed to answer a line")
+                    self.write(errorFrame("internal", "the ride failed to answer this line"))
+        return 0
+
+    async def _open(self, new: NewSession | None, sessionId: str | None) -> bool:
+        if new is not None:
+            frame = await self.door.call("POST", "/sessions", new.body(self.newId("ride-create")))
+            if frame.get("type") != "session.created":
+                self.write(frame)
+                return False
+            summary = frame["value"]["session"]
+        else:
+            assert sessionId is not None
+            frame = await self.door.call("GET", self.door.sessionPath(sessionId))
+            if frame.get("type") != "session.snapshot":
+                self.write(frame)
+                return False
+            summary = frame["value"]["session"]
+            lease = summary.get("lease")
+            if lease is None:
+                claimed = await self.door.call(
+                    "POST",
+                    self.door.sessionPath(sessionId, "/claim"),
+                    {"requestId": self.newId("ride-claim")},
+                )
+                if claimed.get("type") == "driver.claimed":
+                    summary = claimed["value"]["session"]
+        self.sessionId = summary["sessionId"]
+        self.cursor = int(summary.get("cursor") or 0)
+        self._noteLease(summary)
+        self.write(
+            localFrame(
+                "ready",
+                None,
+                {
+                    "session": summary,
+                    "cursor": self.cursor,
+                    "clientId": self.clientId,
+                    "holdsLease": self.holdsLease,
+                },
+            )
+        )
+        return True
+
+    async def _finish(self) -> None:
+        released = False
+        if self.holdsLease and self.sessionId is not None:
+            frame = await self.door.call(
+                "POST",
+                self.door.sessionPath(self.sessionId, "/release"),
+                {"requestId": self.newId("ride-release")},
+            )
+            if frame.get("type") == "driver.released":
+                released = True
+                self.holdsLease = False
+            elif frame.get("code") not in _LEASE_LOST:
+                # Not "it was not ours any more": say why it stays held.
+                self.write(frame)
+        self._close(None, "end_of_input", released=released)
+
+    def _close(self, requestId: str | None, reason: str, released: bool = False) -> None:
+        self.closed = True
+        self.write(
+            localFrame(
+                "closed",
+                requestId,
+                {
+                    "sessionId": self.sessionId,
+                    "reason": reason,
+                    "cursor": self.cursor,
+                    "released": released,
+                },
+            )
+        )
+
+    # -- one line -----------------------------------------------------------
+
+    async def _handle(self, raw: bytes) -> None:
+        text = raw.rstrip(b"\r")
+        if not text.strip():
+            return
+        try:
+            request = json.loads(text.decode("utf-8"))
+        except UnicodeDecodeError:
+            self.write(errorFrame("invalid_json", "the line is not UTF-8"))
+            return
+        except ValueError as e:
+            self.write(errorFrame("invalid_json", f"the line is not JSON: {e}"))
+            return
+        if not isinstance(request, dict):
+            self.write(errorFrame("invalid_request", "a request is a JSON object"))
+            return
+        requestId = request.get("requestId")
+        if not isinstance(requestId, str) or not requestId:
+            self.write(
+                errorFrame("invalid_request", "requestId is required", details={"field": "requestId"})
+            )
+            return
+        op = request.get("op")
+        try:
+            call = self.route(op, request)
+        except _Refused as refused:
+            self.write(errorFrame(refused.code, refused.message, requestId, refused.details))
+            return
+        frame = await self.door.call(call.method, call.path, call.body, call.query)
+        if frame.get("requestId") is None:
+            frame = {**frame, "requestId": requestId}
+        self._observe(op, frame)
+        self.write(frame)
+        if frame.get("type") == "session.deleted":
+            self.holdsLease = False
+            self._close(requestId, "delete")
+        elif frame.get("type") == "command.accepted" and op == "shutdown":
+            self.holdsLease = False
+            self._close(requestId, "shutdown")
+
+    def route(self, op: Any, request: dict[str, Any]) -> Call:
+        """
+        The host's route for a request line.
+
+        @raise _Refused: an unknown op, or a malformed C{since}/C{waitMs}.
+        """
+        if not isinstance(op, str) or op not in OPS:
+            raise _Refused(
+                "invalid_request",
+                f"unknown op {op!r}: one of {', '.join(sorted(OPS))}",
+                {"field": "op"},
+            )
+        assert self.sessionId is not None
+        body = {k: v for k, v in request.items() if k != "op"}
+        session = self.door.sessionPath
+        sid = self.sessionId
+        if op in COMMAND_OPS:
+            return Call(method="POST", path=session(sid, "/commands"), body={**body, "type": op})
+        if op in ("claim", "release"):
+            return Call(method="POST", path=session(sid, "/" + op), body=body)
+        if op == "chime":
+            return Call(method="POST", path=session(sid, "/chimes"), body=body)
+        if op == "rename":
+            return Call(method="PATCH", path=session(sid), body=body)
+        if op == "delete":
+            return Call(method="DELETE", path=session(sid))
+        if op == "inspect":
+            return Call(method="GET", path=session(sid))
+        if op == "capsule":
+            return Call(method="GET", path=session(sid, "/capsule"))
+        if op == "list":
+            return Call(method="GET", path="/sessions")
+        # watch
+        query = {"since": str(_whole(request, "since", self.cursor))}
+        if "waitMs" in request:
+            query["waitMs"] = str(_whole(request, "waitMs", 0))
+        return Call(method="GET", path=session(sid, "/events"), query=query)
+
+    def _observe(self, op: str, frame: dict[str, Any]) -> None:
+        """
+        Follow the cursor and the lease through the answers.
+        """
+        if frame.get("type") == "error":
+            if frame.get("code") in _LEASE_LOST:
+                self.holdsLease = False
+            return
+        value = frame.get("value")
+        if not isinstance(value, dict):
+            return
+        summary = value.get("session")
+        if isinstance(summary, dict) and summary.get("sessionId") == self.sessionId:
+            self._noteLease(summary)
+        if frame.get("type") == "watch.completed" and isinstance(value.get("cursor"), int):
+            self.cursor = value["cursor"]
+
+    def _noteLease(self, summary: dict[str, Any]) -> None:
+        lease = summary.get("lease")
+        self.holdsLease = isinstance(lease, dict) and lease.get("clientId") == self.clientId
+
+
+def _whole(request: dict[str, Any], name: str, default: int) -> int:
+    value = request.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Refused(
+            "invalid_request", f"{name} must be a whole number of at least 0", {"field": name}
+        )
+    return value

@@ -1,0 +1,114 @@
+"""
+Integration: public conversations with real pi, on the caller's own key
+(through a door that holds it) and on an account's credit.
+"""
+
+from __future__ import annotations
+
+import json
+
+from twisted.trial.unittest import TestCase
+
+from vehicle.settings import PublicSettings
+from vehicle.testing import Error
+
+from tests.live import LiveHost, settledEvent
+from tests.test_public import ACCOUNT, VISITOR, account, visitor
+
+
+PUBLIC = PublicSettings(
+    enabled=True,
+    provider="scripted",
+    defaultModel="scripted/echo-1",
+    creditModels=("scripted/echo-1",),
+    creditDefaultModel="scripted/echo-1",
+    signupGrantUsd=0.005,
+)
+OWN_KEY = "sk-or-own-key-5f3a9c0e1d"
+
+
+class OwnKeyTests(TestCase):
+    """
+    A byok conversation runs on the caller's key, held in memory only.
+    """
+
+    timeout = 90
+
+    async def test_ownKeyThroughTheDoor(self) -> None:
+        """
+        The model sees the caller's key (not the house key); a provider
+        error quoting it reaches pi scrubbed; the key is in no file, event
+        or log line; after a restart a turn needs the key again.
+        """
+        host = await LiveHost(self, public=PUBLIC).start()
+        who = dict(VISITOR, headers=visitor(OWN_KEY))
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, **who)
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "hello"}, **who)
+        await host.waitFor(sid, settledEvent, **who)
+        headers, _ = host.model.requests[-1]
+        self.assertEqual(headers["authorization"], "Bearer " + OWN_KEY)
+
+        host.model.enqueue(Error(401, f"Invalid API key {OWN_KEY} for this account"))
+        cursor = host.registry().sessions[sid].cursor
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p2", "text": "again"}, **who)
+        events = await host.waitFor(sid, settledEvent, since=cursor, **who)
+        self.assertIn("run.error", [e["type"] for e in events])
+        piFile = next((host.registry().sessions[sid].directory / "pi").glob("*.jsonl"))
+        self.assertIn(b"[redacted]", piFile.read_bytes())
+        for path in host.root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                self.assertNotIn(OWN_KEY.encode(), path.read_bytes(), str(path))
+        self.assertNotIn(OWN_KEY, json.dumps(host.events(sid)))
+        self.assertNotIn(OWN_KEY, "\n".join(host.logLines))
+
+        await host.restart()
+        code, frame = await host.call("POST", f"/sessions/{sid}/commands",
+                                      {"type": "prompt", "requestId": "p3", "text": "back"},
+                                      **dict(VISITOR, headers=visitor()))
+        self.assertEqual((code, frame["code"]), (402, "model_key_required"))
+        code, frame = await host.call("POST", f"/sessions/{sid}/commands",
+                                      {"type": "prompt", "requestId": "p3", "text": "back"}, **who)
+        self.assertEqual(code, 202, frame)
+
+
+class CreditTests(TestCase):
+    """
+    A credit conversation is debited what each run cost.
+    """
+
+    timeout = 90
+
+    async def test_creditDebitedUntilOut(self) -> None:
+        """
+        Each run is debited pi's cost; a run may take the balance below
+        zero, after which a turn is out_of_credit.
+        """
+        host = await LiveHost(self, public=PUBLIC).start()
+        who = dict(ACCOUNT, headers=account())
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, **who)
+        sid = frame["value"]["session"]["sessionId"]
+        self.assertEqual(frame["value"]["session"]["funding"], "credit")
+        n = 0
+        while True:
+            n += 1
+            code, frame = await host.call("POST", f"/sessions/{sid}/commands",
+                                          {"type": "prompt", "requestId": f"p{n}", "text": "hi"},
+                                          **who)
+            if code != 202:
+                break
+            events = await host.waitFor(sid, lambda e: e["type"] == "command.completed"
+                                        and e["data"]["commandId"] == f"p{n}", **who)
+            self.assertLess(n, 5, "credit never ran out")
+        self.assertEqual((code, frame["code"]), (402, "out_of_credit"))
+        self.assertIn("X-Model-Key", frame["message"])
+        code, frame = await host.call("GET", "/account", **who)
+        credit = frame["value"]["credit"]
+        self.assertLess(credit["balanceUsd"], 0)
+        self.assertAlmostEqual(credit["spentUsd"], 0.00375 * (n - 1), places=6)
+        rows = [json.loads(line) for line in (host.root / "public" / "ledger.jsonl").read_text().splitlines()]
+        self.assertEqual(sum(1 for r in rows if r["type"] == "debit"), n - 1)
+        self.assertEqual(sum(1 for r in rows if r["type"] == "turn"), n - 1)
