@@ -9,21 +9,16 @@ import json
 
 from twisted.trial.unittest import TestCase
 
-from vehicle.settings import PublicSettings
+from attrs import evolve
 from vehicle.testing import Error
 
 from tests.live import LiveHost, settledEvent
 from tests.test_public import ACCOUNT, VISITOR, account, visitor
+from tests.test_public import PUBLIC as ROUTE_PUBLIC
 
 
-PUBLIC = PublicSettings(
-    enabled=True,
-    provider="scripted",
-    defaultModel="scripted/echo-1",
-    creditModels=("scripted/echo-1",),
-    creditDefaultModel="scripted/echo-1",
-    signupGrantUsd=0.005,
-)
+#: Credit enough for a run or two: a scripted run costs $0.00375.
+PUBLIC = evolve(ROUTE_PUBLIC, signupGrantUsd=0.005, turnsPerDay=100, sessionMaxTurns=40)
 OWN_KEY = "sk-or-own-key-5f3a9c0e1d"
 
 
