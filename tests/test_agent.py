@@ -646,3 +646,41 @@ class LiveAgentTests(TestCase):
         code, frame = await host.call("GET", f"/sessions/{sid}")
         self.assertNotIn("p2", [c["commandId"] for c in frame["value"]["commands"]])
         self.assertEqual(host.registry().sessions[sid].conductor.state, "dormant")
+
+
+class SeatbeltTests(SynchronousTestCase):
+    """
+    On macOS the agent's box is seatbelt: wired here, tested as an argv and
+    a profile (it cannot run on Linux).
+    """
+
+    def test_seatbeltPlan(self) -> None:
+        """
+        With C{VEHICLE_ISOLATION=seatbelt} on darwin, no probe runs, the body
+        is wrapped in C{sandbox-exec} with every path a parameter and its own
+        C{TMPDIR}, and the bridge takes a free port (a seatbelt box shares the
+        host's loopback) in place of the 0 in the providers' URL.
+        """
+        host = AgentHarness(self, isolation="seatbelt")
+        self.addCleanup(host.stop)
+        host.agent.platform = "darwin"
+        probes = len(host.spawner.calls)
+        code, frame = host.createAgent()
+        self.assertEqual(code, 201, frame)
+        self.assertEqual(frame["value"]["session"]["isolation"], "seatbelt")
+        sessionId = frame["value"]["session"]["sessionId"]
+        code, frame = host.prompt(sessionId, "p1")
+        self.assertEqual(code, 202, frame)
+        self.assertEqual(len(host.spawner.calls), probes)
+        kwargs = host.launcher.kwargs[-1]
+        self.assertEqual(kwargs["bootExtra"]["bridge"]["port"], 0)
+        self.assertEqual(kwargs["providers"]["scripted"]["baseUrl"], "http://127.0.0.1:0/v1")
+        paths = kwargs["paths"]
+        argv, env = kwargs["wrap"](["/bin/node", "pi.js"], {"HOME": str(paths.home)}, paths)
+        self.assertEqual(argv[0], "/usr/bin/sandbox-exec")
+        self.assertEqual(argv[-3:], ["--", "/bin/node", "pi.js"])
+        profile = argv[argv.index("-p") + 1]
+        self.assertIn("(deny default)", profile)
+        self.assertNotIn(str(paths.workDir), profile)
+        self.assertIn(f"WORKSPACE={paths.workDir}", argv)
+        self.assertEqual(env["TMPDIR"], str(paths.piDir / "tmp"))

@@ -486,6 +486,12 @@ class EscapeTests(TestCase):
         # The box's /tmp is its own: only what the box made (jiti's cache,
         # the door's mount point, the probe's file) and nothing of the host's.
         ownTmp = {"jiti", doorDir.parent.name, hostTmp.name}
+        # When the data dir itself lives under /tmp (a clone in a temporary
+        # folder), the path down to the box's own folders is made inside its
+        # /tmp as empty mount points: that first step is the box's own too.
+        root = Path(os.path.realpath(box.host.root))
+        if root.parts[:2] == ("/", "tmp") and len(root.parts) > 2:
+            ownTmp.add(root.parts[2])
         seenTmp = set(out["list:hostTmp"].get("value") or [])
         hostTmpEntries = set(os.listdir("/tmp")) - ownTmp
         escapes.check("list host /tmp", bool(seenTmp & hostTmpEntries), sorted(seenTmp & hostTmpEntries))
@@ -496,7 +502,13 @@ class EscapeTests(TestCase):
         outcome = out["symlink:write-etc"]
         escapes.check("symlink write /etc, not EROFS", outcome.get("errno") != "EROFS", outcome)
         outcome = out["symlink:write-outside"]
-        escapes.check("symlink write repo", outcome.get("errno") not in ("EROFS", "ENOENT"), outcome)
+        if Path(os.path.realpath(box.canary)).parts[:2] == ("/", "tmp"):
+            # Under /tmp the path lands in the box's private /tmp: the write
+            # may succeed there; what counts is the host's file, checked below.
+            pass
+        else:
+            escapes.check("symlink write repo", outcome.get("errno") not in ("EROFS", "ENOENT"),
+                          outcome)
         for canary in (box.canary, etcCanary):
             escapes.check(f"symlink write {canary}", canary.read_text() != "canary\n",
                           canary.read_text())

@@ -276,12 +276,17 @@ class BranchTests(TestCase):
         fork = frame["value"]["session"]
         self.assertEqual(fork["parent"], {"sessionId": sid, "kind": "fork", "entryId": second["entryId"]})
         self.assertIsNone(fork["title"])
+        # Listed by the first message of the history it begins with...
+        self.assertEqual(fork["preview"], "first question")
         code, frame = await host.call("GET", f"/sessions/{fork['sessionId']}")
         self.assertEqual([t["text"] for t in frame["value"]["transcript"] if t["role"] == "user"],
                          ["first question"])
         await host.command(fork["sessionId"], "prompt", "p3", text="another way")
         events = await host.waitFor(fork["sessionId"], settledEvent)
         self.assertFalse(events[-1]["data"]["aborted"])
+        # ...until something is said in it, also after a restart.
+        code, frame = await host.call("GET", f"/sessions/{fork['sessionId']}")
+        self.assertEqual(frame["value"]["session"]["preview"], "another way")
         _, body = host.model.requests[-1]
         self.assertIn("first question", json.dumps(body))
         self.assertNotIn("second question", json.dumps(body))
@@ -297,6 +302,10 @@ class BranchTests(TestCase):
         sourceEvents = host.events(sid)
         self.assertIn("session.forked", [e["type"] for e in sourceEvents])
         self.assertIn("session.cloned", [e["type"] for e in sourceEvents])
+        await host.restart()
+        code, frame = await host.call("GET", "/sessions")
+        previews = {s["sessionId"]: s["preview"] for s in frame["value"]["sessions"]}
+        self.assertEqual(previews[fork["sessionId"]], "another way")
 
 
 class ChimeLiveTests(TestCase):

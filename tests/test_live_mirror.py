@@ -204,3 +204,28 @@ class GraphToolTests(TestCase):
         created = [a for a in stand.audit() if a["tool"] == "create_document"
                    and not a.get("documentId", "").startswith("sophia-conversation-")]
         self.assertEqual({(a["actor"], a["via"]) for a in created}, {("alice", "service:vehicle")})
+
+    async def test_readerSessionStaysReader(self) -> None:
+        """
+        A session started by a viewer keeps the reader tools for its life:
+        after its owner became an editor, the editor's token is handed on
+        but a writer tool is still refused, and nothing lands.
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        viewerToken = stand.mintDelegation("vera", "g1", "viewer")
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"},
+                                      principal="vera", role="viewer", token=viewerToken)
+        sid = frame["value"]["session"]["sessionId"]
+        editorToken = stand.mintDelegation("vera", "g1", "editor")
+        who = {"principal": "vera", "role": "editor", "token": editorToken}
+        tool = '[[TOOL:mcp__graph__create_document {"title": "Sneaky"}]]'
+        # A viewer's session only reads, so an editor may not drive it
+        # either way (access is fixed at creation); it is the body's own
+        # guard that is under test, so the prompt comes from the viewer.
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "write " + tool},
+                        principal="vera", role="viewer", token=editorToken)
+        events = await host.waitFor(sid, lambda e: e["type"] == "tool.result", **who)
+        self.assertTrue(events[-1]["data"]["isError"])
+        self.assertEqual([a for a in stand.audit() if a["tool"] == "create_document"], [])

@@ -22,6 +22,9 @@ from twisted.internet.defer import Deferred
 from vehicle.body._launcher import BodyPaths, BodyPlan, Wrapper
 from vehicle.box import (
     BoxSpec,
+    SeatbeltSpec,
+    seatbeltArgv,
+    seatbeltEnvironment,
     FolderIdentity,
     bwrapArgv,
     canonicalSpec,
@@ -161,13 +164,17 @@ class AgentProfile:
             # chat body does (there is no box to keep it out of).
             return BodyPlan(workDir=workDir, box="none")
         door = await self.openDoor(session)
+        # A bwrap box has a loopback of its own; a seatbelt box shares the
+        # host's, so its bridge takes any free port (the extension puts it
+        # in place of the 0).
+        port = BRIDGE_PORT if tier == "bwrap" else 0
         return BodyPlan(
             workDir=workDir,
-            providers=self.providersFor(session, door),
-            wrap=self.wrapper(door),
-            bootExtra={"bridge": {"socket": str(door.socketPath), "port": BRIDGE_PORT}},
+            providers=self.providersFor(session, door, port),
+            wrap=self.wrapper(door) if tier == "bwrap" else self.seatbeltWrapper(door),
+            bootExtra={"bridge": {"socket": str(door.socketPath), "port": port}},
             box=tier,
-            mcpUrl=f"http://127.0.0.1:{BRIDGE_PORT}/mcp" if door.mcp is not None else None,
+            mcpUrl=f"http://127.0.0.1:{port}/mcp" if door.mcp is not None else None,
             cleanup=lambda: Deferred.fromCoroutine(self.closeDoor(session)),
         )
 
@@ -193,7 +200,9 @@ class AgentProfile:
         if door is not None:
             await door.close()
 
-    def providersFor(self, session: Session, door: ModelDoor) -> dict[str, dict[str, Any]]:
+    def providersFor(
+        self, session: Session, door: ModelDoor, port: int = BRIDGE_PORT
+    ) -> dict[str, dict[str, Any]]:
         """
         The boot config's providers for a boxed body: the token, and the
         bridge's loopback address, never the real key or URL.
@@ -202,7 +211,7 @@ class AgentProfile:
         return {
             name: {
                 **spec,
-                "baseUrl": f"http://127.0.0.1:{BRIDGE_PORT}/v1",
+                "baseUrl": f"http://127.0.0.1:{port}/v1",
                 "apiKey": door.token,
             }
         }
@@ -233,6 +242,33 @@ class AgentProfile:
             )
             # bwrap's own environment is visible inside as /proc/1/environ.
             return bwrapArgv(spec), {"PATH": "/usr/bin:/bin"}
+
+        return wrap
+
+
+    def seatbeltWrapper(self, door: ModelDoor) -> Wrapper:
+        """
+        Wrap a pi argv into the macOS seatbelt box (C{sandbox-exec}): the
+        same rules as the bwrap box, written as a profile whose paths are
+        all parameters.  Tested as text here; it cannot run on Linux.
+        """
+
+        def wrap(
+            argv: list[str], env: dict[str, str], paths: BodyPaths
+        ) -> tuple[list[str], dict[str, str]]:
+            tmpDir = paths.piDir / "tmp"
+            tmpDir.mkdir(mode=0o700, exist_ok=True)
+            spec = SeatbeltSpec(
+                workspace=paths.workDir,
+                piDir=paths.piDir,
+                tmpDir=tmpDir,
+                readOnly=(self.piRoot, self.extensionDir),
+                hidden=tuple(self.hidden) + (self.dataDir.root,),
+                socketDir=door.socketPath.parent,
+                env=env,
+                command=argv,
+            )
+            return seatbeltArgv(spec), dict(seatbeltEnvironment(spec))
 
         return wrap
 

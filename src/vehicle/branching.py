@@ -21,6 +21,7 @@ from vehicle.body._sessionfile import NothingToFork, branchSession, readSession
 from vehicle.box import copyTree
 from vehicle.errors import VehicleError
 from vehicle.session import Caller, Registry, Session
+from vehicle.session._session import _preview as previewOf
 from vehicle.session._drive import answer
 
 
@@ -47,10 +48,12 @@ def branch(
         raise VehicleError("nothing_to_fork", "nothing has been said in this session yet")
     entryId = body.get("entryId") if kind == "fork" else None
     newId = registry.newSessionId()
-    if entryId is not None:
-        points = {p["entryId"]: p["text"] for p in readSession(piFile).forkPoints()}
-        if entryId not in points:
-            raise NothingToFork(entryId)
+    points = readSession(piFile).forkPoints()
+    if entryId is not None and entryId not in {p["entryId"] for p in points}:
+        raise NothingToFork(entryId)
+    # What the list shows for the branch until something is said in it: the
+    # first message of the history it begins with.
+    inherited = points[0]["text"] if points and points[0]["entryId"] != entryId else None
     meta = evolve(
         source.meta,
         sessionId=newId,
@@ -61,14 +64,19 @@ def branch(
         folders=None,
     )
     title = None
-    if kind == "clone" and source.title:
-        title = f"Copy of {source.title}"
+    if kind == "clone" and (source.title or source.preview):
+        # A clone is named as a copy of its source's name (its title, or
+        # what the list shows for it).
+        title = f"Copy of {source.title or source.preview}"
     session = registry.create(
         caller,
         meta,
         title=title,
         claim=True,
-        createdEvent={"parent": meta.parent},
+        createdEvent={
+            "parent": meta.parent,
+            **({"preview": previewOf(stripContextNote(inherited))} if inherited else {}),
+        },
     )
     workDir = (
         registry.dataDir.workspaceDir(newId)
@@ -92,6 +100,9 @@ def branch(
         session.meta = evolve(session.meta, folders=recordFolders(newId, session.directory))
         session.writeMeta()
     session.delegatedToken = source.delegatedToken
+    if session.preview is None and inherited:
+        session.preview = previewOf(stripContextNote(inherited))
+        session.previewInherited = True
     selected = stripContextNote(result.selectedText) if result.selectedText is not None else None
     source.emit(
         f"session.{'forked' if kind == 'fork' else 'cloned'}",

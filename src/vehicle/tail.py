@@ -12,7 +12,7 @@ import os
 from typing import Any, Callable, ClassVar, Mapping
 
 from attrs import define, evolve, field
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.stdio import StandardIO
 from twisted.internet.task import deferLater
@@ -22,10 +22,14 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
 from vehicle.ride import CredentialError, Door, StdioLines, asFrame, resolveCredentials
+from vehicle.ride._main import boundedWait
 
 
 #: The longest value shown in a compact line.
 _VALUE_LIMIT = 120
+
+#: What starts each line of deltas' text.
+DELTA_INDENT = "    "
 
 
 @define(eq=False)
@@ -95,7 +99,8 @@ class Tail:
     @ivar sessionId: the session.
     @ivar clock: for the backoff between reconnections.
     @ivar write: called with text to print (each event's line ends in a
-        line break; deltas are printed inline, as they come).
+        line break; deltas are printed inline, as they come, on lines
+        indented by L{DELTA_INDENT}).
     @ivar lastSeq: the last C{seq} printed; the next connection resumes
         after it.
     @ivar retries: how many reconnections in a row may fail before the
@@ -191,8 +196,12 @@ class Tail:
                     self._line(json.dumps(event, ensure_ascii=False))
                 else:
                     text = (event.get("data") or {}).get("text") or ""
-                    self.write(text)
-                    self._midLine = self._midLine or bool(text)
+                    if text:
+                        # Indented, so no delta line reads as an event's.
+                        if not self._midLine:
+                            self.write(DELTA_INDENT)
+                        self.write(text.replace("\n", "\n" + DELTA_INDENT))
+                        self._midLine = True
             return
         if not isinstance(seq, int) or seq <= self.lastSeq:
             return  # already printed
@@ -283,12 +292,24 @@ async def runTail(
         deltas=bool(options["deltas"]),
         retries=options["retries"],
     )
+    running = Deferred.fromCoroutine(tail.run())
+    finished: Deferred[None] = Deferred()
+
+    def stopping() -> Deferred[None]:
+        # Asked to stop (a signal): stop following, flush what was printed.
+        running.cancel()
+        return boundedWait(reactor, finished, 2.0)
+
+    reactor.addSystemEventTrigger("before", "shutdown", stopping)
     code = 0
     try:
-        await tail.run()
+        await running
+    except CancelledError:
+        pass
     except TailFailed as e:
         log.error("vehicle tail: {error}", error=str(e))
         code = 1
     finally:
         await output.close()
+        finished.callback(None)
     return code

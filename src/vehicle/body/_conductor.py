@@ -30,6 +30,10 @@ from vehicle.session import IConductor, Session
 
 TEXT = ("prompt", "follow_up", "steer")
 
+#: gardend's reader tools (their scopes end in C{.read}): all a session
+#: started by a viewer may call.
+READER_TOOLS = ("read_document", "list_documents", "get_workspace", "search_documents")
+
 #: The note pi-sophia adds for what the person had open (ids only).
 CONTEXT_NOTE_PREFIX = "\n\n[open in Garden: "
 
@@ -256,7 +260,7 @@ class Conductor:
                 budget={"maxTurns": meta.maxTurns, "maxCostUsd": meta.maxCostUsd},
                 providers=plan.providers,
                 wrap=plan.wrap,
-                bootExtra=plan.bootExtra,
+                bootExtra=self._bootExtra(plan),
                 mcpUrl=plan.mcpUrl or self.launcher.mcpUrl,
             )
             state = await protocol.request({"type": "get_state"})
@@ -275,6 +279,13 @@ class Conductor:
         if revived:
             self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
         return protocol
+
+    def _bootExtra(self, plan: BodyPlan) -> dict[str, Any] | None:
+        extra = dict(plan.bootExtra or {})
+        if self.session.meta.access == "read" and (plan.mcpUrl or self.launcher.mcpUrl):
+            # The role at creation fixes the tools for the session's life.
+            extra["mcpReaders"] = list(READER_TOOLS)
+        return extra or None
 
     def tools(self) -> list[str]:
         if self.session.meta.profile == "agent":

@@ -140,9 +140,10 @@ def resolveCredentials(
         try:
             token = Path(keyFile).read_text("utf-8").strip() or None
         except (OSError, UnicodeDecodeError) as e:
-            raise CredentialError(f"cannot read the key file {keyFile}: {e.__class__.__name__}")
+            # The path is not echoed: it may be a token typed in its place.
+            raise CredentialError(f"cannot read the --key-file: {e.__class__.__name__}")
         if token is None:
-            raise CredentialError(f"the key file {keyFile} is empty")
+            raise CredentialError("the --key-file is empty")
     else:
         token = (environ.get(TOKEN_ENV) or "").strip() or None
 

@@ -7,8 +7,10 @@ and output and to gardend over HTTP, on the real reactor.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Mapping
 
+from twisted.internet.defer import Deferred
 from twisted.internet.stdio import StandardIO
 from twisted.python import usage
 from twisted.web.client import Agent, HTTPConnectionPool
@@ -17,6 +19,26 @@ from treq.client import HTTPClient
 from vehicle.ride._door import CredentialError, Door, errorFrame, resolveCredentials
 from vehicle.ride._ride import NewSession, Ride, randomId
 from vehicle.ride._stdio import StdioLines
+
+
+#: How long a ride asked to stop may take to release its lease.
+STOP_GRACE_SECONDS = 10.0
+
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def checkVariableName(name: str | None) -> None:
+    """
+    C{--model-key-env} names a variable; a value that is no variable's name
+    (a key typed where its name belongs, or C{--model-key <key>}, which
+    abbreviates it) is refused without being echoed.
+
+    @raise usage.UsageError: not a variable's name.
+    """
+    if name is not None and not _VARIABLE.match(name):
+        raise usage.UsageError(
+            "--model-key-env takes the name of an environment variable, never the key itself"
+        )
 
 
 class RideOptions(usage.Options):
@@ -61,6 +83,7 @@ class RideOptions(usage.Options):
                     raise usage.UsageError(f"--{name} goes with --new")
         if self["profile"] not in (None, "chat", "agent"):
             raise usage.UsageError("--profile is chat or agent")
+        checkVariableName(self["model-key-env"])
 
     def newSession(self) -> NewSession | None:
         if not self["new"]:
@@ -106,9 +129,35 @@ async def runRide(
     output.onEnd = ride.inputEnded
     output.onTooLong = ride.lineTooLong
     StandardIO(output, reactor=reactor)
+    finished: Deferred[None] = Deferred()
+
+    def stopping() -> Deferred[None]:
+        # Asked to stop (a signal): end as at the end of the input.
+        ride.interrupt()
+        return boundedWait(reactor, finished, STOP_GRACE_SECONDS)
+
+    reactor.addSystemEventTrigger("before", "shutdown", stopping)
     try:
         code = await ride.run(new=options.newSession(), sessionId=options["session"])
     finally:
         await output.close()
         await pool.closeCachedConnections()
+        finished.callback(None)
     return code
+
+
+def boundedWait(reactor: Any, d: Deferred[None], seconds: float) -> Deferred[None]:
+    """
+    A L{Deferred} that fires when C{d} does, or after C{seconds}, whichever
+    comes first (C{d} itself is left alone).
+    """
+    waiter: Deferred[None] = Deferred()
+
+    def fire(_: Any = None) -> None:
+        if not waiter.called:
+            waiter.callback(None)
+
+    d.addBoth(lambda result: (fire(), result)[1])
+    timer = reactor.callLater(seconds, fire)
+    waiter.addBoth(lambda result: (timer.cancel() if timer.active() else None, result)[1])
+    return waiter

@@ -13,7 +13,7 @@ import secrets
 from typing import Any, Callable, ClassVar
 
 from attrs import define, field, frozen
-from twisted.internet.defer import CancelledError, DeferredQueue
+from twisted.internet.defer import CancelledError, Deferred, DeferredQueue
 from twisted.logger import Logger
 
 from vehicle.ride._door import Door, errorFrame, localFrame
@@ -125,6 +125,8 @@ class Ride:
     closed: bool = False
     _queue: DeferredQueue = field(init=False, factory=DeferredQueue)
     _ended: bool = field(init=False, default=False)
+    _waiting: Deferred | None = field(init=False, default=None)
+    _interrupted: bool = field(init=False, default=False)
 
     # -- input --------------------------------------------------------------
 
@@ -150,6 +152,20 @@ class Ride:
         if not self._ended:
             self._ended = True
             self._queue.put(_END)
+
+    def interrupt(self) -> None:
+        """
+        Stop soon (the process is asked to stop): a long-poll under way is
+        given up without an answer, the lines not yet handled are dropped,
+        and the ride ends as at the end of the input (the lease released,
+        then C{closed} with C{reason: "interrupted"}).
+        """
+        self._interrupted = True
+        self._queue.pending.clear()
+        self._ended = True
+        self._queue.put(_END)
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     # -- the ride -------------------------------------------------------------
 
@@ -235,7 +251,8 @@ class Ride:
             elif frame.get("code") not in _LEASE_LOST:
                 # Not "it was not ours any more": say why it stays held.
                 self.write(frame)
-        self._close(None, "end_of_input", released=released)
+        reason = "interrupted" if self._interrupted else "end_of_input"
+        self._close(None, reason, released=released)
 
     def _close(self, requestId: str | None, reason: str, released: bool = False) -> None:
         self.closed = True
@@ -281,7 +298,23 @@ class Ride:
         except _Refused as refused:
             self.write(errorFrame(refused.code, refused.message, requestId, refused.details))
             return
-        frame = await self.door.call(call.method, call.path, call.body, call.query)
+        if op == "watch":
+            # A long-poll may be given up (L{interrupt}); nothing else is.
+            self._waiting = Deferred.fromCoroutine(
+                self.door.call(call.method, call.path, call.body, call.query)
+            )
+            try:
+                frame = await self._waiting
+            except CancelledError:
+                if self._interrupted:
+                    return
+                raise
+            finally:
+                self._waiting = None
+            if self._interrupted:
+                return  # given up: its answer (or its cancellation) is not shown
+        else:
+            frame = await self.door.call(call.method, call.path, call.body, call.query)
         if frame.get("requestId") is None:
             frame = {**frame, "requestId": requestId}
         self._observe(op, frame)

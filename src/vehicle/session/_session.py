@@ -136,6 +136,8 @@ class Session:
     commands: dict[str, dict[str, Any]] = field(factory=dict)
     lease: Lease | None = None
     preview: str | None = None
+    #: The preview is a branch's inherited one, until it says something.
+    previewInherited: bool = False
     deleted: bool = False
     closed: bool = False
     roomPolicy: str = "suggest"
@@ -484,8 +486,11 @@ class Session:
         frame = frameFor(command)
         self.remember("command", caller, body["requestId"], body, frame)
         self.commands[commandId] = command
-        if self.preview is None and "text" in command and not command.get("chimeAuthor"):
+        if (self.preview is None or self.previewInherited) and "text" in command and not command.get(
+            "chimeAuthor"
+        ):
             self.preview = _preview(command["text"])
+            self.previewInherited = False
         self.emit(
             "command.accepted",
             {
@@ -603,6 +608,9 @@ class Session:
                         command[key] = data[key]
             elif kind == "session.renamed":
                 self.title = data.get("title")
+            elif kind == "session.created" and self.preview is None and data.get("preview"):
+                self.preview = data["preview"]
+                self.previewInherited = True
             elif kind == "room.policy":
                 self.roomPolicy = data.get("policy", self.roomPolicy)
             elif kind == "chime.resolved" and data.get("chimeId") in self.chimes:

@@ -332,7 +332,7 @@ class VehicleAPI:
             return self._frame(request, 201, result)
         if (
             self.requireDelegation
-            and body["type"] in TEXT_COMMANDS
+            and (body["type"] in TEXT_COMMANDS or body["type"] == "accept_chime")
             and session.bodyState() != "live"
             and session.delegatedToken is None
         ):

@@ -157,7 +157,11 @@ if (state.bridgeReady === undefined) {
 // host hands over (gardend's loopback /mcp, or the box's bridge).
 function mcpUrl() {
   const url = state.boot?.mcp?.url;
-  return typeof url === "string" && url !== "" ? url : null;
+  if (typeof url !== "string" || url === "") {
+    return null;
+  }
+  // Through a bridge on a free port: the port is known once it listens.
+  return state.bridgePort ? url.replace("127.0.0.1:0/", `127.0.0.1:${state.bridgePort}/`) : url;
 }
 
 function isGraphTool(name) {
@@ -336,6 +340,15 @@ export default async function sophia(pi) {
     captureUi(ctx);
     if (mcpUrl() === null || !isGraphTool(event.toolName)) {
       return undefined;
+    }
+    // A session created by a reader keeps the reader tools for its life,
+    // whatever role the token it is handed carries now.
+    const readers = state.boot?.mcpReaders;
+    if (Array.isArray(readers) && !readers.includes(event.toolName.slice("mcp__graph__".length))) {
+      return {
+        block: true,
+        reason: "this conversation only reads the graph: it was started by a reader",
+      };
     }
     let signal;
     try {
