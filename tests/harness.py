@@ -197,3 +197,20 @@ class Harness:
         code, frame = self.call("POST", "/sessions", body, **who)
         assert code == 201, frame
         return frame["value"]["session"]
+
+
+#: A valid body for each command type, and what a fresh session answers it
+#: (a frame type, a refusal's code, or None where either may come).
+COMMAND_EXAMPLES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "prompt": ({"text": "hi"}, "command.accepted"),
+    "follow_up": ({"text": "more", "contextRefs": ["doc-1"]}, "command.accepted"),
+    "steer": ({"text": "left"}, "command.accepted"),
+    "cancel": ({"targetCommandId": "nothing"}, "not_cancellable"),
+    "fork": ({"entryId": "e1"}, None),
+    "clone": ({}, None),
+    "set_room_policy": ({"policy": "co-drive"}, "room.policy"),
+    "accept_chime": ({"chimeId": "c1"}, "chime_not_pending"),
+    "reject_chime": ({"chimeId": "c1"}, "chime_not_pending"),
+    "abort": ({}, "command.accepted"),
+    "shutdown": ({}, "command.accepted"),
+}

@@ -353,3 +353,24 @@ class TwistdHost(LiveHost):
 
     def registry(self) -> Any:
         raise NotImplementedError("the host runs in another process")
+
+
+def startStandIn(testCase: TestCase, masterKey: str = "master-test", graphs: tuple[str, ...] = ("g1",)) -> Any:
+    """
+    The gardend stand-in on a loopback port for one test (front door and
+    MCP); point its front door at a host with C{setServiceUrl}.
+    """
+    from vehicle.gardend import Config, StandIn
+
+    config = Config.fromJSON(
+        {
+            "masterKey": masterKey,
+            "graphs": list(graphs),
+            "tokens": [],
+            "service": {"url": "http://127.0.0.1:9", "secret": SECRET},
+        }
+    )
+    stand = StandIn(root=testCase.mktemp(), config=config, reactor=reactor)
+    stand.listen(reactor, 0)
+    testCase.addCleanup(stand.stopListening)
+    return stand

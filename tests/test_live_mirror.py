@@ -7,29 +7,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from vehicle.gardend import Config, StandIn
 
 from tests.harness import SECRET
-from tests.live import LiveHost, settledEvent
+from tests.live import LiveHost, settledEvent, startStandIn
 
 
-def standIn(testCase: TestCase) -> StandIn:
-    config = Config.fromJSON(
-        {
-            "masterKey": "master-test",
-            "graphs": ["g1"],
-            "tokens": [],
-            "service": {"url": "http://127.0.0.1:9", "secret": SECRET},
-        }
-    )
-    stand = StandIn(root=testCase.mktemp(), config=config, reactor=reactor)
-    stand.listen(reactor, 0)
-    testCase.addCleanup(stand.stopListening)
-    return stand
+def standIn(testCase: TestCase) -> Any:
+    return startStandIn(testCase)
 
 
 class MirrorTests(TestCase):

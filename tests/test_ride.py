@@ -26,7 +26,6 @@ from twisted.web.resource import Resource
 
 from vehicle import PROTOCOL
 from vehicle._cli import Options as CLIOptions
-from vehicle.gardend import Config, StandIn
 from vehicle.ride import (
     COMMAND_OPS,
     CredentialError,
@@ -40,8 +39,8 @@ from vehicle.ride import (
     resolveCredentials,
 )
 
-from tests.harness import SECRET, Harness, identity
-from tests.live import LiveHost, requirePi
+from tests.harness import COMMAND_EXAMPLES, SECRET, Harness, identity
+from tests.live import LiveHost, requirePi, startStandIn
 
 
 GARDEND = "http://gardend.test"
@@ -283,19 +282,7 @@ class RideTests(SynchronousTestCase):
         fields and C{type} = op (not C{op}); the host's answer comes back
         with the line's requestId.  C{shutdown} is followed by C{closed}.
         """
-        answers = {
-            "prompt": ({"text": "hi"}, "command.accepted"),
-            "follow_up": ({"text": "more", "contextRefs": ["doc-1"]}, "command.accepted"),
-            "steer": ({"text": "left"}, "command.accepted"),
-            "cancel": ({"targetCommandId": "nothing"}, "not_cancellable"),
-            "fork": ({"entryId": "e1"}, None),
-            "clone": ({}, None),
-            "set_room_policy": ({"policy": "co-drive"}, "room.policy"),
-            "accept_chime": ({"chimeId": "c1"}, "chime_not_pending"),
-            "reject_chime": ({"chimeId": "c1"}, "chime_not_pending"),
-            "abort": ({}, "command.accepted"),
-            "shutdown": ({}, "command.accepted"),
-        }
+        answers = COMMAND_EXAMPLES
         self.assertEqual(set(answers), COMMAND_OPS)
         ride, frames = self.makeRide()
         d = self.start(ride)
@@ -814,17 +801,7 @@ class RideProcessTests(TestCase):
         the environment, never the arguments; the client id reaches the host.
         """
         requirePi()
-        config = Config.fromJSON(
-            {
-                "masterKey": "master-ride-test",
-                "graphs": ["g1"],
-                "tokens": [],
-                "service": {"url": "http://127.0.0.1:9", "secret": SECRET},
-            }
-        )
-        stand = StandIn(root=self.mktemp(), config=config, reactor=reactor)
-        stand.listen(reactor, 0)
-        self.addCleanup(stand.stopListening)
+        stand = startStandIn(self, masterKey="master-ride-test")
         host = await LiveHost(self).start()
         stand.setServiceUrl(host.url)
 

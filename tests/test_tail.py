@@ -15,12 +15,11 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from vehicle.gardend import Config, StandIn
 from vehicle.ride import Door
 from vehicle.tail import SSEParser, Tail, TailFailed, TailOptions, formatEvent
 
 from tests.harness import SECRET
-from tests.live import LiveHost, sleep
+from tests.live import LiveHost, sleep, startStandIn
 
 
 MASTER = "master-tail-test"
@@ -136,17 +135,7 @@ class LiveTailTests(TestCase):
         goes on from the next event: the printed seqs are 1..N with no gap
         and no repeat, ending at C{session.deleted}, where the tail stops.
         """
-        config = Config.fromJSON(
-            {
-                "masterKey": MASTER,
-                "graphs": ["g1"],
-                "tokens": [],
-                "service": {"url": "http://127.0.0.1:9", "secret": SECRET},
-            }
-        )
-        stand = StandIn(root=self.mktemp(), config=config, reactor=reactor)
-        stand.listen(reactor, 0)
-        self.addCleanup(stand.stopListening)
+        stand = startStandIn(self, masterKey=MASTER)
         host = await LiveHost(self).start()
         stand.setServiceUrl(host.url)
         who = {"principal": "owner", "client": "tab-1"}

@@ -18,7 +18,7 @@ from vehicle.errors import STATUS, VehicleError
 from vehicle.session import Caller
 from vehicle.web._frames import MAX_TEXT_BYTES, validate
 
-from tests.harness import SECRET, Harness
+from tests.harness import COMMAND_EXAMPLES, SECRET, Harness
 from tests.schemas import assertValidEvent, assertValidFrame
 
 
@@ -392,19 +392,7 @@ class FrameTests(RouteTestCase):
         A valid body of each type gets past validation to the session's own
         answer (accepted, or a state refusal), never C{invalid_request}.
         """
-        answers = {
-            "prompt": ({"text": "hi"}, "command.accepted"),
-            "follow_up": ({"text": "more", "contextRefs": ["doc-1"]}, "command.accepted"),
-            "steer": ({"text": "left"}, "command.accepted"),
-            "cancel": ({"targetCommandId": "nothing"}, "not_cancellable"),
-            "fork": ({"entryId": "e1"}, None),
-            "clone": ({}, None),
-            "set_room_policy": ({"policy": "co-drive"}, "room.policy"),
-            "accept_chime": ({"chimeId": "c1"}, "chime_not_pending"),
-            "reject_chime": ({"chimeId": "c1"}, "chime_not_pending"),
-            "abort": ({}, "command.accepted"),
-            "shutdown": ({}, "command.accepted"),
-        }
+        answers = COMMAND_EXAMPLES
         for kind, (extra, expected) in answers.items():
             _, frame = self.call("POST", self.cmd, {"requestId": f"r-{kind}", "type": kind, **extra},
                                  **TAB1)
