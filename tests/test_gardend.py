@@ -1,7 +1,8 @@
 """
 Tests for L{vehicle.gardend}: the stand-in's configuration, delegation tokens,
 C{/mcp} (raw JSON-RPC and the official MCP SDK client), the folder store and
-the front door (header stripping and minting, graph paths, streaming).
+the front door (header stripping and minting, graph paths, streaming, public
+mode's visitors and accounts).
 """
 
 from __future__ import annotations
@@ -54,6 +55,38 @@ def configData(**service: Any) -> dict[str, Any]:
 
 def makeConfig(**service: Any) -> Config:
     return Config.fromJSON(configData(**service))
+
+
+#: Sophia accounts' ID tokens (the stand-in's Cognito).
+ACCOUNT_TOKEN = "id-token-verified-0001"
+UNVERIFIED_TOKEN = "id-token-unverified-0002"
+
+
+def publicConfigData(**service: Any) -> dict[str, Any]:
+    """
+    L{configData} in public mode: g-public and g-pub2 are public (g1 and g2
+    are not); two accounts, one with a verified email; the manifest accepts
+    a model key unless C{service} says otherwise.
+    """
+    data = configData(**{"acceptsModelKey": True, **service})
+    data["public"] = {
+        "enabled": True,
+        "graphs": ["g-public", "g-pub2"],
+        "accounts": [
+            {
+                "token": ACCOUNT_TOKEN,
+                "sub": "123",
+                "email": "a@example.com",
+                "emailVerified": True,
+            },
+            {"token": UNVERIFIED_TOKEN, "sub": "456", "email": "b@example.com"},
+        ],
+    }
+    return data
+
+
+def makePublicConfig(**service: Any) -> Config:
+    return Config.fromJSON(publicConfigData(**service))
 
 
 class ConfigTests(SynchronousTestCase):
@@ -112,6 +145,51 @@ class ConfigTests(SynchronousTestCase):
         del data["service"]
         self.assertRaises(ConfigError, Config.fromJSON, data)
 
+    def test_public(self) -> None:
+        """
+        C{public} is read: its graphs (known graphs too) and accounts, whose
+        principal is C{cognito:<sub>} and whose ID token is in no C{repr};
+        without it public mode is off.
+        """
+        config = makePublicConfig()
+        self.assertTrue(config.public.enabled)
+        self.assertEqual(config.public.graphs, ("g-public", "g-pub2"))
+        self.assertEqual(config.knownGraphs(), {"g1", "g2", "g-public", "g-pub2"})
+        verified, unverified = config.public.accounts
+        self.assertEqual(
+            (verified.principal, verified.email, verified.emailVerified),
+            ("cognito:123", "a@example.com", True),
+        )
+        self.assertFalse(unverified.emailVerified)
+        self.assertTrue(config.public.serves("g-public"))
+        self.assertFalse(config.public.serves("g1"))
+        self.assertNotIn(ACCOUNT_TOKEN, repr(config))
+        self.assertFalse(makeConfig().public.enabled)
+        self.assertFalse(makeConfig().public.serves("g1"))
+
+    def test_publicMalformed(self) -> None:
+        """
+        Public mode with no graph, a non-boolean C{emailVerified}, an account
+        without C{sub}, two accounts with one token, or an account token that
+        is also a member's credential, is refused.
+        """
+        def broken(change: Any) -> dict[str, Any]:
+            data = publicConfigData()
+            change(data["public"])
+            return data
+
+        cases = [
+            lambda p: p.update(graphs=[]),
+            lambda p: p["accounts"][0].update(emailVerified="yes"),
+            lambda p: p["accounts"][0].pop("sub"),
+            lambda p: p["accounts"][1].update(token=ACCOUNT_TOKEN),
+            lambda p: p["accounts"][0].update(token=MASTER),
+            lambda p: p["accounts"][0].update(token="view-secret"),
+            lambda p: p.update(enabled="on"),
+        ]
+        for change in cases:
+            self.assertRaises(ConfigError, Config.fromJSON, broken(change))
+
     def test_commandLine(self) -> None:
         """
         C{python -m vehicle.gardend} requires C{--config} and C{--root} and
@@ -145,6 +223,32 @@ class DelegationTests(SynchronousTestCase):
         self.assertEqual(
             (delegation.principal, delegation.graphId, delegation.role, delegation.via),
             ("token:t1", "g1", "editor", "service:vehicle"),
+        )
+
+    def test_readsOtherGraphs(self) -> None:
+        """
+        A viewer's token may also read other graphs (a public caller's, every
+        public graph); they round-trip without its own graph; a member's
+        token reads none; only a viewer's may read others.
+        """
+        token = self.delegations.mint(
+            "anon:x", "g-public", "viewer", "vehicle", reads=("g-public", "g-pub2")
+        )
+        delegation = self.delegations.verify(token)
+        self.assertEqual(
+            (delegation.graphId, delegation.role, delegation.reads),
+            ("g-public", "viewer", ("g-pub2",)),
+        )
+        plain = self.delegations.mint("token:t1", "g1", "editor", "vehicle")
+        self.assertEqual(self.delegations.verify(plain).reads, ())
+        self.assertRaises(
+            ValueError,
+            self.delegations.mint,
+            "owner",
+            "g1",
+            "owner",
+            "vehicle",
+            reads=("g2",),
         )
 
     def test_expiresAfterAnHour(self) -> None:
@@ -375,6 +479,77 @@ class MCPTests(SynchronousTestCase):
             t["name"]: t for t in self.rpc(MASTER, "tools/list")["result"]["tools"]
         }
         self.assertIn("graph_id", operator["rename"]["inputSchema"]["required"])
+
+    def usePublic(self) -> None:
+        """
+        Rebuild the stand-in in public mode, with a document in each public
+        graph (written by the operator) and one in the private g1.
+        """
+        self.standIn = StandIn(
+            root=self.root, config=makePublicConfig(), reactor=self.reactor
+        )
+        self.stub = StubTreq(self.standIn.resource())
+        for graph in ("g-public", "g-pub2", "g1"):
+            isError, _ = self.call(
+                MASTER, "create_document", graphId=graph, title=graph, documentId="d"
+            )
+            self.assertFalse(isError)
+            isError, _ = self.call(
+                MASTER, "write_document", graphId=graph, documentId="d",
+                content="in " + graph,
+            )
+            self.assertFalse(isError)
+
+    def test_publicTokenReadsEveryPublicGraph(self) -> None:
+        """
+        A public caller's token reads its own graph by default and any
+        public graph it names; a graph that is not public, and every write
+        (even on its own graph), are refused.
+        """
+        self.usePublic()
+        audited = len(self.standIn.audit())
+        token = self.standIn.mintDelegation(
+            "anon:v", "g-public", "viewer", reads=("g-public", "g-pub2")
+        )
+        isError, envelope = self.call(token, "read_document", documentId="d")
+        self.assertFalse(isError)
+        self.assertIn("in g-public", json.dumps(envelope))
+        isError, envelope = self.call(
+            token, "read_document", graphId="g-pub2", documentId="d"
+        )
+        self.assertFalse(isError)
+        self.assertIn("in g-pub2", json.dumps(envelope))
+        isError, envelope = self.call(
+            token, "read_document", graphId="g1", documentId="d"
+        )
+        self.assertEqual((isError, envelope["error"]["code"]), (True, "graph_mismatch"))
+        for graph in ("g-public", "g-pub2"):
+            isError, envelope = self.call(
+                token, "create_document", graphId=graph, title="x", documentId="w"
+            )
+            self.assertEqual((isError, envelope["error"]["code"]), (True, "forbidden"))
+            self.assertIsNone(self.standIn.document(graph, "w"))
+        self.assertEqual(len(self.standIn.audit()), audited)
+
+    def test_publicTokenListing(self) -> None:
+        """
+        A public caller's token lists the reader tools, each offering its
+        graph argument as optional and one of the public graphs (its own
+        first); a member's bound token offers none.
+        """
+        self.usePublic()
+        token = self.standIn.mintDelegation(
+            "anon:v", "g-pub2", "viewer", reads=("g-public", "g-pub2")
+        )
+        tools = self.rpc(token, "tools/list")["result"]["tools"]
+        self.assertEqual(len(tools), 4)
+        for tool in tools:
+            schema = tool["inputSchema"]
+            self.assertEqual(schema["properties"]["graphId"]["enum"], ["g-pub2", "g-public"])
+            self.assertNotIn("graphId", schema.get("required", []))
+        member = self.standIn.mintDelegation("token:t-view", "g1", "viewer")
+        for tool in self.rpc(member, "tools/list")["result"]["tools"]:
+            self.assertNotIn("graphId", tool["inputSchema"]["properties"])
 
     def test_toolsListViewer(self) -> None:
         """
@@ -1075,3 +1250,300 @@ class OfficialSDKTests(TestCase):
         )
         self.assertEqual(standIn.document("g1", "sdk-doc")["title"], "From the SDK")
         self.assertEqual(standIn.audit()[0]["via"], "service:vehicle")
+
+
+class PublicFrontDoorTests(TestCase):
+    """
+    The front door in public mode, forwarding to a L{FakeHost}: visitors and
+    Sophia accounts reach the public graphs as viewers.
+    """
+
+    timeout = 20
+
+    def setUp(self) -> None:
+        self.host = FakeHost()
+        hostPort = globalReactor.listenTCP(
+            0, Site(self.host.router.resource()), interface="127.0.0.1"
+        )
+        self.addCleanup(hostPort.stopListening)
+        self.hostUrl = f"http://127.0.0.1:{hostPort.getHost().port}"
+        self.standIn = self.makeStandIn()
+        pool = HTTPConnectionPool(globalReactor, persistent=False)
+        self.client = HTTPClient(Agent(globalReactor, pool=pool))
+
+    def makeStandIn(self, **service: Any) -> StandIn:
+        standIn = StandIn(
+            root=self.mktemp(),
+            config=makePublicConfig(**service),
+            reactor=globalReactor,
+        )
+        standIn.setServiceUrl(self.hostUrl)
+        standIn.listen(globalReactor, 0)
+        self.addCleanup(standIn.stopListening)
+        return standIn
+
+    async def send(
+        self, path: str, standIn: StandIn | None = None, **headers: str
+    ) -> tuple[int, Any]:
+        """
+        C{GET} C{path} with C{headers}; the status and the headers the host
+        was sent (L{None} when the request did not reach it).
+        """
+        before = len(self.host.seen)
+        response = await self.client.get(
+            (standIn or self.standIn).url + path, headers=headers
+        )
+        body = await response.content()
+        if len(self.host.seen) == before:
+            return response.code, json.loads(body)
+        return response.code, self.host.seen[-1]["headers"]
+
+    async def visitor(self, **headers: str) -> dict[str, list[str]]:
+        code, seen = await self.send("/services/vehicle/g/g-public/sessions", **headers)
+        self.assertEqual(code, 201, seen)
+        return seen  # type: ignore[no-any-return]
+
+    def assertPublicViewer(self, headers: dict[str, list[str]], kind: str) -> None:
+        """
+        The headers minted for any public caller on g-public.
+        """
+        self.assertEqual(headers["x-sophia-caller-kind"], [kind])
+        self.assertEqual(headers["x-internal-service"], [SECRET])
+        self.assertEqual(headers["x-graph-id"], ["g-public"])
+        self.assertEqual(headers["x-sophia-graph-role"], ["viewer"])
+        self.assertEqual(headers["x-sophia-caller-role"], ["viewer"])
+        self.assertEqual(headers["x-sophia-public-graphs"], ["g-public,g-pub2"])
+        for gone in ("authorization", "x-visitor-id", "cookie"):
+            self.assertNotIn(gone, headers)
+        delegation = self.standIn.delegations.verify(
+            headers["x-sophia-delegated-token"][0]
+        )
+        self.assertEqual(
+            (delegation.principal, delegation.graphId, delegation.role, delegation.reads),
+            (headers["x-user-id"][0], "g-public", "viewer", ("g-pub2",)),
+        )
+
+    async def test_visitor(self) -> None:
+        """
+        With no credential on a public graph the caller is a visitor: an
+        C{anon:} principal that is the same for the same C{X-Visitor-Id} and
+        different for another, minted viewer of the path's graph with the
+        public graphs and a viewer's delegation; no account headers, and the
+        visitor id does not reach the host.
+        """
+        first = await self.visitor(**{"x-visitor-id": "v-one"})
+        self.assertPublicViewer(first, "anonymous")
+        principal = first["x-user-id"][0]
+        self.assertRegex(principal, r"^anon:[0-9a-f]{32}$")
+        self.assertNotIn("v-one", principal)
+        self.assertNotIn("x-sophia-account-email", first)
+        self.assertNotIn("x-sophia-account-email-verified", first)
+        again = await self.visitor(**{"x-visitor-id": "v-one", "user-agent": "other"})
+        self.assertEqual(again["x-user-id"], [principal])
+        other = await self.visitor(**{"x-visitor-id": "v-two"})
+        self.assertNotEqual(other["x-user-id"], [principal])
+        self.assertTrue(other["x-user-id"][0].startswith("anon:"))
+
+    async def test_visitorStableAcrossStandIns(self) -> None:
+        """
+        The same visitor id is the same principal on another stand-in with
+        the same configuration (a restarted gardend), so the visitor finds
+        its sessions again.
+        """
+        first = await self.visitor(**{"x-visitor-id": "v-one"})
+        restarted = self.makeStandIn()
+        code, again = await self.send(
+            "/services/vehicle/g/g-public/sessions", restarted, **{"x-visitor-id": "v-one"}
+        )
+        self.assertEqual(again["x-user-id"], first["x-user-id"])
+
+    async def test_visitorWithoutId(self) -> None:
+        """
+        Without C{X-Visitor-Id} the principal comes from the address and the
+        user agent: the same for the same pair, another for another agent,
+        and never the principal of a visitor id.
+        """
+        one = await self.visitor(**{"user-agent": "agent/1"})
+        same = await self.visitor(**{"user-agent": "agent/1"})
+        other = await self.visitor(**{"user-agent": "agent/2"})
+        self.assertPublicViewer(one, "anonymous")
+        self.assertEqual(one["x-user-id"], same["x-user-id"])
+        self.assertNotEqual(one["x-user-id"], other["x-user-id"])
+        self.assertTrue(one["x-user-id"][0].startswith("anon:"))
+
+    async def test_invalidVisitorId(self) -> None:
+        """
+        An C{X-Visitor-Id} that is not one printable token is refused (400)
+        before the host.
+        """
+        code, body = await self.send(
+            "/services/vehicle/g/g-public/sessions", **{"x-visitor-id": "a b"}
+        )
+        self.assertEqual((code, body["error"]["code"]), (400, "invalid_visitor_id"))
+        self.assertEqual(self.host.seen, [])
+
+    async def test_account(self) -> None:
+        """
+        A bearer that is an account's ID token is that account: kind
+        C{account}, C{cognito:<sub>}, its email and whether it is verified,
+        minted viewer like a visitor.
+        """
+        headers = await self.visitor(authorization="Bearer " + ACCOUNT_TOKEN)
+        self.assertPublicViewer(headers, "account")
+        self.assertEqual(headers["x-user-id"], ["cognito:123"])
+        self.assertEqual(headers["x-sophia-account-email"], ["a@example.com"])
+        self.assertEqual(headers["x-sophia-account-email-verified"], ["true"])
+        headers = await self.visitor(
+            authorization="Bearer " + UNVERIFIED_TOKEN, **{"x-visitor-id": "v-one"}
+        )
+        self.assertPublicViewer(headers, "account")
+        self.assertEqual(headers["x-user-id"], ["cognito:456"])
+        self.assertEqual(headers["x-sophia-account-email"], ["b@example.com"])
+        self.assertEqual(headers["x-sophia-account-email-verified"], ["false"])
+
+    async def test_spoofedKindDropped(self) -> None:
+        """
+        Identity headers a public caller sends are dropped: a visitor who
+        claims to be an account, an owner, another principal or other public
+        graphs is still an anonymous viewer; a member who claims to be a
+        visitor is still a member (no kind, no public graphs) in public mode.
+        """
+        spoofed = {
+            "x-sophia-caller-kind": "account",
+            "x-user-id": "cognito:123",
+            "x-sophia-account-email": "a@example.com",
+            "x-sophia-account-email-verified": "true",
+            "x-sophia-public-graphs": "g1",
+            "x-sophia-graph-role": "owner",
+            "x-sophia-caller-role": "owner",
+            "x-graph-id": "g1",
+            "x-sophia-delegated-token": "forged",
+            "x-visitor-id": "v-one",
+        }
+        headers = await self.visitor(**spoofed)
+        self.assertPublicViewer(headers, "anonymous")
+        self.assertTrue(headers["x-user-id"][0].startswith("anon:"))
+        self.assertNotIn("x-sophia-account-email", headers)
+        self.assertNotIn("x-sophia-account-email-verified", headers)
+        headers = await self.visitor(
+            authorization="Bearer " + UNVERIFIED_TOKEN,
+            **{**spoofed, "x-sophia-caller-kind": "anonymous"},
+        )
+        self.assertPublicViewer(headers, "account")
+        self.assertEqual(headers["x-sophia-account-email-verified"], ["false"])
+        code, headers = await self.send(
+            "/services/vehicle/g/g-public/sessions",
+            authorization="Bearer " + MASTER,
+            **{"x-sophia-caller-kind": "anonymous", "x-sophia-public-graphs": "g-public"},
+        )
+        self.assertEqual(code, 201)
+        self.assertEqual(headers["x-user-id"], ["owner"])
+        self.assertEqual(headers["x-sophia-graph-role"], ["owner"])
+        self.assertNotIn("x-sophia-caller-kind", headers)
+        self.assertNotIn("x-sophia-public-graphs", headers)
+
+    async def test_membersUnchanged(self) -> None:
+        """
+        In public mode a client token keeps its grants on private graphs and
+        is not a public caller.
+        """
+        code, headers = await self.send(
+            "/services/vehicle/g/g1/sessions", authorization="Bearer edit-secret"
+        )
+        self.assertEqual(code, 201)
+        self.assertEqual(headers["x-user-id"], ["token:t-edit"])
+        self.assertEqual(headers["x-sophia-graph-role"], ["editor"])
+        self.assertNotIn("x-sophia-caller-kind", headers)
+        delegation = self.standIn.delegations.verify(
+            headers["x-sophia-delegated-token"][0]
+        )
+        self.assertEqual((delegation.role, delegation.reads), ("editor", ()))
+
+    async def test_nonPublicGraphRefused(self) -> None:
+        """
+        A visitor on a graph that is not public, an unknown graph or a path
+        with no graph is a 401; an account there a 403; a bearer the front
+        door does not know is a 401 even on a public graph; with public mode
+        off a visitor is a 401 everywhere.  None reaches the host.
+        """
+        cases = [
+            ("/services/vehicle/g/g1/sessions", {}, 401),
+            ("/services/vehicle/g/nope/sessions", {}, 401),
+            ("/services/vehicle/sessions", {"x-visitor-id": "v-one"}, 401),
+            ("/services/vehicle/account", {}, 401),
+            ("/services/vehicle/g/g1/sessions", {"authorization": "Bearer " + ACCOUNT_TOKEN}, 403),
+            ("/services/vehicle/account", {"authorization": "Bearer " + ACCOUNT_TOKEN}, 403),
+            ("/services/vehicle/g/g-public/sessions", {"authorization": "Bearer expired"}, 401),
+            ("/services/vehicle/g/g-public/sessions", {"authorization": "Basic eDp5"}, 401),
+        ]
+        for path, headers, status in cases:
+            code, body = await self.send(path, **headers)
+            self.assertEqual(code, status, (path, headers, body))
+            self.assertIn(body["error"]["code"], ("unauthorized", "forbidden"))
+        data = publicConfigData()
+        data["public"]["enabled"] = False
+        off = StandIn(root=self.mktemp(), config=Config.fromJSON(data), reactor=globalReactor)
+        off.setServiceUrl(self.hostUrl)
+        off.listen(globalReactor, 0)
+        self.addCleanup(off.stopListening)
+        for headers in ({}, {"authorization": "Bearer " + ACCOUNT_TOKEN}):
+            code, _ = await self.send("/services/vehicle/g/g-public/sessions", off, **headers)
+            self.assertEqual(code, 401)
+        self.assertEqual(self.host.seen, [])
+
+    async def test_modelKeyOnlyWithAcceptsModelKey(self) -> None:
+        """
+        A public caller's C{X-Model-Key} reaches the host when the manifest
+        says C{acceptsModelKey}, and is dropped when it does not.
+        """
+        headers = await self.visitor(**{"x-model-key": "sk-or-visitor-1"})
+        self.assertEqual(headers["x-model-key"], ["sk-or-visitor-1"])
+        closed = self.makeStandIn(acceptsModelKey=False)
+        code, headers = await self.send(
+            "/services/vehicle/g/g-public/sessions", closed, **{"x-model-key": "sk-or-visitor-1"}
+        )
+        self.assertEqual(code, 201)
+        self.assertEqual(headers["x-sophia-caller-kind"], ["anonymous"])
+        self.assertNotIn("x-model-key", headers)
+
+    async def test_noDelegationUnlessManifestSays(self) -> None:
+        """
+        Without C{delegateCaller} a public caller gets no delegation token.
+        """
+        standIn = self.makeStandIn(delegateCaller=False)
+        code, headers = await self.send("/services/vehicle/g/g-public/x", standIn)
+        self.assertEqual(code, 201)
+        self.assertNotIn("x-sophia-delegated-token", headers)
+
+    async def test_visitorDelegationOnMcp(self) -> None:
+        """
+        The token minted for a visitor reads another public graph on C{/mcp}
+        and cannot write.
+        """
+        self.standIn.store.createDocument("g-pub2", "Cows", "cows")
+        headers = await self.visitor(**{"x-visitor-id": "v-one"})
+        token = headers["x-sophia-delegated-token"][0]
+
+        async def call(name: str, arguments: dict[str, Any]) -> Any:
+            message = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments},
+            }
+            response = await self.client.post(
+                self.standIn.mcpUrl,
+                data=json.dumps(message).encode(),
+                headers={
+                    "authorization": "Bearer " + token,
+                    "content-type": "application/json",
+                },
+            )
+            result = (await response.json())["result"]
+            return result["isError"], json.loads(result["content"][0]["text"])
+
+        isError, envelope = await call("list_documents", {"graphId": "g-pub2"})
+        self.assertFalse(isError, envelope)
+        self.assertIn("cows", json.dumps(envelope))
+        isError, envelope = await call("create_document", {"title": "x"})
+        self.assertEqual((isError, envelope["error"]["code"]), (True, "forbidden"))

@@ -42,7 +42,8 @@ class OwnKeyTests(TestCase):
         sid = frame["value"]["session"]["sessionId"]
         await host.call("POST", f"/sessions/{sid}/commands",
                         {"type": "prompt", "requestId": "p1", "text": "hello"}, **who)
-        await host.waitFor(sid, settledEvent, **who)
+        events = await host.waitFor(sid, settledEvent, **who)
+        self.assertEqual(events[-1]["data"].get("stopReason"), "stop", events[-1])
         headers, _ = host.model.requests[-1]
         self.assertEqual(headers["authorization"], "Bearer " + OWN_KEY)
 

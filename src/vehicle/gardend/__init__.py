@@ -1,11 +1,19 @@
 # -*- test-case-name: tests.test_gardend -*-
 """
 A stand-in for gardend, for tests and the one-command local run: the front
-door that mints identity headers and delegation tokens, and C{/mcp} over a
-folder-backed workspace. Not gardend: only the parts the host touches.
+door that mints identity headers and delegation tokens (members, and in
+public mode visitors and Sophia accounts), and C{/mcp} over a folder-backed
+workspace. Not gardend: only the parts the host touches.
 """
 
-from vehicle.gardend._config import ClientToken, Config, ConfigError, ServiceConfig
+from vehicle.gardend._config import (
+    Account,
+    ClientToken,
+    Config,
+    ConfigError,
+    PublicConfig,
+    ServiceConfig,
+)
 from vehicle.gardend._delegation import Delegation, DelegationRefused, Delegations
 from vehicle.gardend._frontdoor import FrontDoor
 from vehicle.gardend._mcp import CATALOG, MCPEndpoint
@@ -13,6 +21,7 @@ from vehicle.gardend._standin import StandIn
 from vehicle.gardend._store import FolderStore, ToolError
 
 __all__ = [
+    "Account",
     "CATALOG",
     "ClientToken",
     "Config",
@@ -23,6 +32,7 @@ __all__ = [
     "FolderStore",
     "FrontDoor",
     "MCPEndpoint",
+    "PublicConfig",
     "ServiceConfig",
     "StandIn",
     "ToolError",

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.test_gardend -*-
 """
 The stand-in's configuration: the master key, client tokens and their grants,
-the graphs, and the one service it fronts (C{vehicle}), parsed from JSON once.
+the graphs, public mode (its graphs and the accounts standing in for Cognito)
+and the one service it fronts (C{vehicle}), parsed from JSON once.
 
 Secrets are kept out of every C{repr}.
 """
@@ -63,6 +64,98 @@ class ClientToken:
 
 
 @frozen(kw_only=True)
+class Account:
+    """
+    A Sophia account, standing in for Cognito: a bearer equal to C{token}
+    (its ID token) is this account.
+
+    @ivar sub: Cognito's subject; the principal is C{cognito:<sub>}.
+    @ivar emailVerified: what the ID token says of the email.
+    """
+
+    token: str = field(repr=False)
+    sub: str
+    email: str
+    emailVerified: bool = False
+
+    @property
+    def principal(self) -> str:
+        """
+        The C{x-user-id} gardend mints for this account.
+        """
+        return "cognito:" + self.sub
+
+
+@frozen(kw_only=True)
+class PublicConfig:
+    """
+    Public mode: people with no login of this Sophia reach the service as
+    viewers of the public graphs (a visitor, or a Sophia account).
+
+    @ivar graphs: the public graphs, in the configured order.
+    """
+
+    enabled: bool = False
+    graphs: tuple[str, ...] = ()
+    accounts: tuple[Account, ...] = ()
+
+    def serves(self, graphId: str | None) -> bool:
+        """
+        Whether a public caller may reach C{graphId}.
+        """
+        return self.enabled and graphId is not None and graphId in self.graphs
+
+    @classmethod
+    def fromJSON(cls, data: Any) -> "PublicConfig":
+        """
+        Parse C{config.public}.
+
+        @raise ConfigError: when it is malformed.
+        """
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ConfigError("config.public must be an object")
+        enabled = data.get("enabled", False)
+        if not isinstance(enabled, bool):
+            raise ConfigError("config.public.enabled must be true or false")
+        graphs = data.get("graphs", [])
+        if not isinstance(graphs, list) or not all(
+            isinstance(g, str) and g and "," not in g for g in graphs
+        ):
+            raise ConfigError("config.public.graphs must be a list of graph ids")
+        if enabled and not graphs:
+            raise ConfigError("config.public.graphs names no graph")
+        rawAccounts = data.get("accounts", [])
+        if not isinstance(rawAccounts, list):
+            raise ConfigError("config.public.accounts must be a list")
+        accounts = []
+        seen: set[str] = set()
+        for index, raw in enumerate(rawAccounts):
+            where = f"config.public.accounts[{index}]"
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"{where} must be an object")
+            verified = raw.get("emailVerified", False)
+            if not isinstance(verified, bool):
+                raise ConfigError(f"{where}.emailVerified must be true or false")
+            account = Account(
+                token=_string(raw, "token", where),
+                sub=_string(raw, "sub", where),
+                email=_string(raw, "email", where),
+                emailVerified=verified,
+            )
+            if account.sub in seen or account.token in seen:
+                raise ConfigError(f"{where} repeats another account's sub or token")
+            seen.update((account.sub, account.token))
+            accounts.append(account)
+        return cls(
+            enabled=enabled,
+            graphs=tuple(dict.fromkeys(graphs)),
+            accounts=tuple(accounts),
+        )
+
+
+@frozen(kw_only=True)
 class ServiceConfig:
     """
     The fronted service (gardend's C{services/vehicle/service.json} plus its
@@ -85,6 +178,7 @@ class Config:
     tokens: tuple[ClientToken, ...]
     graphs: tuple[str, ...]
     service: ServiceConfig
+    public: PublicConfig = PublicConfig()
 
     @classmethod
     def fromJSON(cls, data: Any, environ: Mapping[str, str] | None = None) -> "Config":
@@ -148,11 +242,20 @@ class Config:
             delegateCaller=rawService.get("delegateCaller", True),
             acceptsModelKey=rawService.get("acceptsModelKey", False),
         )
+        public = PublicConfig.fromJSON(data.get("public"))
+        secrets = {masterKey} | {t.secret for t in tokens}
+        for account in public.accounts:
+            if account.token in secrets:
+                raise ConfigError(
+                    f"config.public.accounts: the token of {account.sub!r} is "
+                    "also a member's credential"
+                )
         return cls(
             masterKey=masterKey,
             tokens=tuple(tokens),
             graphs=tuple(graphs),
             service=service,
+            public=public,
         )
 
     @classmethod
@@ -170,10 +273,10 @@ class Config:
 
     def knownGraphs(self) -> frozenset[str]:
         """
-        Every graph the stand-in knows: the listed ones and any a token is
-        granted.
+        Every graph the stand-in knows: the listed ones, the public ones and
+        any a token is granted.
         """
-        known = set(self.graphs)
+        known = set(self.graphs) | set(self.public.graphs)
         for token in self.tokens:
             known.update(token.grants)
         return frozenset(known)

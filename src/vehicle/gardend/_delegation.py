@@ -2,7 +2,8 @@
 """
 Delegation tokens: opaque strings, HMAC-signed by the stand-in, that let a
 service act on gardend's C{/mcp} for one caller, on one graph, with one role,
-for an hour. Verified statelessly; never stored.
+for an hour (a public caller's also reads every public graph). Verified
+statelessly; never stored.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import hashlib
 import hmac
 import json
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 from attrs import field, frozen
 from twisted.internet.interfaces import IReactorTime
@@ -44,6 +45,8 @@ class Delegation:
     @ivar role: C{owner}, C{editor} or C{viewer}.
     @ivar via: C{service:<id>} for a delegation, L{None} for the operator.
     @ivar expires: POSIX time after which it is refused.
+    @ivar reads: other graphs it may read (a public caller's: every public
+        graph); empty for a member's.
     """
 
     principal: str
@@ -51,6 +54,7 @@ class Delegation:
     role: str
     via: Optional[str]
     expires: float
+    reads: tuple[str, ...] = ()
 
 
 class DelegationRefused(Exception):
@@ -74,15 +78,28 @@ class Delegations:
     def _sign(self, body: str) -> str:
         return _b64(hmac.new(self.key, body.encode("ascii"), hashlib.sha256).digest())
 
-    def mint(self, principal: str, graphId: str, role: str, service: str) -> str:
+    def mint(
+        self,
+        principal: str,
+        graphId: str,
+        role: str,
+        service: str,
+        reads: Sequence[str] = (),
+    ) -> str:
         """
         A token for C{principal} on C{graphId} with C{role}, on behalf of
         C{service}, valid for L{lifetime} seconds from now.
+
+        @param reads: other graphs the token may read (a viewer's only: a
+            public caller's public graphs).
         """
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
+        others = [g for g in dict.fromkeys(reads) if g != graphId]
+        if others and role != "viewer":
+            raise ValueError("only a viewer's token reads other graphs")
         now = self.clock.seconds()
-        payload = {
+        payload: dict[str, object] = {
             "sub": principal,
             "graph": graphId,
             "role": role,
@@ -91,6 +108,8 @@ class Delegations:
             "exp": now + self.lifetime,
             "jti": _b64(os.urandom(9)),
         }
+        if others:
+            payload["reads"] = others
         body = (
             _PREFIX
             + "."
@@ -116,16 +135,24 @@ class Delegations:
             raise DelegationRefused("invalid_token")
         try:
             payload = json.loads(_unb64(parts[1]))
+            reads = payload.get("reads", [])
+            if not isinstance(reads, list) or not all(
+                isinstance(g, str) for g in reads
+            ):
+                raise DelegationRefused("invalid_token")
             delegation = Delegation(
                 principal=str(payload["sub"]),
                 graphId=str(payload["graph"]),
                 role=str(payload["role"]),
                 via="service:" + str(payload["svc"]),
                 expires=float(payload["exp"]),
+                reads=tuple(reads),
             )
         except (ValueError, KeyError, TypeError):
             raise DelegationRefused("invalid_token")
-        if delegation.role not in ROLES:
+        if delegation.role not in ROLES or (
+            delegation.reads and delegation.role != "viewer"
+        ):
             raise DelegationRefused("invalid_token")
         if self.clock.seconds() >= delegation.expires:
             raise DelegationRefused("token_expired")

@@ -1,15 +1,19 @@
 # -*- test-case-name: tests.test_gardend -*-
 """
-The stand-in's front door: authenticates the caller, drops every identity
+The stand-in's front door: authenticates the caller (a member, or in public
+mode a visitor or Sophia account on a public graph), drops every identity
 header the caller sent, mints gardend's set (secret, principal, roles, graph,
-delegation token) and forwards C{/services/vehicle/...} to the host, streaming
-the answer back as it comes. Also mounts C{/health} and C{/mcp}.
+delegation token, caller kind) and forwards C{/services/vehicle/...} to the
+host, streaming the answer back as it comes. Also mounts C{/health} and
+C{/mcp}.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
+import re
 from typing import Any, ClassVar, Optional
 from urllib.parse import unquote
 
@@ -25,7 +29,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.iweb import IRequest, IResponse
 from treq.client import HTTPClient
 
-from vehicle.gardend._config import ClientToken, Config
+from vehicle.gardend._config import Account, ClientToken, Config
 from vehicle.gardend._delegation import Delegations
 from vehicle.gardend._mcp import MCPEndpoint
 
@@ -34,6 +38,9 @@ MOUNT = b"/services/vehicle"
 
 #: The service id (the C{via} of its delegated writes).
 SERVICE_ID = "vehicle"
+
+#: What an C{X-Visitor-Id} may be: one printable token.
+_VISITOR_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 #: The caller's own headers that reach the host; every other one is dropped.
 PASSED = (b"accept", b"content-type", b"last-event-id", b"x-vehicle-client-id")
@@ -62,22 +69,43 @@ class Caller:
     Who the front door let in.
 
     @ivar principal: the C{x-user-id} it mints.
-    @ivar token: the client token, or L{None} for the master key.
+    @ivar token: the client token, or L{None} for the master key (or a
+        public caller).
+    @ivar kind: C{member} (master key, client token), or in public mode
+        C{anonymous} (a visitor) or C{account} (a Sophia account).
+    @ivar account: the account, for C{kind="account"}.
+    @ivar publicGraphs: for a public caller, every public graph: it is a
+        viewer of these and of nothing else.
     """
 
     principal: str
     token: Optional[ClientToken]
+    kind: str = "member"
+    account: Optional[Account] = None
+    publicGraphs: tuple[str, ...] = ()
+
+    @property
+    def public(self) -> bool:
+        """
+        Whether this is a public caller (a visitor or an account).
+        """
+        return self.kind != "member"
 
     def callerRole(self) -> str:
         """
-        The caller's role from its grant (the highest, for a token).
+        The caller's role from its grant (the highest, for a token; always
+        C{viewer} for a public caller).
         """
+        if self.public:
+            return "viewer"
         return "owner" if self.token is None else self.token.highestRole()
 
     def roleOn(self, graphId: str) -> Optional[str]:
         """
         The caller's role on C{graphId}, or L{None} without a grant.
         """
+        if self.public:
+            return "viewer" if graphId in self.publicGraphs else None
         if self.token is None:
             return "owner"
         return self.token.grants.get(graphId)
@@ -172,22 +200,80 @@ class FrontDoor:
 
     # who
 
-    def authenticate(self, request: IRequest) -> Caller:
+    def authenticate(self, request: IRequest, graphId: Optional[str] = None) -> Caller:
         """
-        The caller named by C{Authorization: Bearer ...}.
+        The caller named by C{Authorization: Bearer ...}: a member (the
+        master key or a client token); or, when C{graphId} is a public graph
+        of a gardend in public mode, a Sophia account (a bearer that is an
+        account's ID token) or, with no bearer at all, a visitor.
 
-        @raise _Refusal: 401 without a known credential.
+        @raise _Refusal: 401 without a credential the front door knows (a
+            bearer it does not know is refused even on a public graph, so an
+            expired sign-in is never quietly downgraded to a visitor).
         """
         header = request.getHeader(b"authorization") or b""
         scheme, _, credential = header.decode("latin-1").partition(" ")
         credential = credential.strip()
-        if scheme.lower() == "bearer" and credential:
-            if _same(credential, self.config.masterKey):
+        bearer = credential if scheme.lower() == "bearer" and credential else None
+        if bearer is not None:
+            if _same(bearer, self.config.masterKey):
                 return Caller(principal="owner", token=None)
             for token in self.config.tokens:
-                if _same(credential, token.secret):
+                if _same(bearer, token.secret):
                     return Caller(principal="token:" + token.id, token=token)
+        public = self.config.public
+        if public.enabled:
+            if bearer is not None:
+                for account in public.accounts:
+                    if _same(bearer, account.token):
+                        return Caller(
+                            principal=account.principal,
+                            token=None,
+                            kind="account",
+                            account=account,
+                            publicGraphs=public.graphs,
+                        )
+                raise _Refusal(
+                    401, "unauthorized", "the bearer is no credential of this Sophia"
+                )
+            if public.serves(graphId) and not header:
+                return Caller(
+                    principal=self.visitorPrincipal(request),
+                    token=None,
+                    kind="anonymous",
+                    publicGraphs=public.graphs,
+                )
         raise _Refusal(401, "unauthorized", "a master key or client token is required")
+
+    def visitorPrincipal(self, request: IRequest) -> str:
+        """
+        A visitor's principal, C{anon:<hash>}: from its C{X-Visitor-Id}, else
+        from its address and user agent.  The hash is keyed by a secret of
+        this gardend (derived from the master key), so it is stable across
+        restarts and tells nothing of the id or the address.
+
+        @raise _Refusal: 400 for an C{X-Visitor-Id} that is not one printable
+            token of at most 200 characters.
+        """
+        raw = request.getHeader(b"x-visitor-id")
+        if raw is not None:
+            visitorId = raw.decode("latin-1")
+            if not _VISITOR_ID.match(visitorId):
+                raise _Refusal(
+                    400,
+                    "invalid_visitor_id",
+                    "X-Visitor-Id must be one printable token of 1 to 200 characters",
+                )
+            material = "id\0" + visitorId
+        else:
+            address = getattr(request.getClientAddress(), "host", "") or ""
+            agent = (request.getHeader(b"user-agent") or b"").decode("latin-1")
+            material = "address\0" + address + "\0" + agent
+        key = hmac.new(
+            self.config.masterKey.encode("utf-8"), b"gardend visitor principal", hashlib.sha256
+        ).digest()
+        digest = hmac.new(key, material.encode("utf-8"), hashlib.sha256).hexdigest()
+        return "anon:" + digest[:32]
 
     # routes
 
@@ -233,18 +319,20 @@ class FrontDoor:
             )
 
     async def _forward(self, request: IRequest) -> Optional[bytes]:
-        caller = self.authenticate(request)
         path, _, query = request.uri.partition(b"?")
         rest = path[len(MOUNT) :]
-        if rest and not rest.startswith(b"/"):
-            raise _Refusal(404, "not_found", "no such service")
         graphId: Optional[str] = None
         segments = rest.split(b"/")
-        if len(segments) >= 3 and segments[1] == b"g":
+        if len(segments) >= 3 and segments[0] == b"" and segments[1] == b"g":
             graphId = unquote(segments[2].decode("utf-8", "replace"))
             rest = b"/" + b"/".join(segments[3:])
-            if not graphId or graphId not in self.config.knownGraphs():
-                raise _Refusal(404, "not_found", "no such graph")
+        caller = self.authenticate(request, graphId)
+        if path[len(MOUNT) :] and not path[len(MOUNT) :].startswith(b"/"):
+            raise _Refusal(404, "not_found", "no such service")
+        if graphId is not None and (
+            not graphId or graphId not in self.config.knownGraphs()
+        ):
+            raise _Refusal(404, "not_found", "no such graph")
         rest = rest or b"/"
 
         service = self.config.service
@@ -259,6 +347,18 @@ class FrontDoor:
             "x-user-id": caller.principal,
             "x-sophia-caller-role": caller.callerRole(),
         }
+        if caller.public:
+            if graphId is None or caller.roleOn(graphId) is None:
+                raise _Refusal(
+                    403, "forbidden", "public callers reach the public graphs only"
+                )
+            minted["x-sophia-caller-kind"] = caller.kind
+            minted["x-sophia-public-graphs"] = ",".join(caller.publicGraphs)
+            if caller.account is not None:
+                minted["x-sophia-account-email"] = caller.account.email
+                minted["x-sophia-account-email-verified"] = (
+                    "true" if caller.account.emailVerified else "false"
+                )
         if graphId is not None:
             role = caller.roleOn(graphId)
             if role is None:
@@ -267,7 +367,11 @@ class FrontDoor:
             minted["x-sophia-graph-role"] = role
             if service.delegateCaller:
                 minted["x-sophia-delegated-token"] = self.delegations.mint(
-                    caller.principal, graphId, role, SERVICE_ID
+                    caller.principal,
+                    graphId,
+                    role,
+                    SERVICE_ID,
+                    reads=caller.publicGraphs,
                 )
         for name, value in minted.items():
             headers.setRawHeaders(name, [value])

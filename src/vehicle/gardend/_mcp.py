@@ -34,6 +34,16 @@ _UNAVAILABLE = -32002
 _GRAPH_ARGS = ("graphId", "graph_id")
 
 
+def _reachable(caller: Delegation) -> tuple[str, ...]:
+    """
+    Every graph a token that also reads others reaches, its own first; empty
+    for a token bound to one graph (or none).
+    """
+    if caller.graphId is None or not caller.reads:
+        return ()
+    return (caller.graphId, *(g for g in caller.reads if g != caller.graphId))
+
+
 def _s(description: str, **extra: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **extra}
 
@@ -60,16 +70,23 @@ class ToolSpec:
     required: tuple[str, ...] = ()
     graphArgument: str = "graphId"
 
-    def listing(self, bound: bool) -> dict[str, Any]:
+    def listing(self, bound: bool, reads: tuple[str, ...] = ()) -> dict[str, Any]:
         """
         The C{tools/list} entry; with C{bound} (a delegation token) the graph
-        argument is not offered, since the token names the graph.
+        argument is not offered, since the token names the graph, unless the
+        token also C{reads} other graphs: then it is offered, optional, as
+        one of the graphs the token reaches.
         """
         properties = dict(self.properties)
         required = list(self.required)
         if bound:
             properties.pop(self.graphArgument, None)
             required = [r for r in required if r != self.graphArgument]
+            if reads and self.scope == READ:
+                properties[self.graphArgument] = _s(
+                    "The graph to read (default: the conversation's own).",
+                    enum=list(reads),
+                )
         schema: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
             schema["required"] = required
@@ -370,7 +387,10 @@ class MCPEndpoint:
             return {
                 "result": {
                     "tools": [
-                        tool.listing(bound=caller.graphId is not None)
+                        tool.listing(
+                            bound=caller.graphId is not None,
+                            reads=_reachable(caller),
+                        )
                         for tool in CATALOG
                         if self._permits(caller, tool)
                     ]
@@ -413,7 +433,7 @@ class MCPEndpoint:
                 raise ToolError(
                     "forbidden", f"a {caller.role} may not call {tool.name}"
                 )
-            graphId = self._graphFor(caller, arguments)
+            graphId = self._graphFor(caller, arguments, tool)
             handler: Callable[
                 [str, Mapping[str, Any]], tuple[dict[str, Any], dict[str, Any]]
             ]
@@ -446,13 +466,19 @@ class MCPEndpoint:
             "isError": False,
         }
 
-    def _graphFor(self, caller: Delegation, arguments: Mapping[str, Any]) -> str:
+    def _graphFor(
+        self, caller: Delegation, arguments: Mapping[str, Any], tool: ToolSpec
+    ) -> str:
         named = {arguments[k] for k in _GRAPH_ARGS if arguments.get(k) is not None}
         if len(named) > 1:
             raise ToolError(
                 "invalid_argument", "graphId and graph_id name different graphs"
             )
         if caller.graphId is not None:
+            if tool.scope == READ and len(named) == 1 and named <= set(caller.reads):
+                # A public caller's token reads every public graph.
+                (other,) = named
+                return str(other)
             if named and named != {caller.graphId}:
                 raise ToolError(
                     "graph_mismatch", "this token is bound to another graph"

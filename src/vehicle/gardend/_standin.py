@@ -8,7 +8,7 @@ documents, offline switch, minted tokens, the headers the host was sent).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from attrs import define, field
 from twisted.internet.interfaces import IListeningPort, IReactorTime
@@ -113,11 +113,14 @@ class StandIn:
         """
         self.mcp.offline = offline
 
-    def mintDelegation(self, principal: str, graph: str, role: str) -> str:
+    def mintDelegation(
+        self, principal: str, graph: str, role: str, reads: Sequence[str] = ()
+    ) -> str:
         """
-        A delegation token, as the front door would hand the host.
+        A delegation token, as the front door would hand the host (C{reads}:
+        the other graphs a public caller's token reads).
         """
-        return self.delegations.mint(principal, graph, role, SERVICE_ID)
+        return self.delegations.mint(principal, graph, role, SERVICE_ID, reads=reads)
 
     def audit(self) -> list[dict[str, Any]]:
         """

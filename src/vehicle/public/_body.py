@@ -32,6 +32,22 @@ class OwnKeyBodies:
     models: ModelCatalog
     runDir: Callable[[], Path]
 
+    @staticmethod
+    def _modelEntry(spec: dict[str, Any], modelId: str) -> dict[str, Any]:
+        """
+        pi's entry for the caller's model: the catalogue's when it lists
+        it, else a plain one.  pi needs C{cost} to account a run, so an
+        unknown model costs what the provider reports (zero rates here).
+        """
+        for model in spec.get("models") or []:
+            if model.get("id") == modelId:
+                return dict(model)
+        return {
+            "id": modelId, "name": modelId, "reasoning": False, "input": ["text"],
+            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+            "contextWindow": 128000, "maxTokens": 4096,
+        }
+
     async def plan(self, session: Session) -> BodyPlan:
         if self.public.keyFor(session) is None:
             raise VehicleError(
@@ -57,10 +73,7 @@ class OwnKeyBodies:
                 # The bridge picks a free port and puts it in place of the 0.
                 "baseUrl": "http://127.0.0.1:0/v1",
                 "apiKey": door.token,
-                "models": [
-                    {"id": modelId, "name": modelId, "reasoning": False, "input": ["text"],
-                     "contextWindow": 128000, "maxTokens": 4096}
-                ],
+                "models": [self._modelEntry(spec, modelId)],
             }
         }
         return BodyPlan(
