@@ -28,7 +28,7 @@ from vehicle.testing import ScriptedModel
 from vehicle.web import VehicleSite
 
 from tests.harness import SECRET, identity
-from tests.schemas import assertValidFrame
+from tests.schemas import assertValidEvent, assertValidFrame
 
 
 def requirePi() -> None:
@@ -234,6 +234,8 @@ class SSEWatcher:
                 message[field] = value
             if "data" in message:
                 message["frame"] = json.loads(message["data"])
+                # Every event a live SSE watch sees is held to the schemas.
+                assertValidEvent(self.host.testCase, message["frame"])
                 self.messages.append(message)
                 for predicate, d in list(self._waiters):
                     if predicate(message):

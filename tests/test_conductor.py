@@ -406,14 +406,18 @@ class AbortTests(ConductorTestCase):
         self.running()
         self.queue("follow_up", "f1", "more")
         self.submit("follow_up", "f2", text="even more")   # on its way to pi
+        self.submit("follow_up", "f3", text="and more")    # waits behind it
         self.submit("abort", "a1")
-        self.assertEqual(self.status("f2"), "cancelled")
-        self.assertEqual(self.command("f2")["reason"], "abort")
+        self.assertEqual(self.status("f3"), "cancelled")
+        self.assertEqual(self.command("f3")["reason"], "abort")
         self.pi.answer("follow_up")
         self.assertEqual(self.pi.kinds()[-1], "clear_queue")
         self.pi.answer("clear_queue", {"steering": [], "followUp": ["more", "even more"]})
-        self.assertEqual(self.status("f1"), "cancelled")
+        for commandId in ("f1", "f2"):
+            self.assertEqual(self.status(commandId), "cancelled", commandId)
         self.assertEqual(self.command("f1")["reason"], "aborted")
+        self.assertNotIn("command.delivered", self.statusEvents("f2"))
+        self.assertEqual(self.pi.kinds().count("follow_up"), 2)
         self.assertEqual(self.pi.kinds()[-2:], ["clear_queue", "abort"])
         self.assertEqual(self.status("a1"), "accepted")
         # pi answers an abort only once the run has settled.
@@ -543,20 +547,22 @@ class CancelTests(ConductorTestCase):
 
     def test_cancelWhileBeingDelivered(self) -> None:
         """
-        A prompt being handed to a body that is still starting, then
-        cancelled, never reaches pi.
+        A cancel of the prompt being handed to a body that is still
+        starting tells the truth: either the prompt is cancelled and never
+        reaches pi, or it runs and the cancel fails C{not_cancellable}.
         """
         self.submit("prompt", "p1", text="hello")
         self.submit("cancel", "c1", targetCommandId="p1")
-        self.assertEqual(self.status("p1"), "cancelled")
         self.pi.answer("get_state", STATE)
-        self.assertNotIn("prompt", self.pi.kinds())
+        if self.status("p1") == "cancelled":
+            self.assertNotIn("prompt", self.pi.kinds())
+            self.assertEqual(self.status("c1"), "completed")
+        else:
+            self.pi.answer("prompt", {"disposition": "started"})
+            self.assertEqual(self.status("p1"), "delivered")
+            self.assertEqual(self.status("c1"), "failed")
+            self.assertEqual(self.command("c1")["code"], "not_cancellable")
 
-    test_cancelWhileBeingDelivered.skip = (  # type: ignore[attr-defined]
-        "BUG: Conductor.commandAccepted cancels the command the pump is delivering "
-        "(backlog[0]) as if it were still waiting: it is reported cancelled, yet its "
-        "prompt is sent once get_state answers and the model runs it"
-    )
 
 
 class BudgetTests(ConductorTestCase):

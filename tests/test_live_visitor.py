@@ -24,6 +24,7 @@ from vehicle.gardend import Config, StandIn
 from vehicle.settings import PublicSettings
 
 from tests.harness import SECRET
+from tests.test_ride import _Rider
 from tests.live import LiveHost, requirePi, sleep
 from tests.schemas import assertValidFrame
 
@@ -291,37 +292,6 @@ class VisitorTests(TestCase):
         await response.content()
         self.assertEqual(response.code, 401)
         self.assertEqual(len(stand.requestsSeen), seen)
-
-
-class _Rider(ProcessProtocol):
-    """
-    Drives C{vehicle ride} in a child: answers frames as they come, collects
-    them.
-    """
-
-    def __init__(self, onFrame: Any) -> None:
-        self.onFrame = onFrame
-        self.frames: list[dict[str, Any]] = []
-        self.buffer = b""
-        self.stderr = b""
-        self.ended: Deferred = Deferred()
-
-    def send(self, request: dict[str, Any]) -> None:
-        self.transport.write(json.dumps(request).encode() + b"\n")
-
-    def outReceived(self, data: bytes) -> None:
-        self.buffer += data
-        while b"\n" in self.buffer:
-            line, self.buffer = self.buffer.split(b"\n", 1)
-            frame = json.loads(line)
-            self.frames.append(frame)
-            self.onFrame(self, frame)
-
-    def errReceived(self, data: bytes) -> None:
-        self.stderr += data
-
-    def processEnded(self, reason: Any) -> None:
-        self.ended.callback(reason.value.exitCode)
 
 
 class RideAsVisitorTests(TestCase):

@@ -75,6 +75,21 @@ def _refs(node: Any) -> list[str]:
     return []
 
 
+#: A capsule as the host makes one (the smallest: nothing said yet).
+CAPSULE = {
+    "format": "sophia.vehicle-session-capsule.v2",
+    "identity": {"sessionId": "s1", "graphId": "g1", "profile": "chat", "access": "write",
+                 "model": "scripted/echo-1", "parent": None},
+    "posture": {"status": "idle", "body": "dormant", "cursor": 2,
+                "leaseHolder": {"principal": "alice", "clientId": "alice"},
+                "budget": {"maxTurns": 12, "maxCostUsd": 0.25}},
+    "commands": {"counts": {}, "last": []},
+    "milestones": [{"seq": 1, "type": "session.created"}],
+    "transcript": [],
+    "authority": {"mutations": False},
+}
+
+
 class SchemaFilesTests(SynchronousTestCase):
     """
     The schema files themselves.
@@ -177,7 +192,7 @@ class HelperAcceptsTests(SynchronousTestCase):
         assertValidFrame(self, frame("session.deleted", {"sessionId": "s1", "trashedAs": "s1-2"}))
         assertValidFrame(self, frame("watch.completed", {
             "events": [event("lease.claimed", {**HOLDER, "ttlMs": 5})], "cursor": 1, "more": False}))
-        assertValidFrame(self, frame("session.capsule", {"anything": 1}))
+        assertValidFrame(self, frame("session.capsule", CAPSULE))
 
     def test_errors(self) -> None:
         """
@@ -198,8 +213,8 @@ class HelperAcceptsTests(SynchronousTestCase):
         assertValidEvent(self, event("lease.revoked", {**HOLDER, "by": HOLDER, "reason": "takeover"}))
         assertValidEvent(self, {**event("session.renamed", {"title": None}),
                                 "protocol": "sophia.vehicle-ride.v2"})
-        assertValidEvent(self, event("message.delta", {"delta": "hi"}, seq=None))
-        assertValidEvent(self, event("run.started", {"tools": []}))
+        assertValidEvent(self, event("message.delta", {"runId": "run-1", "text": "hi"}, seq=None))
+        assertValidEvent(self, event("run.started", {"runId": "run-1", "tools": []}))
 
 
 class HelperRefusesTests(SynchronousTestCase):

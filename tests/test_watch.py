@@ -161,7 +161,7 @@ class SSETests(StreamTestCase):
         in the log.
         """
         stream = Stream(self, self.sid)
-        self.session.broadcast("message.delta", {"delta": "Hel"})
+        self.session.broadcast("message.delta", {"runId": "run-1", "text": "Hel"})
         self.renew()
         messages, _ = stream.read()
         self.assertEqual([m["event"] for m in messages][-2:], ["message.delta", "lease.renewed"])
@@ -251,7 +251,7 @@ class SlowClientTests(StreamTestCase):
         conn.transport.producer.pauseProducing()
         size = len(conn.output())
         self.renew(5)
-        self.session.broadcast("message.delta", {"delta": "lost while paused"})
+        self.session.broadcast("message.delta", {"runId": "run-1", "text": "lost while paused"})
         self.h.clock.advance(31)
         self.assertEqual(len(conn.output()), size)
         conn.transport.producer.resumeProducing()

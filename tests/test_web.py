@@ -1242,7 +1242,8 @@ class WatchTests(RouteTestCase):
         sid = self.create(**TAB1)
         self.ok("POST", f"/sessions/{sid}/claim", {"requestId": "k", "takeover": True}, **TAB2)
         self.ok("POST", f"/sessions/{sid}/claim", {"requestId": "k2", "ttlMs": 1000}, **TAB2)
-        self.prompt(sid, "p", **TAB2)
+        self.prompt(sid, "p0", **TAB2)  # on its way to the body
+        self.prompt(sid, "p", **TAB2)   # waiting behind it: cancellable at once
         self.ok("POST", f"/sessions/{sid}/commands",
                 {"requestId": "c", "type": "cancel", "targetCommandId": "p"}, **TAB2)
         self.ok("POST", f"/sessions/{sid}/commands",

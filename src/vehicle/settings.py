@@ -8,6 +8,7 @@ gardend's variables; everything else receives a frozen L{Settings}.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -46,7 +47,7 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> i
     return value
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
+def _float(env: Mapping[str, str], name: str, default: float, positive: bool = False) -> float:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -54,8 +55,10 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise SettingsError(f"{name} must be a number, not {raw!r}")
-    if value < 0:
-        raise SettingsError(f"{name} must not be negative")
+    if not math.isfinite(value):
+        raise SettingsError(f"{name} must be a finite number, not {raw!r}")
+    if value < 0 or (positive and value == 0):
+        raise SettingsError(f"{name} must be {'above zero' if positive else 'at least zero'}")
     return value
 
 
@@ -110,7 +113,9 @@ class PublicSettings:
             turnsPerDay=_int(env, "VEHICLE_PUBLIC_TURNS_PER_DAY", default.turnsPerDay, 0),
             sessionMaxTurns=_int(env, "VEHICLE_PUBLIC_SESSION_MAX_TURNS", default.sessionMaxTurns, 0),
             runMaxTurns=_int(env, "VEHICLE_PUBLIC_RUN_MAX_TURNS", default.runMaxTurns, 1),
-            runMaxCostUsd=_float(env, "VEHICLE_PUBLIC_RUN_MAX_COST_USD", default.runMaxCostUsd),
+            runMaxCostUsd=_float(
+                env, "VEHICLE_PUBLIC_RUN_MAX_COST_USD", default.runMaxCostUsd, positive=True
+            ),
         )
 
 
@@ -199,7 +204,7 @@ class Settings:
             bodyIdleMs=_int(env, "VEHICLE_BODY_IDLE_MS", 10 * 60 * 1000, 1),
             leaseTtlMs=_int(env, "VEHICLE_LEASE_TTL_MS", 30 * 60 * 1000, 1),
             maxTurns=_int(env, "VEHICLE_MAX_TURNS", 12, 1),
-            maxCostUsd=_float(env, "VEHICLE_MAX_COST_USD", 0.25),
+            maxCostUsd=_float(env, "VEHICLE_MAX_COST_USD", 0.25, positive=True),
             mirror=mirror,
             isolation=isolation,
             agentUnisolated=_flag(env, "VEHICLE_AGENT_UNISOLATED"),

@@ -99,6 +99,7 @@ class Conductor:
     _expectExit: bool = False
     _abortRequested: bool = False
     _plan: BodyPlan | None = None
+    _delivering: dict[str, Any] | None = None
     _modelRequests: int = 0
 
     # -- IConductor ---------------------------------------------------------
@@ -111,9 +112,12 @@ class Conductor:
 
     def commandAccepted(self, command: dict[str, Any]) -> None:
         kind = command["type"]
+        # The command the pump is delivering now is pi's already: only what
+        # waits behind it can be taken back without asking pi.
+        waitingStart = 1 if self._delivering is not None else 0
         if kind == "cancel":
             target = command["targetCommandId"]
-            for waiting in self._backlog:
+            for waiting in self._backlog[waitingStart:]:
                 if waiting["commandId"] == target:
                     # Never sent to pi: taking it out is bookkeeping.
                     self._backlog.remove(waiting)
@@ -122,10 +126,10 @@ class Conductor:
                     return
         if kind in ("abort", "shutdown"):
             # Everything not yet handed to pi is cancelled, not delivered.
-            for waiting in [c for c in self._backlog if "text" in c]:
+            for waiting in [c for c in self._backlog[waitingStart:] if "text" in c]:
                 self._backlog.remove(waiting)
                 self.session.setStatus(waiting["commandId"], "cancelled", reason=kind)
-            self._backlog.insert(0, command)
+            self._backlog.insert(waitingStart, command)
         else:
             self._backlog.append(command)
         self._pump()
@@ -205,6 +209,7 @@ class Conductor:
     async def _drain(self) -> None:
         while self._backlog and not self.session.deleted:
             command = self._backlog[0]
+            self._delivering = command
             try:
                 await self._perform(command)
             except VehicleError as e:
@@ -221,8 +226,9 @@ class Conductor:
                 )
                 self._fail(command, "the host failed to deliver the command", code="internal")
             finally:
-                if self._backlog and self._backlog[0] is command:
-                    self._backlog.pop(0)
+                self._delivering = None
+                if command in self._backlog:
+                    self._backlog.remove(command)
         self._armIdle()
 
     def _fail(self, command: dict[str, Any], message: str, code: str | None = None) -> None:

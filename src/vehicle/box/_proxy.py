@@ -26,6 +26,8 @@ from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
+from vehicle._http import httpClient
+
 
 #: Headers never passed upstream as they came (the proxy sets its own).
 _DROP = {b"authorization", b"host", b"content-length", b"connection", b"transfer-encoding"}
@@ -104,9 +106,13 @@ class ModelDoor:
     #: tool that read the token out of pi's memory could call it too).
     gate: Any = None
     port: IListeningPort | None = None
-    http: Any = field(default=treq)
+    #: The client to reach upstreams with (default: one that connects to
+    #: IP addresses without a name lookup, made at L{listen}).
+    http: Any = None
 
     async def listen(self) -> None:
+        if self.http is None:
+            self.http = httpClient(self.reactor)
         self.socketPath.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.socketPath.exists():
             self.socketPath.unlink()
@@ -166,7 +172,6 @@ class ModelDoor:
             headers=headers,
             data=body or None,
             unbuffered=True,
-            persistent=False,
         )
         request.setResponseCode(response.code)
         for name, values in response.headers.getAllRawHeaders():

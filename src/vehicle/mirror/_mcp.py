@@ -182,7 +182,7 @@ class MCPClient:
                 allow_redirects=False,
                 **options,
             )
-            body = await self.http.content(response)
+            body = await treq.content(response)
         except Exception as e:
             raise MirrorError(
                 f"{method}: the MCP endpoint is unreachable ({e.__class__.__name__})",

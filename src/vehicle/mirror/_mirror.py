@@ -12,12 +12,12 @@ import hashlib
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-import treq
 from attrs import define, field
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
+from vehicle._http import httpClient
 from vehicle.body._launcher import latestSessionFile
 from vehicle.body._sessionfile import readSession
 from vehicle.mirror._mcp import MCPClient, MirrorError
@@ -189,7 +189,7 @@ class Mirror:
     @ivar mcpUrl: gardend's C{/mcp} (C{MNEMOSYNE_MCP_URL}); L{None} turns
         the mirror off.
     @ivar enabled: C{False} for C{VEHICLE_MIRROR=off}.
-    @ivar http: treq, or an object with its C{post} and C{content}.
+    @ivar http: a treq client (or the treq module), used for C{post}.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -197,7 +197,9 @@ class Mirror:
     reactor: Any = field(kw_only=True)
     mcpUrl: str | None = field(kw_only=True)
     enabled: bool = field(kw_only=True)
-    http: Any = field(default=treq, kw_only=True)
+    #: The client for MCP (default: one that reaches IP addresses without a
+    #: name lookup, made on first use).
+    http: Any = field(default=None, kw_only=True)
     _records: dict[str, _Record] = field(factory=dict, init=False)
     _read: Callable[..., Deferred] = field(init=False)
 
@@ -390,6 +392,8 @@ class Mirror:
             self._set(session, record, state="pending", reason=REASON_NO_TOKEN, error=None)
             return
         if record.client is None:
+            if self.http is None:
+                self.http = httpClient(self.reactor)
             record.client = MCPClient(url=self.mcpUrl or "", reactor=self.reactor, http=self.http)
         call = _Caller(record.client, token, meta.graphId)
         try:
