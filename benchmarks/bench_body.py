@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.task import deferLater, react
+from twisted.internet.task import react
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 

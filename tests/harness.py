@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from treq.testing import StubTreq
-from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.internet.interfaces import IProcessTransport
 from twisted.trial.unittest import SynchronousTestCase

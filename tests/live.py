@@ -252,7 +252,6 @@ class SSEWatcher:
         return d
 
     def close(self) -> None:
-        transport = getattr(self.response, "original", None)
         try:
             self.response.original._transport.stopProducing()
         except Exception:

@@ -9,11 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
 
-from tests.harness import SECRET
 from tests.live import LiveHost, settledEvent, startStandIn
 
 

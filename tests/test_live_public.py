@@ -96,7 +96,7 @@ class CreditTests(TestCase):
                                           **who)
             if code != 202:
                 break
-            events = await host.waitFor(sid, lambda e: e["type"] == "command.completed"
+            await host.waitFor(sid, lambda e: e["type"] == "command.completed"
                                         and e["data"]["commandId"] == f"p{n}", **who)
             self.assertLess(n, 5, "credit never ran out")
         self.assertEqual((code, frame["code"]), (402, "out_of_credit"))

@@ -15,8 +15,6 @@ from typing import Any
 
 from treq.client import HTTPClient
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
-from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
@@ -221,20 +219,6 @@ class VisitorTests(TestCase):
         events = await visitor.waitSettled(sid)
         [settled] = [e for e in events if e["type"] == "run.settled"]
         self.assertEqual(settled["data"]["stopReason"], "stop", events)
-
-    async def test_visitorWithoutKey(self) -> None:
-        """
-        A visitor with neither a key nor an account is refused at creation,
-        402 C{model_key_required}, with both doors described.
-        """
-        host, stand = await publicHost(self)
-        visitor = Door(self, stand, "g-public", **{"x-visitor-id": "v3"})
-        code, frame = await visitor.call("POST", "/sessions", {"requestId": "c1"})
-        self.assertEqual((code, frame["code"]), (402, "model_key_required"))
-        doors = frame["details"]["doors"]
-        self.assertEqual(doors["byok"]["header"], "X-Model-Key")
-        self.assertIn("Authorization", doors["account"]["header"])
-        self.assertEqual(host.registry().sessions, {})
 
     async def test_account(self) -> None:
         """

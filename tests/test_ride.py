@@ -39,7 +39,7 @@ from vehicle.ride import (
     resolveCredentials,
 )
 
-from tests.harness import COMMAND_EXAMPLES, SECRET, Harness, identity
+from tests.harness import COMMAND_EXAMPLES, Harness, identity
 from tests.live import LiveHost, requirePi, startStandIn
 
 
@@ -380,7 +380,6 @@ class RideTests(SynchronousTestCase):
         """
         ride, frames = self.makeRide()
         d = self.start(ride)
-        sid = ride.sessionId
         self.send(ride, {"op": "rename", "requestId": "rn", "title": "  Many   cows "})
         renamed = self.byId(frames, "rn")
         self.assertEqual(renamed["type"], "session.renamed")

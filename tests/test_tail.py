@@ -6,7 +6,6 @@ stand-in, resuming after a drop with no gap and no repeat.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from twisted.internet import reactor
@@ -18,7 +17,6 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from vehicle.ride import Door
 from vehicle.tail import SSEParser, Tail, TailFailed, TailOptions, formatEvent
 
-from tests.harness import SECRET
 from tests.live import LiveHost, sleep, startStandIn
 
 

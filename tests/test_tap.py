@@ -14,7 +14,6 @@ from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import IServiceMaker, MultiService
 from twisted.internet.testing import MemoryReactorClock
 from twisted.plugin import getPlugins
-from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle import _tap

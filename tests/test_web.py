@@ -918,8 +918,8 @@ class RenameTests(RouteTestCase):
             ("", None),
             (" \t\n ", None),
         ]
-        for given, expected in cases:
-            self.assertEqual(self.rename(sid, given)["title"], expected, given)
+        for title, expected in cases:
+            self.assertEqual(self.rename(sid, title)["title"], expected, title)
 
     def test_announcedAndKept(self) -> None:
         """

@@ -12,7 +12,7 @@ import hashlib
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from attrs import define, field
 from twisted.logger import Logger

@@ -16,8 +16,8 @@ from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
 from vehicle.session._session import Session, fingerprint, normalizeTitle, replayed
-from vehicle.session._values import OPEN_STATUSES, Caller, SessionMeta
-from vehicle.store import CorruptLog, DataDir, JsonlLog, readJson, writeJsonAtomic
+from vehicle.session._values import Caller, SessionMeta
+from vehicle.store import CorruptLog, DataDir, JsonlLog, readJson
 
 
 NOT_FOUND_MESSAGE = "no such session"

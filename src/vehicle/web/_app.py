@@ -7,7 +7,6 @@ frame; nothing escapes as a traceback.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Awaitable, Callable, ClassVar
 
 from attrs import define, field

@@ -21,7 +21,7 @@ from zope.interface import implementer
 
 from vehicle import PROTOCOL
 from vehicle.errors import VehicleError
-from vehicle.session import MAX_WAIT_MS, WATCH_LIMIT, Session
+from vehicle.session import MAX_WAIT_MS, Session
 
 
 def parseCursor(raw: str | None, name: str, session: Session) -> int:
