@@ -491,3 +491,27 @@ def _freePort() -> int:
         return int(probe.getsockname()[1])
     finally:
         probe.close()
+
+    async def test_fenceRefusesAnotherGraph(self) -> None:
+        """
+        With C{graphs} in the boot config, a call naming another graph is
+        blocked in the body (no MCP request is made for it), and the model is
+        told the graphs it reads.
+        """
+        assert self.model.url is not None
+        boot = json.loads(bootConfig(
+            providers={"sophia": _model(self.model.url, self.key)},
+            budget={"maxTurns": 10, "maxCostUsd": 5.0},
+            mcpUrl=self.mcpUrl,
+        ))
+        boot["graphs"] = {"own": GRAPH, "public": [GRAPH]}
+        body = self.spawn(self.mint("editor"), boot=json.dumps(boot).encode())
+        await self.prompt(
+            body, self.callTool("create_document", {"title": "Elsewhere", "graphId": "other-graph"})
+        )
+        [end] = self.toolEnds(body)
+        self.assertTrue(end["isError"], end)
+        self.assertIn("the graph other-graph is not one this conversation reads", json.dumps(end))
+        self.assertEqual(self.standIn.audit(), [])
+        _, request = self.model.requests[0]
+        self.assertIn(f"may read these public graphs: {GRAPH}", json.dumps(request["messages"][:2]))

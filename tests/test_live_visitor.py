@@ -262,6 +262,20 @@ class VisitorTests(TestCase):
             results[graph] = result["data"]["isError"]
         self.assertEqual(results, {"g-pub2": False, "g1": True})
         self.assertEqual(stand.audit(), [])
+        # The model was told the graphs it reads (a section of its system
+        # prompt), and the private one was refused in the body: by the tool's
+        # own schema (gardend lists the graphs it reads) or by the
+        # extension's fence, whichever comes first.
+        system = json.dumps(host.model.requests[-1][1]["messages"][:2])
+        self.assertIn("may read these public graphs: g-public, g-pub2", system)
+        piFile = next((host.registry().sessions[sid].directory / "pi").glob("*.jsonl"))
+        refusals = [
+            json.loads(line)["message"] for line in piFile.read_text().splitlines()
+            if '"toolResult"' in line and '"isError":true' in line
+        ]
+        self.assertEqual(len(refusals), 1, refusals)
+        text = refusals[0]["content"][0]["text"]
+        self.assertTrue("g1" in text and ("expected one of" in text or "not one this" in text), text)
         code, frame = await account.call("GET", "/account")
         self.assertGreater(frame["value"]["credit"]["spentUsd"], 0)
         self.assertEqual(frame["value"]["credit"]["grantedUsd"], PUBLIC.signupGrantUsd)

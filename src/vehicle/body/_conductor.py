@@ -291,6 +291,10 @@ class Conductor:
         if self.session.meta.access == "read" and (plan.mcpUrl or self.launcher.mcpUrl):
             # The role at creation fixes the tools for the session's life.
             extra["mcpReaders"] = list(READER_TOOLS)
+        if self.session.meta.graphs:
+            # A public conversation reads every public graph, and no other.
+            extra["graphs"] = {"own": self.session.meta.graphId,
+                               "public": list(self.session.meta.graphs)}
         return extra or None
 
     def tools(self) -> list[str]:

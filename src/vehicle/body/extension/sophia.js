@@ -328,9 +328,18 @@ export default async function sophia(pi) {
   });
 
   // One prompt (with its steering and follow-ups) is one run.
-  pi.on("before_agent_start", (_event, ctx) => {
+  pi.on("before_agent_start", (event, ctx) => {
     captureUi(ctx);
     state.run = newRun();
+    const graphs = state.boot?.graphs;
+    const sections = event?.systemPromptOptions?.sections;
+    if (graphs && sections && typeof sections === "object") {
+      // The model is told the graphs it may read, and how to name one.
+      sections["public-graphs"] =
+        `This conversation lives on the graph ${graphs.own} and may read these public graphs: ` +
+        `${(graphs.public ?? []).join(", ")}. Name one as graphId in each graph tool call ` +
+        `(none: ${graphs.own}); no other graph can be read.`;
+    }
   });
 
   // A graph tool call asks for the token first: without one no request is
@@ -340,6 +349,16 @@ export default async function sophia(pi) {
     captureUi(ctx);
     if (mcpUrl() === null || !isGraphTool(event.toolName)) {
       return undefined;
+    }
+    // A public conversation reads its own graph and the public ones, and
+    // names no other (gardend would refuse it too; this says why, sooner).
+    const graphs = state.boot?.graphs;
+    const named = event.input?.graphId ?? event.input?.graph_id;
+    if (graphs && typeof named === "string" && ![graphs.own, ...(graphs.public ?? [])].includes(named)) {
+      return {
+        block: true,
+        reason: `the graph ${named} is not one this conversation reads`,
+      };
     }
     // A session created by a reader keeps the reader tools for its life,
     // whatever role the token it is handed carries now.
