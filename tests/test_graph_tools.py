@@ -484,14 +484,6 @@ class GraphToolsTests(TestCase):
         self.assertEveryRequestAskedFirst()
 
 
-def _freePort() -> int:
-    probe = socket.socket()
-    try:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-    finally:
-        probe.close()
-
     async def test_fenceRefusesAnotherGraph(self) -> None:
         """
         With C{graphs} in the boot config, a call naming another graph is
@@ -515,3 +507,12 @@ def _freePort() -> int:
         self.assertEqual(self.standIn.audit(), [])
         _, request = self.model.requests[0]
         self.assertIn(f"may read these public graphs: {GRAPH}", json.dumps(request["messages"][:2]))
+
+
+def _freePort() -> int:
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+    finally:
+        probe.close()
