@@ -109,3 +109,24 @@ class CapsuleTests(RouteTestCase):
         self.assertNotIn("the secret plan", json.dumps(capsule))
         self.assertEqual(capsule["posture"]["leaseHolder"], {"principal": "alice", "clientId": "tab-1"})
         self.refused("not_found", "GET", f"/sessions/{sid}/capsule", principal="bob")
+
+
+class ChimeDelegationTests(RouteTestCase):
+    """
+    Accepting a chime starts a body, so it needs a delegation token.
+    """
+
+    harnessSettings = {"mcpUrl": "http://127.0.0.1:9/mcp"}
+
+    def test_acceptChimeNeedsAToken(self) -> None:
+        """
+        With graph tools configured and no token from the owner, accepting a
+        chime is C{delegation_required}; with one it is accepted.
+        """
+        sid = self.create(**TAB1)
+        code, frame = self.call("POST", f"/sessions/{sid}/chimes",
+                                {"requestId": "ch", "author": "Bea", "text": "hi"}, principal="bea")
+        chimeId = frame["value"]["chime"]["chimeId"]
+        body = {"type": "accept_chime", "requestId": "acc", "chimeId": chimeId}
+        self.refused("delegation_required", "POST", f"/sessions/{sid}/commands", body, **TAB1)
+        self.ok("POST", f"/sessions/{sid}/commands", body, token="tok-1", **TAB1)

@@ -182,3 +182,32 @@ class PublicOffTests(RouteTestCase):
         self.refused("not_public", "GET", "/account", headers=visitor(KEY), **VISITOR)
         frame = self.ok("GET", "/account")
         self.assertEqual(frame["value"], {"kind": "member", "principal": "alice"})
+
+
+class CreditLimitTests(RouteTestCase):
+    """
+    The credit door's own refusals.
+    """
+
+    harnessSettings = {"public": PUBLIC}
+
+    def test_modelNotOnTheCreditList(self) -> None:
+        """
+        A credit conversation must use a model of the credit list.
+        """
+        frame = self.refused("model_not_allowed", "POST", "/sessions",
+                             {"requestId": "c1", "model": "scripted/echo-2"},
+                             headers=account(), **ACCOUNT)
+        self.assertEqual(frame["details"]["models"], list(PUBLIC.creditModels))
+
+    def test_poolExhausted(self) -> None:
+        """
+        Once today's credit-funded spend reaches the cap, credit
+        conversations are refused while an own key still works.
+        """
+        ledger = self.h.api.public.ledger
+        ledger.grant("cognito:other", 10.0, "operator", "operator:big")
+        ledger.debit("cognito:other", PUBLIC.creditDailyCapUsd, "run:x:1", "x")
+        self.refused("credit_pool_exhausted", "POST", "/sessions", {"requestId": "c1"},
+                     headers=account(), **ACCOUNT)
+        self.ok("POST", "/sessions", {"requestId": "c2"}, headers=visitor(KEY), **VISITOR)
