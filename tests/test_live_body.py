@@ -291,6 +291,21 @@ class BranchTests(TestCase):
         self.assertIn("first question", json.dumps(body))
         self.assertNotIn("second question", json.dumps(body))
 
+        # A fork before the first message has no history: it starts empty,
+        # and hands back the message to send again.
+        first = [t for t in transcript if t["role"] == "user"][0]
+        code, frame = await host.command(sid, "fork", "f0", entryId=first["entryId"])
+        self.assertEqual(code, 201, frame)
+        self.assertEqual(frame["value"]["selectedText"], "first question")
+        empty = frame["value"]["session"]
+        self.assertIsNone(empty["preview"])
+        code, frame = await host.call("GET", f"/sessions/{empty['sessionId']}")
+        self.assertEqual(frame["value"]["transcript"], [])
+        await host.command(empty["sessionId"], "prompt", "p4", text="starting over")
+        events = await host.waitFor(empty["sessionId"], settledEvent)
+        self.assertFalse(events[-1]["data"]["aborted"])
+        self.assertNotIn("first question", json.dumps(host.model.requests[-1][1]))
+
         code, frame = await host.command(sid, "clone", "c1")
         self.assertEqual(code, 201, frame)
         clone = frame["value"]["session"]
