@@ -216,3 +216,28 @@ class GraphToolTests(TestCase):
         events = await host.waitFor(sid, lambda e: e["type"] == "tool.result", **who)
         self.assertTrue(events[-1]["data"]["isError"])
         self.assertEqual([a for a in stand.audit() if a["tool"] == "create_document"], [])
+
+    async def test_runNamesTheGraphTools(self) -> None:
+        """
+        C{run.started} and the live snapshot name the body's active tools,
+        graph tools included (the extension reports them when they change).
+        """
+        stand = standIn(self)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("alice", "g1", "owner")
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, token=token)
+        sid = frame["value"]["session"]["sessionId"]
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "hi"}, token=token)
+        events = await host.waitFor(sid, settledEvent)
+        # pi connects to MCP during the first run: the snapshot names the
+        # graph tools from then on, and so does every later run.started.
+        code, frame = await host.call("GET", f"/sessions/{sid}", token=token)
+        tools = frame["value"]["tools"]
+        self.assertIn("mcp__graph__create_document", tools)
+        self.assertNotIn("bash", tools)
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p2", "text": "again"}, token=token)
+        events = await host.waitFor(sid, settledEvent, since=events[-1]["seq"])
+        [started] = [e for e in events if e["type"] == "run.started"]
+        self.assertEqual(started["data"]["tools"], tools)

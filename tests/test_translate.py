@@ -347,6 +347,22 @@ class TranslatorRecordTests(SynchronousTestCase):
         self.translator = Translator()
         self.translator.feed({"type": "agent_start"})
 
+    def test_toolsNotice(self) -> None:
+        """
+        A C{notify} starting C{sophia.tools } names the active tools: no
+        event, and the next C{run.started} carries them; a broken one is
+        ignored.
+        """
+        translator = Translator()
+        names = ["mcp__graph__read_document", "read"]
+        self.assertEqual(translator.feed({"type": "extension_ui_request", "id": "n1",
+                                          "method": "notify",
+                                          "message": "sophia.tools " + json.dumps(names)}), [])
+        self.assertEqual(translator.feed({"type": "extension_ui_request", "id": "n2",
+                                          "method": "notify", "message": "sophia.tools [oops"}), [])
+        [started] = translator.feed({"type": "agent_start"})
+        self.assertEqual(started.data["tools"], names)
+
     def test_budgetNotice(self) -> None:
         """
         A C{notify} starting C{sophia.budget } carries the extension's facts

@@ -25,6 +25,10 @@ from vehicle.body._sessionfile import (
 #: stop: C{"sophia.budget " + JSON object}.
 BUDGET_NOTICE_PREFIX = "sophia.budget "
 
+#: The prefix of the C{notify} by which the extension names the active tools
+#: before each run: C{"sophia.tools " + JSON list of names}.
+TOOLS_NOTICE_PREFIX = "sophia.tools "
+
 #: Extension UI methods that expect no answer (pi's fire-and-forget kinds).
 _UI_NO_ANSWER = frozenset({"setStatus", "setWidget", "setTitle", "set_editor_text"})
 
@@ -317,6 +321,15 @@ class Translator:
         if method == "notify":
             message = record.get("message")
             message = message if isinstance(message, str) else ""
+            if message.startswith(TOOLS_NOTICE_PREFIX):
+                # The extension names the active tools before each run.
+                try:
+                    names = json.loads(message[len(TOOLS_NOTICE_PREFIX):])
+                except ValueError:
+                    names = None
+                if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                    self.tools = list(names)
+                return []
             if message.startswith(BUDGET_NOTICE_PREFIX):
                 try:
                     facts = json.loads(message[len(BUDGET_NOTICE_PREFIX):])

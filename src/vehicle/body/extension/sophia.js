@@ -27,6 +27,7 @@ import { createProvider } from "@earendil-works/pi-ai/models";
 
 const STATE_KEY = Symbol.for("vehicle.sophia.state");
 const BUDGET_PREFIX = "sophia.budget ";
+const TOOLS_PREFIX = "sophia.tools ";
 
 // The graph tools: the MCP server's name (its tools are mcp__graph__<tool>),
 // the auth provider pi's MCP transport asks for a bearer token on every HTTP
@@ -282,6 +283,28 @@ function registerGraphTools(pi) {
 
 // -- budget -----------------------------------------------------------------
 
+// The host names the active tools (graph tools included) in run.started and
+// the snapshot: tell it which they are, whenever the list changes.  pi
+// connects MCP servers lazily, so the graph tools appear only by the first
+// model request: this is told before each run and each model request.
+function reportTools(pi, ctx) {
+  let names;
+  try {
+    names = JSON.stringify(pi.getActiveTools());
+  } catch {
+    return;
+  }
+  if (names === state.reportedTools) {
+    return;
+  }
+  state.reportedTools = names;
+  try {
+    ctx.ui.notify(TOOLS_PREFIX + names, "info");
+  } catch {
+    // No UI (not in RPC mode): nothing to tell.
+  }
+}
+
 function limit(value) {
   return typeof value === "number" && Number.isFinite(value) && value > 0 ? value : null;
 }
@@ -331,6 +354,7 @@ export default async function sophia(pi) {
   pi.on("before_agent_start", (event, ctx) => {
     captureUi(ctx);
     state.run = newRun();
+    reportTools(pi, ctx);
     const graphs = state.boot?.graphs;
     const sections = event?.systemPromptOptions?.sections;
     if (graphs && sections && typeof sections === "object") {
@@ -412,6 +436,7 @@ export default async function sophia(pi) {
   // Runs right before each model request: stop before the request that would
   // go over the budget, so exactly maxTurns requests are made.
   pi.on("before_provider_request", (_event, ctx) => {
+    reportTools(pi, ctx);
     captureUi(ctx);
     const run = state.run;
     const budget = state.boot?.budget;
