@@ -787,3 +787,49 @@ class ExtensionUITests(ConductorTestCase):
                       "statusKey": "k", "statusText": "busy"})
         self.assertEqual(self.pi.uiAnswers(), [])
         self.assertEqual(self.data("body.notice"), [{"message": "heads up", "notifyType": "info"}])
+
+
+class ClosingTests(ConductorTestCase):
+    """
+    When the host stops, nothing more is delivered or started.
+    """
+
+    def test_closeWithCommandsWaiting(self) -> None:
+        """
+        With one prompt on its way (the body still starting) and one behind
+        it, closing disposes the body, starts no other, and leaves both
+        commands open for the next start to report interrupted.
+        """
+        self.submit("prompt", "p1", text="one")
+        self.submit("prompt", "p2", text="two")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.pi.pending("get_state")
+        d = self.conductor.close()
+        self.clock.advance(10)
+        self.successResultOf(d)
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual((self.status("p1"), self.status("p2")), ("accepted", "accepted"))
+        self.assertEqual(self.conductor.state, "dormant")
+        self.assertNotIn("command.failed", [e["type"] for e in self.durable()])
+
+
+class ScrubTests(ConductorTestCase):
+    """
+    pi's own words reach events without the host's secrets.
+    """
+
+    def test_stderrAndErrorsScrubbed(self) -> None:
+        """
+        The delegation token quoted in pi's stderr or in a failed command's
+        error is redacted in C{body.exited} and C{command.failed}.
+        """
+        self.session.delegatedToken = "gdt1.secret-token-value"
+        self.submit("prompt", "p1", text="one")
+        self.pi.answer("get_state", {})
+        self.pi.answer("prompt", success=False, error="refused gdt1.secret-token-value")
+        self.assertEqual(self.command("p1")["error"], "refused [redacted]")
+        self.submit("prompt", "p2", text="two")
+        self.pi.exit(exitCode=1, stderr=b"boom: gdt1.secret-token-value\n")
+        [exited] = self.data("body.exited")
+        self.assertNotIn("secret-token-value", exited["stderrTail"])
+        self.assertIn("[redacted]", exited["stderrTail"])

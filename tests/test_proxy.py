@@ -9,6 +9,8 @@ routed.
 
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import stat
@@ -51,6 +53,7 @@ class Upstream_(Resource):
         self.requests: list[dict[str, Any]] = []
         self.release: Deferred = Deferred()
         self.finished = False
+        self.onRefuse: Any = None
 
     def render(self, request: Any) -> Any:
         self.requests.append({
@@ -62,6 +65,16 @@ class Upstream_(Resource):
             },
             "body": request.content.read(),
         })
+        if request.uri.endswith(b"/refuse"):
+            # A provider that quotes the key it was sent, as written and
+            # JSON-escaped, while the caller's newest key changes meanwhile.
+            key = request.getHeader(b"authorization").split(b" ", 1)[1]
+            if self.onRefuse is not None:
+                self.onRefuse()
+            request.setResponseCode(401)
+            request.setHeader(b"content-type", b"application/json")
+            escaped = json.dumps(key.decode())[1:-1].encode()
+            return b'{"error":{"message":"invalid key ' + key + b" (" + escaped + b')"}}'
         if request.uri.endswith(b"/stream"):
             request.setHeader(b"content-type", b"text/event-stream")
             request.write(b"data: first\n\n")
@@ -258,3 +271,19 @@ class DoorTests(TestCase):
         """
         await self.door.close()
         self.assertFalse(self.door.socketPath.exists())
+
+    async def test_scrubsTheKeySentAndTheNewest(self) -> None:
+        """
+        A provider's error quoting the key the request carried is scrubbed,
+        also when the caller sent a newer key while it was under way, and
+        also JSON-escaped.
+        """
+        keys = ['sk-or-old"key\\1234']
+        self.door.model = Upstream(
+            baseUrl=self.door.model.baseUrl, keySource=lambda: keys[-1], scrub=True
+        )
+        self.upstream.onRefuse = lambda: keys.append("sk-or-new-key-5678")
+        code, body, _ = await self.ask("/v1/refuse", self.door.token)
+        self.assertEqual(code, 401)
+        self.assertNotIn(b"sk-or-old", body)
+        self.assertIn(b"[redacted]", body)

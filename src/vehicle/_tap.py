@@ -171,7 +171,7 @@ class Bodies:
                 self.public.ledger.close()
 
         return gatherResults(
-            [c.dispose("host_stopping") for c in list(self.conductors.values())],
+            [c.close() for c in list(self.conductors.values())],
             consumeErrors=True,
         ).addBoth(closeLedger)
 

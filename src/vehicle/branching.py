@@ -22,7 +22,7 @@ from vehicle.box import copyTree
 from vehicle.errors import VehicleError
 from vehicle.session import Caller, Registry, Session
 from vehicle.session._session import _preview as previewOf
-from vehicle.session._drive import answer
+from vehicle.session._drive import answer, requireGraphPath
 
 
 def branch(
@@ -38,6 +38,7 @@ def branch(
     to a reply, and an agent's workspace copy is the one large step.
     """
     kind = body["type"]
+    requireGraphPath(source, caller, "branch")
     if source.meta.profile == "agent" and caller.role != "owner":
         raise VehicleError(
             "forbidden_profile", "only the graph's owner may branch an agent session",
@@ -78,27 +79,32 @@ def branch(
             **({"preview": previewOf(stripContextNote(inherited))} if inherited else {}),
         },
     )
-    workDir = (
-        registry.dataDir.workspaceDir(newId)
-        if meta.profile == "agent"
-        else session.directory / "work"
-    )
-    result = branchSession(
-        piFile,
-        session.directory / "pi",
-        entryId=entryId,
-        newSessionId=str(uuid.uuid4()),
-        now=datetime.datetime.fromtimestamp(registry.clock.seconds(), datetime.timezone.utc),
-        cwd=str(workDir),
-    )
-    if not any(e.get("type") == "message" for e in readSession(result.path).entries):
-        # A fork before the first message has no history: it starts empty.
-        result.path.unlink()
-    if meta.profile == "agent" and recordFolders is not None:
-        # A snapshot: links copied as links, never followed.
-        copyTree(registry.dataDir.workspaceDir(source.sessionId), workDir)
-        session.meta = evolve(session.meta, folders=recordFolders(newId, session.directory))
-        session.writeMeta()
+    try:
+        workDir = (
+            registry.dataDir.workspaceDir(newId)
+            if meta.profile == "agent"
+            else session.directory / "work"
+        )
+        result = branchSession(
+            piFile,
+            session.directory / "pi",
+            entryId=entryId,
+            newSessionId=str(uuid.uuid4()),
+            now=datetime.datetime.fromtimestamp(registry.clock.seconds(), datetime.timezone.utc),
+            cwd=str(workDir),
+        )
+        if not any(e.get("type") == "message" for e in readSession(result.path).entries):
+            # A fork before the first message has no history: it starts empty.
+            result.path.unlink()
+        if meta.profile == "agent" and recordFolders is not None:
+            # A snapshot: links copied as links, never followed.
+            copyTree(registry.dataDir.workspaceDir(source.sessionId), workDir)
+            session.meta = evolve(session.meta, folders=recordFolders(newId, session.directory))
+            session.writeMeta()
+    except Exception:
+        # Half made: put it in the trash (never unlinked), then say so.
+        registry.delete(caller, session)
+        raise
     session.delegatedToken = source.delegatedToken
     if session.preview is None and inherited:
         session.preview = previewOf(stripContextNote(inherited))

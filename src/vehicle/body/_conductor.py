@@ -63,6 +63,12 @@ def stripContextNote(text: str) -> str:
     return text
 
 
+class HostClosing(Exception):
+    """
+    The host is stopping (or the session is gone): no body is started.
+    """
+
+
 @implementer(IConductor, IBodySink)
 @define(eq=False)
 class Conductor:
@@ -100,6 +106,8 @@ class Conductor:
     _abortRequested: bool = False
     _plan: BodyPlan | None = None
     _delivering: dict[str, Any] | None = None
+    #: The host is stopping: deliver nothing more, start no body.
+    closing: bool = False
     _modelRequests: int = 0
 
     # -- IConductor ---------------------------------------------------------
@@ -162,6 +170,15 @@ class Conductor:
             return []
         return readSession(current).transcript()
 
+    def close(self) -> Deferred:
+        """
+        The host stops: nothing more is delivered or started, the body is
+        disposed, and commands still open stay open (the next start reports
+        them C{interrupted}).
+        """
+        self.closing = True
+        return self.dispose("host_stopping")
+
     def dispose(self, reason: str = "shutdown") -> Deferred:
         """
         Stop the body (if any) and mark the session dormant.
@@ -172,9 +189,12 @@ class Conductor:
         if self._stopping is not None:
             return self._stopping
         protocol = self.protocol
+        if protocol is None:
+            # Still being planned: it will see the state and not start.
+            self.state = "dormant"
+            return succeed(None)
         self.state = "stopping"
         self._expectExit = True
-        assert protocol is not None
         d = protocol.terminate(self.clock, graceSeconds=3)
 
         def gone(_: Any) -> None:
@@ -207,15 +227,18 @@ class Conductor:
         return None
 
     async def _drain(self) -> None:
-        while self._backlog and not self.session.deleted:
+        while self._backlog and not self.session.deleted and not self.closing:
             command = self._backlog[0]
             self._delivering = command
             try:
                 await self._perform(command)
+            except HostClosing:
+                pass  # left open: the next start reports it interrupted
             except VehicleError as e:
                 self._fail(command, e.message, code=e.code)
             except BodyExited:
-                self._fail(command, "the body exited before the command was delivered")
+                if not self.closing:
+                    self._fail(command, "the body exited before the command was delivered")
             except PiCommandError as e:
                 self._fail(command, str(e.error) if hasattr(e, "error") else str(e))
             except Exception:
@@ -232,19 +255,43 @@ class Conductor:
         self._armIdle()
 
     def _fail(self, command: dict[str, Any], message: str, code: str | None = None) -> None:
-        self.session.setStatus(command["commandId"], "failed", error=message, code=code)
+        self.session.setStatus(command["commandId"], "failed", error=self.scrub(message), code=code)
+
+    def scrub(self, text: str) -> str:
+        """
+        C{text} (pi's words: an error, its stderr) without any secret the
+        host knows: provider keys, the body's door token, the delegation
+        token.  Events are durable and watched; secrets are neither.
+        """
+        secrets: set[str] = set()
+        models = getattr(self.launcher, "models", None)
+        if models is not None:
+            secrets.update(models.secrets())
+        if self.session.delegatedToken:
+            secrets.add(self.session.delegatedToken)
+        plan = self._plan
+        if plan is not None and plan.providers:
+            secrets.update(
+                str(p.get("apiKey")) for p in plan.providers.values() if p.get("apiKey")
+            )
+        for secret in sorted(secrets, key=len, reverse=True):
+            if len(secret) >= 8:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     async def _ensureBody(self) -> PiProtocol:
         if self.state == "live" and self.protocol is not None:
             return self.protocol
         if self._stopping is not None:
             await self._stopping
+        self._refuseIfClosing()
         self._cancelIdle()
         self.state = "starting"
         try:
             plan = BodyPlan()
             if self.planner is not None:
                 plan = await self.planner(self.session)
+            self._refuseIfClosing()
         except BaseException:
             self.state = "dormant"
             raise
@@ -296,6 +343,10 @@ class Conductor:
             extra["graphs"] = {"own": self.session.meta.graphId,
                                "public": list(self.session.meta.graphs)}
         return extra or None
+
+    def _refuseIfClosing(self) -> None:
+        if self.closing or self.session.deleted or self.session.closed:
+            raise HostClosing()
 
     def tools(self) -> list[str]:
         if self.session.meta.profile == "agent":
@@ -515,8 +566,15 @@ class Conductor:
         assert self.protocol is not None
         await self.protocol.request({"type": "clear_queue"})
         for command in leftovers:
-            self._backlog.append({**command, "_requeue": True})
-            self.session.commands[command["commandId"]]["status"] = "accepted"
+            if self._abortRequested or self.closing or any(
+                c["type"] in ("abort", "shutdown") for c in self._backlog
+            ):
+                # An abort came while pi's queue was being cleared: these
+                # are taken out, not delivered after it.
+                self.session.setStatus(command["commandId"], "cancelled", reason="aborted")
+                continue
+            command["status"] = "accepted"
+            self._backlog.append(command)
         self._pump()
 
     def _answerUI(self, request: dict[str, Any]) -> None:
@@ -539,12 +597,13 @@ class Conductor:
         expected = self._expectExit
         wasRunning = self.runActive
         runId = self.translator.currentRunId
+        tail = self.scrub(stderrTail)[-4096:]  # while the body's own token is known
         self._becomeDormant()
-        if expected or self.session.deleted:
+        if expected or self.session.deleted or self.closing:
             return
         self.session.emit(
             "body.exited",
-            {"exitCode": exitCode, "signal": signal, "stderrTail": stderrTail[-4096:]},
+            {"exitCode": exitCode, "signal": signal, "stderrTail": tail},
         )
         if wasRunning:
             self.session.emit(

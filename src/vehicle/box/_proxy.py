@@ -11,6 +11,7 @@ the token, and the token is worthless outside the body it was made for.
 from __future__ import annotations
 
 import hmac
+import json
 import secrets
 from pathlib import Path
 from typing import Any, ClassVar
@@ -147,6 +148,7 @@ class ModelDoor:
         if route is None:
             return self._refuse(request, 404, "no such upstream")
         upstream, url = route
+        sent: str | None = None
         headers = Headers()
         for name, values in request.requestHeaders.getAllRawHeaders():
             if name.lower() not in _DROP:
@@ -162,6 +164,7 @@ class ModelDoor:
             key = upstream.currentKey()
             if key is None:
                 return self._refuse(request, 401, "no model key for this body right now")
+            sent = key
             headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
@@ -178,11 +181,14 @@ class ModelDoor:
             if name.lower() not in (b"content-length", b"transfer-encoding", b"connection"):
                 request.responseHeaders.setRawHeaders(name, values)
         if upstream.scrub and response.code >= 400:
-            # A provider's error may quote the key: never let pi record it.
+            # A provider's error may quote the key: never let pi record it
+            # (the one this request carried, and the newest, as written or
+            # JSON-escaped).
             body = await treq.content(response)
-            key = upstream.currentKey()
-            if key:
-                body = body.replace(key.encode("utf-8"), b"[redacted]")
+            for key in {sent, upstream.currentKey()}:
+                if key:
+                    for form in (key, json.dumps(key)[1:-1]):
+                        body = body.replace(form.encode("utf-8"), b"[redacted]")
             request.write(body)
         else:
             await treq.collect(response, request.write)

@@ -226,7 +226,7 @@ class Public:
         return out
 
     def grant(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-        if caller.public or caller.role != "owner":
+        if caller.public or caller.principal != "owner":
             raise VehicleError("forbidden", "only the owner may grant credit")
         key = f"{body['source']}:{body['idempotencyKey']}"
         created = self.ledger.grant(

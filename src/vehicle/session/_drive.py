@@ -88,12 +88,29 @@ def createSession(
     return result
 
 
+def requireGraphPath(session: Session, caller: Caller, verb: str) -> None:
+    """
+    Without the graph in the path the host does not know the caller's role
+    on it (only their grant's highest role): no driving or branching so.
+
+    @raise VehicleError: C{access_reduced}.
+    """
+    if caller.graphId is None:
+        raise VehicleError(
+            "access_reduced",
+            f"{verb} a session through its graph's path (/g/<graph>/...), where your role "
+            "on that graph is known",
+            {"graphId": session.meta.graphId},
+        )
+
+
 def checkDriver(session: Session, caller: Caller) -> None:
     """
     May this caller drive the session at all (its role now)?
 
     @raise VehicleError: C{access_reduced}.
     """
+    requireGraphPath(session, caller, "drive")
     if session.meta.access == "write" and caller.role not in WRITER_ROLES:
         raise VehicleError(
             "access_reduced",
@@ -152,7 +169,9 @@ def submitCommand(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
     )
 
 
-def chime(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+def chime(
+    session: Session, caller: Caller, body: dict[str, Any], immediate: bool = True
+) -> Answer:
     """
     A collaborator's attributed message, as the room's policy says:
     refused (C{observe}, C{mute}), held for the driver (C{suggest}), or
@@ -178,7 +197,7 @@ def chime(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
         session.remember("chime", caller, body["requestId"], body, result)
         session.emit("chime.resolved", {"chimeId": chimeId, "status": "rejected", "reason": policy})
         return result
-    if policy == "co-drive" and lease is not None:
+    if policy == "co-drive" and lease is not None and immediate:
         record["status"] = "accepted"
         driver = Caller(
             principal=lease.principal,
@@ -224,7 +243,6 @@ def _resolveChime(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
         session.emit("chime.resolved", {"chimeId": chime["chimeId"], "status": "rejected",
                                         "by": caller.holder()})
         return result
-    chime["status"] = "accepted"
     commandId = body.get("commandId") or body["requestId"]
     result = session.acceptCommand(
         caller,
@@ -232,6 +250,7 @@ def _resolveChime(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
         lambda command: answer("command.accepted", {"command": dict(command)}),
         extra={"text": chime["text"], "chimeAuthor": chime["author"], "delivery": chime["delivery"]},
     )
+    chime["status"] = "accepted"
     session.emit("chime.resolved", {"chimeId": chime["chimeId"], "status": "accepted",
                                     "commandId": commandId, "by": caller.holder()})
     return result

@@ -17,7 +17,7 @@ from twisted.logger import Logger
 from vehicle.errors import VehicleError
 from vehicle.session._session import Session, fingerprint, normalizeTitle, replayed
 from vehicle.session._values import Caller, SessionMeta
-from vehicle.store import CorruptLog, DataDir, JsonlLog, readJson
+from vehicle.store import DataDir, JsonlLog, readJson
 
 
 NOT_FOUND_MESSAGE = "no such session"
@@ -82,7 +82,12 @@ class Registry:
     # -- creation -----------------------------------------------------------
 
     def replayCreation(self, caller: Caller, requestId: str, body: Any) -> dict[str, Any] | None:
-        return replayed(self._creations.get((caller.principal, requestId)), requestId, body)
+        # Per principal; the graph is part of the request (a create through
+        # another graph's path is another request).
+        return replayed(
+            self._creations.get((caller.principal, requestId)), requestId, body,
+            f"create:{caller.graphId}",
+        )
 
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex
@@ -133,7 +138,10 @@ class Registry:
         self, session: Session, caller: Caller, requestId: str, body: Any, frame: dict[str, Any]
     ) -> None:
         session.remember("create", caller, requestId, body, frame)
-        self._creations[(caller.principal, requestId)] = (fingerprint(body), frame)
+        self._creations[(caller.principal, requestId)] = (
+            fingerprint(body, f"create:{caller.graphId}"),
+            frame,
+        )
 
     def _adopt(self, session: Session) -> None:
         self.sessions[session.sessionId] = session
@@ -187,7 +195,7 @@ class Registry:
         for sessionId in self.dataDir.listSessionIds():
             try:
                 session = self._load(sessionId)
-            except (CorruptLog, KeyError, ValueError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - one bad session never stops the host
                 self._log.error(
                     "Session {sessionId} could not be loaded and is left on disk: {error}",
                     sessionId=sessionId,
@@ -217,7 +225,7 @@ class Registry:
                 session.restoreCommand(record)
             if record.get("kind") == "create":
                 self._creations[(record["principal"], record["requestId"])] = (
-                    record["fingerprint"],
+                    fingerprint(record["body"], f"create:{meta.graphId}"),
                     record["frame"],
                 )
         session.rebuild(eventRecords, requestRecords)

@@ -47,16 +47,26 @@ WATCH_LIMIT = 500
 MAX_WAIT_MS = 30_000
 
 
-def fingerprint(body: Any) -> str:
+#: The route a kind of remembered request came by: a requestId reused on
+#: another route is a conflict, never the other route's replay.
+ROUTE_OF = {
+    "create": "create", "claim": "claim", "release": "release", "rename": "rename",
+    "command": "commands", "policy": "commands", "branch": "commands", "chime": "chimes",
+}
+
+
+def fingerprint(body: Any, route: str | None = None) -> str:
     """
-    A stable digest of a request body, to tell a replay from a conflict.
+    A stable digest of a request (its route and body), to tell a replay
+    from a conflict.
     """
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    subject = body if route is None else {"route": route, "body": body}
+    canonical = json.dumps(subject, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def replayed(
-    known: tuple[str, dict[str, Any]] | None, requestId: str, body: Any
+    known: tuple[str, dict[str, Any]] | None, requestId: str, body: Any, route: str
 ) -> dict[str, Any] | None:
     """
     The idempotency rule, in one place: a known request with the same body
@@ -68,7 +78,7 @@ def replayed(
     if known is None:
         return None
     digest, frame = known
-    if digest != fingerprint(body):
+    if digest != fingerprint(body, route):
         raise VehicleError(
             "request_id_conflict",
             f"requestId {requestId!r} was already used with a different body",
@@ -198,8 +208,28 @@ class Session:
         }
         self._events.append(event)
         self._history.append(event)
+        self._renewByUse(event)
         self._publish(event)
         return event
+
+    def _renewByUse(self, event: dict[str, Any]) -> None:
+        """
+        Any event of a mutation by the lease's holder renews the lease: the
+        same rule L{rebuild} applies to the log.
+        """
+        by = (event.get("data") or {}).get("by")
+        lease = self.lease
+        if self.deleted or event["type"] == "session.deleted":
+            return
+        if (
+            lease is not None
+            and isinstance(by, dict)
+            and by.get("principal") == lease.principal
+            and by.get("clientId") == lease.clientId
+            and event["type"] not in ("lease.claimed", "lease.renewed")
+        ):
+            self.lease = lease.renewed(parseTimestamp(event["timestamp"]))
+            self._armLeaseTimer()
 
     def broadcast(self, eventType: str, data: dict[str, Any]) -> None:
         """
@@ -309,8 +339,8 @@ class Session:
             )
         if not lease.heldBy(caller):
             raise self._leaseHeld(lease, caller)
-        self.lease = lease.renewed(self.clock.seconds())
-        self._armLeaseTimer()
+        # Renewed by use: by the event the accepted mutation writes (see
+        # emit), so a refused one renews nothing and a restart agrees.
 
     def _leaseHeld(self, lease: Lease, caller: Caller) -> VehicleError:
         canTakeOver = lease.principal == caller.principal
@@ -379,14 +409,14 @@ class Session:
 
     # -- idempotency ------------------------------------------------------
 
-    def replay(self, requestId: str, body: Any) -> dict[str, Any] | None:
+    def replay(self, requestId: str, body: Any, route: str) -> dict[str, Any] | None:
         """
         The original frame of an accepted request with this id and body,
         or L{None} when the id is new.
 
         @raise VehicleError: C{request_id_conflict} for another body.
         """
-        return replayed(self._requests.get(requestId), requestId, body)
+        return replayed(self._requests.get(requestId), requestId, body, route)
 
     def remember(
         self, kind: str, caller: Caller, requestId: str, body: Any, frame: dict[str, Any]
@@ -394,7 +424,7 @@ class Session:
         """
         Keep an accepted request (in C{commands.jsonl}) so a retry replays.
         """
-        digest = fingerprint(body)
+        digest = fingerprint(body, ROUTE_OF[kind])
         self._commandsLog.append(
             {
                 "kind": kind,
@@ -551,6 +581,7 @@ class Session:
         self.closed = False
         self.emit("session.deleted", {"trashedAs": trashedAs, "by": caller.holder()})
         self.closed = True
+        self._cancelLeaseTimer()
         self._events.close()
         self.deleted = True
         for callback in self._onDeleted:
@@ -641,7 +672,7 @@ class Session:
             if key in body:
                 command[key] = body[key]
         self.commands[commandId] = command
-        if self.preview is None and "text" in body:
+        if self.preview is None and "text" in body and not body.get("chimeAuthor"):
             self.preview = _preview(body["text"])
 
 

@@ -250,7 +250,7 @@ class VehicleAPI:
         session = self._session(caller, sessionId)
         body = self._body(request, "rename.request")
         if "requestId" in body:
-            replayed = session.replay(body["requestId"], body)
+            replayed = session.replay(body["requestId"], body, "rename")
             if replayed is not None:
                 return self._frame(request, 200, replayed, replayed=True)
         result = drive.rename(session, caller, body)
@@ -294,7 +294,7 @@ class VehicleAPI:
         caller = self._caller(request)
         session = self._session(caller, sessionId)
         body = self._body(request, "claim.request")
-        replayed = session.replay(body["requestId"], body)
+        replayed = session.replay(body["requestId"], body, "claim")
         if replayed is not None:
             return self._frame(request, 200, replayed, replayed=True)
         drive.checkDriver(session, caller)
@@ -308,7 +308,7 @@ class VehicleAPI:
         caller = self._caller(request)
         session = self._session(caller, sessionId)
         body = self._body(request, "release.request")
-        replayed = session.replay(body["requestId"], body)
+        replayed = session.replay(body["requestId"], body, "release")
         if replayed is not None:
             return self._frame(request, 200, replayed, replayed=True)
         return self._frame(request, 200, drive.release(session, caller, body))
@@ -321,7 +321,7 @@ class VehicleAPI:
         caller = self._caller(request)
         session = self._session(caller, sessionId)
         body = self._body(request, "command.request")
-        replayed = session.replay(body["requestId"], body)
+        replayed = session.replay(body["requestId"], body, "commands")
         if replayed is not None:
             return self._frame(request, 200, replayed, replayed=True)
         if body["type"] in ("fork", "clone"):
@@ -359,7 +359,7 @@ class VehicleAPI:
             drive.checkDriver(session, caller)
             await self.hooks.precheckBody(session)
             session = self._session(caller, sessionId)
-            replayed = session.replay(body["requestId"], body)
+            replayed = session.replay(body["requestId"], body, "commands")
             if replayed is not None:
                 return self._frame(request, 200, replayed, replayed=True)
         result = drive.submitCommand(session, caller, body)
@@ -377,10 +377,18 @@ class VehicleAPI:
         if session.meta.funding is not None or caller.public:
             raise VehicleError("chimes_closed", "a public conversation takes no chimes")
         body = self._body(request, "chime.request")
-        replayed = session.replay(body["requestId"], body)
+        replayed = session.replay(body["requestId"], body, "chimes")
         if replayed is not None:
             return self._frame(request, 200, replayed, replayed=True)
-        return self._frame(request, 202, drive.chime(session, caller, body))
+        # Under co-drive a chime becomes a command at once, unless that would
+        # start a body that may not start now (no delegation token): then it
+        # waits for the driver, as under suggest.
+        immediate = not (
+            self.requireDelegation
+            and session.delegatedToken is None
+            and session.bodyState() != "live"
+        )
+        return self._frame(request, 202, drive.chime(session, caller, body, immediate))
 
     @router.route("/sessions/<sessionId>/capsule", methods=["GET"])
     def capsule(self, request: IRequest, sessionId: str) -> Deferred:
@@ -412,8 +420,8 @@ class VehicleAPI:
 
     async def _grant(self, request: IRequest) -> tuple[int, dict[str, Any]]:
         caller = self._caller(request)
-        if caller.public or caller.role != "owner":
-            raise VehicleError("forbidden", "only the owner may grant credit")
+        if caller.public or caller.principal != "owner":
+            raise VehicleError("forbidden", "only this Sophia's owner may grant credit")
         body = self._body(request, "grant.request")
         if self.public is None:
             raise VehicleError("not_public", "public sessions are off on this host")

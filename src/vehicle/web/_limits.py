@@ -66,6 +66,8 @@ class LimitedRequest(Request):
         self.channel = None
 
     def process(self) -> None:
+        if self.channel is None:
+            return  # already answered and cut off (far too large)
         if self.tooLarge:
             body = encode(errorFrame(_tooLarge()))
             self.setResponseCode(413)
