@@ -8,6 +8,8 @@ run budget) written once to its fd 3 and closed.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
@@ -35,12 +37,36 @@ EXTENSION = Path(__file__).parent / "extension" / "sophia.js"
 def latestSessionFile(piDir: Path) -> Path | None:
     """
     The conversation file pi keeps in C{piDir} (the newest, should there be
-    several).
+    several).  Only regular files count: an agent's body may write its pi
+    folder, and a link it planted there must never lead the host elsewhere.
     """
-    files = [p for p in piDir.glob("*.jsonl") if p.is_file()]
+    files = []
+    for path in piDir.glob("*.jsonl"):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files.append((st.st_mtime_ns, path.name, path))
     if not files:
         return None
-    return max(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+    return max(files)[2]
+
+
+def _ownFolder(path: Path) -> None:
+    """
+    Make C{path} a real folder of the host's: whatever a body left in its
+    place (a link, a file) is removed, never followed.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        path.mkdir(mode=0o700, parents=True)
+        return
+    if stat.S_ISDIR(st.st_mode):
+        return
+    path.unlink()
+    path.mkdir(mode=0o700)
 
 
 @define(frozen=True)
@@ -67,8 +93,12 @@ class BodyPaths:
         )
 
     def prepare(self) -> None:
-        for path in (self.piDir, self.agentDir, self.home, self.workDir):
+        for path in (self.piDir, self.workDir):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Inside the pi folder, which an agent's body may write: the host
+        # writes here before each body, so these must be its own folders.
+        for path in (self.agentDir, self.home):
+            _ownFolder(path)
         # A body may write its own agent dir: an MCP config left there could
         # redirect the graph tools' token on the next start.
         for name in ("mcp.json", "mcp-auth.json"):

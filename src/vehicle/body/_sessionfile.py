@@ -249,7 +249,10 @@ def readSession(path: Path) -> SessionFile:
     @raise FileNotFoundError: pi has not written the file yet (it does so
         only once the session has a message).
     """
-    return parseSession(Path(path).read_bytes())
+    # Never through a link: an agent's body may write its pi folder.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        return parseSession(f.read())
 
 
 @frozen
