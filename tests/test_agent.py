@@ -408,7 +408,7 @@ class DrivingTests(SynchronousTestCase):
         self.assertNotIn(realKey, json.dumps(providers))
         self.assertEqual(
             kwargs["bootExtra"],
-            {"bridge": {"socket": str(door.socketPath), "port": BRIDGE_PORT}},
+            {"bridge": {"socket": str(door.socketPath), "port": BRIDGE_PORT, "token": door.token}},
         )
         self.assertIsNotNone(kwargs["wrap"])
         self.assertEqual(self.host.clock.unixServers[-1][0], str(door.socketPath))

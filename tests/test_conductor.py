@@ -629,7 +629,7 @@ class BodyExitTests(ConductorTestCase):
         self.assertTrue(exited[0]["stderrTail"].endswith("fatal: out of memory\n"))
         self.assertLessEqual(len(exited[0]["stderrTail"]), 4096)
         self.assertEqual(self.data("run.settled"),
-                         [{"runId": "run-1", "aborted": True, "stopReason": "body_exited"}])
+                         [{"runId": "run-1", "aborted": True, "stopReason": "body_exited", "costUsd": 0.0}])
         for commandId in ("p1", "f1"):
             self.assertEqual(self.status(commandId), "failed", commandId)
             self.assertEqual(self.command(commandId)["code"], "body_exited")
@@ -833,3 +833,25 @@ class ScrubTests(ConductorTestCase):
         [exited] = self.data("body.exited")
         self.assertNotIn("secret-token-value", exited["stderrTail"])
         self.assertIn("[redacted]", exited["stderrTail"])
+
+
+class SettleHookTests(ConductorTestCase):
+    """
+    A run that ends with its body still runs the settle hooks.
+    """
+
+    def test_bodyDeathRunsHooks(self) -> None:
+        """
+        When the body dies mid-run, the hooks (the ledger's debit, the
+        mirror) get the settled run, with what it cost so far.
+        """
+        seen: list[dict[str, Any]] = []
+        self.conductor.onSettled.append(lambda session, info: seen.append(info))
+        self.running()
+        self.pi.assistant("partial")
+        self.pi.exit(exitCode=None, signal=9)
+        [info] = seen
+        self.assertTrue(info["aborted"])
+        self.assertGreater(info["costUsd"], 0)
+        [settled] = self.durable("run.settled")
+        self.assertEqual(info["seq"], settled["seq"])

@@ -471,7 +471,7 @@ class GraphToolsTests(TestCase):
                 mcpUrl=f"http://127.0.0.1:{bridgePort}/mcp",
             )
         )
-        boot["bridge"] = {"socket": str(door.socketPath), "port": bridgePort}
+        boot["bridge"] = {"socket": str(door.socketPath), "port": bridgePort, "token": door.token}
         body = self.spawn(self.mint("owner"), json.dumps(boot).encode(), tools=AGENT_TOOLS)
         await self.prompt(body, self.callTool("create_document", {"title": "B", "documentId": "doc-b"}))
         self.assertFalse(self.toolEnds(body)[-1]["isError"])

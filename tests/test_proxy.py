@@ -42,7 +42,7 @@ REAL_KEY = "sk-real-provider-key-0123456789"
 class Upstream_(Resource):
     """
     The provider (or gardend's MCP endpoint): records each request; answers
-    JSON at once, or, for C{/stream}, one SSE chunk now and the rest when
+    JSON at once, or, in C{stream} mode, one SSE chunk now and the rest when
     the test fires L{release}.
     """
 
@@ -53,7 +53,10 @@ class Upstream_(Resource):
         self.requests: list[dict[str, Any]] = []
         self.release: Deferred = Deferred()
         self.finished = False
+        self.lost = False
         self.onRefuse: Any = None
+        #: How the next answers are given: C{json}, C{stream} or C{refuse}.
+        self.mode = "json"
 
     def render(self, request: Any) -> Any:
         self.requests.append({
@@ -65,7 +68,7 @@ class Upstream_(Resource):
             },
             "body": request.content.read(),
         })
-        if request.uri.endswith(b"/refuse"):
+        if self.mode == "refuse":
             # A provider that quotes the key it was sent, as written and
             # JSON-escaped, while the caller's newest key changes meanwhile.
             key = request.getHeader(b"authorization").split(b" ", 1)[1]
@@ -75,9 +78,10 @@ class Upstream_(Resource):
             request.setHeader(b"content-type", b"application/json")
             escaped = json.dumps(key.decode())[1:-1].encode()
             return b'{"error":{"message":"invalid key ' + key + b" (" + escaped + b')"}}'
-        if request.uri.endswith(b"/stream"):
+        if self.mode == "stream":
             request.setHeader(b"content-type", b"text/event-stream")
             request.write(b"data: first\n\n")
+            request.notifyFinish().addErrback(lambda _: setattr(self, "lost", True))
 
             def rest(_: Any) -> None:
                 request.write(b"data: second\n\n")
@@ -133,10 +137,12 @@ class DoorTests(TestCase):
         )
 
     async def ask(self, path: str, token: str | None = None, method: str = "POST",
-                  body: bytes = b'{"model":"m"}') -> tuple[int, bytes, Any]:
+                  body: bytes = b'{"model":"m"}', door: str | None = None) -> tuple[int, bytes, Any]:
         headers = {"content-type": "application/json"}
         if token is not None:
             headers["authorization"] = f"Bearer {token}"
+        if door is not None:
+            headers["x-vehicle-door"] = door
         response = await self.client.request(
             method, "http://door" + path, headers=headers, data=body
         )
@@ -201,8 +207,9 @@ class DoorTests(TestCase):
         An SSE answer streams through: its first chunk reaches the body
         while the provider is still answering.
         """
+        self.upstream.mode = "stream"
         response = await self.client.request(
-            "POST", "http://door/v1/stream",
+            "POST", "http://door/v1/chat/completions",
             headers={"authorization": f"Bearer {self.door.token}"}, data=b"{}",
         )
         self.assertEqual(response.code, 200)
@@ -221,19 +228,64 @@ class DoorTests(TestCase):
 
     async def test_mcpPassesBearer(self) -> None:
         """
-        The MCP route needs no door token: it passes the body's own bearer
-        (the delegated token) through unchanged, never the model key, to
-        the MCP endpoint, query and all.
+        The MCP route opens to the body's door token (its own header, never
+        forwarded) and passes the body's bearer (the delegated token)
+        through unchanged, never the model key, to the MCP endpoint, query
+        and all; without the door token it is 401 and reaches nobody.
         """
         code, body, _ = await self.ask("/mcp?session=1", "delegated-abc")
+        self.assertEqual(code, 401)
+        self.assertEqual(self.upstream.requests, [])
+        code, body, _ = await self.ask("/mcp?session=1", "delegated-abc", door=self.door.token)
         self.assertEqual(code, 200)
         [seen] = self.upstream.requests
         self.assertEqual(seen["path"], "/mcp-endpoint?session=1")
         self.assertEqual(seen["headers"]["authorization"], ["Bearer delegated-abc"])
-        code, body, _ = await self.ask("/mcp")
+        self.assertNotIn("x-vehicle-door", seen["headers"])
+        code, body, _ = await self.ask("/mcp", door=self.door.token)
         self.assertEqual(code, 200)
         self.assertNotIn("authorization", self.upstream.requests[-1]["headers"])
         self.assertNotIn(REAL_KEY, repr(self.upstream.requests))
+
+    async def test_onlyTheModelRoutes(self) -> None:
+        """
+        With the right token, only POST to the model API paths is forwarded.
+        """
+        code, _, _ = await self.ask("/v1/models", self.door.token)
+        self.assertEqual(code, 404)
+        code, _, _ = await self.ask("/v1/chat/completions", self.door.token, method="PUT")
+        self.assertEqual(code, 405)
+        self.assertEqual(self.upstream.requests, [])
+
+    async def test_bodyTooLarge(self) -> None:
+        """
+        A body over the door's limit is refused with 413 and never forwarded.
+        """
+        from vehicle.box._proxy import MAX_DOOR_BODY
+
+        code, _, _ = await self.ask("/v1/chat/completions", self.door.token,
+                                    body=b"x" * (MAX_DOOR_BODY + 1))
+        self.assertEqual(code, 413)
+        self.assertEqual(self.upstream.requests, [])
+
+    async def test_abortClosesUpstream(self) -> None:
+        """
+        When the body hangs up mid-answer, the door closes its connection to
+        the provider (an abort stops the provider's generation).
+        """
+        self.upstream.mode = "stream"
+        response = await self.client.request(
+            "POST", "http://door/v1/chat/completions",
+            headers={"authorization": f"Bearer {self.door.token}"}, data=b"{}",
+            unbuffered=True,
+        )
+        self.assertEqual(response.code, 200)
+        response.original._transport.stopProducing()
+        for _ in range(100):
+            if self.upstream.lost:
+                break
+            await sleep(0.02)
+        self.assertTrue(self.upstream.lost)
 
     async def test_unknownPaths(self) -> None:
         """
@@ -251,7 +303,7 @@ class DoorTests(TestCase):
         A door without an MCP upstream answers C{/mcp} with 404.
         """
         self.door.mcp = None
-        code, _, _ = await self.ask("/mcp", "delegated-abc")
+        code, _, _ = await self.ask("/mcp", "delegated-abc", door=self.door.token)
         self.assertEqual(code, 404)
         self.assertEqual(self.upstream.requests, [])
 
@@ -283,7 +335,8 @@ class DoorTests(TestCase):
             baseUrl=self.door.model.baseUrl, keySource=lambda: keys[-1], scrub=True
         )
         self.upstream.onRefuse = lambda: keys.append("sk-or-new-key-5678")
-        code, body, _ = await self.ask("/v1/refuse", self.door.token)
+        self.upstream.mode = "refuse"
+        code, body, _ = await self.ask("/v1/chat/completions", self.door.token)
         self.assertEqual(code, 401)
         self.assertNotIn(b"sk-or-old", body)
         self.assertIn(b"[redacted]", body)

@@ -64,6 +64,7 @@ class AgentProfile:
     hidden: tuple[Path, ...] = field(factory=lambda: (Path.home(),))
     spawner: Any = None
     doors: dict[str, ModelDoor] = field(factory=dict)
+    _runDir: Path | None = None
 
     # -- creation -----------------------------------------------------------
 
@@ -93,12 +94,13 @@ class AgentProfile:
     def runDir(self) -> Path:
         """
         Where the doors' sockets live: a short path (a Unix socket's path is
-        at most 107 bytes), private to this host's data dir.
+        at most 107 bytes), made fresh and private (mode 0700, a random name)
+        by this host process, so nobody else can have made it first.
         """
-        digest = hashlib.sha256(str(self.dataDir.root).encode()).hexdigest()[:12]
-        path = Path(tempfile.gettempdir()) / f"vehicle-{digest}"
-        path.mkdir(mode=0o700, exist_ok=True)
-        return path
+        if self._runDir is None or not self._runDir.is_dir():
+            digest = hashlib.sha256(str(self.dataDir.root).encode()).hexdigest()[:8]
+            self._runDir = Path(tempfile.mkdtemp(prefix=f"vehicle-{digest}-"))
+        return self._runDir
 
     def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]:
         """
@@ -172,7 +174,7 @@ class AgentProfile:
             workDir=workDir,
             providers=self.providersFor(session, door, port),
             wrap=self.wrapper(door) if tier == "bwrap" else self.seatbeltWrapper(door),
-            bootExtra={"bridge": {"socket": str(door.socketPath), "port": port}},
+            bootExtra={"bridge": {"socket": str(door.socketPath), "port": port, "token": door.token}},
             box=tier,
             mcpUrl=f"http://127.0.0.1:{port}/mcp" if door.mcp is not None else None,
             cleanup=lambda: Deferred.fromCoroutine(self.closeDoor(session)),

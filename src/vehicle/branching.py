@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from attrs import evolve
+from twisted.internet.threads import deferToThreadPool
 
 from vehicle.body._conductor import stripContextNote
 from vehicle.body._launcher import latestSessionFile
@@ -25,7 +26,7 @@ from vehicle.session._session import _preview as previewOf
 from vehicle.session._drive import answer, requireGraphPath
 
 
-def branch(
+async def branch(
     registry: Registry,
     source: Session,
     caller: Caller,
@@ -34,8 +35,9 @@ def branch(
 ) -> dict[str, Any]:
     """
     Make the branch and return the answer (C{session.forked} or
-    C{session.cloned}).  File work is synchronous: pi's file is small next
-    to a reply, and an agent's workspace copy is the one large step.
+    C{session.cloned}).  pi's file is copied on the reactor's thread (it is
+    small next to a reply); an agent's workspace, the one large step, in
+    the reactor's thread pool.
     """
     kind = body["type"]
     requireGraphPath(source, caller, "branch")
@@ -98,7 +100,8 @@ def branch(
             result.path.unlink()
         if meta.profile == "agent" and recordFolders is not None:
             # A snapshot: links copied as links, never followed.
-            copyTree(registry.dataDir.workspaceDir(source.sessionId), workDir)
+            await _inThread(registry.clock, copyTree,
+                            registry.dataDir.workspaceDir(source.sessionId), workDir)
             session.meta = evolve(session.meta, folders=recordFolders(newId, session.directory))
             session.writeMeta()
     except Exception:
@@ -119,3 +122,14 @@ def branch(
         value["selectedText"] = selected
     frameType = "session.forked" if kind == "fork" else "session.cloned"
     return answer(frameType, value)
+
+
+async def _inThread(reactor: Any, f: Callable[..., Any], *args: Any) -> Any:
+    """
+    Run blocking file work in the reactor's thread pool (inline where the
+    reactor has none, as in tests on a fake clock).
+    """
+    getPool = getattr(reactor, "getThreadPool", None)
+    if getPool is None:
+        return f(*args)
+    return await deferToThreadPool(reactor, getPool(), f, *args)

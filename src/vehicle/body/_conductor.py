@@ -291,9 +291,17 @@ class Conductor:
             plan = BodyPlan()
             if self.planner is not None:
                 plan = await self.planner(self.session)
-            self._refuseIfClosing()
         except BaseException:
             self.state = "dormant"
+            raise
+        try:
+            self._refuseIfClosing()
+        except HostClosing:
+            self.state = "dormant"
+            if plan.cleanup is not None:
+                result = plan.cleanup()
+                if isinstance(result, Deferred):
+                    result.addErrback(self._logFailure)
             raise
         self._plan = plan
         paths = BodyPaths.forSession(self.session.directory, plan.workDir)
@@ -379,6 +387,9 @@ class Conductor:
         command["rendered"] = message
         if not self.runActive:
             self.runActive = True
+            # A new run: the door's meter starts again (pi may compact the
+            # context before the run's first request, and that counts too).
+            self._modelRequests = 0
             self._runCommands = [command]
             try:
                 data = await protocol.request({"type": "prompt", "message": message})
@@ -555,12 +566,15 @@ class Conductor:
             Deferred.fromCoroutine(self._clearQueue(self.protocol, "aborted")).addErrback(
                 self._logFailure
             )
+        self._runSettleHooks({**(info or {}), "aborted": aborted})
+        self._armIdle()
+
+    def _runSettleHooks(self, info: dict[str, Any]) -> None:
         for hook in self.onSettled:
             try:
-                hook(self.session, {**(info or {}), "aborted": aborted})
+                hook(self.session, info)
             except Exception:
                 self._log.failure("A settle hook failed")
-        self._armIdle()
 
     async def _restart(self, leftovers: list[dict[str, Any]]) -> None:
         assert self.protocol is not None
@@ -597,6 +611,7 @@ class Conductor:
         expected = self._expectExit
         wasRunning = self.runActive
         runId = self.translator.currentRunId
+        cost = self.translator.runCostUsd
         tail = self.scrub(stderrTail)[-4096:]  # while the body's own token is known
         self._becomeDormant()
         if expected or self.session.deleted or self.closing:
@@ -606,10 +621,14 @@ class Conductor:
             {"exitCode": exitCode, "signal": signal, "stderrTail": tail},
         )
         if wasRunning:
-            self.session.emit(
+            settled = self.session.emit(
                 "run.settled",
-                {"runId": runId, "aborted": True, "stopReason": "body_exited"},
+                {"runId": runId, "aborted": True, "stopReason": "body_exited",
+                 "costUsd": cost},
             )
+            # A run that ended with its body is still a settled run: its
+            # cost is debited and the mirror catches up.
+            self._runSettleHooks({"aborted": True, "seq": settled.get("seq"), "costUsd": cost})
         for command in self.session.openCommands():
             if command in self._backlog and command is not (self._backlog[0] if self._backlog else None):
                 continue

@@ -133,6 +133,13 @@ class Translator:
     _costUsd: float = field(init=False, default=0.0)
     _lastStopReason: str | None = field(init=False, default=None)
 
+    @property
+    def runCostUsd(self) -> float:
+        """
+        What the open (or last) run has cost so far, by pi's usage.
+        """
+        return round(self._costUsd, 9)
+
     def setTools(self, tools: list[str]) -> None:
         """
         Record the active tools' names (from C{get_state}/C{get_tools}); the

@@ -14,12 +14,12 @@ import hmac
 import json
 import secrets
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
-import treq
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.endpoints import UNIXServerEndpoint
+from twisted.internet.protocol import Protocol
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.web.http_headers import Headers
@@ -28,6 +28,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
 from vehicle._http import httpClient
+from vehicle.web._limits import LimitedRequest
 
 
 #: Headers never passed upstream as they came (the proxy sets its own).
@@ -61,6 +62,52 @@ class Upstream:
     @property
     def swapsKey(self) -> bool:
         return self.key is not None or self.keySource is not None
+
+
+#: The model routes a body may use (pi's provider APIs), POST only.
+MODEL_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+
+#: The most a body may send through its door in one request (a long
+#: conversation's whole context, with tool results, fits).
+MAX_DOOR_BODY = 32 * 1024 * 1024
+
+#: The header a body's MCP requests carry to open the door (the bearer there
+#: is the person's delegation token, for gardend).
+DOOR_HEADER = b"x-vehicle-door"
+
+
+class _DoorRequest(LimitedRequest):
+    limit = MAX_DOOR_BODY
+
+
+class _Relay(Protocol):
+    """
+    Writes an upstream answer to the body as it comes; stopped, it closes
+    the upstream connection (an abort stops the provider's generation).
+    """
+
+    def __init__(self, request: IRequest, scrub: Callable[[bytes], bytes] | None) -> None:
+        self.request = request
+        self.scrub = scrub
+        self.buffered: list[bytes] = []
+        self.done: Deferred = Deferred(lambda _: self.stop())
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.scrub is not None:
+            self.buffered.append(data)
+        elif not self.request.finished:
+            self.request.write(data)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if self.scrub is not None and not self.request.finished:
+            self.request.write(self.scrub(b"".join(self.buffered)))
+        if not self.done.called:
+            self.done.callback(None)
+
+    def stop(self) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.stopProducing()
 
 
 class _ProxyResource(Resource):
@@ -110,6 +157,7 @@ class ModelDoor:
     #: The client to reach upstreams with (default: one that connects to
     #: IP addresses without a name lookup, made at L{listen}).
     http: Any = None
+    _relays: set[_Relay] = field(factory=set)
 
     async def listen(self) -> None:
         if self.http is None:
@@ -118,6 +166,7 @@ class ModelDoor:
         if self.socketPath.exists():
             self.socketPath.unlink()
         site = Site(_ProxyResource(self))
+        site.requestFactory = _DoorRequest
         site.noisy = False
         site.log = lambda request: None  # type: ignore[method-assign]
         endpoint = UNIXServerEndpoint(self.reactor, str(self.socketPath), mode=0o600)
@@ -127,9 +176,13 @@ class ModelDoor:
         if self.port is not None:
             port, self.port = self.port, None
             await maybeDeferred(port.stopListening)
+        for relay in list(self._relays):
+            relay.stop()
+        self._relays.clear()
         try:
             self.socketPath.unlink()
-        except FileNotFoundError:
+            self.socketPath.parent.rmdir()
+        except OSError:
             pass
 
     def _route(self, path: bytes) -> tuple[Upstream, str] | None:
@@ -138,7 +191,7 @@ class ModelDoor:
             if self.mcp is None:
                 return None
             return self.mcp, self.mcp.baseUrl + text[len("/mcp"):]
-        if text.startswith("/v1/"):
+        if text.split("?", 1)[0] in MODEL_PATHS:
             return self.model, self.model.baseUrl.rstrip("/") + text[len("/v1"):]
         return None
 
@@ -151,8 +204,16 @@ class ModelDoor:
         sent: str | None = None
         headers = Headers()
         for name, values in request.requestHeaders.getAllRawHeaders():
-            if name.lower() not in _DROP:
+            if name.lower() not in _DROP and name.lower() != DOOR_HEADER:
                 headers.setRawHeaders(name, values)
+        if upstream.swapsKey and request.method != b"POST":
+            return self._refuse(request, 405, "the model takes POST only")
+        if not upstream.swapsKey:
+            # MCP: the bearer is the person's, for gardend; the door itself
+            # opens to its body's token only.
+            door = request.getHeader(DOOR_HEADER) or b""
+            if not hmac.compare_digest(door, self.token.encode("ascii")):
+                return self._refuse(request, 401, "this door needs its body's token")
         if upstream.swapsKey:
             # The model: only this body's token opens it.
             expected = b"Bearer " + self.token.encode("ascii")
@@ -180,18 +241,28 @@ class ModelDoor:
         for name, values in response.headers.getAllRawHeaders():
             if name.lower() not in (b"content-length", b"transfer-encoding", b"connection"):
                 request.responseHeaders.setRawHeaders(name, values)
+        scrub: Callable[[bytes], bytes] | None = None
         if upstream.scrub and response.code >= 400:
             # A provider's error may quote the key: never let pi record it
             # (the one this request carried, and the newest, as written or
             # JSON-escaped).
-            body = await treq.content(response)
-            for key in {sent, upstream.currentKey()}:
-                if key:
+            keys = {k for k in (sent, upstream.currentKey()) if k}
+
+            def scrubKeys(data: bytes) -> bytes:
+                for key in keys:
                     for form in (key, json.dumps(key)[1:-1]):
-                        body = body.replace(form.encode("utf-8"), b"[redacted]")
-            request.write(body)
-        else:
-            await treq.collect(response, request.write)
+                        data = data.replace(form.encode("utf-8"), b"[redacted]")
+                return data
+
+            scrub = scrubKeys
+
+        relay = _Relay(request, scrub)
+        self._relays.add(relay)
+        try:
+            response.deliverBody(relay)
+            await relay.done
+        finally:
+            self._relays.discard(relay)
         if not request.finished:
             request.finish()
 

@@ -12,6 +12,7 @@ import json
 from typing import Any, ClassVar, Mapping
 
 import treq
+from twisted.internet.defer import Deferred
 from attrs import define, field
 from twisted.logger import Logger
 
@@ -172,7 +173,8 @@ class MCPClient:
             # One write per settled run: no reason to keep idle connections.
             options["persistent"] = False
         method = message.get("method", "?")
-        try:
+
+        async def fetch() -> tuple[Any, bytes]:
             response = await self.http.post(
                 self.url,
                 data=json.dumps(message).encode("utf-8"),
@@ -182,7 +184,14 @@ class MCPClient:
                 allow_redirects=False,
                 **options,
             )
-            body = await treq.content(response)
+            return response, await treq.content(response)
+
+        # One deadline over the answer and its body: a stalled body must not
+        # hold the session's mirror for good.
+        fetching = Deferred.fromCoroutine(fetch())
+        fetching.addTimeout(self.timeout, self.reactor)
+        try:
+            response, body = await fetching
         except Exception as e:
             raise MirrorError(
                 f"{method}: the MCP endpoint is unreachable ({e.__class__.__name__})",

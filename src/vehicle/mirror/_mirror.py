@@ -141,6 +141,8 @@ class _Record:
     contentHash: str | None = None
     title: str | None = None
     created: bool = False
+    #: A create_document was sent and its answer is not known yet.
+    creating: bool = False
     wired: bool = False
     client: MCPClient | None = field(default=None, repr=False)
     running: bool = False
@@ -288,7 +290,7 @@ class Mirror:
         if record is None:
             self.attach(session)
             record = self._records[session.meta.sessionId]
-        if not record.created:
+        if not (record.created or record.creating):
             return None
         return {
             "documentId": record.documentId or documentIdFor(session.meta.sessionId),
@@ -395,11 +397,16 @@ class Mirror:
             if self.http is None:
                 self.http = httpClient(self.reactor)
             record.client = MCPClient(url=self.mcpUrl or "", reactor=self.reactor, http=self.http)
-        call = _Caller(record.client, token, meta.graphId)
+        call = _Caller(
+            record.client, token, meta.graphId,
+            wanted=lambda: not getattr(session, "deleted", False),
+        )
         try:
             created = False
             if not record.created:
                 await self._ensureFolders(call)
+                # From here the document may exist: a delete answer names it.
+                record.creating = True
                 try:
                     await call(
                         "create_document",
@@ -449,6 +456,8 @@ class Mirror:
             if needWire:
                 await self._wire(call, record, documentId, str(meta.parent["sessionId"]))
         except MirrorError as e:
+            if e.code == "deleted":
+                return
             self._fail(session, record, e.message)
             return
         self._written(session, record, created=created)
@@ -578,10 +587,15 @@ class _Caller:
     client: MCPClient
     token: str = field(repr=False)
     graphId: str
+    #: Is the session still there?  A pass stops at its next call once the
+    #: session was deleted (its document is then the client's to trash).
+    wanted: Any = lambda: True
 
     async def __call__(
         self, tool: str, graphArgument: str = "graphId", **arguments: Any
     ) -> dict[str, Any]:
+        if not self.wanted():
+            raise MirrorError("the session was deleted", "deleted")
         arguments[graphArgument] = self.graphId
         return await self.client.callTool(self.token, tool, arguments)
 

@@ -326,7 +326,7 @@ class VehicleAPI:
             return self._frame(request, 200, replayed, replayed=True)
         if body["type"] in ("fork", "clone"):
             # Ownership is enough: the source is not touched.
-            result = branch(self.registry, session, caller, body, self.hooks.recordFolders)
+            result = await branch(self.registry, session, caller, body, self.hooks.recordFolders)
             session.remember("branch", caller, body["requestId"], body, result)
             return self._frame(request, 201, result)
         if (

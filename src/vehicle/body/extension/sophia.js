@@ -273,12 +273,19 @@ function registerGraphTools(pi) {
     return;
   }
   pi.registerProvider(delegationProvider());
-  pi.registerMcpServer(MCP_SERVER, {
+  const config = {
     url,
     auth: { provider: MCP_AUTH_PROVIDER },
     exposure: "direct",
     description: "The person's Sophia graph: its documents and folders",
-  });
+  };
+  const doorToken = state.boot?.bridge?.token;
+  if (typeof doorToken === "string" && doorToken !== "") {
+    // Through the host's door: it opens to this body's token only (the
+    // bearer is the person's, for gardend).
+    config.headers = { "x-vehicle-door": doorToken };
+  }
+  pi.registerMcpServer(MCP_SERVER, config);
 }
 
 // -- budget -----------------------------------------------------------------
