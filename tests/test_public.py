@@ -211,3 +211,39 @@ class CreditLimitTests(RouteTestCase):
         self.refused("credit_pool_exhausted", "POST", "/sessions", {"requestId": "c1"},
                      headers=account(), **ACCOUNT)
         self.ok("POST", "/sessions", {"requestId": "c2"}, headers=visitor(KEY), **VISITOR)
+
+
+class CreditReservationTests(RouteTestCase):
+    """
+    Credit spoken for by runs under way, and grants' keys.
+    """
+
+    harnessSettings = {"public": PUBLIC}
+
+    def test_runsUnderWayReserveCredit(self) -> None:
+        """
+        With a run under way in one credit conversation, another may start
+        only if the balance covers that run's budget too.
+        """
+        self.ok("GET", "/account", headers=account(), **ACCOUNT)
+        public = self.h.api.public
+        ledger = public.ledger
+        ledger.debit("cognito:123", PUBLIC.signupGrantUsd - 0.01, "run:x:1", "x")
+        first = self.ok("POST", "/sessions", {"requestId": "c1"},
+                        headers=account(), **ACCOUNT)["value"]["session"]["sessionId"]
+        self.h.api.registry.sessions[first].conductor.runActive = True
+        self.refused("out_of_credit", "POST", "/sessions", {"requestId": "c2"},
+                     headers=account(), **ACCOUNT)
+        self.h.api.registry.sessions[first].conductor.runActive = False
+        self.ok("POST", "/sessions", {"requestId": "c2"}, headers=account(), **ACCOUNT)
+
+    def test_grantKeyReusedForAnotherGrant(self) -> None:
+        """
+        An idempotencyKey used again for another principal or amount is a
+        conflict, not a silent no.
+        """
+        body = {"principal": "cognito:1", "amountUsd": 2.0, "source": "purchase",
+                "idempotencyKey": "pay-9"}
+        self.ok("POST", "/account/grants", body, principal="owner")
+        self.refused("request_id_conflict", "POST", "/account/grants",
+                     {**body, "principal": "cognito:2"}, principal="owner")

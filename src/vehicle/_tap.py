@@ -217,6 +217,19 @@ def buildHost(
         ledger = Ledger(path=dataDir.public / "ledger.jsonl", clock=reactor)
         ledger.open()
         public = Public(settings=settings.public, ledger=ledger, models=models)
+
+        def runningElsewhere(principal: str, sessionId: str | None = None) -> int:
+            return sum(
+                1
+                for s in registry.sessions.values()
+                if s.meta.principal == principal
+                and s.meta.funding == "credit"
+                and s.sessionId != sessionId
+                and s.conductor is not None
+                and s.conductor.runActive
+            )
+
+        public.runningElsewhere = runningElsewhere
         ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
     bodies = Bodies(
         launcher=launcher,

@@ -41,6 +41,8 @@ class Ledger:
     sessionTurns: dict[str, int] = field(factory=lambda: defaultdict(int))
     pool: dict[str, float] = field(factory=lambda: defaultdict(float))
     keys: set[str] = field(factory=set)
+    #: key -> (principal, amount) of each grant, to tell a repeat from a clash.
+    grants: dict[str, tuple[str, float]] = field(factory=dict)
     seen: set[str] = field(factory=set)
 
     def open(self) -> None:
@@ -65,6 +67,8 @@ class Ledger:
         kind = row.get("type")
         if kind == "grant":
             self.granted[principal] += float(row["amountUsd"])
+            if row.get("key"):
+                self.grants[row["key"]] = (principal, float(row["amountUsd"]))
         elif kind == "debit":
             self.spent[principal] += float(row["amountUsd"])
             self.pool[row["day"]] += float(row["amountUsd"])

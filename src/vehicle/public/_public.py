@@ -37,6 +37,10 @@ class Public:
     models: ModelCatalog
     #: sessionId -> the newest key its owner sent (memory only).
     _keys: dict[str, str] = field(factory=dict, repr=False)
+    #: principal, sessionId -> how many of the principal's other credit
+    #: conversations have a run under way (each may still cost a run's
+    #: budget, so that much of the balance is spoken for).
+    runningElsewhere: Any = lambda principal, sessionId=None: 0
 
     # -- the doors ----------------------------------------------------------
 
@@ -113,12 +117,15 @@ class Public:
         self.checkCredit(caller)
         return {"model": model, "funding": "credit", **budget}
 
-    def checkCredit(self, caller: Caller) -> None:
+    def checkCredit(self, caller: Caller, sessionId: str | None = None) -> None:
         if not caller.emailVerified:
             raise VehicleError(
                 "email_unverified", "an account whose email is not verified has no credit yet"
             )
-        if self.ledger.balance(caller.principal) <= 0:
+        # A run is checked before it starts, so it may end below zero: by at
+        # most one run's budget, also when other runs are under way.
+        reserved = self.runningElsewhere(caller.principal, sessionId) * self.settings.runMaxCostUsd
+        if self.ledger.balance(caller.principal) - reserved <= 0:
             raise VehicleError("out_of_credit", OUT_OF_CREDIT)
         if self.ledger.poolToday() >= self.settings.creditDailyCapUsd:
             raise VehicleError(
@@ -156,7 +163,7 @@ class Public:
                     {"doors": self.doors()},
                 )
         elif session.meta.funding == "credit":
-            self.checkCredit(caller)
+            self.checkCredit(caller, session.sessionId)
 
     def turnTaken(self, session: Session, caller: Caller) -> None:
         self.ledger.turn(caller.principal, session.sessionId, session.meta.funding or "")
@@ -229,6 +236,13 @@ class Public:
         if caller.public or caller.principal != "owner":
             raise VehicleError("forbidden", "only the owner may grant credit")
         key = f"{body['source']}:{body['idempotencyKey']}"
+        known = self.ledger.grants.get(key)
+        if known is not None and known != (body["principal"], float(body["amountUsd"])):
+            raise VehicleError(
+                "request_id_conflict",
+                "that idempotencyKey was already used for another grant",
+                {"idempotencyKey": body["idempotencyKey"]},
+            )
         created = self.ledger.grant(
             body["principal"], float(body["amountUsd"]), body["source"], key, body.get("note")
         )
