@@ -1252,3 +1252,24 @@ class RealBoxTests(TestCase):
         # No network but the bound socket.
         self.assertEqual(out["TCP"], "refused")
         self.assertEqual(out["UNIX"], "pong")
+
+
+
+class SeccompArgvTests(SynchronousTestCase):
+    """
+    The seccomp program's fd in the argv.
+    """
+
+    def test_seccompBeforeTheCommand(self) -> None:
+        """
+        With C{seccompFd}, C{--seccomp FD} comes with the options, before
+        C{--chdir} and the command; without it, no such option.
+        """
+        from attrs import evolve
+
+        base = BoxSpec(workspace="/srv/ws", piDir="/srv/pi", command=["true"])
+        argv = bwrapArgv(evolve(base, seccompFd=4))
+        at = argv.index("--seccomp")
+        self.assertEqual(argv[at + 1], "4")
+        self.assertLess(at, argv.index("--chdir"))
+        self.assertNotIn("--seccomp", bwrapArgv(base))

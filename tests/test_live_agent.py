@@ -93,3 +93,23 @@ class AgentTests(TestCase):
         self.assertFalse(events[-1]["data"]["aborted"])
         self.assertTrue((copy / "b.txt").exists())
         self.assertFalse((source / "b.txt").exists())
+
+    async def test_seccompInTheBox(self) -> None:
+        """
+        The body and its tools run under the box's seccomp filter: a new
+        user namespace and a raw packet socket are refused, ordinary work is
+        not (the tool ran, pi answered).
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create(profile="agent")
+        probe = ("grep Seccomp: /proc/self/status > sc.txt; "
+                 "python3 -c 'import socket; socket.socket(socket.AF_PACKET)' 2> packet.txt; "
+                 "unshare -U true 2> unshare.txt; echo done > done.txt")
+        await host.command(sid, "prompt", "p1", text="probe " + bash(probe))
+        events = await host.waitFor(sid, settledEvent)
+        self.assertFalse(events[-1]["data"]["aborted"])
+        workspace = host.root / "workspaces" / sid
+        self.assertEqual((workspace / "done.txt").read_text(), "done\n")
+        self.assertEqual((workspace / "sc.txt").read_text().split(), ["Seccomp:", "2"])
+        self.assertIn("Address family not supported", (workspace / "packet.txt").read_text())
+        self.assertIn("Operation not permitted", (workspace / "unshare.txt").read_text())

@@ -32,6 +32,7 @@ from vehicle.box import (
     systemRoots,
 )
 from vehicle.box._proxy import ModelDoor, Upstream
+from vehicle.box._seccomp import seccompProgram
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.session import Caller, Session
@@ -40,6 +41,9 @@ from vehicle.store import DataDir
 
 #: Where, inside the box, the body's bridge listens for the model.
 BRIDGE_PORT = 18080
+
+#: The child fd bwrap reads the box's seccomp program from.
+SECCOMP_FD = 4
 
 
 @define(eq=False)
@@ -170,10 +174,16 @@ class AgentProfile:
         # host's, so its bridge takes any free port (the extension puts it
         # in place of the 0).
         port = BRIDGE_PORT if tier == "bwrap" else 0
+        program = seccompProgram() if tier == "bwrap" else None
         return BodyPlan(
             workDir=workDir,
             providers=self.providersFor(session, door, port),
-            wrap=self.wrapper(door) if tier == "bwrap" else self.seatbeltWrapper(door),
+            wrap=(
+                self.wrapper(door, seccompFd=SECCOMP_FD if program else None)
+                if tier == "bwrap"
+                else self.seatbeltWrapper(door)
+            ),
+            extraFDs={SECCOMP_FD: program} if program else None,
             bootExtra={"bridge": {"socket": str(door.socketPath), "port": port, "token": door.token}},
             box=tier,
             mcpUrl=f"http://127.0.0.1:{port}/mcp" if door.mcp is not None else None,
@@ -218,7 +228,7 @@ class AgentProfile:
             }
         }
 
-    def wrapper(self, door: ModelDoor) -> Wrapper:
+    def wrapper(self, door: ModelDoor, seccompFd: int | None = None) -> Wrapper:
         """
         Wrap a pi argv into the bwrap box: its own folders writable, the
         door's folder bound in, the home and the data dir out of sight.
@@ -240,6 +250,7 @@ class AgentProfile:
                     # Only the system: no host folder but the body's own,
                     # so no socket planted anywhere else is reachable.
                     system=systemRoots(),
+                    seccompFd=seccompFd,
                 )
             )
             # bwrap's own environment is visible inside as /proc/1/environ.

@@ -323,6 +323,7 @@ class Conductor:
                 wrap=plan.wrap,
                 bootExtra=self._bootExtra(plan),
                 mcpUrl=plan.mcpUrl or self.launcher.mcpUrl,
+                **({"extraFDs": plan.extraFDs} if plan.extraFDs else {}),
             )
             state = await protocol.request({"type": "get_state"})
         except BaseException:

@@ -134,6 +134,9 @@ class BodyPlan:
     #: The graph's MCP endpoint as this body reaches it; L{None}: the
     #: launcher's own (gardend's loopback /mcp), or no graph tools at all.
     mcpUrl: str | None = None
+    #: More of the child's fds, each written once then closed (the box's
+    #: seccomp program).
+    extraFDs: dict[int, bytes] | None = None
 
 
 @define(eq=False)
@@ -170,6 +173,7 @@ class Launcher:
         wrap: Wrapper | None = None,
         bootExtra: dict[str, Any] | None = None,
         mcpUrl: str | None = None,
+        extraFDs: dict[int, bytes] | None = None,
     ) -> IProcessTransport:
         """
         Spawn C{pi --mode rpc} for a session and hand it its boot config.
@@ -206,9 +210,12 @@ class Launcher:
             argv,
             env=env,
             path=str(paths.workDir),
-            childFDs={0: "w", 1: "r", 2: "r", 3: "w"},
+            childFDs={0: "w", 1: "r", 2: "r", 3: "w", **{fd: "w" for fd in extraFDs or {}}},
         )
         transport.writeToChild(3, boot)
         transport.closeChildFD(3)
+        for fd, data in (extraFDs or {}).items():
+            transport.writeToChild(fd, data)
+            transport.closeChildFD(fd)
         self._log.info("Spawned pi pid={pid} in {workDir}", pid=transport.pid, workDir=str(paths.workDir))
         return transport

@@ -95,5 +95,7 @@ def bwrapArgv(spec: BoxSpec) -> list[str]:
         # so nothing outside the body's folders and /tmp takes a write.
         argv += ["--remount-ro", "/"]
 
+    if spec.seccompFd is not None:
+        argv += ["--seccomp", str(spec.seccompFd)]
     argv += ["--chdir", str(spec.workspace), "--", *spec.command]
     return argv

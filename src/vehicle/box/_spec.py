@@ -79,6 +79,9 @@ class BoxSpec:
     command: tuple[str, ...] = field(converter=tuple)
     tmpSizeBytes: int = 256 * 1024 * 1024
     system: tuple[tuple[Path, str | None], ...] | None = None
+    #: The child fd bwrap reads the seccomp program from (C{--seccomp}), or
+    #: L{None} for no filter.
+    seccompFd: int | None = None
 
 
 #: The folders a minimal root shows: the system and its configuration.
@@ -268,6 +271,7 @@ def canonicalSpec(spec: BoxSpec) -> BoxSpec:
         command=spec.command,
         tmpSizeBytes=spec.tmpSizeBytes,
         system=spec.system,
+        seccompFd=spec.seccompFd,
     )
     checkSpec(canonical)
     return canonical
