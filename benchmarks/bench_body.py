@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from twisted.internet.task import react
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import BenchCase, rss  # noqa: E402
 from tests.live import LiveHost, SSEWatcher  # noqa: E402
 from vehicle.body._launch import agentSettings, bootConfig, findPi, piArgv, piEnvironment  # noqa: E402
 from vehicle.body._launcher import EXTENSION  # noqa: E402
@@ -36,32 +36,6 @@ from vehicle.session import Caller, Registry, SessionMeta  # noqa: E402
 from vehicle.settings import defaultPiRoot  # noqa: E402
 from vehicle.store import DataDir  # noqa: E402
 
-
-class _Case:
-    """Stands for a trial TestCase where LiveHost wants one."""
-
-    def __init__(self) -> None:
-        self.cleanups: list[Any] = []
-        self.root = Path(tempfile.mkdtemp(prefix="vehicle-bench-"))
-
-    def mktemp(self) -> str:
-        return str(self.root / secrets.token_hex(4))
-
-    def addCleanup(self, f: Any, *a: Any) -> None:
-        self.cleanups.append((f, a))
-
-    async def cleanup(self) -> None:
-        for f, a in reversed(self.cleanups):
-            r = f(*a)
-            if isinstance(r, Deferred) or hasattr(r, "__await__"):
-                await r
-
-
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 class _Sink:
@@ -193,7 +167,7 @@ def dormantCost(sessions: int = 200) -> float:
 
 
 async def main(reactor: Any, runs: int = 5) -> None:
-    case = _Case()
+    case = BenchCase("vehicle-bench-")
     host = await LiveHost(case).start()
     try:
         hostTimes, hostRss = await throughHost(host, runs)

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,29 +33,9 @@ from twisted.internet.task import react
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import BenchCase  # noqa: E402
 from tests.live import LiveHost  # noqa: E402
 
-
-class _Case:
-    """
-    Stands for the trial TestCase a L{LiveHost} wants.
-    """
-
-    def __init__(self) -> None:
-        self.cleanups: list[tuple[Any, tuple[Any, ...]]] = []
-        self.root = Path(tempfile.mkdtemp(prefix="vehicle-bench-box-"))
-
-    def mktemp(self) -> str:
-        return str(self.root / secrets.token_hex(4))
-
-    def addCleanup(self, f: Any, *a: Any) -> None:
-        self.cleanups.append((f, a))
-
-    async def cleanup(self) -> None:
-        for f, a in reversed(self.cleanups):
-            result = f(*a)
-            if isinstance(result, Deferred) or hasattr(result, "__await__"):
-                await result
 
 
 class _TimedLauncher:
@@ -158,7 +136,7 @@ async def sample(host: LiveHost, profile: str) -> dict[str, float]:
 
 
 async def main(reactor: Any, runs: int) -> None:
-    case = _Case()
+    case = BenchCase("vehicle-bench-box-")
     try:
         host = LiveHost(case)  # type: ignore[arg-type]
         await host.start()

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SkipTest, TestCase
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource, Resource
@@ -30,19 +29,16 @@ from twisted.web.server import Site
 from vehicle.body._launch import (
     AGENT_TOOLS,
     GRAPH_TOOL_PREFIX,
-    SOPHIA_EXTENSION,
     PiNotInstalled,
     agentSettings,
     bootConfig,
     findPi,
-    piArgv,
-    piEnvironment,
 )
 from vehicle.box._proxy import ModelDoor, Upstream
 from vehicle.gardend import Config, StandIn
 from vehicle.testing import ScriptedModel
 
-from tests.test_pi_smoke import PI_ROOT, Record, _kill, _model, _Pi
+from tests.test_pi_smoke import PI_ROOT, Record, _model, _Pi, spawnPi
 
 
 GRAPH = "g1"
@@ -169,39 +165,9 @@ class GraphToolsTests(TestCase):
                 budget={"maxTurns": 10, "maxCostUsd": 5.0},
                 mcpUrl=self.mcpUrl,
             )
-        argv = piArgv(
-            self.pi,
-            sessionDir=self.dirs["sessions"],
-            sessionFile=None,
-            extension=SOPHIA_EXTENSION,
-            model="sophia/fake-1",
-            tools=tools,
-            mcp=True,
-        )
-        env = piEnvironment(
-            home=self.dirs["home"],
-            agentDir=self.dirs["agent"],
-            path=f"{self.pi.node.parent}:/usr/bin:/bin",
-        )
         body = _Body(boot, self.log)
         body.token = token
-        transport = reactor.spawnProcess(
-            body,
-            str(self.pi.node),
-            argv,
-            env=env,
-            path=str(self.dirs["work"]),
-            childFDs={0: "w", 1: "r", 2: "r", 3: "w"},
-        )
-
-        def stop() -> Deferred[None]:
-            if not body.ended.called:
-                transport.closeChildFD(0)
-                killer = reactor.callLater(5, _kill, transport)
-                body.ended.addCallback(lambda _: killer.cancel() if killer.active() else None)
-            return body.ended
-
-        self.addCleanup(stop)
+        spawnPi(self, self.pi, self.dirs, body, tools=tools, mcp=True)
         return body
 
     async def prompt(self, body: _Body, message: str) -> Record:

@@ -160,37 +160,8 @@ class PiSmokeTests(TestCase):
             providers={"sophia": _model(self.model.url, self.key)},
             budget={"maxTurns": maxTurns, "maxCostUsd": maxCostUsd},
         )
-        argv = piArgv(
-            self.pi,
-            sessionDir=self.dirs["sessions"],
-            sessionFile=None,
-            extension=SOPHIA_EXTENSION,
-            model="sophia/fake-1",
-            tools=tools,
-        )
-        env = piEnvironment(
-            home=self.dirs["home"],
-            agentDir=self.dirs["agent"],
-            path=f"{self.pi.node.parent}:/usr/bin:/bin",
-        )
         process = _Pi(boot)
-        transport = reactor.spawnProcess(
-            process,
-            str(self.pi.node),
-            argv,
-            env=env,
-            path=str(self.dirs["work"]),
-            childFDs={0: "w", 1: "r", 2: "r", 3: "w"},
-        )
-
-        def stop() -> Deferred[None]:
-            if not process.ended.called:
-                transport.closeChildFD(0)
-                killer = reactor.callLater(5, _kill, transport)
-                process.ended.addCallback(lambda _: killer.cancel() if killer.active() else None)
-            return process.ended
-
-        self.addCleanup(stop)
+        spawnPi(self, self.pi, self.dirs, process, tools=tools)
         return process
 
     async def prompt(self, process: _Pi, message: str) -> Record:
@@ -538,6 +509,50 @@ class LaunchTests(SynchronousTestCase):
         self.assertEqual(nodeArchitecture("aarch64"), "arm64")
         with self.assertRaises(PiNotInstalled):
             nodeArchitecture("riscv64")
+
+
+def spawnPi(
+    testCase: Any,
+    pi: Any,
+    dirs: dict[str, Path],
+    process: Any,
+    *,
+    tools: Sequence[str] | None = None,
+    mcp: bool = False,
+) -> Any:
+    """
+    Start real pi in C{dirs} with C{process} (which writes its boot config
+    to fd 3 and has an C{ended} Deferred); stop it at the test's cleanup.
+    """
+    argv = piArgv(
+        pi,
+        sessionDir=dirs["sessions"],
+        sessionFile=None,
+        extension=SOPHIA_EXTENSION,
+        model="sophia/fake-1",
+        tools=tools,
+        mcp=mcp,
+    )
+    env = piEnvironment(home=dirs["home"], agentDir=dirs["agent"],
+                        path=f"{pi.node.parent}:/usr/bin:/bin")
+    transport = reactor.spawnProcess(
+        process,
+        str(pi.node),
+        argv,
+        env=env,
+        path=str(dirs["work"]),
+        childFDs={0: "w", 1: "r", 2: "r", 3: "w"},
+    )
+
+    def stop() -> Deferred[None]:
+        if not process.ended.called:
+            transport.closeChildFD(0)
+            killer = reactor.callLater(5, _kill, transport)
+            process.ended.addCallback(lambda _: killer.cancel() if killer.active() else None)
+        return process.ended
+
+    testCase.addCleanup(stop)
+    return transport
 
 
 def _kill(transport: Any) -> None:

@@ -21,7 +21,7 @@ from twisted.python import usage
 from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
-from vehicle.ride import CredentialError, Door, StdioLines, asFrame, resolveCredentials
+from vehicle.ride import CredentialError, Door, StdioLines, asFrame, credentialsFor
 from vehicle.ride._main import boundedWait
 
 
@@ -262,13 +262,7 @@ async def runTail(
     environ = os.environ if environ is None else environ
     log = Logger()
     try:
-        credentials = resolveCredentials(
-            gardend=options["gardend"],
-            environ=environ,
-            keyFile=options["key-file"],
-            anonymous=bool(options["anonymous"]),
-            visitorId=options["visitor-id"],
-        )
+        credentials = credentialsFor(options, environ)
     except CredentialError as e:
         log.error("{error}", error=str(e))
         return 2

@@ -13,6 +13,7 @@ from vehicle.ride._door import (
     isLoopback,
     loadVisitorId,
     localFrame,
+    credentialsFor,
     resolveCredentials,
 )
 from vehicle.ride._main import RideOptions, runRide
@@ -36,6 +37,7 @@ __all__ = [
     "isLoopback",
     "loadVisitorId",
     "localFrame",
+    "credentialsFor",
     "resolveCredentials",
     "runRide",
 ]

@@ -113,6 +113,22 @@ class Credentials:
         return out
 
 
+def credentialsFor(options: Mapping[str, Any], environ: Mapping[str, str]) -> "Credentials":
+    """
+    L{resolveCredentials} from a client's command line (C{--gardend},
+    C{--key-file}, C{--anonymous}, C{--visitor-id}, C{--model-key-env}
+    where it has one).
+    """
+    return resolveCredentials(
+        gardend=options["gardend"],
+        environ=environ,
+        keyFile=options["key-file"],
+        anonymous=bool(options["anonymous"]),
+        visitorId=options["visitor-id"],
+        modelKeyEnv=options.get("model-key-env"),
+    )
+
+
 def resolveCredentials(
     *,
     gardend: str,

@@ -16,7 +16,7 @@ from twisted.python import usage
 from twisted.web.client import Agent, HTTPConnectionPool
 from treq.client import HTTPClient
 
-from vehicle.ride._door import CredentialError, Door, errorFrame, resolveCredentials
+from vehicle.ride._door import CredentialError, Door, credentialsFor, errorFrame
 from vehicle.ride._ride import NewSession, Ride, randomId
 from vehicle.ride._stdio import StdioLines
 
@@ -103,14 +103,7 @@ async def runRide(
     environ = os.environ if environ is None else environ
     output = StdioLines()
     try:
-        credentials = resolveCredentials(
-            gardend=options["gardend"],
-            environ=environ,
-            keyFile=options["key-file"],
-            anonymous=bool(options["anonymous"]),
-            visitorId=options["visitor-id"],
-            modelKeyEnv=options["model-key-env"],
-        )
+        credentials = credentialsFor(options, environ)
     except CredentialError as e:
         StandardIO(output, reactor=reactor)
         output.sendFrame(errorFrame("invalid_request", str(e)))
