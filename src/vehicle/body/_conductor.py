@@ -100,7 +100,6 @@ class Conductor:
     _runCommands: list[dict[str, Any]] = field(factory=list)
     _pumping: bool = False
     _idle: IDelayedCall | None = None
-    _starting: Deferred | None = None
     _stopping: Deferred | None = None
     _expectExit: bool = False
     _abortRequested: bool = False
@@ -298,10 +297,7 @@ class Conductor:
             self._refuseIfClosing()
         except HostClosing:
             self.state = "dormant"
-            if plan.cleanup is not None:
-                result = plan.cleanup()
-                if isinstance(result, Deferred):
-                    result.addErrback(self._logFailure)
+            self._cleanUp(plan)
             raise
         self._plan = plan
         paths = BodyPaths.forSession(self.session.directory, plan.workDir)
@@ -637,12 +633,19 @@ class Conductor:
                 command["commandId"], "failed", error="the body exited", code="body_exited"
             )
 
-    def _becomeDormant(self) -> None:
-        plan, self._plan = self._plan, None
-        if plan is not None and plan.cleanup is not None:
+    def _cleanUp(self, plan: BodyPlan) -> None:
+        """
+        Undo what a body's plan set up (its door), whatever became of it.
+        """
+        if plan.cleanup is not None:
             result = plan.cleanup()
             if isinstance(result, Deferred):
                 result.addErrback(self._logFailure)
+
+    def _becomeDormant(self) -> None:
+        plan, self._plan = self._plan, None
+        if plan is not None:
+            self._cleanUp(plan)
         self.state = "dormant"
         self.protocol = None
         self.transport = None

@@ -178,9 +178,6 @@ class Public:
     def forget(self, session: Session) -> None:
         self._keys.pop(session.sessionId, None)
 
-    def secrets(self) -> list[str]:
-        return list(self._keys.values())
-
     # -- runs -----------------------------------------------------------------
 
     def afterSettle(self, session: Session, info: dict[str, Any]) -> None:

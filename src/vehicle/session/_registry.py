@@ -113,16 +113,7 @@ class Registry:
         (directory / "work").mkdir(mode=0o700)
         if makeFolders is not None:
             meta = evolve(meta, folders=makeFolders(meta.sessionId, directory))
-        events, _ = JsonlLog.open(directory / "events.jsonl", seqField="seq")
-        commands, _ = JsonlLog.open(directory / "commands.jsonl")
-        session = Session(
-            meta=meta,
-            directory=directory,
-            clock=self.clock,
-            title=normalizeTitle(title),
-            events=events,
-            commandsLog=commands,
-        )
+        session, _, _ = self._open(meta, directory, normalizeTitle(title))
         session.writeMeta()
         session.emit(
             "session.created",
@@ -206,19 +197,31 @@ class Registry:
             for command in session.openCommands():
                 session.setStatus(command["commandId"], "interrupted", reason="host_restarted")
 
-    def _load(self, sessionId: str) -> Session:
-        directory = self.dataDir.sessionDir(sessionId)
-        metaJSON = readJson(directory / "meta.json")
-        meta = SessionMeta.fromJSON(metaJSON)
+    def _open(
+        self, meta: SessionMeta, directory: Path, title: str | None
+    ) -> tuple[Session, list[dict[str, Any]], list[dict[str, Any]]]:
+        """
+        A session over its directory's logs (made when missing), with the
+        records already in them.
+        """
         events, eventRecords = JsonlLog.open(directory / "events.jsonl", seqField="seq")
         commands, requestRecords = JsonlLog.open(directory / "commands.jsonl")
         session = Session(
             meta=meta,
             directory=directory,
             clock=self.clock,
-            title=metaJSON.get("title"),
+            title=title,
             events=events,
             commandsLog=commands,
+        )
+        return session, eventRecords, requestRecords
+
+    def _load(self, sessionId: str) -> Session:
+        directory = self.dataDir.sessionDir(sessionId)
+        metaJSON = readJson(directory / "meta.json")
+        meta = SessionMeta.fromJSON(metaJSON)
+        session, eventRecords, requestRecords = self._open(
+            meta, directory, metaJSON.get("title")
         )
         for record in requestRecords:
             if record.get("kind") == "command":
