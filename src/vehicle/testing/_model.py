@@ -284,6 +284,14 @@ class ScriptedModel:
 
         return endpoint.listen(site).addCallback(listening)
 
+    @router.route("/health", methods=["GET"])
+    def health(self, request: IRequest) -> bytes:
+        """
+        Whether the model is up (for the local run's health check).
+        """
+        request.setHeader(b"content-type", b"application/json")
+        return b'{"ok": true}'
+
     @router.route("/v1/chat/completions", methods=["POST"])
     def chatCompletions(self, request: IRequest) -> Any:
         """
