@@ -12,34 +12,22 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sys
 from pathlib import Path
 from typing import Any
+
+from vehicle.store._files import files
 
 
 def fullSync(fd: int) -> None:
     """
-    Make the data written to C{fd} durable.
-
-    On macOS C{fsync} only reaches the drive's cache, so C{F_FULLFSYNC} is
-    tried first there (SQLite, PostgreSQL do the same); elsewhere this is
-    C{os.fsync}.
+    Make the data written to C{fd} durable, through the file layer (see
+    L{vehicle.store._files.OsFiles.fsync}: C{F_FULLFSYNC} on macOS).
 
     @param fd: an open file descriptor.
     @raise OSError: when the sync fails; the caller must not retry and
         assume success (the kernel may have dropped the dirty pages).
     """
-    if sys.platform == "darwin":  # pragma: no cover (Linux CI)
-        import fcntl
-
-        fullFsync = getattr(fcntl, "F_FULLFSYNC", None)
-        if fullFsync is not None:
-            try:
-                fcntl.fcntl(fd, fullFsync)
-                return
-            except OSError:
-                pass
-    os.fsync(fd)
+    files().fsync(fd)
 
 
 def fsyncDirectory(path: Path) -> None:
@@ -49,12 +37,13 @@ def fsyncDirectory(path: Path) -> None:
 
     @param path: an existing directory.
     """
+    layer = files()
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    fd = layer.open(path, flags)
     try:
-        fullSync(fd)
+        layer.fsync(fd)
     finally:
-        os.close(fd)
+        layer.close(fd)
 
 
 def writeAll(fd: int, data: bytes) -> None:
@@ -64,9 +53,10 @@ def writeAll(fd: int, data: bytes) -> None:
     @param fd: an open file descriptor.
     @param data: the bytes to write.
     """
+    layer = files()
     view = memoryview(data)
     while view:
-        written = os.write(fd, view)
+        written = layer.write(fd, view)
         view = view[written:]
 
 
@@ -77,34 +67,37 @@ def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     A temporary file is created beside C{path} (C{O_EXCL}, so it is ours
     alone), written, synced, renamed over C{path} with C{os.replace}, and the
     directory is synced. Should anything fail before the rename, the
-    temporary file is removed and C{path} is untouched.
+    temporary file is removed and C{path} is untouched.  A temporary file a
+    killed host left behind (C{.<name>.<hex>.tmp}) is removed at start (see
+    L{vehicle.store.DataDir.sweep}).
 
     @param path: the file to replace; its directory must exist.
     @param data: the file's new content.
     @param mode: the new file's permission bits (exactly, whatever the umask).
     """
+    layer = files()
     path = Path(path)
     directory = path.parent
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     while True:
         temp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
         try:
-            fd = os.open(temp, flags, mode)
+            fd = layer.open(temp, flags, mode)
         except FileExistsError:  # pragma: no cover (48 random bits)
             continue
         break
     try:
         try:
-            os.fchmod(fd, mode)
+            layer.fchmod(fd, mode)
             writeAll(fd, data)
-            fullSync(fd)
+            layer.fsync(fd)
         finally:
-            os.close(fd)
-        os.replace(temp, path)
+            layer.close(fd)
+        layer.replace(temp, path)
     except BaseException:
         try:
-            os.unlink(temp)
-        except OSError:
+            layer.unlink(temp)
+        except BaseException:
             pass
         raise
     fsyncDirectory(directory)

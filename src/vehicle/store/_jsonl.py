@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,10 +18,18 @@ from attrs import define, field
 from twisted.logger import Logger
 
 from vehicle.store._atomic import fsyncDirectory, fullSync
+from vehicle.store._files import files
 
 
-#: Indirections the tests replace to inject short writes and I/O errors.
-_write = os.write
+def _write(fd: int, data: Any) -> int:
+    """
+    One C{write} through the file layer (tests replace this to inject
+    short writes and I/O errors).
+    """
+    return files().write(fd, data)
+
+
+#: Another indirection the tests replace.
 _sync = fullSync
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -82,16 +89,25 @@ def _brokenCopy(path: Path) -> Path:
     n = 0
     while True:
         try:
-            fd = os.open(candidate, flags, 0o600)
+            fd = files().open(candidate, flags, 0o600)
         except FileExistsError:
             n += 1
             candidate = path.with_name(f"{path.name}.broken.{n}")
             continue
         break
-    with os.fdopen(fd, "wb") as out, open(path, "rb") as source:
-        shutil.copyfileobj(source, out)
-        out.flush()
-        _sync(out.fileno())
+    try:
+        with open(path, "rb") as source:
+            while True:
+                chunk = source.read(1 << 16)
+                if not chunk:
+                    break
+                view = memoryview(chunk)
+                while view:
+                    view = view[_write(fd, view):]
+        files().fchmod(fd, 0o600)
+        _sync(fd)
+    finally:
+        files().close(fd)
     fsyncDirectory(path.parent)
     return candidate
 
@@ -143,17 +159,23 @@ class JsonlLog:
             number is missing, out of order, repeated or skipped.
         """
         path = Path(path)
+        layer = files()
         try:
-            fd = os.open(path, _APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = layer.open(path, _APPEND | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
-            fd = os.open(path, _APPEND)
+            fd = layer.open(path, _APPEND)
         else:
-            fsyncDirectory(path.parent)
+            try:
+                layer.fchmod(fd, 0o600)
+                fsyncDirectory(path.parent)
+            except BaseException:
+                layer.close(fd)
+                raise
         try:
             records, goodOffset, size, lastSeq, torn = _readLog(path, seqField)
             if goodOffset < size:
                 broken = _brokenCopy(path)
-                os.ftruncate(fd, goodOffset)
+                layer.ftruncate(fd, goodOffset)
                 _sync(fd)
                 cls._log.warn(
                     "Repaired the torn tail of {path}: {reason} at offset {offset}; "
@@ -165,7 +187,7 @@ class JsonlLog:
                     broken=str(broken),
                 )
         except BaseException:
-            os.close(fd)
+            layer.close(fd)
             raise
         return cls(path, fd, goodOffset, seqField, lastSeq), records
 
@@ -217,7 +239,7 @@ class JsonlLog:
             self._failure = e
             # Leave no partial line for the next record to follow.
             try:
-                os.ftruncate(self._fd, self._size)
+                files().ftruncate(self._fd, self._size)
             except OSError:
                 pass
             raise
@@ -248,7 +270,7 @@ class JsonlLog:
         """
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            os.close(fd)
+            files().close(fd)
 
     def reopen(self, newPath: Path) -> None:
         """
@@ -258,7 +280,7 @@ class JsonlLog:
         @param newPath: where the log now is; it must exist.
         """
         newPath = Path(newPath)
-        fd = os.open(newPath, _APPEND)
+        fd = files().open(newPath, _APPEND)
         self.close()
         self._fd = fd
         self._path = newPath

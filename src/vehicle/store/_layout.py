@@ -17,6 +17,7 @@ from typing import Any
 from attrs import field, frozen
 
 from vehicle.store._atomic import fsyncDirectory, writeJsonAtomic
+from vehicle.store._files import files, removeTree
 
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
@@ -37,7 +38,7 @@ def _reserve(parent: Path, base: str) -> str:
     n = 1
     while True:
         try:
-            os.mkdir(parent / name, 0o700)
+            files().mkdir(parent / name, 0o700)
         except FileExistsError:
             n += 1
             name = f"{base}-{n}"
@@ -53,15 +54,20 @@ def _renameInto(source: Path, parent: Path, base: str) -> str:
     name = _reserve(parent, base)
     target = parent / name
     try:
-        os.rename(source, target)
+        files().rename(source, target)
     except BaseException:
         # Give back the empty reservation; it holds nothing of anyone's.
         try:
-            os.rmdir(target)
-        except OSError:
+            files().rmdir(target)
+        except BaseException:
             pass
         raise
     return name
+
+
+#: The prefix of a session folder being built (create, fork, clone): it is
+#: renamed to its id, in one step, when whole; start removes any left.
+BUILDING = ".new-"
 
 
 @frozen
@@ -174,6 +180,65 @@ class DataDir:
             and os.path.isfile(os.path.join(entry.path, "meta.json"))
         )
 
+    def buildingDir(self, sessionId: str) -> Path:
+        """
+        Where session C{sessionId}'s folder is built before it is renamed
+        into C{sessions/} whole (see L{publish}).
+        """
+        return self.sessions / (BUILDING + self._checked(sessionId))
+
+    def publish(self, sessionId: str) -> Path:
+        """
+        Rename the folder built for C{sessionId} into place and sync
+        C{sessions/}: the one step that makes the session exist.
+
+        @return: the session's directory.
+        """
+        building = self.buildingDir(sessionId)
+        fsyncDirectory(building)
+        target = self.sessionDir(sessionId)
+        files().rename(building, target)
+        fsyncDirectory(self.sessions)
+        return target
+
+    def reserveTrash(self, sessionId: str) -> str:
+        """
+        Reserve a free name in the trash for session C{sessionId} (an empty
+        directory, synced): C{<id>}, else C{<id>-2}, C{-3}, ...
+
+        A reservation left empty by a host that died is removed at start.
+        """
+        layer = files()
+        try:
+            layer.mkdir(self.trash, 0o700)
+        except FileExistsError:
+            pass
+        name = _reserve(self.trash, sessionId)
+        fsyncDirectory(self.trash)
+        return name
+
+    def finishTrash(self, sessionId: str, name: str, deletedInfo: dict[str, Any]) -> None:
+        """
+        Finish moving session C{sessionId} to C{trash/<name>} (reserved by
+        L{reserveTrash}): its workspace goes inside it as C{workspace/},
+        C{deleted.json} is written in it, and the whole directory is renamed
+        onto the reservation.  Each step can be done again after a crash:
+        this is how start finishes a delete a dead host began.
+        """
+        layer = files()
+        source = self.sessionDir(sessionId)
+        workspace = self.workspaceDir(sessionId)
+        inner = source / WORKSPACE_IN_TRASH
+        if workspace.is_dir() and not inner.exists():
+            layer.rename(workspace, inner)
+            fsyncDirectory(source)
+            fsyncDirectory(self.workspaces)
+        writeJsonAtomic(source / "deleted.json", {**deletedInfo, "trashedAs": name})
+        target = self.trash / name
+        layer.rename(source, target)
+        fsyncDirectory(self.trash)
+        fsyncDirectory(self.sessions)
+
     def moveToTrash(self, sessionId: str, deletedInfo: dict[str, Any]) -> str:
         """
         Move session C{sessionId}'s directory into the trash, with its
@@ -182,10 +247,6 @@ class DataDir:
         The directory becomes C{trash/<id>}, or C{trash/<id>-2}, C{-3}, ...
         when that name is taken. C{deleted.json} is C{deletedInfo} plus
         C{"trashedAs"}. Every parent touched is synced. Nothing is unlinked.
-
-        Should the host die midway, nothing is lost: the session is already
-        gone from C{sessions/}, and its workspace may still be in
-        C{workspaces/} or C{deleted.json} may be missing.
 
         @param sessionId: a valid session id whose directory exists.
         @param deletedInfo: JSON-able facts about the deletion.
@@ -196,15 +257,100 @@ class DataDir:
         source = self.sessionDir(sessionId)
         if not source.is_dir():
             raise FileNotFoundError(f"no session directory {source}")
-        self.trash.mkdir(mode=0o700, exist_ok=True)
-        name = _renameInto(source, self.trash, sessionId)
-        fsyncDirectory(self.trash)
-        fsyncDirectory(self.sessions)
-        target = self.trash / name
-        workspace = self.workspaceDir(sessionId)
-        if workspace.is_dir():
-            _renameInto(workspace, target, WORKSPACE_IN_TRASH)
-            fsyncDirectory(target)
-            fsyncDirectory(self.workspaces)
-        writeJsonAtomic(target / "deleted.json", {**deletedInfo, "trashedAs": name})
+        name = self.reserveTrash(sessionId)
+        try:
+            self.finishTrash(sessionId, name, deletedInfo)
+        except BaseException:
+            if source.is_dir():
+                try:
+                    files().rmdir(self.trash / name)
+                except BaseException:
+                    pass
+            raise
         return name
+
+    def sweep(self) -> list[str]:
+        """
+        At start, before any session is loaded: remove what a host that
+        died left half made, and finish what it left half done.  Nothing
+        acknowledged is touched: a folder being built was never announced,
+        an empty trash reservation holds nothing, a temporary file was never
+        renamed into place.
+
+        @return: one line per thing done, for the log.
+        """
+        done: list[str] = []
+        layer = files()
+        for entry in _entries(self.sessions):
+            path = self.sessions / entry
+            if entry.startswith(BUILDING) and path.is_dir() and not path.is_symlink():
+                removeTree(path)
+                done.append(f"removed the half-made session folder {path}")
+            elif self.validSessionId(entry) and path.is_dir() and not (path / "meta.json").is_file():
+                # Left by an older host cut while creating; never announced.
+                name = _renameInto(path, self.trash, entry)
+                done.append(f"moved the session folder without meta.json {path} to trash/{name}")
+        for entry in _entries(self.trash):
+            path = self.trash / entry
+            if not path.is_dir() or path.is_symlink():
+                continue
+            if not os.listdir(path):
+                layer.rmdir(path)
+                done.append(f"removed the empty trash reservation {path}")
+            elif not (path / "deleted.json").exists():
+                writeJsonAtomic(
+                    path / "deleted.json",
+                    {"sessionId": _idOf(entry), "trashedAs": entry,
+                     "note": "finished at start: the host died while deleting"},
+                )
+                done.append(f"wrote the missing deleted.json of {path}")
+        for entry in _entries(self.workspaces):
+            path = self.workspaces / entry
+            if not self.validSessionId(entry) or (self.sessions / entry).is_dir():
+                continue
+            home = next(
+                (self.trash / t for t in sorted(_entries(self.trash), reverse=True)
+                 if _idOf(t) == entry and not (self.trash / t / WORKSPACE_IN_TRASH).exists()),
+                None,
+            )
+            if home is not None:
+                layer.rename(path, home / WORKSPACE_IN_TRASH)
+                fsyncDirectory(home)
+                done.append(f"moved the workspace {path} into {home}")
+            else:
+                removeTree(path)
+                done.append(f"removed the workspace {path} of a session never made")
+        # The host's own temporary files (never a body's: pi's home and an
+        # agent's workspace are not searched).
+        places = [self.public]
+        for top in (self.sessions, self.trash):
+            for entry in _entries(top):
+                places += [top / entry, top / entry / "pi", top / entry / "pi" / "agent"]
+        for place in places:
+            if place.is_symlink() or not place.is_dir():
+                continue
+            for name in _entries(place):
+                full = place / name
+                if name.startswith(".") and name.endswith(".tmp") and full.is_file():
+                    layer.unlink(full)
+                    done.append(f"removed the temporary file {full}")
+        if done:
+            for directory in (self.sessions, self.trash, self.workspaces):
+                if directory.is_dir():
+                    fsyncDirectory(directory)
+        return done
+
+
+def _entries(directory: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+
+
+def _idOf(trashName: str) -> str:
+    """
+    The session id a trash name stands for (C{<id>} or C{<id>-<n>}).
+    """
+    base, sep, tail = trashName.rpartition("-")
+    return base if sep and tail.isdigit() and base else trashName

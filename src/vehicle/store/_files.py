@@ -1,0 +1,127 @@
+# -*- test-case-name: tests.test_crash -*-
+"""
+The file layer under the store: every call the store makes that changes
+the disk (open, write, fsync, rename, mkdir, unlink, ...) goes through one
+object, L{files}, so a test can put another layer in its place: one that
+counts the syncs and stops the host at the k-th, one that keeps only what
+was made durable (a power cut), one that fails with C{ENOSPC} or C{EIO}.
+
+The real layer is a thin veneer over C{os}; it looks each function up at
+call time, so a test that patches C{os.write} still reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Files(Protocol):
+    """
+    What the store asks of the file system.  Paths are L{Path} or C{str}.
+    """
+
+    def open(self, path: Any, flags: int, mode: int = 0o777) -> int: ...
+    def write(self, fd: int, data: Any) -> int: ...
+    def fsync(self, fd: int) -> None: ...
+    def ftruncate(self, fd: int, size: int) -> None: ...
+    def fchmod(self, fd: int, mode: int) -> None: ...
+    def close(self, fd: int) -> None: ...
+    def replace(self, source: Any, target: Any) -> None: ...
+    def rename(self, source: Any, target: Any) -> None: ...
+    def mkdir(self, path: Any, mode: int = 0o700) -> None: ...
+    def rmdir(self, path: Any) -> None: ...
+    def unlink(self, path: Any) -> None: ...
+
+
+class OsFiles:
+    """
+    The real file system.  C{fsync} is the full one: C{F_FULLFSYNC} on
+    macOS, where C{fsync} reaches only the drive's cache.
+    """
+
+    def open(self, path: Any, flags: int, mode: int = 0o777) -> int:
+        return os.open(path, flags, mode)
+
+    def write(self, fd: int, data: Any) -> int:
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        if sys.platform == "darwin":  # pragma: no cover (Linux CI)
+            import fcntl
+
+            fullFsync = getattr(fcntl, "F_FULLFSYNC", None)
+            if fullFsync is not None:
+                try:
+                    fcntl.fcntl(fd, fullFsync)
+                    return
+                except OSError:
+                    pass
+        os.fsync(fd)
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        os.fchmod(fd, mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def replace(self, source: Any, target: Any) -> None:
+        os.replace(source, target)
+
+    def rename(self, source: Any, target: Any) -> None:
+        os.rename(source, target)
+
+    def mkdir(self, path: Any, mode: int = 0o700) -> None:
+        os.mkdir(path, mode)
+        # Exactly this mode, whatever the umask.
+        os.chmod(path, mode)
+
+    def rmdir(self, path: Any) -> None:
+        os.rmdir(path)
+
+    def unlink(self, path: Any) -> None:
+        os.unlink(path)
+
+
+_current: list[Files] = [OsFiles()]
+
+
+def files() -> Files:
+    """
+    The file layer the store uses now.
+    """
+    return _current[0]
+
+
+def useFiles(layer: Files) -> Files:
+    """
+    Put C{layer} under the store; return the one it replaces (a test puts
+    that back when it is done).
+    """
+    previous = _current[0]
+    _current[0] = layer
+    return previous
+
+
+def removeTree(path: Path) -> None:
+    """
+    Remove the directory C{path} and everything in it, through the file
+    layer, never following a link.  Used only at start, for what a cut
+    request left half made (never for anything acknowledged).
+    """
+    layer = files()
+    for root, dirs, names, rootFd in os.fwalk(path, topdown=False, follow_symlinks=False):
+        for name in names:
+            layer.unlink(os.path.join(root, name))
+        for name in dirs:
+            full = os.path.join(root, name)
+            if os.path.islink(full):
+                layer.unlink(full)
+            else:
+                layer.rmdir(full)
+    layer.rmdir(path)
