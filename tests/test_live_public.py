@@ -108,3 +108,10 @@ class CreditTests(TestCase):
         rows = [json.loads(line) for line in (host.root / "public" / "ledger.jsonl").read_text().splitlines()]
         self.assertEqual(sum(1 for r in rows if r["type"] == "debit"), n - 1)
         self.assertEqual(sum(1 for r in rows if r["type"] == "turn"), n - 1)
+        # Each accepted turn held its run's budget, and each hold ended once,
+        # when its command completed with real pi.
+        holds = [r["key"] for r in rows if r["type"] == "hold"]
+        releases = [r for r in rows if r["type"] == "release"]
+        self.assertEqual(len(holds), n - 1)
+        self.assertEqual(sorted(r["hold"] for r in releases), sorted(holds))
+        self.assertEqual({r["reason"] for r in releases}, {"completed"})

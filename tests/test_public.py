@@ -215,27 +215,31 @@ class CreditLimitTests(RouteTestCase):
 
 class CreditReservationTests(RouteTestCase):
     """
-    Credit spoken for by runs under way, and grants' keys.
+    Credit spoken for by accepted turns (holds), and grants' keys.
     """
 
     harnessSettings = {"public": PUBLIC}
 
-    def test_runsUnderWayReserveCredit(self) -> None:
+    def test_acceptedTurnsReserveCredit(self) -> None:
         """
-        With a run under way in one credit conversation, another may start
-        only if the balance covers that run's budget too.
+        An accepted credit turn holds its run's budget from the moment it
+        is accepted, before its body has started: another turn may be
+        accepted only if the balance covers that hold too.
         """
         self.ok("GET", "/account", headers=account(), **ACCOUNT)
-        public = self.h.api.public
-        ledger = public.ledger
+        ledger = self.h.api.public.ledger
         ledger.debit("cognito:123", PUBLIC.signupGrantUsd - 0.01, "run:x:1", "x")
         first = self.ok("POST", "/sessions", {"requestId": "c1"},
                         headers=account(), **ACCOUNT)["value"]["session"]["sessionId"]
-        self.h.api.registry.sessions[first].conductor.runActive = True
-        self.refused("out_of_credit", "POST", "/sessions", {"requestId": "c2"},
+        second = self.ok("POST", "/sessions", {"requestId": "c2"},
+                         headers=account(), **ACCOUNT)["value"]["session"]["sessionId"]
+        self.prompt(first, "p1", headers=account(), **ACCOUNT)
+        self.assertEqual(ledger.held("cognito:123"), PUBLIC.runMaxCostUsd)
+        self.refused("out_of_credit", "POST", f"/sessions/{second}/commands",
+                     {"type": "prompt", "requestId": "p2", "text": "hi"},
                      headers=account(), **ACCOUNT)
-        self.h.api.registry.sessions[first].conductor.runActive = False
-        self.ok("POST", "/sessions", {"requestId": "c2"}, headers=account(), **ACCOUNT)
+        self.refused("out_of_credit", "POST", "/sessions", {"requestId": "c3"},
+                     headers=account(), **ACCOUNT)
 
     def test_grantKeyReusedForAnotherGrant(self) -> None:
         """

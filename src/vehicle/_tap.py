@@ -144,9 +144,7 @@ class Bodies:
         if session.meta.funding == "byok" and self.ownKey is not None:
             conductor.planner = self.ownKey.plan
         if self.public is not None and session.meta.funding is not None:
-            public = self.public
-            conductor.onSettled.append(public.afterSettle)
-            session.whenDeleted(public.forget)
+            self.public.attach(session, conductor)
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
         session.whenDeleted(lambda s: self.conductors.pop(s.sessionId, None))
@@ -217,19 +215,6 @@ def buildHost(
         ledger = Ledger(path=dataDir.public / "ledger.jsonl", clock=reactor)
         ledger.open()
         public = Public(settings=settings.public, ledger=ledger, models=models)
-
-        def runningElsewhere(principal: str, sessionId: str | None = None) -> int:
-            return sum(
-                1
-                for s in registry.sessions.values()
-                if s.meta.principal == principal
-                and s.meta.funding == "credit"
-                and s.sessionId != sessionId
-                and s.conductor is not None
-                and s.conductor.runActive
-            )
-
-        public.runningElsewhere = runningElsewhere
         ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
     bodies = Bodies(
         launcher=launcher,

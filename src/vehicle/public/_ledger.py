@@ -1,11 +1,14 @@
 # -*- test-case-name: tests.test_public -*-
 """
 The ledger of public spending: C{public/ledger.jsonl}, append-only.  Rows are
-C{grant} (credit in), C{debit} (a credit run's cost) and C{turn} (every
-public turn), each with its UTC C{day}; grants and debits carry an
-idempotency key, so a payment delivered twice credits once.  Balances,
-today's turns and today's pool spend are folded from the rows at start and
-kept current in memory.
+C{grant} (credit in), C{debit} (a credit run's cost), C{turn} (every
+public turn), C{hold} (a credit turn's run budget, spoken for from the
+moment the turn is accepted) and C{release} (the end of a hold), each with
+its UTC C{day}.  Every row but a turn carries an idempotency key, so a
+payment delivered twice credits once, a run is debited once and a hold ends
+once.  Balances, open holds, today's turns and today's pool spend are
+folded from the rows at start and kept current in memory: nothing else
+about money is kept.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from twisted.internet.interfaces import IReactorTime
 
 from vehicle.session._values import isoTimestamp
 from vehicle.store import JsonlLog
+
+
+def holdKey(session: str, command: str) -> str:
+    return f"hold:{session}:{command}"
 
 
 def utcDay(seconds: float) -> str:
@@ -44,6 +51,8 @@ class Ledger:
     #: key -> (principal, amount) of each grant, to tell a repeat from a clash.
     grants: dict[str, tuple[str, float]] = field(factory=dict)
     seen: set[str] = field(factory=set)
+    #: key -> (principal, amount, session) of each hold not yet released.
+    holds: dict[str, tuple[str, float, str]] = field(factory=dict)
 
     def open(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -76,6 +85,10 @@ class Ledger:
             self.turns[(principal, row["day"])] += 1
             if row.get("session"):
                 self.sessionTurns[row["session"]] += 1
+        elif kind == "hold":
+            self.holds[row["key"]] = (principal, float(row["amountUsd"]), row.get("session", ""))
+        elif kind == "release":
+            self.holds.pop(row.get("hold", ""), None)
 
     def _append(self, row: dict[str, Any]) -> dict[str, Any]:
         assert self._log is not None, "the ledger is not open"
@@ -116,6 +129,49 @@ class Ledger:
     def turn(self, principal: str, session: str, funding: str) -> None:
         self._append({"type": "turn", "principal": principal, "session": session,
                       "funding": funding})
+
+    def hold(self, principal: str, amountUsd: float, session: str, command: str) -> bool:
+        """
+        Speak for C{amountUsd} of C{principal}'s credit for the run of
+        C{command}, once per command; returns whether it was new.
+        """
+        key = holdKey(session, command)
+        if key in self.keys:
+            return False
+        self._append(
+            {"type": "hold", "principal": principal, "amountUsd": amountUsd,
+             "key": key, "session": session, "command": command}
+        )
+        return True
+
+    def release(self, key: str, reason: str) -> bool:
+        """
+        End the open hold C{key}; returns whether it was open.  A hold ends
+        once: a second release (or one of a hold never made) writes nothing.
+        """
+        held = self.holds.get(key)
+        if held is None:
+            return False
+        principal, _, session = held
+        self._append(
+            {"type": "release", "principal": principal, "hold": key,
+             "key": "release:" + key.removeprefix("hold:"), "session": session,
+             "reason": reason}
+        )
+        return True
+
+    def held(self, principal: str | None = None) -> float:
+        """
+        What open holds speak for: C{principal}'s, or everyone's.
+        """
+        return round(
+            0.0 + sum(amount for who, amount, _ in self.holds.values()
+                if principal is None or who == principal),
+            9,
+        )
+
+    def holdsOf(self, session: str) -> list[str]:
+        return [key for key, (_, _, s) in self.holds.items() if s == session]
 
     def turnsToday(self, principal: str) -> int:
         return self.turns[(principal, self.today())]

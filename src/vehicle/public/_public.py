@@ -14,8 +14,9 @@ from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
-from vehicle.public._ledger import Ledger
+from vehicle.public._ledger import Ledger, holdKey
 from vehicle.session import Caller, Session
+from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES
 from vehicle.settings import PublicSettings
 
 
@@ -37,10 +38,9 @@ class Public:
     models: ModelCatalog
     #: sessionId -> the newest key its owner sent (memory only).
     _keys: dict[str, str] = field(factory=dict, repr=False)
-    #: principal, sessionId -> how many of the principal's other credit
-    #: conversations have a run under way (each may still cost a run's
-    #: budget, so that much of the balance is spoken for).
-    runningElsewhere: Any = lambda principal, sessionId=None: 0
+    #: The credit conversations this host holds: a hold of any other is
+    #: left from one that is gone (deleted, or not loaded at start).
+    _attached: set[str] = field(factory=set)
 
     # -- the doors ----------------------------------------------------------
 
@@ -122,12 +122,14 @@ class Public:
             raise VehicleError(
                 "email_unverified", "an account whose email is not verified has no credit yet"
             )
-        # A run is checked before it starts, so it may end below zero: by at
-        # most one run's budget, also when other runs are under way.
-        reserved = self.runningElsewhere(caller.principal, sessionId) * self.settings.runMaxCostUsd
-        if self.ledger.balance(caller.principal) - reserved <= 0:
+        # Every accepted credit turn holds its run's budget until the run
+        # settles, so runs not yet started count too; a run is checked
+        # before it starts, so the balance may end below zero by at most
+        # one run's budget.
+        self._releaseStrays()
+        if self.ledger.balance(caller.principal) - self.ledger.held(caller.principal) <= 0:
             raise VehicleError("out_of_credit", OUT_OF_CREDIT)
-        if self.ledger.poolToday() >= self.settings.creditDailyCapUsd:
+        if self.ledger.poolToday() + self.ledger.held() >= self.settings.creditDailyCapUsd:
             raise VehicleError(
                 "credit_pool_exhausted",
                 "today's credit-funded conversations have reached their cap; an own key "
@@ -165,8 +167,34 @@ class Public:
         elif session.meta.funding == "credit":
             self.checkCredit(caller, session.sessionId)
 
-    def turnTaken(self, session: Session, caller: Caller) -> None:
+    def turnTaken(self, session: Session, caller: Caller, commandId: str | None = None) -> None:
+        """
+        A public turn was accepted: count it and, on credit, hold its run's
+        budget in the same reactor turn as L{checkTurn} (nothing can come
+        between the check and the hold), keyed by the command.
+        """
+        if session.meta.funding == "credit":
+            if commandId is None:
+                commandId = self._newestCommand(session)
+            command = session.commands.get(commandId) if commandId is not None else None
+            # A command that already ended (its body could not start) has
+            # no run to hold for.
+            if command is not None and command["status"] in OPEN_STATUSES:
+                self.ledger.hold(
+                    session.meta.principal, self._runBudget(session), session.sessionId,
+                    commandId,
+                )
         self.ledger.turn(caller.principal, session.sessionId, session.meta.funding or "")
+
+    @staticmethod
+    def _newestCommand(session: Session) -> str | None:
+        """
+        The command just accepted: the session's newest.
+        """
+        return next(reversed(session.commands), None)
+
+    def _runBudget(self, session: Session) -> float:
+        return float(session.meta.maxCostUsd or self.settings.runMaxCostUsd)
 
     def rememberKey(self, session: Session, caller: Caller) -> None:
         if caller.modelKey and caller.principal == session.meta.principal:
@@ -177,8 +205,73 @@ class Public:
 
     def forget(self, session: Session) -> None:
         self._keys.pop(session.sessionId, None)
+        self._attached.discard(session.sessionId)
+        for key in self.ledger.holdsOf(session.sessionId):
+            self.ledger.release(key, "deleted")
 
     # -- runs -----------------------------------------------------------------
+
+    def attach(self, session: Session, conductor: Any) -> None:
+        """
+        Follow a public conversation: debit its runs, end its holds when
+        their commands end, and settle what a host that stopped left open.
+        """
+        conductor.onSettled.append(self.afterSettle)
+        session.whenDeleted(self.forget)
+        if session.meta.funding != "credit":
+            return
+        self._attached.add(session.sessionId)
+        session.subscribe(lambda event: self._noticed(session, event))
+        self._recover(session)
+
+    def _noticed(self, session: Session, event: dict[str, Any]) -> None:
+        """
+        A command that ended (completed, aborted, failed, cancelled or
+        interrupted) ends its hold: its run, if it had one, is debited by
+        its own cost at settle.
+        """
+        data = event.get("data") or {}
+        if (
+            "seq" in event
+            and event.get("type", "").startswith("command.")
+            and data.get("status") in FINAL_STATUSES
+            and data.get("commandId")
+        ):
+            self.ledger.release(holdKey(session.sessionId, data["commandId"]), data["status"])
+
+    def _recover(self, session: Session) -> None:
+        """
+        When a session is taken up (at start), no run of it is under way:
+        a settled run whose debit was never written is charged now, and
+        every hold still open is released.  Both are idempotent by key, so
+        a second start does nothing more.
+        """
+        since = 0
+        while True:
+            events, more = session.eventsAfter(since, limit=1000)
+            for event in events:
+                if event.get("type") == "run.settled":
+                    self.afterSettle(
+                        session, {**(event.get("data") or {}), "seq": event.get("seq")}
+                    )
+            if not more or not events:
+                break
+            since = events[-1]["seq"]
+        for key in self.ledger.holdsOf(session.sessionId):
+            command = session.commands.get(key.removeprefix(holdKey(session.sessionId, ""))) or {}
+            status = command.get("status")
+            self.ledger.release(
+                key, status if status in FINAL_STATUSES else "host_restarted"
+            )
+
+    def _releaseStrays(self) -> None:
+        """
+        Holds of conversations this host no longer has (deleted, or not
+        loaded at start) speak for nothing: release them.
+        """
+        for key, (_, _, sessionId) in list(self.ledger.holds.items()):
+            if sessionId not in self._attached:
+                self.ledger.release(key, "session_gone")
 
     def afterSettle(self, session: Session, info: dict[str, Any]) -> None:
         """
