@@ -188,8 +188,9 @@ class HeaderDeadlineTests(SynchronousTestCase):
 
     def test_trickleCutOff(self) -> None:
         """
-        Headers sent a line at a time, never finished, are cut off when the
-        deadline passes, whatever arrived meanwhile.
+        Headers sent a line at a time, never finished, are answered
+        C{request_timeout} (408, the frame) and cut off when the deadline
+        passes, whatever arrived meanwhile.
         """
         conn = RawConnection(self.h, headerTimeout=10)
         conn.send(b"GET /health HTTP/1.1\r\n")
@@ -199,7 +200,10 @@ class HeaderDeadlineTests(SynchronousTestCase):
         self.assertFalse(conn.transport.disconnecting)
         self.h.clock.advance(1)
         self.assertTrue(conn.transport.disconnecting)
-        self.assertEqual(conn.output(), b"")
+        self.assertEqual(conn.status(), 408)
+        frame = conn.frame()
+        assertValidFrame(self, frame)
+        self.assertEqual(frame["code"], "request_timeout")
 
     def test_idleConnectionCutOff(self) -> None:
         """

@@ -457,11 +457,12 @@ class FrameTests(RouteTestCase):
 
     def test_deeplyNestedJSON(self) -> None:
         """
-        JSON nested deeper than the parser's stack is C{invalid_json}, not a
-        500.
+        JSON nested deeper than the body's bound (16) is C{invalid_request},
+        closed or not, before any parser or schema recurses: never a 500.
         """
-        self.refused("invalid_json", "POST", "/sessions", raw=b"[" * 100_000)
-        self.refused("invalid_json", "POST", self.cmd,
+        frame = self.refused("invalid_request", "POST", "/sessions", raw=b"[" * 100_000)
+        self.assertEqual(frame["details"], {"limit": 16})
+        self.refused("invalid_request", "POST", self.cmd,
                      raw=b'{"requestId":"r","type":"abort","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
                      **TAB1)
 

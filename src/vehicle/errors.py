@@ -51,8 +51,13 @@ STATUS: Mapping[str, int] = {
     "chimes_closed": 403,
     "not_public": 403,
     "forbidden": 403,
-    # Not in the table: a route or method the host does not have.
+    # Not in the spec's table: HTTP's own refusals, each still the error
+    # frame (a route or method the host does not have, a request too slow,
+    # a request line or headers too long).
     "method_not_allowed": 405,
+    "request_timeout": 408,
+    "uri_too_long": 414,
+    "headers_too_large": 431,
     "internal": 500,
 }
 

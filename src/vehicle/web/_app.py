@@ -26,8 +26,8 @@ from vehicle.session import TEXT_COMMANDS, Caller, Registry, Session
 from vehicle.session import _drive as drive
 from vehicle.session._capsule import makeCapsule
 from vehicle.web._frames import encode, errorFrame, frame, parseBody, validate
-from vehicle.web._trust import authenticate, checkSecret
-from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait
+from vehicle.web._trust import GuardedResource, authenticate, checkSecret
+from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait, wantsEventStream
 
 
 Handler = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]
@@ -84,7 +84,7 @@ class VehicleAPI:
     streams: set[EventStream] = field(factory=set)
 
     def resource(self) -> Any:
-        return self.router.resource()
+        return GuardedResource(self.router.resource(), self.secret)
 
     # -- plumbing ---------------------------------------------------------
 
@@ -111,11 +111,16 @@ class VehicleAPI:
         return encode(body)
 
     def _caller(self, request: IRequest) -> Caller:
-        return authenticate(request, self.secret)
+        caller = authenticate(request, self.secret)
+        if caller.public and self.public is None:
+            # One rule for every route: a host without public sessions
+            # takes no public caller (spec, the error table: not_public).
+            raise VehicleError("not_public", "public sessions are off on this host")
+        return caller
 
     def _body(self, request: IRequest, schema: str) -> dict[str, Any]:
         raw = request.content.read() if request.content is not None else b""
-        parsed = parseBody(raw)
+        parsed = parseBody(raw, request.getHeader(b"content-type"))
         if isinstance(parsed, dict) and isinstance(parsed.get("requestId"), str):
             request.vehicleRequestId = parsed["requestId"]
         return validate(schema, parsed)
@@ -435,10 +440,9 @@ class VehicleAPI:
     async def _events(self, request: IRequest, sessionId: str) -> tuple[int, dict[str, Any]]:
         caller = self._caller(request)
         session = self._session(caller, sessionId)
-        accept = (request.getHeader(b"accept") or b"").decode("latin-1")
         args = request.args
         since_raw = _arg(args, b"since")
-        if "text/event-stream" in accept:
+        if wantsEventStream(request.getHeader(b"accept")):
             lastId = request.getHeader(b"last-event-id")
             if lastId is not None and lastId.strip():
                 since = parseCursor(lastId.decode("latin-1").strip(), "Last-Event-ID", session)
@@ -473,16 +477,26 @@ class VehicleAPI:
 
     @router.handle_errors(MethodNotAllowed)
     def notAllowed(self, request: IRequest, failure: Any) -> bytes:
+        allowed = sorted(failure.value.valid_methods or ())
         return self._plainError(
             request,
-            VehicleError("method_not_allowed", "this route does not take that method"),
+            VehicleError(
+                "method_not_allowed",
+                "this route does not take that method",
+                {"allowed": allowed},
+            ),
+            {b"allow": ", ".join(allowed).encode("ascii")},
         )
 
-    def _plainError(self, request: IRequest, error: VehicleError) -> bytes:
+    def _plainError(
+        self, request: IRequest, error: VehicleError, headers: dict[bytes, bytes] | None = None
+    ) -> bytes:
         try:
             checkSecret(request, self.secret)
         except VehicleError as e:
-            error = e
+            error, headers = e, None
+        for name, value in (headers or {}).items():
+            request.setHeader(name, value)
         request.setResponseCode(error.httpStatus)
         request.setHeader(b"content-type", b"application/json")
         return encode(errorFrame(error))

@@ -8,7 +8,9 @@ body schemas of C{protocol/schemas/} and the check of a body against them.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -61,25 +63,65 @@ def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(schema)
 
 
-def parseBody(raw: bytes) -> Any:
-    """
-    Decode a request body as JSON.
+#: The deepest nesting a body may have (the schemas need 3); the longest
+#: number, in characters, it may hold.  Both are checked while parsing,
+#: before any schema sees the body, so that nothing downstream (the
+#: validator, its messages, a log line) recurses or works without bound.
+MAX_DEPTH = 16
+MAX_NUMBER_CHARS = 32
 
-    @raise VehicleError: C{invalid_json}.
+#: Media types a body may be sent as (with any parameters).
+_JSON_TYPES = ("application/json",)
+
+
+def mediaType(raw: bytes | str | None) -> str | None:
     """
+    The media type of a C{Content-Type} or C{Accept} item, lower case,
+    without its parameters (media types are case-insensitive, RFC 9110
+    8.3.1).
+    """
+    if raw is None:
+        return None
+    text = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    return text.split(";", 1)[0].strip().lower() or None
+
+
+def parseBody(raw: bytes, contentType: bytes | str | None = None) -> Any:
+    """
+    Decode a request body as JSON: sent as JSON (C{application/json}, any
+    C{+json} type, or no C{Content-Type} at all), UTF-8, no deeper than
+    L{MAX_DEPTH}, no number longer than L{MAX_NUMBER_CHARS}.
+
+    @raise VehicleError: C{invalid_json} (not JSON) or C{invalid_request}
+        (JSON beyond the bounds).
+    """
+    kind = mediaType(contentType)
+    if kind is not None and kind not in _JSON_TYPES and not kind.endswith("+json"):
+        raise VehicleError(
+            "invalid_json",
+            f"the body must be JSON (Content-Type: application/json), not {kind[:80]}",
+            {"contentType": kind[:80]},
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise VehicleError("invalid_json", "the body is not UTF-8")
     if not text.strip():
         raise VehicleError("invalid_json", "the body is empty: a JSON object is required")
+    if _depth(text) > MAX_DEPTH:
+        raise _tooDeep()
     try:
-        parsed = json.loads(text, parse_constant=_refuseConstant)
+        parsed = json.loads(
+            text,
+            parse_constant=_refuseConstant,
+            parse_int=_boundedInt,
+            parse_float=_boundedFloat,
+        )
     except RecursionError:
-        raise VehicleError("invalid_json", "the body is nested too deeply")
+        raise _tooDeep()
     except ValueError as e:
-        raise VehicleError("invalid_json", f"the body is not JSON: {e}")
-    _checkStrings(parsed)
+        raise VehicleError("invalid_json", f"the body is not JSON: {_short(str(e))}")
+    _checkValue(parsed)
     return parsed
 
 
@@ -87,7 +129,58 @@ def _refuseConstant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _checkStrings(value: Any) -> None:
+def _tooLong(text: str) -> VehicleError:
+    return VehicleError(
+        "invalid_request",
+        f"a number in the body is longer than {MAX_NUMBER_CHARS} characters",
+        {"limit": MAX_NUMBER_CHARS},
+    )
+
+
+def _boundedInt(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _tooLong(text)
+    return int(text)
+
+
+def _boundedFloat(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise _tooLong(text)
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise VehicleError(
+            "invalid_request", "a number in the body is too large", {"limit": MAX_NUMBER_CHARS}
+        )
+    return value
+
+
+def _tooDeep() -> VehicleError:
+    return VehicleError(
+        "invalid_request",
+        f"the body is nested more than {MAX_DEPTH} deep",
+        {"limit": MAX_DEPTH},
+    )
+
+
+#: A JSON string (its escapes included), and the brackets that nest.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _depth(text: str) -> int:
+    """
+    How deep the JSON text C{text} nests, read without parsing it (so that
+    no parser recurses first): its brackets outside strings.
+    """
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    deepest = 0
+    for depth in accumulate(1 if mark in "[{" else -1 for mark in brackets):
+        if depth > deepest:
+            deepest = depth
+    return deepest
+
+
+def _checkValue(value: Any) -> None:
     """
     Refuse lone surrogates (C{"\\ud800"}): they are not Unicode text.
     """

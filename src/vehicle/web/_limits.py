@@ -1,8 +1,21 @@
-# -*- test-case-name: tests.test_limits -*-
+# -*- test-case-name: tests.test_limits,tests.test_hostile -*-
 """
-Request limits below the routes: a body over the limit is answered 413
-whether its length was announced or it came in chunks (and it is never
-buffered), and a client that trickles its headers is cut off.
+Request limits below the routes, in one place: every refusal the HTTP layer
+makes is the error frame (JSON, the error table's status), written once,
+and then the connection is closed.
+
+- One deadline for the whole request, request line to the body's last
+  byte: a client that trickles either is answered C{request_timeout} and
+  cut off (an idle connection, with nothing of a request yet, is just
+  closed).
+- A request line over L{REQUEST_LINE_LIMIT} is C{uri_too_long}; header
+  lines over L{HEADERS_LIMIT} in all, or more than L{MAX_HEADERS} of them,
+  are C{headers_too_large}.
+- A body over L{MAX_BODY_BYTES} is C{body_too_large}: refused by its
+  C{Content-Length} before any of it is read, or cut the moment a chunked
+  body passes the limit.  Bodies are kept in memory (bounded), never
+  spooled to a file, and never parsed as forms.
+- Anything else Twisted finds malformed is C{invalid_request}.
 """
 
 from __future__ import annotations
@@ -12,123 +25,239 @@ from typing import Any, ClassVar
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
-from twisted.web.http import HTTPChannel
+from twisted.web.http import RESPONSES, HTTPChannel
 from twisted.web.server import Request, Site
 
 from vehicle.errors import VehicleError
 from vehicle.web._frames import MAX_BODY_BYTES, encode, errorFrame
 
 
-#: Beyond this much discarded body the connection is dropped.
-HARD_LIMIT_BYTES = 16 * MAX_BODY_BYTES
+#: The longest request line, and the most header bytes (after it) and
+#: header lines a request may have.
+REQUEST_LINE_LIMIT = 16 * 1024
+HEADERS_LIMIT = 16 * 1024
+MAX_HEADERS = 500
 
 
 class LimitedRequest(Request):
     """
-    A request that keeps at most L{MAX_BODY_BYTES} of body in memory and
-    answers C{body_too_large} for more.
+    A request that keeps at most L{MAX_BODY_BYTES} of body in memory, asks
+    its channel to refuse more, and never parses a form body (the routes
+    take JSON; a form is refused there, with the frame).
     """
 
     limit: ClassVar[int] = MAX_BODY_BYTES
-    tooLarge = False
     _received = 0
 
+    def __init__(self, channel: Any, *args: Any, **kw: Any) -> None:
+        kw["parsePOSTFormSubmission"] = False
+        super().__init__(channel, *args, **kw)
+
     def gotLength(self, length: int | None) -> None:
-        # Never spool to a temporary file: keep the (bounded) body in memory.
+        # Never spool to a temporary file: the body is bounded, keep it here.
+        # (An announced length over the limit was refused by the channel.)
         self.content = BytesIO()
-        if length is not None and length > self.limit:
-            self.tooLarge = True
-            if length > HARD_LIMIT_BYTES:
-                self._refuseNow()
 
     def handleContentChunk(self, data: bytes) -> None:
         self._received += len(data)
         if self._received > self.limit:
-            if not self.tooLarge:
-                self.tooLarge = True
-                self.content = BytesIO()
-            if self._received > HARD_LIMIT_BYTES:
-                self._refuseNow()
+            refuse = getattr(self.channel, "refuse", None)
+            if refuse is not None:
+                refuse(tooLarge(self.limit))
             return
         self.content.write(data)
 
-    def _refuseNow(self) -> None:
-        # Answer at once and close: the client announced far too much.
-        body = encode(errorFrame(_tooLarge()))
-        transport = self.channel.transport if self.channel else None
-        if transport is not None:
-            transport.write(
-                b"HTTP/1.1 413 Request Entity Too Large\r\n"
-                b"Content-Type: application/json\r\nConnection: close\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-            )
-            transport.loseConnection()
-        self.channel = None
 
-    def process(self) -> None:
-        if self.channel is None:
-            return  # already answered and cut off (far too large)
-        if self.tooLarge:
-            body = encode(errorFrame(_tooLarge()))
-            self.setResponseCode(413)
-            self.setHeader(b"content-type", b"application/json")
-            self.setHeader(b"content-length", str(len(body)).encode())
-            self.write(body)
-            self.finish()
-            return
-        super().process()
-
-
-def _tooLarge() -> VehicleError:
+def tooLarge(limit: int = MAX_BODY_BYTES) -> VehicleError:
     return VehicleError(
         "body_too_large",
-        f"the request body is larger than {MAX_BODY_BYTES} bytes",
-        {"limit": MAX_BODY_BYTES},
+        f"the request body is larger than {limit} bytes",
+        {"limit": limit},
     )
+
+
+def refusalBytes(error: VehicleError, extraHeaders: dict[bytes, bytes] | None = None) -> bytes:
+    """
+    A whole HTTP/1.1 response carrying C{error}'s frame, closing the
+    connection.
+    """
+    body = encode(errorFrame(error))
+    status = error.httpStatus
+    lines = [
+        b"HTTP/1.1 %d %s" % (status, RESPONSES.get(status, b"Error")),
+        b"Content-Type: application/json",
+        b"Cache-Control: no-store",
+        b"Connection: close",
+        b"Content-Length: %d" % len(body),
+    ]
+    lines += [name + b": " + value for name, value in (extraHeaders or {}).items()]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
 class GuardedChannel(HTTPChannel):
     """
-    An HTTP channel that gives each request's headers a deadline.
+    An HTTP channel that bounds each request (see the module's docstring)
+    and answers every refusal of its own with the error frame.
     """
 
     _log: ClassVar[Logger] = Logger()
+    #: Seconds for a whole request to arrive (its line, headers and body).
     headerTimeout: float = 10.0
     clock: IReactorTime | None = None
-    _headerDeadline: IDelayedCall | None = None
+
+    # Twisted's own per-line and total bounds stay out of the way: ours
+    # come first, and answer with a frame.
+    MAX_LENGTH = max(REQUEST_LINE_LIMIT, HEADERS_LIMIT)
+    totalHeadersSize = 1 << 62
+    maxHeaders = 1 << 62
+
+    _deadline: IDelayedCall | None = None
+    _refused = False
+    #: Some of a request (its line at least) arrived and it is not whole yet.
+    _inRequest = False
+    _headerBytes = 0
+    _headerCount = 0
 
     def connectionMade(self) -> None:
         super().connectionMade()
-        self._armHeaderDeadline()
+        self._armDeadline()
+
+    # -- receiving ----------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self._deadline is None and not self._handlingRequest:
+            self._armDeadline()  # the first byte of the next request
+        super().dataReceived(data)
+
+    def rawDataReceived(self, data: bytes) -> None:
+        if self._refused:
+            return
+        super().rawDataReceived(data)
 
     def lineReceived(self, line: bytes) -> None:
-        if self._headerDeadline is None:
-            self._armHeaderDeadline()
+        if self._refused:
+            return
+        if not self._inRequest:
+            if line:
+                if len(line) > REQUEST_LINE_LIMIT:
+                    self.refuse(_uriTooLong())
+                    return
+                self._inRequest = True
+                self._headerBytes = self._headerCount = 0
+                line = _escapeTarget(line)
+        elif line:
+            self._headerBytes += len(line)
+            self._headerCount += 1
+            if self._headerBytes > HEADERS_LIMIT or self._headerCount > MAX_HEADERS:
+                self.refuse(_headersTooLarge())
+                return
         super().lineReceived(line)
 
+    def lineLengthExceeded(self, line: bytes) -> None:
+        self.refuse(_headersTooLarge() if self._inRequest else _uriTooLong())
+
     def allHeadersReceived(self) -> None:
-        self._cancelHeaderDeadline()
+        limit = getattr(self.requests[-1], "limit", MAX_BODY_BYTES)
+        if self.length is not None and self.length > limit:
+            # Refused by its announced length: not a byte of it is read.
+            self.refuse(tooLarge(limit))
+            return
         super().allHeadersReceived()
 
+    def allContentReceived(self) -> None:
+        if self._refused:
+            return
+        self._inRequest = False
+        self._cancelDeadline()
+        super().allContentReceived()
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        # Twisted's bare "400 Bad Request" for whatever it found malformed.
+        self.refuse(VehicleError("invalid_request", "the request is not well-formed HTTP/1.1"))
+
     def connectionLost(self, reason: Any) -> None:
-        self._cancelHeaderDeadline()
+        self._cancelDeadline()
         super().connectionLost(reason)
 
-    def _armHeaderDeadline(self) -> None:
-        if self.clock is None:
+    # -- refusing -----------------------------------------------------------
+
+    def refuse(self, error: VehicleError) -> None:
+        """
+        Answer C{error} as the error frame and close: nothing more of this
+        connection is read.  The peer gets L{abortTimeout} seconds to take
+        the answer before the connection is aborted.
+        """
+        if self._refused:
             return
-        self._headerDeadline = self.clock.callLater(self.headerTimeout, self._headersTooSlow)
+        self._refused = True
+        self._cancelDeadline()
+        if self.transport is None:
+            return
+        self.transport.write(refusalBytes(error))
+        self.loseConnection()
+        if self.abortTimeout is not None and self._abortingCall is None:
+            self._abortingCall = self.callLater(self.abortTimeout, self.forceAbortClient)
 
-    def _cancelHeaderDeadline(self) -> None:
-        if self._headerDeadline is not None and self._headerDeadline.active():
-            self._headerDeadline.cancel()
-        self._headerDeadline = None
+    # -- the deadline -------------------------------------------------------
 
-    def _headersTooSlow(self) -> None:
-        self._headerDeadline = None
-        self._log.info("Cut off a client that did not finish its headers in time")
-        if self.transport is not None:
+    def _armDeadline(self) -> None:
+        if self.clock is None or self._refused:
+            return
+        self._deadline = self.clock.callLater(self.headerTimeout, self._tooSlow)
+
+    def _cancelDeadline(self) -> None:
+        if self._deadline is not None and self._deadline.active():
+            self._deadline.cancel()
+        self._deadline = None
+
+    def _tooSlow(self) -> None:
+        self._deadline = None
+        self._log.info("Cut off a client that did not send its request in time")
+        if self._inRequest or self._buffer:
+            self.refuse(
+                VehicleError(
+                    "request_timeout",
+                    f"the request did not arrive whole within {self.headerTimeout:g} s",
+                    {"limitSeconds": self.headerTimeout},
+                )
+            )
+        elif self.transport is not None:
+            # Nothing of a request: an idle connection is simply closed.
+            self._refused = True
             self.transport.abortConnection()
+
+
+def _uriTooLong() -> VehicleError:
+    return VehicleError(
+        "uri_too_long",
+        f"the request line is longer than {REQUEST_LINE_LIMIT} bytes",
+        {"limit": REQUEST_LINE_LIMIT},
+    )
+
+
+def _headersTooLarge() -> VehicleError:
+    return VehicleError(
+        "headers_too_large",
+        f"the headers are larger than {HEADERS_LIMIT} bytes or {MAX_HEADERS} lines",
+        {"limit": HEADERS_LIMIT, "maxHeaders": MAX_HEADERS},
+    )
+
+
+def _escapeTarget(line: bytes) -> bytes:
+    """
+    Percent-encode the bytes outside ASCII in a request line's target, so
+    that a path of raw bytes reaches the app as the same path escaped
+    (where the secret is checked before anything is said about it).
+    """
+    parts = line.split(b" ")
+    if len(parts) != 3 or parts[1].isascii():
+        return line
+    target = b"".join(
+        b"%%%02X" % byte if byte >= 0x80 else bytes([byte]) for byte in parts[1]
+    )
+    return b" ".join((parts[0], target, parts[2]))
 
 
 class VehicleSite(Site):

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hmac
 import re
+from typing import Any
 
 from twisted.web.iweb import IRequest
+from twisted.web.resource import Resource
 
 from vehicle.errors import VehicleError
 from vehicle.session import Caller
 from vehicle.session._values import ROLES
+from vehicle.web._frames import encode, errorFrame
 
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]{1,320}$")
@@ -114,3 +117,46 @@ def authenticate(request: IRequest, secret: str) -> Caller:
         publicGraphs=publicGraphs,
         modelKey=modelKey or None,
     )
+
+
+class GuardedResource(Resource):
+    """
+    The app's front: a request whose path or host cannot be read as UTF-8
+    never reaches the router (which would answer it in HTML).  The secret
+    is checked first, as on every route; then such a path names nothing
+    (C{not_found}) and such a host is C{invalid_request}, each as the
+    error frame.
+    """
+
+    isLeaf = True
+
+    def __init__(self, inner: Resource, secret: str) -> None:
+        super().__init__()
+        self._inner = inner
+        self._secret = secret
+
+    def render(self, request: IRequest) -> Any:
+        error = _unreadable(request)
+        if error is None:
+            return self._inner.render(request)
+        try:
+            checkSecret(request, self._secret)
+        except VehicleError as e:
+            error = e
+        request.setResponseCode(error.httpStatus)
+        request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-store")
+        return encode(errorFrame(error))
+
+
+def _unreadable(request: Any) -> VehicleError | None:
+    try:
+        for segment in list(request.prepath) + list(request.postpath):
+            segment.decode("utf-8")
+    except UnicodeDecodeError:
+        return VehicleError("not_found", "no such route or session (the path is not UTF-8)")
+    try:
+        request.getRequestHostname().decode("utf-8")
+    except UnicodeDecodeError:
+        return VehicleError("invalid_request", "the Host header is not UTF-8", {"header": "host"})
+    return None

@@ -24,6 +24,36 @@ from vehicle.errors import VehicleError
 from vehicle.session import MAX_WAIT_MS, Session
 
 
+#: The largest cursor a client may send (a session's seqs stay far below).
+MAX_CURSOR = 10**15
+
+
+def wholeNumber(raw: str | None, name: str, maximum: int) -> int:
+    """
+    A whole number from a query argument or a header, from 0 to
+    C{maximum}; absent or empty is 0.  Its text is bounded before it is
+    converted, so that no length of digits costs more than a refusal.
+
+    @raise VehicleError: C{invalid_request}.
+    """
+    if raw is None or raw == "":
+        return 0
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(maximum)) + 2:
+        raise VehicleError(
+            "invalid_request",
+            f"{name} must be a whole number from 0 to {maximum}",
+            {"field": name},
+        )
+    value = int(raw)
+    if value > maximum:
+        raise VehicleError(
+            "invalid_request",
+            f"{name} must be a whole number from 0 to {maximum}",
+            {"field": name},
+        )
+    return value
+
+
 def parseCursor(raw: str | None, name: str, session: Session) -> int:
     """
     A client's cursor (C{since} or C{Last-Event-ID}): a whole number no
@@ -31,13 +61,7 @@ def parseCursor(raw: str | None, name: str, session: Session) -> int:
 
     @raise VehicleError: C{invalid_request}.
     """
-    if raw is None or raw == "":
-        return 0
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
-        raise VehicleError(
-            "invalid_request", f"{name} must be a whole number of at least 0", {"field": name}
-        )
-    value = int(raw)
+    value = wholeNumber(raw, name, MAX_CURSOR)
     if value > session.cursor:
         raise VehicleError(
             "invalid_request",
@@ -48,15 +72,42 @@ def parseCursor(raw: str | None, name: str, session: Session) -> int:
 
 
 def parseWait(raw: str | None) -> int:
-    if raw is None or raw == "":
-        return 0
-    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_WAIT_MS:
-        raise VehicleError(
-            "invalid_request",
-            f"waitMs must be a whole number from 0 to {MAX_WAIT_MS}",
-            {"field": "waitMs"},
-        )
-    return int(raw)
+    return wholeNumber(raw, "waitMs", MAX_WAIT_MS)
+
+
+def wantsEventStream(accept: bytes | str | None) -> bool:
+    """
+    Whether an C{Accept} header asks for the SSE stream: it names
+    C{text/event-stream} (in any case, with any parameters) with a
+    non-zero C{q}, and prefers no JSON type to it.  Wildcards alone never
+    choose the stream.
+    """
+    if not accept:
+        return False
+    text = accept.decode("latin-1") if isinstance(accept, bytes) else accept
+    sse: float | None = None
+    json_: float = 0.0
+    for item in text.split(",")[:64]:
+        kind, _, params = item.partition(";")
+        kind = kind.strip().lower()
+        q = _quality(params)
+        if kind == "text/event-stream":
+            sse = q if sse is None else max(sse, q)
+        elif kind == "application/json" or kind.endswith("+json"):
+            json_ = max(json_, q)
+    return sse is not None and sse > 0 and sse >= json_
+
+
+def _quality(params: str) -> float:
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "q":
+            try:
+                q = float(value.strip()[:8])
+            except ValueError:
+                return 0.0
+            return q if 0.0 <= q <= 1.0 else 0.0
+    return 1.0
 
 
 async def longPoll(
