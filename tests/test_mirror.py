@@ -260,6 +260,91 @@ class MirrorTests(TestCase):
             ["create_document", "write_document"],
         )
 
+    async def test_foldersFoundByReading(self) -> None:
+        """
+        A mirror that did not make the folders (a restarted host) finds
+        them by reading the workspace, however it nests them, and makes
+        only the document: two sessions mirrored in a row, by two mirrors.
+        """
+        one, piOne = self.makeSession("s-1")
+        self.firstTurn(piOne)
+        await self.mirror.afterSettle(one)
+        self.mirror = self.makeMirror()
+        two, piTwo = self.makeSession("s-2")
+        self.firstTurn(piTwo)
+        before = len(self.writes())
+        state = await self.mirror.afterSettle(two)
+        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(
+            [a["tool"] for a in self.writes()[before:]],
+            ["create_document", "write_document"],
+        )
+
+    async def test_folderRefusalConfirmedByReading(self) -> None:
+        """
+        When the workspace read shows no folders but they are there (made
+        meanwhile by someone else), C{create_folder}'s refusal, in
+        whatever words, is taken as done only once a new reading shows the
+        folder.
+        """
+        seed, piSeed = self.makeSession("s-0")
+        self.firstTurn(piSeed)
+        await self.mirror.afterSettle(seed)
+        self.mirror = self.makeMirror()
+        endpoint = type(self.standIn.mcp)
+        real = endpoint._tool_get_workspace
+        reads: list[int] = []
+
+        def stale(this: Any, graphId: str, args: Any) -> Any:
+            reads.append(1)
+            if len(reads) == 1:
+                return {"ok": True, "graphId": graphId, "folders": [], "documents": []}, {}
+            return real(this, graphId, args)
+
+        self.patch(endpoint, "_tool_get_workspace", stale)
+        session, pi = self.makeSession("s-1")
+        self.firstTurn(pi)
+        state = await self.mirror.afterSettle(session)
+        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(len(reads), 2)
+        self.assertIn("How do roses grow?", self.document("s-1")["content"])
+
+    async def test_folderGoneIsMadeAgain(self) -> None:
+        """
+        A folder the mirror knew that is gone makes C{create_document}
+        fail; reading shows no document, so the known folders are
+        forgotten, and the next settle reads the workspace and makes them
+        again.
+        """
+        one, piOne = self.makeSession("s-1")
+        self.firstTurn(piOne)
+        await self.mirror.afterSettle(one)
+        for folderId in ("sophia-conversations", "agent-scratchpad"):
+            (Path(self.standIn.root) / "graphs" / GRAPH / "folders" / f"{folderId}.json").unlink()
+        two, piTwo = self.makeSession("s-2")
+        self.firstTurn(piTwo)
+        state = await self.mirror.afterSettle(two)
+        self.assertEqual(state["state"], "failed")
+        self.flushLoggedErrors()
+        state = await self.mirror.afterSettle(two)
+        self.assertEqual(state["state"], "written", state)
+        self.assertIsNotNone(self.standIn.folder(GRAPH, "sophia-conversations"))
+        self.assertIn("How do roses grow?", self.document("s-2")["content"])
+
+    async def test_renameInPlace(self) -> None:
+        """
+        A new title alone is one C{rename} of the document.
+        """
+        session, pi = self.makeSession()
+        self.firstTurn(pi)
+        await self.mirror.afterSettle(session)
+        before = len(self.writes())
+        session.title = "Roses, by hand"
+        state = await self.mirror.afterRename(session)
+        self.assertEqual(state["state"], "written", state)
+        self.assertEqual([a["tool"] for a in self.writes()[before:]], ["rename"])
+        self.assertEqual(self.document()["title"], "Roses, by hand")
+
     async def test_longMessageWhole(self) -> None:
         """
         A reply longer than the host's 16 KiB transcript cap is mirrored

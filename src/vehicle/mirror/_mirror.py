@@ -203,6 +203,9 @@ class Mirror:
     #: name lookup, made on first use).
     http: Any = field(default=None, kw_only=True)
     _records: dict[str, _Record] = field(factory=dict, init=False)
+    #: graphId -> the folder ids the mirror made or saw there (memory
+    #: only: after a restart it reads the workspace once more).
+    _folders: dict[str, set[str]] = field(factory=dict, init=False)
     _read: Callable[..., Deferred] = field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -416,10 +419,14 @@ class Mirror:
                     )
                     created = True
                     record.title = rendered.title
-                except MirrorError as e:
-                    if e.code != "already_exists":
+                except MirrorError:
+                    # Whatever the refusal says, reading tells whether the
+                    # document is there: made before mirror.json said so
+                    # (then it is written whole), or not made at all.
+                    if not await _exists(call, documentId):
+                        # Perhaps a folder the mirror knew is gone.
+                        self._folders.pop(meta.graphId, None)
                         raise
-                    # Made before mirror.json said so: write it whole.
                     record.title = None
                 record.created = True
                 record.documentId = documentId
@@ -436,8 +443,8 @@ class Mirror:
                     arguments["title"] = rendered.title
                 try:
                     await call("write_document", **arguments)
-                except MirrorError as e:
-                    if e.code == "not_found":
+                except MirrorError:
+                    if not await _exists(call, documentId):
                         # Gone for good (not merely in the Trash): make it
                         # again at the next settle.
                         record.created = False
@@ -465,15 +472,21 @@ class Mirror:
     async def _ensureFolders(self, call: "_Caller") -> None:
         """
         C{_sophia} and C{Conversations} in it, each made only when missing.
+        The folders are known by id: those the mirror made or saw on the
+        graph are not looked for again; the workspace is read (whatever
+        its nesting) only for the others, and a refused C{create_folder}
+        counts as done only when a new reading shows the folder.
         """
-        workspace = await call("get_workspace", foldersOnly=True)
-        present = _ids(workspace.get("folders"))
+        known = self._folders.setdefault(call.graphId, set())
         wanted = (
             (AGENT_FOLDER_ID, AGENT_FOLDER_NAME, None),
             (CONVERSATIONS_FOLDER_ID, CONVERSATIONS_FOLDER_NAME, AGENT_FOLDER_ID),
         )
+        if all(folderId in known for folderId, _, _ in wanted):
+            return
+        known |= _ids(await call("get_workspace", foldersOnly=True))
         for folderId, name, parentId in wanted:
-            if folderId in present:
+            if folderId in known:
                 continue
             arguments: dict[str, Any] = {"name": name, "folderId": folderId}
             if parentId is not None:
@@ -481,8 +494,18 @@ class Mirror:
             try:
                 await call("create_folder", **arguments)
             except MirrorError as e:
-                if e.code != "already_exists":
+                if e.code == "deleted":
                     raise
+                try:
+                    seen = _ids(await call("get_workspace", foldersOnly=True))
+                except MirrorError as again:
+                    if again.code == "deleted":
+                        raise
+                    raise e from None
+                known |= seen
+                if folderId not in known:
+                    raise
+            known.add(folderId)
 
     async def _wire(
         self, call: "_Caller", record: _Record, documentId: str, parentSessionId: str
@@ -492,15 +515,16 @@ class Mirror:
         When the parent was never mirrored there is nothing to point at yet:
         it is tried again at the next settle, and the write still counts.
         """
+        target = documentIdFor(parentSessionId)
         try:
             await call(
                 "create_wires",
                 sourceDocumentId=documentId,
-                targetDocumentId=documentIdFor(parentSessionId),
+                targetDocumentId=target,
                 predicate="divergesFrom",
             )
-        except MirrorError as e:
-            if e.code != "not_found":
+        except MirrorError:
+            if await _exists(call, target):
                 raise
             self._log.info(
                 "No document for {parent} yet; the wire waits",
@@ -600,18 +624,41 @@ class _Caller:
         return await self.client.callTool(self.token, tool, arguments)
 
 
-def _ids(tree: Any) -> set[str]:
+#: The keys under which an answer names a folder's (or a document's) id.
+_ID_KEYS = ("id", "folderId", "folder_id")
+
+
+def _ids(answer: Any) -> set[str]:
     """
-    Every folder id in a C{get_workspace} answer's tree (nested C{folders}).
+    Every id named anywhere in a C{get_workspace} answer, however it nests
+    its folders (C{folders}, C{children}, C{items}, wrapped or not).  A
+    document's id may come too; the mirror only asks for its folders'.
     """
     out: set[str] = set()
-    stack = [tree]
+    stack = [answer]
     while stack:
         node = stack.pop()
         if isinstance(node, list):
             stack.extend(node)
         elif isinstance(node, dict):
-            if isinstance(node.get("id"), str):
-                out.add(node["id"])
-            stack.extend(v for v in (node.get("folders"), node.get("children")) if v)
+            for key, value in node.items():
+                if key in _ID_KEYS and isinstance(value, str):
+                    out.add(value)
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
     return out
+
+
+async def _exists(call: _Caller, documentId: str) -> bool:
+    """
+    Can the document be read?  The answer to a refusal that may mean "it is
+    already there" or "it is not there", whatever words the refusal used.
+    A reading that fails says no (but a deleted session stops the pass).
+    """
+    try:
+        await call("read_document", documentId=documentId, format="ids_only")
+    except MirrorError as e:
+        if e.code == "deleted":
+            raise
+        return False
+    return True
