@@ -42,6 +42,8 @@ from vehicle.ride import (
 from vehicle.errors import STATUS
 
 from tests.harness import COMMAND_EXAMPLES, Harness, identity
+from tests.test_hardening import writePiFile
+from tests.test_sessionfile import HEADER, assistant, user
 from tests.schemas import assertValidFrame
 from tests.live import LiveHost, requirePi, startStandIn
 
@@ -314,6 +316,62 @@ class RideTests(SynchronousTestCase):
         self.assertEqual(frames[-1]["value"]["reason"], "shutdown")
         self.assertEqual(self.successResultOf(d), 0)
         self.assertFalse(ride.holdsLease)
+
+    def test_forksAndClonesReleasedAtTheEnd(self) -> None:
+        """
+        A session the ride cloned (its lease given to the ride's client) is
+        released when the ride ends, as its own session is: no lease of
+        the ride's is left behind.
+        """
+        ride, frames = self.makeRide()
+        d = self.start(ride)
+        writePiFile(self.harness.api.registry.sessions[ride.sessionId].directory, [
+            HEADER,
+            user("aaaa0001", None, 1, "first question"),
+            assistant("aaaa0002", "aaaa0001", 2, [{"type": "text", "text": "first answer"}]),
+        ])
+        self.send(ride, {"op": "clone", "requestId": "k1"})
+        cloned = self.byId(frames, "k1")
+        self.assertEqual(cloned["type"], "session.cloned", cloned)
+        child = cloned["value"]["session"]["sessionId"]
+        self.assertEqual(cloned["value"]["session"]["lease"]["clientId"], "tab-1")
+        self.assertEqual(list(ride.children), [child])
+        self.assertEqual(self.end(ride, d), 0)
+        released = [r["path"] for r in self.front.seen if r["path"].endswith("/release")]
+        self.assertEqual(released, [f"/services/vehicle/g/g1/sessions/{ride.sessionId}/release",
+                                    f"/services/vehicle/g/g1/sessions/{child}/release"])
+        for sid in (ride.sessionId, child):
+            summary = self.harness.call("GET", f"/sessions/{sid}")[1]["value"]["session"]
+            self.assertIsNone(summary["lease"], sid)
+        self.assertEqual([f["type"] for f in frames], ["ready", "session.cloned", "closed"])
+
+    def test_watchOnlyNeverClaims(self) -> None:
+        """
+        A ride that only watches does not claim a free lease at the start,
+        refuses every op but inspect, capsule, watch and list itself
+        (nothing is sent), and releases nothing at the end: the session's
+        log has no lease event of it.
+        """
+        sid = self.harness.create(claim=False)["sessionId"]
+        ride, frames = self.makeRide()
+        ride.watchOnly = True
+        d = self.start(ride, sessionId=sid)
+        self.assertFalse(frames[0]["value"]["holdsLease"])
+        self.assertIsNone(frames[0]["value"]["session"]["lease"])
+        for op in ("claim", "prompt", "release", "fork", "clone", "rename", "delete", "chime"):
+            self.send(ride, {"op": op, "requestId": f"r-{op}", "text": "x"})
+            frame = self.byId(frames, f"r-{op}")
+            self.assertEqual((frame["code"], frame["details"]), ("invalid_request", {"field": "op"}))
+            self.assertIn("--watch-only", frame["message"])
+        for op in ("inspect", "capsule", "list", "watch"):
+            self.send(ride, {"op": op, "requestId": f"r-{op}"})
+            self.assertNotEqual(self.byId(frames, f"r-{op}")["type"], "error")
+        self.assertEqual(self.end(ride, d), 0)
+        self.assertEqual({r["method"] for r in self.front.seen}, {"GET"})
+        code, frame = self.harness.call("GET", f"/sessions/{sid}/events?since=0")
+        types = [e["type"] for e in frame["value"]["events"]]
+        self.assertFalse([t for t in types if t.startswith("lease.")], types)
+        self.assertEqual(frames[-1]["value"]["released"], False)
 
     def test_readsCarryTheRequestId(self) -> None:
         """
@@ -720,15 +778,39 @@ class StdioLinesTests(SynchronousTestCase):
 
     def test_tooLong(self) -> None:
         """
-        A line longer than the limit stops the reading: C{onTooLong}, and
-        nothing after it is passed on.
+        A line longer than the limit is refused (C{onTooLong}) as soon as
+        it passes the limit, before its end; the rest of it is skipped up
+        to its line break, and the lines after it are read as usual.
         """
-        protocol, events, transport = self.connect()
+        protocol, events, _ = self.connect()
         protocol.MAX_LENGTH = 10
-        protocol.dataReceived(b"x" * 20 + b"\n{}\n")
-        protocol.dataReceived(b"{}\n")
+        protocol.dataReceived(b'{"a":')
+        protocol.dataReceived(b"x" * 6)
         self.assertEqual(events, ["too long"])
-        self.assertEqual(transport.producerState, "paused")
+        protocol.dataReceived(b"x" * 20)
+        protocol.dataReceived(b"xx\n{}\n" + b"y" * 11 + b"\n")
+        protocol.dataReceived(b"0123456789\n")
+        protocol.dataReceived(b"z" * 30)
+        protocol.readConnectionLost()
+        self.assertEqual(events, ["too long", b"{}", "too long", b"0123456789", "too long", "end"])
+
+    def test_longLineIsQuick(self) -> None:
+        """
+        A 17 MiB line, in the 64 KiB chunks a pipe gives, is refused at the
+        limit in well under a second (each byte is looked at once), and the
+        line after it is read.
+        """
+        import time
+
+        protocol, events, _ = self.connect()
+        chunk = b"x" * 65536
+        started = time.monotonic()
+        for _ in range(17 * 16):
+            protocol.dataReceived(chunk)
+        protocol.dataReceived(b'\n{"op":"list"}\n')
+        elapsed = time.monotonic() - started
+        self.assertEqual(events, ["too long", b'{"op":"list"}'])
+        self.assertLess(elapsed, 1.0)
 
     def test_framesOut(self) -> None:
         """
@@ -744,10 +826,10 @@ class StdioLinesTests(SynchronousTestCase):
         self.assertEqual(events, ["end"])
         self.assertIs(self.successResultOf(protocol.close()), None)
 
-    def test_lineTooLongEndsTheRide(self) -> None:
+    def test_lineTooLongIsRefusedInItsTurn(self) -> None:
         """
-        The ride answers a too-long line with C{body_too_large}, then ends as
-        at the end of the input.
+        The ride answers a too-long line with C{body_too_large} (the limit
+        in its details), in its turn, and goes on with the next line.
         """
         harness = Harness(self)
         self.addCleanup(harness.stop)
@@ -758,10 +840,17 @@ class StdioLinesTests(SynchronousTestCase):
         d = Deferred.fromCoroutine(ride.run(new=NewSession()))
         harness.stub.flush()
         ride.lineTooLong()
-        harness.stub.flush()
+        ride.lineReceived(b'{"op":"inspect","requestId":"i1"}')
+        for _ in range(3):
+            harness.stub.flush()
+        ride.inputEnded()
+        for _ in range(3):
+            harness.stub.flush()
         self.assertEqual(self.successResultOf(d), 0)
         self.assertEqual([f.get("code", f["type"]) for f in frames],
-                         ["ready", "body_too_large", "closed"])
+                         ["ready", "body_too_large", "session.snapshot", "closed"])
+        self.assertEqual(frames[1]["details"], {"limit": 16 * 1024 * 1024})
+        self.assertIsNone(frames[1]["requestId"])
 
 
 class _Rider(ProcessProtocol):

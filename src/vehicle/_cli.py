@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_ride -*-
+# -*- test-case-name: tests.test_clients_cli -*-
 """
 The C{vehicle} console script: C{vehicle ride} (the stdio JSONL client) and
 C{vehicle tail} (an operator's tail of a session's events).  Only parsing
@@ -7,8 +7,10 @@ and the reactor; the work is in L{vehicle.ride} and L{vehicle.tail}.
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import Any, Awaitable, Sequence
+from pathlib import Path
+from typing import Any, Awaitable, Mapping, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
@@ -21,21 +23,98 @@ from twisted.logger import (
 )
 from twisted.python import usage
 
+import vehicle
 from vehicle.ride import RideOptions, runRide
+from vehicle.settings import defaultPiRoot
 from vehicle.tail import TailOptions, runTail
+
+
+#: pi's package, under the pinned runtime's folder.
+PI_PACKAGE = ("node_modules", "@earendil-works", "pi-coding-agent")
+
+#: The source tree's pin of pi (C{scripts/setup} installs it into C{.venv/pi}).
+RUNTIME_PI = Path(vehicle.__file__).resolve().parents[2] / "runtime" / "pi"
+
+
+def _readJSON(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def pinnedPiVersion(runtime: Path = RUNTIME_PI) -> tuple[str, str] | None:
+    """
+    The pi version the source tree pins, and the file that says so
+    (C{package-lock.json}, else C{package.json}); L{None} outside a source
+    tree.
+    """
+    name = "/".join(PI_PACKAGE[1:])
+    lock = _readJSON(runtime / "package-lock.json")
+    if isinstance(lock, dict):
+        entry = (lock.get("packages") or {}).get("/".join(PI_PACKAGE))
+        if isinstance(entry, dict) and isinstance(entry.get("version"), str):
+            return entry["version"], str(runtime / "package-lock.json")
+    package = _readJSON(runtime / "package.json")
+    if isinstance(package, dict):
+        version = (package.get("dependencies") or {}).get(name)
+        if isinstance(version, str):
+            return version, str(runtime / "package.json")
+    return None
+
+
+def installedPiVersion(piRoot: Path) -> str | None:
+    """
+    The version of the pi installed under C{piRoot}, or L{None}.
+    """
+    package = _readJSON(piRoot.joinpath(*PI_PACKAGE, "package.json"))
+    if isinstance(package, dict) and isinstance(package.get("version"), str):
+        return str(package["version"])
+    return None
+
+
+def versionText(piRoot: Path | None = None, runtime: Path = RUNTIME_PI) -> str:
+    """
+    C{vehicle --version}: vehicle's version, then pi's, saying where it was
+    read (the installed runtime, else the source tree's pin).
+    """
+    piRoot = piRoot if piRoot is not None else defaultPiRoot()
+    lines = [f"vehicle {vehicle.__version__.public()}"]
+    installed = installedPiVersion(piRoot)
+    pinned = pinnedPiVersion(runtime)
+    if installed is not None:
+        line = f"pi {installed} (installed in {piRoot})"
+        if pinned is not None and pinned[0] != installed:
+            line += f"; {pinned[1]} pins {pinned[0]}: run scripts/setup"
+        lines.append(line)
+    elif pinned is not None:
+        lines.append(
+            f"pi {pinned[0]} (pinned in {pinned[1]}; not installed in {piRoot}: run scripts/setup)"
+        )
+    else:
+        lines.append(f"pi unknown (not installed in {piRoot}, and no runtime/pi pin found)")
+    return "\n".join(lines)
 
 
 class Options(usage.Options):
     longdesc = ""
-    synopsis = "vehicle (ride | tail) [options]"
+    synopsis = "vehicle (ride | tail) [options]  |  vehicle --version"
     subCommands = [
         ["ride", None, RideOptions, "Ride a session: JSONL requests on stdin, frames on stdout."],
         ["tail", None, TailOptions, "Follow a session's events over SSE."],
     ]
 
+    def opt_version(self) -> None:
+        """
+        Print vehicle's version and the pinned pi's, then exit.
+        """
+        print(versionText())
+        sys.stdout.flush()
+        raise SystemExit(0)
+
     def postOptions(self) -> None:
         if self.subCommand is None:
-            raise usage.UsageError("a subcommand is required: ride or tail")
+            raise usage.UsageError("a subcommand is required: ride or tail (or --version)")
 
 
 async def _exitCode(work: Awaitable[int]) -> None:
@@ -44,17 +123,26 @@ async def _exitCode(work: Awaitable[int]) -> None:
         raise SystemExit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def _usageLine(options: Options, argv: Sequence[str], error: usage.UsageError) -> str:
+    sub = next((a for a in argv if a in ("ride", "tail")), None)
+    name = f"vehicle {sub}" if sub else "vehicle"
+    return f"{name}: {error} (see {name} --help)"
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> None:
     """
     Parse C{argv} (default: C{sys.argv[1:]}) and run the subcommand on the
-    real reactor.  Warnings and errors go to standard error; standard
-    output carries only frames (ride) or events (tail).
+    real reactor.  A usage error is one line on standard error (exit 2).
+    Warnings and errors go to standard error; standard output carries only
+    frames (ride) or events (tail).
     """
+    args = list(sys.argv[1:] if argv is None else argv)
     options = Options()
     try:
-        options.parseOptions(list(sys.argv[1:] if argv is None else argv))
+        options.parseOptions(args)
     except usage.UsageError as e:
-        raise SystemExit(f"vehicle: {e}\n{options}")
+        sys.stderr.write(_usageLine(options, args, e) + "\n")
+        raise SystemExit(2)
     globalLogBeginner.beginLoggingTo(
         [
             FilteringLogObserver(
@@ -67,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     run: Any = runRide if options.subCommand == "ride" else runTail
 
     def start(reactor: Any) -> Deferred[None]:
-        return Deferred.fromCoroutine(_exitCode(run(reactor, options.subOptions)))
+        return Deferred.fromCoroutine(_exitCode(run(reactor, options.subOptions, environ)))
 
     react(start)
 

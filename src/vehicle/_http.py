@@ -26,30 +26,40 @@ from zope.interface import implementer
 class DirectEndpoints:
     """
     IP literals straight to TCP; names through the usual resolver; TLS for
-    C{https} as a browser would check it.
+    C{https} as a browser would check it (C{tls}: another policy, e.g. one
+    trusting a private CA).  C{timeout}: seconds to wait for a connection.
     """
 
-    def __init__(self, reactor: Any) -> None:
+    def __init__(self, reactor: Any, tls: Any = None, timeout: float = 30) -> None:
         self.reactor = reactor
-        self.tls = BrowserLikePolicyForHTTPS()
+        self.tls = tls if tls is not None else BrowserLikePolicyForHTTPS()
+        self.timeout = timeout
 
     def endpointForURI(self, uri: Any) -> Any:
         host = uri.host.decode("ascii")
         bare = host.strip("[]")
         if isIPAddress(bare):
-            endpoint: Any = TCP4ClientEndpoint(self.reactor, bare, uri.port)
+            endpoint: Any = TCP4ClientEndpoint(self.reactor, bare, uri.port, self.timeout)
         elif isIPv6Address(bare):
-            endpoint = TCP6ClientEndpoint(self.reactor, bare, uri.port)
+            endpoint = TCP6ClientEndpoint(self.reactor, bare, uri.port, self.timeout)
         else:
-            endpoint = HostnameEndpoint(self.reactor, uri.host, uri.port)
+            endpoint = HostnameEndpoint(self.reactor, uri.host, uri.port, self.timeout)
         if uri.scheme == b"https":
             endpoint = wrapClientTLS(self.tls.creatorForNetloc(uri.host, uri.port), endpoint)
         return endpoint
 
 
-def httpClient(reactor: Any, persistent: bool = False) -> HTTPClient:
+def httpClient(
+    reactor: Any,
+    persistent: bool = False,
+    tls: Any = None,
+    timeout: float = 30,
+    pool: HTTPConnectionPool | None = None,
+) -> HTTPClient:
     """
-    A treq client on L{DirectEndpoints}.
+    A treq client on L{DirectEndpoints} (C{tls}, C{timeout}: as there).
     """
-    pool = HTTPConnectionPool(reactor, persistent=persistent)
-    return HTTPClient(Agent.usingEndpointFactory(reactor, DirectEndpoints(reactor), pool=pool))
+    if pool is None:
+        pool = HTTPConnectionPool(reactor, persistent=persistent)
+    endpoints = DirectEndpoints(reactor, tls=tls, timeout=timeout)
+    return HTTPClient(Agent.usingEndpointFactory(reactor, endpoints, pool=pool))

@@ -19,6 +19,7 @@ from attrs import field, frozen
 from twisted.internet.defer import CancelledError
 
 from vehicle import PROTOCOL
+from vehicle.ride._client import describeFailure
 
 
 #: Where a visitor's id is kept between rides, under the state directory.
@@ -263,10 +264,9 @@ class Door:
         except CancelledError:
             raise
         except Exception as e:
+            reason, text = describeFailure(e, self.gardend)
             return errorFrame(
-                "unreachable",
-                f"gardend did not answer: {e.__class__.__name__}",
-                details={"gardend": self.gardend},
+                "unreachable", text, details={"gardend": self.gardend, "reason": reason}
             )
         return asFrame(response.code, content)
 

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+import sys
+from typing import Any, Callable, Mapping
 
 from twisted.internet.defer import Deferred
 from twisted.internet.stdio import StandardIO
 from twisted.python import usage
-from twisted.web.client import Agent, HTTPConnectionPool
-from treq.client import HTTPClient
 
-from vehicle.ride._door import CredentialError, Door, credentialsFor, errorFrame
+from vehicle.ride._client import checkGardendURL, clientHTTP, tlsPolicy
+from vehicle.ride._door import (
+    TOKEN_ENV,
+    CredentialError,
+    Credentials,
+    Door,
+    credentialsFor,
+    errorFrame,
+)
 from vehicle.ride._ride import NewSession, Ride, randomId
 from vehicle.ride._stdio import StdioLines
 
@@ -50,11 +57,15 @@ class RideOptions(usage.Options):
     """
 
     longdesc = ""
-    synopsis = "--gardend URL --graph G (--new [--profile P] [--model M] [--title T] | --session ID)"
+    synopsis = (
+        "--gardend URL --graph G (--new [--profile P] [--model M] [--title T] | --session ID)"
+        " [--watch-only] [--ca-file PEM]"
+    )
 
     optFlags = [
         ["new", None, "Create a session and ride it."],
         ["anonymous", None, "Ride as a visitor (no Authorization), even with a token."],
+        ["watch-only", None, "With --session: only read and watch; never claim the lease."],
     ]
     optParameters = [
         ["gardend", None, None, "gardend's URL."],
@@ -69,12 +80,13 @@ class RideOptions(usage.Options):
         ["model-key-env", None, None, "The variable holding your model key "
          "(default: VEHICLE_MODEL_KEY)."],
         ["key-file", None, None, "A file holding the bearer token (default: $VEHICLE_TOKEN)."],
+        ["ca-file", None, None, "Trust only the CA certificates in this PEM file for https."],
     ]
 
     def postOptions(self) -> None:
-        for name in ("gardend", "graph"):
-            if not self[name]:
-                raise usage.UsageError(f"--{name} is required")
+        checkGardendURL(self["gardend"])
+        if not self["graph"]:
+            raise usage.UsageError("--graph is required")
         if bool(self["new"]) == bool(self["session"]):
             raise usage.UsageError("give exactly one of --new and --session")
         if not self["new"]:
@@ -83,7 +95,10 @@ class RideOptions(usage.Options):
                     raise usage.UsageError(f"--{name} goes with --new")
         if self["profile"] not in (None, "chat", "agent"):
             raise usage.UsageError("--profile is chat or agent")
+        if self["watch-only"] and self["new"]:
+            raise usage.UsageError("--watch-only goes with --session (a new session is claimed)")
         checkVariableName(self["model-key-env"])
+        tlsPolicy(self["ca-file"])  # a --ca-file that cannot be used is refused here
 
     def newSession(self) -> NewSession | None:
         if not self["new"]:
@@ -92,32 +107,41 @@ class RideOptions(usage.Options):
 
 
 async def runRide(
-    reactor: Any, options: RideOptions, environ: Mapping[str, str] | None = None
+    reactor: Any,
+    options: RideOptions,
+    environ: Mapping[str, str] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> int:
     """
     Ride on standard input and output until C{closed}.
 
-    @return: the exit code: 0, 1 when the session could not be opened, 2
-        when the credentials could not be had.
+    @param say: writes one line for the person (standard error by default).
+    @return: the exit code: 0; 1 when the session could not be opened
+        (refused by gardend or the host); 2 when the credentials could not
+        be had; 3 when gardend could not be reached (no connection, TLS).
     """
     environ = os.environ if environ is None else environ
+    say = say if say is not None else sayOnStderr
     output = StdioLines()
     try:
         credentials = credentialsFor(options, environ)
     except CredentialError as e:
+        say(f"vehicle ride: {e}")
         StandardIO(output, reactor=reactor)
         output.sendFrame(errorFrame("invalid_request", str(e)))
         await output.close()
         return 2
     clientId = options["client-id"] or randomId("ride")
-    pool = HTTPConnectionPool(reactor, persistent=True)
+    http, pool = clientHTTP(reactor, options["ca-file"], persistent=True)
     door = Door(
-        http=HTTPClient(Agent(reactor, pool=pool)),
+        http=http,
         gardend=options["gardend"],
         graph=options["graph"],
         headers={**credentials.headers(), "X-Vehicle-Client-Id": clientId},
     )
-    ride = Ride(door=door, clientId=clientId, write=output.sendFrame)
+    ride = Ride(
+        door=door, clientId=clientId, write=output.sendFrame, watchOnly=bool(options["watch-only"])
+    )
     output.onLine = ride.lineReceived
     output.onEnd = ride.inputEnded
     output.onTooLong = ride.lineTooLong
@@ -132,11 +156,47 @@ async def runRide(
     reactor.addSystemEventTrigger("before", "shutdown", stopping)
     try:
         code = await ride.run(new=options.newSession(), sessionId=options["session"])
+        if code and ride.refusal is not None:
+            text, code = explainRefusal(ride.refusal, credentials, "the session")
+            say(f"vehicle ride: {text}")
     finally:
         await output.close()
         await pool.closeCachedConnections()
         finished.callback(None)
     return code
+
+
+def sayOnStderr(text: str) -> None:
+    """
+    One line for the person, on standard error.
+    """
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def explainRefusal(frame: Mapping[str, Any], credentials: Credentials, what: str) -> tuple[str, int]:
+    """
+    One line saying why gardend or the host refused a client, and the exit
+    code for it (3 when gardend was not reached, else 1).  A 401 says
+    whether a token was sent, and where one comes from.
+    """
+    code = frame.get("code")
+    message = frame.get("message") or ""
+    if code == "unreachable":
+        return str(message), 3
+    if code == "unauthorized":
+        if credentials.token is not None:
+            return (
+                f"gardend refused the token (unauthorized): check {TOKEN_ENV} or --key-file",
+                1,
+            )
+        if credentials.visitorId is not None:
+            return f"gardend does not take visitors here (unauthorized): {message}", 1
+        return (
+            f"no token: set {TOKEN_ENV} or give --key-file (gardend answered unauthorized)",
+            1,
+        )
+    return f"cannot open {what}: {code}: {message}", 1
 
 
 def boundedWait(reactor: Any, d: Deferred[None], seconds: float) -> Deferred[None]:

@@ -17,6 +17,7 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredQueue
 from twisted.logger import Logger
 
 from vehicle.ride._door import Door, errorFrame, localFrame
+from vehicle.ride._stdio import MAX_LINE
 
 
 #: Ops that are command types: C{POST /sessions/:id/commands}, C{type} = op.
@@ -40,6 +41,13 @@ COMMAND_OPS = frozenset(
 OPS = COMMAND_OPS | frozenset(
     {"claim", "release", "chime", "inspect", "capsule", "watch", "rename", "delete", "list"}
 )
+
+#: The ops a ride that only watches (C{--watch-only}) may send: none of
+#: them claims, uses or makes a lease.
+WATCH_OPS = frozenset({"inspect", "capsule", "watch", "list"})
+
+#: The frames of a command that made a session whose lease is the caller's.
+_CHILD_FRAMES = frozenset({"session.forked", "session.cloned"})
 
 #: Refusals that mean this ride does not hold the lease (any more).
 _LEASE_LOST = frozenset({"lease_held", "lease_required", "lease_not_held"})
@@ -111,6 +119,11 @@ class Ride:
     @ivar holdsLease: whether this ride holds the session's lease, as far as
         its answers tell.
     @ivar closed: C{closed} was written; nothing more is read.
+    @ivar watchOnly: the ride never claims the lease: C{ready} does not
+        claim it, and only L{WATCH_OPS} are sent.
+    @ivar children: the sessions this ride forked or cloned whose lease it
+        was given; each is released when the ride ends.
+    @ivar refusal: the frame that refused to open the session, if any.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -123,6 +136,9 @@ class Ride:
     cursor: int = 0
     holdsLease: bool = False
     closed: bool = False
+    watchOnly: bool = False
+    children: dict[str, None] = field(factory=dict)
+    refusal: dict[str, Any] | None = None
     _queue: DeferredQueue = field(init=False, factory=DeferredQueue)
     _ended: bool = field(init=False, default=False)
     _waiting: Deferred | None = field(init=False, default=None)
@@ -139,11 +155,11 @@ class Ride:
 
     def lineTooLong(self) -> None:
         """
-        A line too long to read: refused, and the input ends there.
+        A line too long to read: refused in its turn (C{body_too_large});
+        the lines after it are read as usual.
         """
         if not self._ended:
             self._queue.put(_TOO_LONG)
-            self.inputEnded()
 
     def inputEnded(self) -> None:
         """
@@ -185,7 +201,11 @@ class Ride:
                 await self._finish()
             elif item is _TOO_LONG:
                 self.write(
-                    errorFrame("body_too_large", "the line is too long to read; the ride ends here")
+                    errorFrame(
+                        "body_too_large",
+                        f"the line is longer than {MAX_LINE} bytes; it was skipped",
+                        details={"limit": MAX_LINE},
+                    )
                 )
             else:
                 try:
@@ -201,6 +221,7 @@ class Ride:
         if new is not None:
             frame = await self.door.call("POST", "/sessions", new.body(self.newId("ride-create")))
             if frame.get("type") != "session.created":
+                self.refusal = frame
                 self.write(frame)
                 return False
             summary = frame["value"]["session"]
@@ -208,11 +229,12 @@ class Ride:
             assert sessionId is not None
             frame = await self.door.call("GET", self.door.sessionPath(sessionId))
             if frame.get("type") != "session.snapshot":
+                self.refusal = frame
                 self.write(frame)
                 return False
             summary = frame["value"]["session"]
             lease = summary.get("lease")
-            if lease is None:
+            if lease is None and not self.watchOnly:
                 claimed = await self.door.call(
                     "POST",
                     self.door.sessionPath(sessionId, "/claim"),
@@ -240,19 +262,37 @@ class Ride:
     async def _finish(self) -> None:
         released = False
         if self.holdsLease and self.sessionId is not None:
-            frame = await self.door.call(
-                "POST",
-                self.door.sessionPath(self.sessionId, "/release"),
-                {"requestId": self.newId("ride-release")},
-            )
-            if frame.get("type") == "driver.released":
-                released = True
+            released = await self._release(self.sessionId)
+            if released:
                 self.holdsLease = False
-            elif frame.get("code") not in _LEASE_LOST:
-                # Not "it was not ours any more": say why it stays held.
-                self.write(frame)
+        await self._releaseChildren()
         reason = "interrupted" if self._interrupted else "end_of_input"
         self._close(None, reason, released=released)
+
+    async def _release(self, sessionId: str) -> bool:
+        """
+        Release this ride's lease on C{sessionId}; a refusal other than
+        "it was not ours any more" is written, to say why it stays held.
+        """
+        frame = await self.door.call(
+            "POST",
+            self.door.sessionPath(sessionId, "/release"),
+            {"requestId": self.newId("ride-release")},
+        )
+        if frame.get("type") == "driver.released":
+            return True
+        if frame.get("code") not in _LEASE_LOST | {"not_found"}:
+            self.write(frame)
+        return False
+
+    async def _releaseChildren(self) -> None:
+        """
+        Release the leases of the sessions this ride forked or cloned (a
+        ride that ends leaves no lease of its own behind).
+        """
+        children, self.children = list(self.children), {}
+        for sessionId in children:
+            await self._release(sessionId)
 
     def _close(self, requestId: str | None, reason: str, released: bool = False) -> None:
         self.closed = True
@@ -293,6 +333,17 @@ class Ride:
             )
             return
         op = request.get("op")
+        if self.watchOnly and isinstance(op, str) and op in OPS and op not in WATCH_OPS:
+            self.write(
+                errorFrame(
+                    "invalid_request",
+                    f"this ride only watches (--watch-only): {op} is not sent; "
+                    f"it takes {', '.join(sorted(WATCH_OPS))}",
+                    requestId,
+                    {"field": "op"},
+                )
+            )
+            return
         try:
             call = self.route(op, request)
         except _Refused as refused:
@@ -321,9 +372,11 @@ class Ride:
         self.write(frame)
         if frame.get("type") == "session.deleted":
             self.holdsLease = False
+            await self._releaseChildren()
             self._close(requestId, "delete")
         elif frame.get("type") == "command.accepted" and op == "shutdown":
             self.holdsLease = False
+            await self._releaseChildren()
             self._close(requestId, "shutdown")
 
     def route(self, op: Any, request: dict[str, Any]) -> Call:
@@ -378,6 +431,10 @@ class Ride:
         summary = value.get("session")
         if isinstance(summary, dict) and summary.get("sessionId") == self.sessionId:
             self._noteLease(summary)
+        elif isinstance(summary, dict) and frame.get("type") in _CHILD_FRAMES:
+            lease = summary.get("lease")
+            if isinstance(lease, dict) and lease.get("clientId") == self.clientId:
+                self.children[summary["sessionId"]] = None
         if frame.get("type") == "watch.completed" and isinstance(value.get("cursor"), int):
             self.cursor = value["cursor"]
 

@@ -12,13 +12,14 @@ from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IHalfCloseableProtocol
-from twisted.protocols.basic import LineReceiver
+from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 
 #: The longest line read (a request body is at most 1 MiB; JSON escapes
-#: can make its line longer).
+#: can make its line longer).  A longer line is refused when its bytes
+#: pass this, without waiting for its end.
 MAX_LINE = 16 * 1024 * 1024
 
 
@@ -27,15 +28,18 @@ def _ignore(*args: Any) -> None:
 
 
 @implementer(IHalfCloseableProtocol)
-class StdioLines(LineReceiver):
+class StdioLines(Protocol):
     """
-    Calls C{onLine} with each input line, C{onTooLong} when a line is
-    longer than L{MAX_LINE} (reading stops there), and C{onEnd} when the
-    input ends or the output is gone.  L{send} writes; L{close} flushes the
-    output and fires when it is closed.
+    Calls C{onLine} with each input line, C{onTooLong} as soon as a line
+    grows past L{MAX_LINE} (what it has so far is dropped, the rest of it is
+    skipped up to its line break, and the lines after it are read again),
+    and C{onEnd} when the input ends or the output is gone.  L{send} writes;
+    L{close} flushes the output and fires when it is closed.
+
+    Each byte is looked at once: a line is kept as a list of chunks, joined
+    when its line break comes, so a long line costs no more than its length.
     """
 
-    delimiter = b"\n"
     MAX_LENGTH = MAX_LINE
 
     def __init__(
@@ -50,26 +54,50 @@ class StdioLines(LineReceiver):
         self.outputLost = False
         self.done: Deferred[None] = Deferred()
         self._stopped = False
-
-    def lineReceived(self, line: bytes) -> None:
-        if not self._stopped:
-            self.onLine(line)
-
-    def lineLengthExceeded(self, line: bytes) -> None:
-        self._stopped = True
-        self.clearLineBuffer()
-        if self.transport is not None:
-            self.transport.pauseProducing()
-        self.onTooLong()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._skipping = False
 
     def dataReceived(self, data: bytes) -> None:
-        if not self._stopped:
-            super().dataReceived(data)
+        start = 0
+        while not self._stopped:
+            end = data.find(b"\n", start)
+            if self._skipping:
+                if end < 0:
+                    return
+                self._skipping = False
+            elif end < 0:
+                self._keep(data[start:])
+                return
+            elif self._size + end - start > self.MAX_LENGTH:
+                self._tooLong()
+                self._skipping = False
+            else:
+                self._chunks.append(data[start:end])
+                line = b"".join(self._chunks)
+                self._chunks, self._size = [], 0
+                self.onLine(line)
+            start = end + 1
+
+    def _keep(self, rest: bytes) -> None:
+        if not rest:
+            return
+        if self._size + len(rest) > self.MAX_LENGTH:
+            self._tooLong()
+        else:
+            self._chunks.append(rest)
+            self._size += len(rest)
+
+    def _tooLong(self) -> None:
+        self._chunks, self._size = [], 0
+        self._skipping = True
+        self.onTooLong()
 
     def readConnectionLost(self) -> None:
         # The last line may have no line break.
-        rest, self._buffer = self._buffer, b""
-        if rest and not self._stopped:
+        rest = b"".join(self._chunks)
+        self._chunks, self._size = [], 0
+        if rest and not self._stopped and not self._skipping:
             self.onLine(rest)
         self._stopped = True
         self.onEnd()

@@ -1,0 +1,149 @@
+# -*- test-case-name: tests.test_clients_errors -*-
+"""
+What both clients need to reach gardend as people point them at it: a URL
+with a scheme, HTTP or HTTPS with certificates verified (the system's
+trust, or a private CA from C{--ca-file}), and one line that says why a
+connection failed.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from twisted.internet import error as neterror
+from twisted.internet.ssl import Certificate, trustRootFromCertificates
+from twisted.python import usage
+from twisted.web.client import BrowserLikePolicyForHTTPS, HTTPConnectionPool
+from treq.client import HTTPClient
+
+from vehicle._http import httpClient
+
+
+#: Seconds a client waits for a connection to gardend.
+CONNECT_TIMEOUT = 10.0
+
+
+def checkGardendURL(url: str | None) -> str:
+    """
+    C{--gardend} is an C{http://} or C{https://} URL with a host.
+
+    @raise usage.UsageError: it is not (one line, saying what to write).
+    """
+    if not url:
+        raise usage.UsageError("--gardend is required")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise usage.UsageError(
+            f"--gardend must be a URL starting with http:// or https:// (got {url!r}; "
+            f"try https://{url.split('://', 1)[-1].lstrip('/')})"
+        )
+    try:
+        parts.port
+    except ValueError:
+        raise usage.UsageError(f"--gardend has a port that is not a number: {url!r}")
+    return url
+
+
+def tlsPolicy(caFile: str | None) -> BrowserLikePolicyForHTTPS:
+    """
+    Certificates checked as a browser does (the name, with service-identity),
+    against the system's trusted CAs, or only against those in C{caFile}
+    (PEM, one or more certificates).
+
+    @raise usage.UsageError: C{caFile} cannot be read or holds no certificate.
+    """
+    if caFile is None:
+        return BrowserLikePolicyForHTTPS()
+    try:
+        pem = Path(caFile).read_bytes()
+    except OSError as e:
+        raise usage.UsageError(f"cannot read --ca-file {caFile}: {e.strerror or e}")
+    certificates = []
+    marker = b"-----END CERTIFICATE-----"
+    for block in pem.split(marker)[:-1]:
+        try:
+            certificates.append(Certificate.loadPEM(block + marker + b"\n"))
+        except Exception:
+            raise usage.UsageError(f"--ca-file {caFile} holds a certificate that cannot be read")
+    if not certificates:
+        raise usage.UsageError(f"--ca-file {caFile} holds no PEM certificate")
+    return BrowserLikePolicyForHTTPS(trustRoot=trustRootFromCertificates(certificates))
+
+
+def clientHTTP(reactor: Any, caFile: str | None = None, persistent: bool = False) -> tuple[HTTPClient, HTTPConnectionPool]:
+    """
+    The clients' treq client and its pool: IP literals straight to TCP,
+    L{CONNECT_TIMEOUT} to connect, TLS per L{tlsPolicy}.
+    """
+    pool = HTTPConnectionPool(reactor, persistent=persistent)
+    http = httpClient(reactor, tls=tlsPolicy(caFile), timeout=CONNECT_TIMEOUT, pool=pool)
+    return http, pool
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """
+    C{error} and what it wraps (the reasons of the agent's C{ResponseFailed}
+    and its kin), depth first.
+    """
+    found = [error]
+    for reason in getattr(error, "reasons", None) or ():
+        value = getattr(reason, "value", reason)
+        if isinstance(value, BaseException):
+            found.extend(_causes(value))
+    return found
+
+
+def _sslText(error: BaseException) -> str:
+    texts: list[str] = []
+    for arg in error.args:
+        if isinstance(arg, list):
+            for item in arg:
+                if isinstance(item, tuple) and item:
+                    texts.append(str(item[-1]))
+    return ", ".join(t for t in texts if t) or error.__class__.__name__
+
+
+def describeFailure(error: BaseException, url: str) -> tuple[str, str]:
+    """
+    Why a request to C{url} got no answer, for a person: C{(reason, text)}
+    with C{reason} one of C{refused}, C{tls}, C{dns}, C{timeout},
+    C{closed}, C{network}.
+    """
+    parts = urlsplit(url)
+    where = parts.netloc or url
+    try:
+        from OpenSSL.SSL import Error as SSLError
+    except ImportError:  # pragma: no cover - pyOpenSSL is a dependency
+        SSLError = ()  # type: ignore[assignment,misc]
+    try:
+        from service_identity import VerificationError
+    except ImportError:  # pragma: no cover
+        VerificationError = ()  # type: ignore[assignment,misc]
+    causes = _causes(error)
+    for cause in causes:
+        if isinstance(cause, VerificationError):
+            return "tls", (
+                f"TLS failure with {where}: its certificate is not for {parts.hostname}"
+            )
+        if isinstance(cause, SSLError):
+            return "tls", f"TLS failure with {where}: {_sslText(cause)}"
+    for cause in causes:
+        if isinstance(cause, neterror.ConnectionRefusedError):
+            return "refused", f"cannot connect to {where}: connection refused (is gardend running?)"
+        if isinstance(cause, neterror.DNSLookupError):
+            return "dns", f"cannot find the host {parts.hostname}: no such name"
+        if isinstance(cause, (neterror.TimeoutError, neterror.TCPTimedOutError)):
+            return "timeout", f"cannot connect to {where}: timed out"
+        if isinstance(cause, neterror.NoRouteError) or (
+            isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH)
+        ):
+            return "network", f"cannot connect to {where}: no route to the host"
+    for cause in causes:
+        if isinstance(cause, (neterror.ConnectionDone, neterror.ConnectionLost)):
+            return "closed", f"{where} closed the connection without an answer"
+        if isinstance(cause, neterror.ConnectError):
+            return "network", f"cannot connect to {where}: {cause.__class__.__name__}"
+    return "network", f"no answer from {where}: {error.__class__.__name__}"
