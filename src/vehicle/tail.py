@@ -1,28 +1,29 @@
 # -*- test-case-name: tests.test_tail -*-
 """
-C{vehicle tail}: an operator's view of one session's events, followed over
-SSE through gardend, one line each; after a drop it resumes from the last
-C{seq} it printed (C{Last-Event-ID}), so it shows no gap and no repeat.
+C{vehicle tail}: an operator's view of one session's events (or, with
+C{--all}, of every session of a graph), followed over SSE through gardend,
+one line each, until it is stopped; after a drop it resumes from the last
+C{seq} it saw (C{Last-Event-ID}), so it shows no gap and no repeat.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from attrs import define, evolve, field
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.stdio import StandardIO
 from twisted.internet.task import deferLater
-from twisted.logger import Logger
 from twisted.python import usage
-from twisted.web.client import Agent, HTTPConnectionPool
-from treq.client import HTTPClient
+from twisted.python.failure import Failure
 
 from vehicle.ride import CredentialError, Door, StdioLines, asFrame, credentialsFor
-from vehicle.ride._main import boundedWait
+from vehicle.ride._client import checkGardendURL, clientHTTP, describeFailure, tlsPolicy
+from vehicle.ride._main import boundedWait, explainRefusal, sayOnStderr
 
 
 #: The longest value shown in a compact line.
@@ -86,14 +87,46 @@ def formatEvent(event: dict[str, Any]) -> str:
 
 class TailFailed(Exception):
     """
-    The tail cannot go on: the host refused it, or it could not reconnect.
+    The tail cannot go on: the host refused it, gardend cannot be reached,
+    or too many reconnections failed in a row.
+
+    @ivar frame: the refusal, when gardend or the host refused.
+    @ivar exitCode: 1 (refused, gave up) or 3 (gardend not reached).
     """
+
+    def __init__(self, text: str, frame: dict[str, Any] | None = None, exitCode: int = 1):
+        super().__init__(text)
+        self.frame = frame
+        self.exitCode = exitCode
+
+
+class _NoStream(Exception):
+    """
+    gardend answered, but not with the stream (a 5xx: the host is away).
+    """
+
+
+#: Failures to connect that no retry mends, before the first connection:
+#: nothing listens there, or no such name.  A TLS failure never mends.
+_FATAL_AT_START = frozenset({"refused", "dns", "network"})
+
+
+def _ignore(text: str) -> None:
+    pass
+
+
+def typeMatches(patterns: Sequence[str], eventType: str) -> bool:
+    """
+    Does C{eventType} match one of C{patterns} (shell-style, C{run.*}); no
+    pattern matches every type.
+    """
+    return not patterns or any(fnmatch.fnmatchcase(eventType, p) for p in patterns)
 
 
 @define(eq=False)
 class Tail:
     """
-    Follow one session's events.
+    Follow one session's events until it is deleted or the tail is stopped.
 
     @ivar door: the host's routes, through gardend.
     @ivar sessionId: the session.
@@ -101,66 +134,106 @@ class Tail:
     @ivar write: called with text to print (each event's line ends in a
         line break; deltas are printed inline, as they come, on lines
         indented by L{DELTA_INDENT}).
-    @ivar lastSeq: the last C{seq} printed; the next connection resumes
-        after it.
-    @ivar retries: how many reconnections in a row may fail before the
-        tail gives up.
+    @ivar warn: called with one line for the person (standard error) at
+        each drop, and when the first connection is put off.
+    @ivar lastSeq: the last C{seq} seen; the next connection resumes after
+        it.
+    @ivar types: shell-style patterns; only events whose type matches one
+        are printed (every event when empty).
+    @ivar label: printed first on each line (C{--all}: the session's id).
+    @ivar maxRetries: reconnections that may fail in a row, after a drop,
+        before the tail gives up; L{None}: never give up.
+    @ivar backoff: the wait before the first reconnection; each failure
+        doubles it, up to C{maxBackoff}.
+    @ivar patient: also retry when the very first connection cannot be
+        made (C{--all}, which knows the session exists).
+    @ivar idleSeconds: a stream silent this long (the host sends a
+        keepalive every 15 s) is taken for dead and reconnected.
+    @ivar connections: the connections that delivered the stream.
+    @ivar drops: the streams that broke off before the session ended.
     """
-
-    _log: ClassVar[Logger] = Logger()
 
     door: Door
     sessionId: str
     clock: IReactorTime
     write: Callable[[str], None]
+    warn: Callable[[str], None] = _ignore
     lastSeq: int = 0
     asJSON: bool = False
     deltas: bool = False
-    retries: int = 8
+    types: tuple[str, ...] = ()
+    label: str | None = None
+    maxRetries: int | None = None
     backoff: float = 0.5
-    maxBackoff: float = 10.0
+    maxBackoff: float = 5.0
+    patient: bool = False
+    idleSeconds: float = 45.0
     connections: int = field(init=False, default=0)
-    _ended: bool = field(init=False, default=False)
+    drops: int = field(init=False, default=0)
+    ended: bool = field(init=False, default=False)
+    _live: bool = field(init=False, default=False)
     _midLine: bool = field(init=False, default=False)
 
     async def run(self) -> None:
         """
         Print events until the session is deleted.
 
-        @raise TailFailed: the host refused the tail, or too many
-            reconnections failed in a row.
+        @raise TailFailed: the host refused the tail, gardend could not be
+            reached at the start, or C{maxRetries} reconnections failed in a
+            row.
         """
-        failures = 0
-        while True:
-            if failures:
-                if failures > self.retries:
-                    raise TailFailed(f"gave up after {self.retries} failed reconnections")
-                delay = min(self.backoff * 2 ** (failures - 1), self.maxBackoff)
-                self._log.warn(
-                    "Reconnecting in {delay}s after seq {seq}", delay=delay, seq=self.lastSeq
-                )
-                await deferLater(self.clock, delay, lambda: None)
+        retries = 0
+        while not self.ended:
+            self._live = False
             try:
-                connected = await self._follow()
-            except CancelledError:
+                await self._follow()
+                problem = "the stream ended"
+            except (CancelledError, TailFailed):
                 raise
-            except TailFailed:
-                raise
+            except _NoStream as e:
+                problem = str(e)
             except Exception as e:
-                self._log.warn("The stream broke off: {error}", error=e.__class__.__name__)
-                connected = False
-            if self._ended:
+                reason, problem = describeFailure(e, self.door.gardend)
+                if reason == "tls" or (
+                    not self.connections and not self.patient and reason in _FATAL_AT_START
+                ):
+                    raise TailFailed(problem, exitCode=3)
+            if self.ended:
                 break
-            # A stream that ends before the session does was cut: resume,
-            # at once after a connection that worked, else backing off.
-            failures = 1 if connected else failures + 1
+            if self._live:
+                retries = 0
+                self.drops += 1
+                self.warn(
+                    f"{self._prefix()}connection lost after seq {self.lastSeq} ({problem}); "
+                    "reconnecting"
+                )
+            elif not self.connections and not retries:
+                self.warn(f"{self._prefix()}{problem}; retrying")
+            if self.maxRetries is not None and retries >= self.maxRetries:
+                raise TailFailed(
+                    f"{self._prefix()}gave up after {retries} failed reconnection"
+                    f"{'' if retries == 1 else 's'} (--max-retries {self.maxRetries}): {problem}"
+                )
+            retries += 1
+            await deferLater(self.clock, self.delay(retries), lambda: None)
         self._endLine()
 
-    async def _follow(self) -> bool:
+    def delay(self, retries: int) -> float:
+        """
+        The wait before reconnection number C{retries} (from 1) since the
+        last good connection: L{backoff}, doubling, at most L{maxBackoff}.
+        """
+        return float(min(self.backoff * 2 ** (retries - 1), self.maxBackoff))
+
+    def _prefix(self) -> str:
+        return f"{self.label}: " if self.label else ""
+
+    async def _follow(self) -> None:
         """
         One connection, followed to its end.
 
-        @return: whether it connected (and so delivered what it had).
+        @raise _NoStream: gardend answered with a 5xx.
+        @raise TailFailed: gardend or the host refused the tail.
         """
         headers = {**self.door.headers, "Accept": "text/event-stream"}
         if self.connections:
@@ -171,27 +244,42 @@ class Tail:
         response = await self.door.http.request("GET", url, headers=headers, unbuffered=True)
         if response.code != 200:
             frame = asFrame(response.code, await response.content())
-            if response.code >= 500 or frame.get("code") == "unreachable":
-                self._log.warn(
-                    "gardend answered {code}: {message}",
-                    code=response.code,
-                    message=frame.get("message"),
+            if response.code >= 500:
+                raise _NoStream(
+                    f"gardend answered {response.code} {frame.get('code')}: {frame.get('message')}"
                 )
-                return False
-            raise TailFailed(f"{frame.get('code')}: {frame.get('message')}")
+            raise TailFailed(f"{frame.get('code')}: {frame.get('message')}", frame)
         self.connections += 1
-        await response.collect(SSEParser(self._message).feed)
-        return True
+        self._live = True
+        watchdog = _Watchdog(self.clock, self.idleSeconds, response)
+        parser = SSEParser(self._message)
+
+        def received(data: bytes) -> None:
+            watchdog.reset()
+            parser.feed(data)
+
+        try:
+            await response.collect(received)
+        except Exception:
+            if not watchdog.fired:
+                raise
+        finally:
+            watchdog.stop()
+        if watchdog.fired:
+            raise _NoStream(f"nothing came for {self.idleSeconds:g}s")
 
     def _message(self, message: dict[str, str]) -> None:
         try:
             event = json.loads(message["data"])
         except ValueError:
-            self._log.warn("An event that is not JSON: {data!r}", data=message["data"][:200])
+            self.warn(f"{self._prefix()}an event that is not JSON: {message['data'][:200]!r}")
+            return
+        if not isinstance(event, dict):
             return
         seq = event.get("seq")
+        eventType = str(event.get("type", "?"))
         if seq is None:
-            if self.deltas:
+            if self.deltas and typeMatches(self.types, eventType):
                 if self.asJSON:
                     self._line(json.dumps(event, ensure_ascii=False))
                 else:
@@ -204,11 +292,15 @@ class Tail:
                         self._midLine = True
             return
         if not isinstance(seq, int) or seq <= self.lastSeq:
-            return  # already printed
+            return  # already seen
         self.lastSeq = seq
-        self._line(json.dumps(event, ensure_ascii=False) if self.asJSON else formatEvent(event))
-        if event.get("type") == "session.deleted":
-            self._ended = True
+        if typeMatches(self.types, eventType):
+            if self.asJSON:
+                self._line(json.dumps(event, ensure_ascii=False))
+            else:
+                self._line(f"{self.label} {formatEvent(event)}" if self.label else formatEvent(event))
+        if eventType == "session.deleted":
+            self.ended = True
 
     def _line(self, text: str) -> None:
         self._endLine()
@@ -220,55 +312,198 @@ class Tail:
             self.write("\n")
 
 
+@define(eq=False)
+class _Watchdog:
+    """
+    Cuts a stream that has been silent for C{seconds}.
+    """
+
+    clock: IReactorTime
+    seconds: float
+    response: Any
+    fired: bool = False
+    _call: Any = None
+
+    def __attrs_post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.reset(self.seconds)
+        elif not self.fired:
+            self._call = self.clock.callLater(self.seconds, self._fire)
+
+    def stop(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+
+    def _fire(self) -> None:
+        self.fired = True
+        transport = getattr(getattr(self.response, "original", self.response), "_transport", None)
+        if transport is not None:
+            transport.stopProducing()
+
+
+@define(eq=False)
+class TailAll:
+    """
+    Follow every session of the graph the caller can see (C{GET /sessions},
+    polled), each with its own L{Tail}, new sessions as they appear.
+
+    @ivar makeTail: a L{Tail} for a session id, starting after a seq.
+    @ivar since: where the sessions listed at the start begin (L{None}:
+        at their cursor, so only what happens from now on is printed);
+        sessions that appear later are printed from their first event.
+    @ivar pollSeconds: how often the list is read.
+    """
+
+    door: Door
+    clock: IReactorTime
+    makeTail: Callable[[str, int], Tail]
+    warn: Callable[[str], None] = _ignore
+    since: int | None = None
+    pollSeconds: float = 2.0
+    tails: dict[str, Tail] = field(factory=dict)
+    _running: dict[str, Deferred[None]] = field(factory=dict)
+    _away: bool = False
+
+    async def run(self) -> None:
+        """
+        Follow until cancelled.
+
+        @raise TailFailed: the first list was refused, or gardend could not
+            be reached at the start.
+        """
+        first = True
+        try:
+            while True:
+                frame = await self.door.call("GET", "/sessions")
+                if frame.get("type") == "session.list":
+                    if self._away:
+                        self._away = False
+                    for summary in frame["value"]["sessions"]:
+                        self._follow(summary, first)
+                    first = False
+                elif first:
+                    raise TailFailed(
+                        str(frame.get("message")),
+                        frame,
+                        exitCode=3 if frame.get("code") == "unreachable" else 1,
+                    )
+                elif not self._away:
+                    self._away = True
+                    self.warn(f"cannot list the sessions: {frame.get('message')}; retrying")
+                await deferLater(self.clock, self.pollSeconds, lambda: None)
+        finally:
+            for running in list(self._running.values()):
+                running.cancel()
+
+    def _follow(self, summary: dict[str, Any], atStart: bool) -> None:
+        sessionId = summary.get("sessionId")
+        if not isinstance(sessionId, str) or sessionId in self._running:
+            return
+        tail = self.tails.get(sessionId)
+        if tail is None:
+            if atStart:
+                since = self.since if self.since is not None else int(summary.get("cursor") or 0)
+            else:
+                since = 0
+            tail = self.tails[sessionId] = self.makeTail(sessionId, since)
+        elif tail.ended:
+            return
+        running = self._running[sessionId] = Deferred.fromCoroutine(tail.run())
+
+        def ended(result: Any) -> None:
+            self._running.pop(sessionId, None)
+            if isinstance(result, Failure):
+                error = result.value
+                if isinstance(error, TailFailed):
+                    # Picked up again at the next list, if it is still there.
+                    self.warn(f"{sessionId}: {error}")
+                elif not isinstance(error, CancelledError):
+                    self.warn(f"{sessionId}: the tail failed: {error.__class__.__name__}")
+
+        running.addBoth(ended)
+
+
 class TailOptions(usage.Options):
     """
-    C{vehicle tail --gardend URL --graph G --session ID [--since N]}.
+    C{vehicle tail --gardend URL --graph G (--session ID | --all) ...}.
     """
 
     longdesc = ""
-    synopsis = "--gardend URL --graph G --session ID [--since N] [--json] [--deltas]"
+    synopsis = (
+        "--gardend URL --graph G (--session ID | --all) [--since N] [--type PATTERN ...]"
+        " [--json] [--deltas] [--max-retries N] [--ca-file PEM]"
+    )
 
     optFlags = [
         ["json", None, "Print each event's frame as JSON."],
         ["deltas", None, "Print message deltas (inline text; with --json, their frames)."],
         ["anonymous", None, "Tail as a visitor (no Authorization)."],
+        ["all", None, "Follow every session of the graph you can see, new ones as they come."],
     ]
     optParameters = [
         ["gardend", None, None, "gardend's URL."],
         ["graph", None, None, "The session's graph."],
         ["session", None, None, "The session to follow."],
-        ["since", None, 0, "Start after this seq (0: from the start).", int],
-        ["retries", None, 8, "Failed reconnections in a row before giving up.", int],
+        ["since", None, None, "Start after this seq (default 0; with --all, each session's "
+         "cursor).", int],
+        ["max-retries", None, None, "Give up after this many failed reconnections in a row "
+         "(default: never).", int],
         ["visitor-id", None, None, "A visitor's X-Visitor-Id."],
         ["key-file", None, None, "A file holding the bearer token (default: $VEHICLE_TOKEN)."],
+        ["ca-file", None, None, "Trust only the CA certificates in this PEM file for https."],
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self["type"] = []
+
+    def opt_type(self, pattern: str) -> None:
+        """
+        Print only events whose type matches PATTERN (shell-style, e.g.
+        'run.*'); repeatable.
+        """
+        self["type"].append(pattern)
+
     def postOptions(self) -> None:
-        for name in ("gardend", "graph", "session"):
-            if not self[name]:
-                raise usage.UsageError(f"--{name} is required")
-        if self["since"] < 0 or self["retries"] < 0:
-            raise usage.UsageError("--since and --retries are at least 0")
+        checkGardendURL(self["gardend"])
+        if not self["graph"]:
+            raise usage.UsageError("--graph is required")
+        if bool(self["all"]) == bool(self["session"]):
+            raise usage.UsageError("give exactly one of --session and --all")
+        if self["all"] and self["deltas"] and not self["json"]:
+            raise usage.UsageError("--deltas with --all needs --json (deltas of many sessions)")
+        for name in ("since", "max-retries"):
+            if self[name] is not None and self[name] < 0:
+                raise usage.UsageError(f"--{name} is at least 0")
+        tlsPolicy(self["ca-file"])  # a --ca-file that cannot be used is refused here
 
 
 async def runTail(
-    reactor: Any, options: TailOptions, environ: Mapping[str, str] | None = None
+    reactor: Any,
+    options: TailOptions,
+    environ: Mapping[str, str] | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> int:
     """
-    Tail on standard output until the session is deleted.
+    Tail on standard output until the session is deleted (or, with
+    C{--all}, until stopped).
 
-    @return: the exit code: 0, 1 when the tail failed, 2 for credentials.
+    @return: the exit code: 0; 1 when the tail was refused or gave up; 2
+        for credentials; 3 when gardend could not be reached.
     """
     environ = os.environ if environ is None else environ
-    log = Logger()
+    say = say if say is not None else sayOnStderr
     try:
         credentials = credentialsFor(options, environ)
     except CredentialError as e:
-        log.error("{error}", error=str(e))
+        say(f"vehicle tail: {e}")
         return 2
-    pool = HTTPConnectionPool(reactor, persistent=False)
+    http, pool = clientHTTP(reactor, options["ca-file"])
     door = Door(
-        http=HTTPClient(Agent(reactor, pool=pool)),
+        http=http,
         gardend=options["gardend"],
         graph=options["graph"],
         # Reading needs no model key: it is not sent.
@@ -276,17 +511,37 @@ async def runTail(
     )
     output = StdioLines()
     StandardIO(output, reactor=reactor)
-    tail = Tail(
-        door=door,
-        sessionId=options["session"],
-        clock=reactor,
-        write=lambda text: output.send(text.encode("utf-8")),
-        lastSeq=options["since"],
-        asJSON=bool(options["json"]),
-        deltas=bool(options["deltas"]),
-        retries=options["retries"],
-    )
-    running = Deferred.fromCoroutine(tail.run())
+
+    def warn(text: str) -> None:
+        say(f"vehicle tail: {text}")
+
+    def makeTail(sessionId: str, since: int, label: str | None = None) -> Tail:
+        return Tail(
+            door=door,
+            sessionId=sessionId,
+            clock=reactor,
+            write=lambda text: output.send(text.encode("utf-8")),
+            warn=warn,
+            lastSeq=since,
+            asJSON=bool(options["json"]),
+            deltas=bool(options["deltas"]),
+            types=tuple(options["type"]),
+            label=label,
+            maxRetries=options["max-retries"],
+            patient=label is not None,
+        )
+
+    if options["all"]:
+        follower: Any = TailAll(
+            door=door,
+            clock=reactor,
+            makeTail=lambda sessionId, since: makeTail(sessionId, since, sessionId),
+            warn=warn,
+            since=options["since"],
+        )
+    else:
+        follower = makeTail(options["session"], options["since"] or 0)
+    running = Deferred.fromCoroutine(follower.run())
     finished: Deferred[None] = Deferred()
 
     def stopping() -> Deferred[None]:
@@ -301,9 +556,13 @@ async def runTail(
     except CancelledError:
         pass
     except TailFailed as e:
-        log.error("vehicle tail: {error}", error=str(e))
-        code = 1
+        text = str(e)
+        if e.frame is not None and e.frame.get("code") != "unreachable":
+            text, _ = explainRefusal(e.frame, credentials, "the session's events")
+        say(f"vehicle tail: {text}")
+        code = e.exitCode
     finally:
         await output.close()
+        await pool.closeCachedConnections()
         finished.callback(None)
     return code
