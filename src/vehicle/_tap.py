@@ -31,6 +31,7 @@ from vehicle.models import ModelCatalog
 from vehicle.session import Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
 from vehicle.store import DataDir
+from vehicle.store._lock import DataDirLock, DataDirLocked
 from vehicle.web import Hooks, VehicleAPI, VehicleSite
 
 
@@ -251,14 +252,41 @@ def buildHost(
     return api, HostService(registry=registry, api=api, host=bodies)
 
 
+@define(eq=False)
+class LockService(Service):
+    """
+    Holds the data directory's lock for the host's life: taken when the
+    service tree is made (so a second host refuses before it starts
+    anything), stamped with the serving process's pid at start, let go at
+    stop.
+    """
+
+    lock: DataDirLock
+
+    def startService(self) -> None:
+        Service.startService(self)
+        self.lock.stamp()
+
+    def stopService(self) -> Any:
+        Service.stopService(self)
+        self.lock.release()
+        return None
+
+
 def makeService(options: Options, reactor: Any = None) -> MultiService:
     if reactor is None:
         from twisted.internet import reactor as globalReactor
 
         reactor = globalReactor
     settings: Settings = options["settings"]
+    lock = DataDirLock(settings.dataDir)
+    try:
+        lock.acquire()
+    except DataDirLocked as e:
+        raise SettingsRefused(f"vehicle: {e}")
     api, host = buildHost(settings, options["models"], reactor)
     top = MultiService()
+    LockService(lock).setServiceParent(top)
     host.setServiceParent(top)
     site = VehicleSite(api.resource(), reactor, headerTimeout=settings.headerTimeoutSeconds)
     StreamServerEndpointService(serverFromString(reactor, settings.listen), site).setServiceParent(top)

@@ -17,12 +17,20 @@ from vehicle.gardend._config import (
 from vehicle.gardend._delegation import Delegation, DelegationRefused, Delegations
 from vehicle.gardend._frontdoor import FrontDoor
 from vehicle.gardend._mcp import CATALOG, MCPEndpoint
-from vehicle.gardend._standin import StandIn
+from vehicle.gardend._manifest import (
+    ChildProcess,
+    Manifest,
+    ManifestError,
+    describeStatus,
+    waitHealthy,
+)
+from vehicle.gardend._standin import ServiceFailed, StandIn
 from vehicle.gardend._store import FolderStore, ToolError
 
 __all__ = [
     "Account",
     "CATALOG",
+    "ChildProcess",
     "ClientToken",
     "Config",
     "ConfigError",
@@ -31,9 +39,14 @@ __all__ = [
     "Delegations",
     "FolderStore",
     "FrontDoor",
+    "Manifest",
+    "ManifestError",
     "MCPEndpoint",
     "PublicConfig",
     "ServiceConfig",
+    "ServiceFailed",
     "StandIn",
     "ToolError",
+    "describeStatus",
+    "waitHealthy",
 ]

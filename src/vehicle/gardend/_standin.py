@@ -7,8 +7,10 @@ documents, offline switch, minted tokens, the headers the host was sent).
 
 from __future__ import annotations
 
+import secrets
+import socket
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from attrs import define, field
 from twisted.internet.interfaces import IListeningPort, IReactorTime
@@ -17,6 +19,7 @@ from twisted.web.server import Site
 from vehicle.gardend._config import Config
 from vehicle.gardend._delegation import Delegations
 from vehicle.gardend._frontdoor import SERVICE_ID, FrontDoor
+from vehicle.gardend._manifest import ChildProcess, Manifest, waitHealthy
 from vehicle.gardend._mcp import MCPEndpoint
 from vehicle.gardend._store import FolderStore
 
@@ -101,6 +104,55 @@ class StandIn:
         """
         return self.frontDoor.requestsSeen
 
+    async def launch(
+        self,
+        manifest: Manifest,
+        *,
+        dataDir: Path,
+        logPath: Path,
+        baseEnv: Mapping[str, str],
+        profileId: str = "local",
+        echo: Optional[Callable[[str, str], None]] = None,
+        healthSeconds: float = 60.0,
+    ) -> ChildProcess:
+        """
+        Start the service as gardend does: a private loopback C{PORT}, its
+        C{DATA_DIR}, the secret, C{/mcp} and the rest injected over the
+        manifest's C{env}; run C{command args} in C{workingDir}; poll
+        C{healthPath} until it answers 200, then front it.
+
+        @param baseEnv: what the operator passes on (C{PATH}, model settings).
+        @return: the running service; its C{ended} fires when it exits.
+        @raise ServiceFailed: when it exits or stays unhealthy first.
+        """
+        port = _freeLoopbackPort()
+        injected = {
+            "PORT": str(port),
+            "DATA_DIR": str(dataDir),
+            "MNEMOSYNE_MCP_URL": self.mcpUrl,
+            "MNEMOSYNE_MCP_ACCESS_TOKEN": secrets.token_urlsafe(24),
+            "MNEMOSYNE_INTERNAL_SERVICE_SECRET": self.config.service.secret,
+            "GARDEN_LOOPBACK_API_URL": self.url,
+            "GARDEN_SERVICE_ID": manifest.serviceId,
+            "GARDEN_PROFILE_ID": profileId,
+        }
+        env = manifest.environment(baseEnv, injected)
+        Path(dataDir).mkdir(parents=True, exist_ok=True)
+        child = ChildProcess(
+            name=manifest.serviceId, logPath=logPath, clock=self.reactor, echo=echo
+        ).spawn(self.reactor, manifest.command, manifest.args, env, manifest.workingDir)
+        url = f"http://127.0.0.1:{port}"
+        client = self.frontDoor.client
+        assert client is not None
+        clock = self.clock if self.clock is not None else self.reactor
+        if not await waitHealthy(client, clock, child, url + manifest.healthPath, healthSeconds):
+            if child.running:
+                await child.stop()
+                raise ServiceFailed(child, f"{url}{manifest.healthPath} did not answer 200")
+            raise ServiceFailed(child, "it stopped before answering its health check")
+        self.setServiceUrl(url)
+        return child
+
     def setServiceUrl(self, url: str) -> None:
         """
         Point the front door at the host (once its port is known).
@@ -151,3 +203,24 @@ class StandIn:
         Put a document in the Trash (it still takes writes).
         """
         self.store.trash(graph, documentId)
+
+
+class ServiceFailed(Exception):
+    """
+    A service the stand-in started stopped or never became healthy.
+
+    @ivar child: the service's process (its C{lastLines()} tell why).
+    """
+
+    def __init__(self, child: ChildProcess, reason: str) -> None:
+        super().__init__(reason)
+        self.child = child
+
+
+def _freeLoopbackPort() -> int:
+    """
+    A loopback port free right now (gardend picks the service's port).
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
