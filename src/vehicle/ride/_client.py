@@ -9,6 +9,7 @@ connection failed.
 from __future__ import annotations
 
 import errno
+import ipaddress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +27,19 @@ from vehicle._http import httpClient
 CONNECT_TIMEOUT = 10.0
 
 
+def isLoopback(url: str) -> bool:
+    """
+    Is C{url}'s host this computer (C{localhost} or a loopback address)?
+    """
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def checkGardendURL(url: str | None) -> str:
     """
     C{--gardend} is an C{http://} or C{https://} URL with a host.
@@ -36,9 +50,12 @@ def checkGardendURL(url: str | None) -> str:
         raise usage.UsageError("--gardend is required")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
+        rest = url.split("://", 1)[-1].lstrip("/")
+        # This computer's gardend is plain http; any other, https.
+        scheme = "http" if isLoopback("http://" + rest) else "https"
         raise usage.UsageError(
             f"--gardend must be a URL starting with http:// or https:// (got {url!r}; "
-            f"try https://{url.split('://', 1)[-1].lstrip('/')})"
+            f"try {scheme}://{rest})"
         )
     try:
         parts.port

@@ -7,19 +7,18 @@ each read once from the environment or a file, never from the command line.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import secrets
 from pathlib import Path
 from typing import Any, Mapping
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 from attrs import field, frozen
 from twisted.internet.defer import CancelledError
 
 from vehicle import PROTOCOL
-from vehicle.ride._client import describeFailure
+from vehicle.ride._client import describeFailure, isLoopback
 
 
 #: Where a visitor's id is kept between rides, under the state directory.
@@ -35,19 +34,6 @@ class CredentialError(Exception):
     The credentials asked for cannot be had (a key file that cannot be
     read, a model-key variable that is not set); one line for the person.
     """
-
-
-def isLoopback(url: str) -> bool:
-    """
-    Is C{url}'s host this computer (C{localhost} or a loopback address)?
-    """
-    host = urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def stateDirectory(environ: Mapping[str, str]) -> Path:
