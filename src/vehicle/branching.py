@@ -21,8 +21,8 @@ from vehicle.body._launcher import latestSessionFile
 from vehicle.body._sessionfile import NothingToFork, branchSession, readSession
 from vehicle.box import copyTree
 from vehicle.errors import VehicleError
-from vehicle.session import Caller, Registry, Session
-from vehicle.session._session import _preview as previewOf
+from vehicle.session import Caller, Registry, Session, notFound
+from vehicle.session._session import _preview as previewOf, branchEffects
 from vehicle.session._drive import answer, requireGraphPath
 
 
@@ -71,7 +71,11 @@ async def branch(
         # A clone is named as a copy of its source's name (its title, or
         # what the list shows for it).
         title = f"Copy of {source.title or source.preview}"
-    session = registry.create(
+    # The branch is built aside and renamed into place whole (its record,
+    # holding the answer, inside it): the one step that makes it.  The
+    # source's record follows; start writes it should the host be cut
+    # between the two.
+    session = registry.prepare(
         caller,
         meta,
         title=title,
@@ -85,7 +89,7 @@ async def branch(
         workDir = (
             registry.dataDir.workspaceDir(newId)
             if meta.profile == "agent"
-            else session.directory / "work"
+            else registry.dataDir.sessionDir(newId) / "work"
         )
         result = branchSession(
             piFile,
@@ -98,30 +102,44 @@ async def branch(
         if not any(e.get("type") == "message" for e in readSession(result.path).entries):
             # A fork before the first message has no history: it starts empty.
             result.path.unlink()
+        else:
+            result.path.chmod(0o600)
         if meta.profile == "agent" and recordFolders is not None:
             # A snapshot: links copied as links, never followed.
             await _inThread(registry.clock, copyTree,
                             registry.dataDir.workspaceDir(source.sessionId), workDir)
-            session.meta = evolve(session.meta, folders=recordFolders(newId, session.directory))
+            building, final = str(session.directory), str(registry.dataDir.sessionDir(newId))
+            folders = {
+                name: {**identity, "path": str(identity["path"]).replace(building, final, 1)}
+                for name, identity in recordFolders(newId, session.directory).items()
+            }
+            session.meta = evolve(session.meta, folders=folders)
             session.writeMeta()
-    except Exception:
-        # Half made: put it in the trash (never unlinked), then say so.
-        registry.delete(caller, session)
+        if source.deleted:
+            raise notFound()
+        session.delegatedToken = source.delegatedToken
+        if session.preview is None and inherited:
+            session.preview = previewOf(stripContextNote(inherited))
+            session.previewInherited = True
+        selected = stripContextNote(result.selectedText) if result.selectedText is not None else None
+        value: dict[str, Any] = {"session": session.summary(), "parent": meta.parent}
+        if kind == "fork":
+            value["selectedText"] = selected
+        frame = answer("session.forked" if kind == "fork" else "session.cloned", value)
+    except BaseException:
+        # Half made and never announced: removed (start would remove it too).
+        session.close()
+        registry.abandon(newId)
         raise
-    session.delegatedToken = source.delegatedToken
-    if session.preview is None and inherited:
-        session.preview = previewOf(stripContextNote(inherited))
-        session.previewInherited = True
-    selected = stripContextNote(result.selectedText) if result.selectedText is not None else None
-    source.emit(
-        f"session.{'forked' if kind == 'fork' else 'cloned'}",
-        {"branchId": newId, "entryId": entryId, "by": caller.holder()},
+    registry.publish(
+        session, "branched", caller, body["requestId"], body, frame, "commands",
+        {"source": source.sessionId},
     )
-    value: dict[str, Any] = {"session": session.summary(), "parent": meta.parent}
-    if kind == "fork":
-        value["selectedText"] = selected
-    frameType = "session.forked" if kind == "fork" else "session.cloned"
-    return answer(frameType, value)
+    source.commit(
+        "branch", caller, body["requestId"], body, frame,
+        branchEffects(kind, newId, entryId, caller),
+    )
+    return frame
 
 
 async def _inThread(reactor: Any, f: Callable[..., Any], *args: Any) -> Any:

@@ -303,7 +303,7 @@ class Conductor:
         paths = BodyPaths.forSession(self.session.directory, plan.workDir)
         self.paths = paths
         revived = latestSessionFile(paths.piDir) is not None
-        self.translator = Translator()
+        self.translator = Translator(runCount=self.session.runsSoFar())
         protocol = PiProtocol(self)
         self.protocol = protocol
         self._expectExit = False

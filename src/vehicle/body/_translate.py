@@ -127,7 +127,8 @@ class Translator:
         init=False, factory=lambda: {"steering": [], "followUp": []}
     )
     tools: list[str] = field(init=False, factory=list)
-    _runCount: int = field(init=False, default=0)
+    #: The runs numbered so far (a revived body goes on from the log's).
+    _runCount: int = 0
     _awaitingRetry: bool = field(init=False, default=False)
     _turns: int = field(init=False, default=0)
     _costUsd: float = field(init=False, default=0.0)

@@ -67,24 +67,29 @@ def createSession(
         graphs=graphs,
     )
     claim = body.get("claim", True)
-    session = registry.create(
+
+    def frameFor(session: Session) -> Answer:
+        session.delegatedToken = caller.delegatedToken
+        return answer(
+            "session.created",
+            {
+                "session": session.summary(),
+                "clientId": caller.clientId,
+                "holdsLease": bool(claim),
+            },
+        )
+
+    _, result = registry.create(
         caller,
         meta,
         title=body.get("title"),
         claim=claim,
         ttlMs=body.get("ttlMs"),
         makeFolders=makeFolders if profile == "agent" else None,
+        requestId=body["requestId"],
+        body=body,
+        frameFor=frameFor,
     )
-    session.delegatedToken = caller.delegatedToken
-    result = answer(
-        "session.created",
-        {
-            "session": session.summary(),
-            "clientId": caller.clientId,
-            "holdsLease": bool(claim),
-        },
-    )
-    registry.rememberCreation(session, caller, body["requestId"], body, result)
     return result
 
 
@@ -126,28 +131,26 @@ def checkDriver(session: Session, caller: Caller) -> None:
 
 
 def claim(session: Session, caller: Caller, body: dict[str, Any], defaultTtlMs: int) -> Answer:
-    result = answer(
-        "driver.claimed",
-        session.claim(caller, int(body.get("ttlMs", defaultTtlMs)), bool(body.get("takeover"))),
+    value, effects = session.claimEffects(
+        caller, int(body.get("ttlMs", defaultTtlMs)), bool(body.get("takeover"))
     )
+    result = answer("driver.claimed", value)
     result["value"]["session"] = session.summary()
-    session.remember("claim", caller, body["requestId"], body, result)
+    session.commit("claim", caller, body["requestId"], body, result, effects)
     return result
 
 
 def release(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-    session.release(caller)
+    effects = session.releaseEffects(caller)
     result = answer("driver.released", {"lease": None, "session": session.summary()})
-    session.remember("release", caller, body["requestId"], body, result)
+    session.commit("release", caller, body["requestId"], body, result, effects)
     return result
 
 
 def rename(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-    session.rename(body["title"])
-    result = answer("session.renamed", {"session": session.summary()})
-    if "requestId" in body:
-        session.remember("rename", caller, body["requestId"], body, result)
-    return result
+    return session.rename(
+        caller, body, lambda: answer("session.renamed", {"session": session.summary()})
+    )
 
 
 def submitCommand(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
@@ -188,17 +191,21 @@ def chime(
     }
     policy = session.roomPolicy
     lease = session.currentLease()
+    received = ("chime.received", {k: v for k, v in record.items() if k != "status"})
     if policy in ("observe", "mute"):
         record["status"] = "rejected"
         result = answer(
             "chime.rejected",
             {"chime": record, "reason": f"the room's policy is {policy}"},
         )
-        session.remember("chime", caller, body["requestId"], body, result)
-        session.emit("chime.resolved", {"chimeId": chimeId, "status": "rejected", "reason": policy})
+        session.commit(
+            "chime", caller, body["requestId"], body, result,
+            [("chime.resolved", {"chimeId": chimeId, "status": "rejected", "reason": policy})],
+        )
         return result
     if policy == "co-drive" and lease is not None and immediate:
         record["status"] = "accepted"
+        record["commandId"] = chimeId
         driver = Caller(
             principal=lease.principal,
             clientId=lease.clientId,
@@ -211,20 +218,21 @@ def chime(
             "text": body["text"],
             "chimeAuthor": body["author"],
         }
-        session.emit("chime.received", {k: v for k, v in record.items() if k != "status"})
-        frame = session.acceptCommand(
-            driver, commandBody, lambda command: answer("command.accepted", {"command": dict(command)})
+        received = ("chime.received", {k: v for k, v in record.items()
+                                       if k not in ("status", "commandId")})
+        return session.acceptCommand(
+            driver, commandBody,
+            lambda command: answer("command.accepted", {"command": dict(command)}),
+            kind="chime", requester=caller, requestBody=body,
+            before=[received],
+            after=[("chime.resolved", {"chimeId": chimeId, "status": "accepted",
+                                       "commandId": chimeId})],
+            frameOf=lambda command: answer("chime.accepted", {"chime": record, "command": dict(command)}),
         )
-        record["commandId"] = chimeId
-        result = answer("chime.accepted", {"chime": record, "command": frame["value"]["command"]})
-        session.remember("chime", caller, body["requestId"], body, result)
-        session.emit("chime.resolved", {"chimeId": chimeId, "status": "accepted", "commandId": chimeId})
-        return result
     record["status"] = "pending"
     result = answer("chime.accepted", {"chime": record})
-    session.remember("chime", caller, body["requestId"], body, result)
+    session.commit("chime", caller, body["requestId"], body, result, [received])
     session.chimes[chimeId] = {**record, "text": body["text"]}
-    session.emit("chime.received", {k: v for k, v in record.items() if k != "status"})
     return result
 
 
@@ -237,11 +245,16 @@ def _resolveChime(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
             {"chimeId": body["chimeId"]},
         )
     if body["type"] == "reject_chime":
+        result = answer(
+            "chime.rejected",
+            {"chime": {**_public(chime), "status": "rejected"}, "reason": "the driver declined it"},
+        )
+        session.commit(
+            "policy", caller, body["requestId"], body, result,
+            [("chime.resolved", {"chimeId": chime["chimeId"], "status": "rejected",
+                                 "by": caller.holder()})],
+        )
         chime["status"] = "rejected"
-        result = answer("chime.rejected", {"chime": _public(chime), "reason": "the driver declined it"})
-        session.remember("policy", caller, body["requestId"], body, result)
-        session.emit("chime.resolved", {"chimeId": chime["chimeId"], "status": "rejected",
-                                        "by": caller.holder()})
         return result
     commandId = body.get("commandId") or body["requestId"]
     result = session.acceptCommand(
@@ -249,10 +262,10 @@ def _resolveChime(session: Session, caller: Caller, body: dict[str, Any]) -> Ans
         body,
         lambda command: answer("command.accepted", {"command": dict(command)}),
         extra={"text": chime["text"], "chimeAuthor": chime["author"], "delivery": chime["delivery"]},
+        after=[("chime.resolved", {"chimeId": chime["chimeId"], "status": "accepted",
+                                   "commandId": commandId, "by": caller.holder()})],
     )
     chime["status"] = "accepted"
-    session.emit("chime.resolved", {"chimeId": chime["chimeId"], "status": "accepted",
-                                    "commandId": commandId, "by": caller.holder()})
     return result
 
 
@@ -284,10 +297,12 @@ def _cancel(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
 
 
 def _roomPolicy(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-    session.roomPolicy = body["policy"]
     result = answer("room.policy", {"policy": body["policy"]})
-    session.remember("policy", caller, body["requestId"], body, result)
-    session.emit("room.policy", {"policy": body["policy"], "by": caller.holder()})
+    session.commit(
+        "policy", caller, body["requestId"], body, result,
+        [("room.policy", {"policy": body["policy"], "by": caller.holder()})],
+    )
+    session.roomPolicy = body["policy"]
     return result
 
 

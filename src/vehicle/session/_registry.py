@@ -15,9 +15,19 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
-from vehicle.session._session import Session, fingerprint, normalizeTitle, replayed
-from vehicle.session._values import Caller, SessionMeta
-from vehicle.store import DataDir, JsonlLog, readJson
+from vehicle.session._session import (
+    Session,
+    branchEffects,
+    fingerprint,
+    normalizeTitle,
+    openLogs,
+    replayed,
+    requestRecord,
+    storageError,
+)
+from vehicle.session._values import Caller, SessionMeta, isoTimestamp
+from vehicle.store import DataDir, readJson
+from vehicle.store._files import files, removeTree
 
 
 NOT_FOUND_MESSAGE = "no such session"
@@ -92,7 +102,7 @@ class Registry:
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex
 
-    def create(
+    def prepare(
         self,
         caller: Caller,
         meta: SessionMeta,
@@ -104,35 +114,131 @@ class Registry:
         makeFolders: Callable[[str, Path], dict[str, Any]] | None = None,
     ) -> Session:
         """
-        Make a session's directory and logs, write C{session.created} and,
-        unless C{claim} is false, give the creating client the lease.
+        Build a new session's folder aside (C{sessions/.new-<id>/}): its
+        meta, its logs with C{session.created} and, unless C{claim} is
+        false, the creating client's lease.  Nobody sees it until
+        L{publish} renames it into place; a host cut before that leaves a
+        folder start removes.
         """
-        directory = self.dataDir.sessionDir(meta.sessionId)
-        directory.mkdir(mode=0o700)
-        (directory / "pi").mkdir(mode=0o700)
-        (directory / "work").mkdir(mode=0o700)
-        if makeFolders is not None:
-            meta = evolve(meta, folders=makeFolders(meta.sessionId, directory))
-        session, _, _ = self._open(meta, directory, normalizeTitle(title))
-        session.writeMeta()
-        session.emit(
-            "session.created",
-            {"by": caller.holder(), "profile": meta.profile, "model": meta.model,
-             **(createdEvent or {})},
-        )
-        if claim:
-            session.claim(caller, ttlMs or self.defaultLeaseTtlMs, takeover=False)
-        self._adopt(session)
+        building = self.dataDir.buildingDir(meta.sessionId)
+        layer = files()
+        layer.mkdir(building, 0o700)
+        try:
+            layer.mkdir(building / "pi", 0o700)
+            layer.mkdir(building / "work", 0o700)
+            if makeFolders is not None:
+                final = str(self.dataDir.sessionDir(meta.sessionId))
+                folders = {
+                    name: {**identity, "path": str(identity["path"]).replace(str(building), final, 1)}
+                    for name, identity in makeFolders(meta.sessionId, building).items()
+                }
+                meta = evolve(meta, folders=folders)
+            session = self._open(meta, building, normalizeTitle(title))
+            try:
+                session.writeMeta()
+                session.emit(
+                    "session.created",
+                    {"by": caller.holder(), "profile": meta.profile, "model": meta.model,
+                     **(createdEvent or {})},
+                )
+                if claim:
+                    session.claim(caller, ttlMs or self.defaultLeaseTtlMs, takeover=False)
+            except BaseException:
+                session.close()
+                raise
+        except BaseException:
+            self.abandon(meta.sessionId)
+            raise
         return session
 
-    def rememberCreation(
-        self, session: Session, caller: Caller, requestId: str, body: Any, frame: dict[str, Any]
+    def publish(
+        self,
+        session: Session,
+        kind: str,
+        caller: Caller,
+        requestId: str,
+        body: Any,
+        frame: dict[str, Any],
+        route: str,
+        extra: dict[str, Any] | None = None,
     ) -> None:
-        session.remember("create", caller, requestId, body, frame)
-        self._creations[(caller.principal, requestId)] = (
-            fingerprint(body, f"create:{caller.graphId}"),
-            frame,
+        """
+        The new session's one durable step: its record (the request that
+        made it, with the answer) is written in the folder built aside,
+        and the folder is renamed into place.  Then it is served.
+        """
+        record = requestRecord(
+            kind, caller, requestId, body, frame, route, self.clock.seconds(), **(extra or {})
         )
+        digest = record["fingerprint"]
+        try:
+            session._commandsLog.append(record)
+            session.close()
+            directory = self.dataDir.publish(session.sessionId)
+        except OSError as e:
+            session.close()
+            self._abandonQuietly(session.sessionId)
+            raise storageError(e) from e
+        except BaseException:
+            session.close()
+            self._abandonQuietly(session.sessionId)
+            raise
+        self._reopenAt(session, directory)
+        if kind == "create":
+            self._creations[(caller.principal, requestId)] = (digest, frame)
+        self._adopt(session)
+
+    def _reopenAt(self, session: Session, directory: Path) -> None:
+        events, _, commands, _ = openLogs(directory)
+        session.directory = directory
+        session._events, session._commandsLog = events, commands
+        session.closed = False
+        session._armLeaseTimer()
+
+    def abandon(self, sessionId: str) -> None:
+        """
+        Remove a folder built aside that will not be published (and an
+        agent's workspace made for it): it was never announced.
+        """
+        building = self.dataDir.buildingDir(sessionId)
+        if building.is_dir():
+            removeTree(building)
+        workspace = self.dataDir.workspaceDir(sessionId)
+        if workspace.is_dir() and not self.dataDir.sessionDir(sessionId).exists():
+            removeTree(workspace)
+
+    def _abandonQuietly(self, sessionId: str) -> None:
+        try:
+            self.abandon(sessionId)
+        except Exception as e:  # noqa: BLE001 - start removes it anyway
+            self._log.warn("Could not remove the half-made session {sessionId}: {error}",
+                           sessionId=sessionId, error=str(e))
+
+    def create(
+        self,
+        caller: Caller,
+        meta: SessionMeta,
+        *,
+        requestId: str | None = None,
+        body: Any = None,
+        frameFor: Callable[[Session], dict[str, Any]] | None = None,
+        **options: Any,
+    ) -> tuple[Session, dict[str, Any]]:
+        """
+        Make a session in one step (L{prepare} with C{options}, then
+        L{publish} with the creating request's record); returns it and the
+        answer's frame.
+        """
+        try:
+            session = self.prepare(caller, meta, **options)
+        except OSError as e:
+            raise storageError(e) from e
+        frame = frameFor(session) if frameFor is not None else {}
+        self.publish(
+            session, "create", caller, requestId or meta.sessionId, body or {}, frame,
+            f"create:{caller.graphId}",
+        )
+        return session, frame
 
     def _adopt(self, session: Session) -> None:
         self.sessions[session.sessionId] = session
@@ -153,39 +259,64 @@ class Registry:
         """
         Move the session's directory to the trash; returns its trash name.
         The caller has already refused a running session and disposed the body.
-        """
-        now = self.clock.seconds()
-        from vehicle.session._values import isoTimestamp
 
-        session.close()
-        trashedAs = self.dataDir.moveToTrash(
-            session.sessionId,
+        A name is reserved in the trash; C{session.deleted} naming it is the
+        one durable step; the move follows, and start finishes it should
+        the host be cut in between.
+        """
+        try:
+            trashedAs = self.dataDir.reserveTrash(session.sessionId)
+        except OSError as e:
+            raise storageError(e) from e
+        event = session.markDeleted(trashedAs, caller)
+        try:
+            self._finishDelete(session, event)
+        except OSError as e:
+            self._log.error(
+                "Session {sessionId} is deleted; moving it to the trash failed ({error}) "
+                "and is finished at the next start",
+                sessionId=session.sessionId, error=str(e),
+            )
+        session.trashed(self.dataDir.trashDir(trashedAs))
+        return trashedAs
+
+    def _finishDelete(self, session: Session, event: dict[str, Any]) -> None:
+        data = event.get("data") or {}
+        sessionId = session.sessionId
+        self.dataDir.finishTrash(
+            sessionId,
+            data["trashedAs"],
             {
-                "sessionId": session.sessionId,
+                "sessionId": sessionId,
                 "graphId": session.meta.graphId,
-                "deletedAt": isoTimestamp(now),
-                "by": caller.holder(),
+                "deletedAt": event["timestamp"],
+                "by": data.get("by"),
                 "restore": (
                     "stop the service, move this directory back to "
-                    f"sessions/{session.sessionId}/, start it, and restore the "
+                    f"sessions/{sessionId}/, start it, and restore the "
                     "mirrored document from the workspace's Trash"
                 ),
             },
         )
-        session.markDeleted(self.dataDir.trashDir(trashedAs), trashedAs, caller)
-        return trashedAs
 
     # -- start --------------------------------------------------------------
 
     def loadAll(self) -> None:
         """
-        Rebuild every session from disk; commands left open by a host that
-        died are reported C{interrupted}.
+        Rebuild every session from disk: first sweep what a cut request
+        left half made, then load each session (finishing a request cut
+        between its record and its events, a delete cut before its move,
+        a branch cut before its source heard of it); commands left open by
+        a host that died are reported C{interrupted}.
         """
         self.dataDir.ensure()
+        for line in self.dataDir.sweep():
+            self._log.info("Start: {what}", what=line)
+        reserved = set(self.dataDir.emptyTrashReservations())
+        branches: list[tuple[Session, dict[str, Any]]] = []
         for sessionId in self.dataDir.listSessionIds():
             try:
-                session = self._load(sessionId)
+                session, records = self._load(sessionId)
             except Exception as e:  # noqa: BLE001 - one bad session never stops the host
                 self._log.error(
                     "Session {sessionId} could not be loaded and is left on disk: {error}",
@@ -193,46 +324,102 @@ class Registry:
                     error=str(e),
                 )
                 continue
+            last = session._history[-1] if session._history else None
+            if (
+                last is not None
+                and last["type"] == "session.deleted"
+                and last["data"].get("trashedAs") in reserved
+            ):
+                # A delete cut before its move (its trash name still
+                # reserved; a session an operator moved back from the trash
+                # has none, and is served again).
+                session.close()
+                reserved.discard(last["data"]["trashedAs"])
+                try:
+                    self._finishDelete(session, last)
+                except Exception as e:  # noqa: BLE001
+                    self._log.error("Start: could not finish deleting {sessionId}: {error}",
+                                    sessionId=sessionId, error=str(e))
+                else:
+                    self._log.info("Start: finished deleting {sessionId} (trash/{name})",
+                                   sessionId=sessionId, name=last["data"].get("trashedAs"))
+                continue
             self._adopt(session)
+            branches += [(session, r) for r in records if r.get("kind") == "branched"]
+        for line in self.dataDir.sweepTrash():
+            self._log.info("Start: {what}", what=line)
+        for branchSession, record in branches:
+            self._finishBranch(branchSession, record)
+        for session in list(self.sessions.values()):
             for command in session.openCommands():
                 session.setStatus(command["commandId"], "interrupted", reason="host_restarted")
 
-    def _open(
-        self, meta: SessionMeta, directory: Path, title: str | None
-    ) -> tuple[Session, list[dict[str, Any]], list[dict[str, Any]]]:
+    def _finishBranch(self, branch: Session, record: dict[str, Any]) -> None:
         """
-        A session over its directory's logs (made when missing), with the
-        records already in them.
+        A branch published by a host cut before its source's record: the
+        source learns of it now (the request's record and
+        C{session.forked}/C{session.cloned}), so a retry replays it.
         """
-        events, eventRecords = JsonlLog.open(directory / "events.jsonl", seqField="seq")
-        commands, requestRecords = JsonlLog.open(directory / "commands.jsonl")
-        session = Session(
+        source = self.sessions.get(record.get("source") or "")
+        requestId = record.get("requestId")
+        if source is None or not isinstance(requestId, str) or requestId in source._requests:
+            return
+        body = record.get("body") or {}
+        caller = Caller(principal=record["principal"], clientId=record["clientId"], role="viewer")
+        source.commit(
+            "branch", caller, requestId, body, record["frame"],
+            branchEffects(body.get("type", "fork"), branch.sessionId, body.get("entryId"), caller),
+        )
+        self._log.info("Start: told {source} of its branch {branch}",
+                       source=source.sessionId, branch=branch.sessionId)
+
+    def _open(self, meta: SessionMeta, directory: Path, title: str | None) -> Session:
+        """
+        A session over its directory's logs (made when missing).
+        """
+        events, _, commands, _ = openLogs(directory)
+        return Session(
             meta=meta,
             directory=directory,
             clock=self.clock,
             title=title,
             events=events,
             commandsLog=commands,
+            baseTitle=title,
         )
-        return session, eventRecords, requestRecords
 
-    def _load(self, sessionId: str) -> Session:
+    def _load(self, sessionId: str) -> tuple[Session, list[dict[str, Any]]]:
         directory = self.dataDir.sessionDir(sessionId)
         metaJSON = readJson(directory / "meta.json")
         meta = SessionMeta.fromJSON(metaJSON)
-        session, eventRecords, requestRecords = self._open(
-            meta, directory, metaJSON.get("title")
+        events, eventRecords, commands, requestRecords = openLogs(directory)
+        session = Session(
+            meta=meta,
+            directory=directory,
+            clock=self.clock,
+            title=metaJSON.get("title"),
+            events=events,
+            commandsLog=commands,
+            baseTitle=metaJSON.get("title"),
         )
+        try:
+            session.restore(eventRecords, requestRecords)
+        except BaseException:
+            session.close()
+            raise
         for record in requestRecords:
-            if record.get("kind") == "command":
-                session.restoreCommand(record)
             if record.get("kind") == "create":
                 self._creations[(record["principal"], record["requestId"])] = (
                     fingerprint(record["body"], f"create:{meta.graphId}"),
                     record["frame"],
                 )
-        session.rebuild(eventRecords, requestRecords)
-        return session
+        if session.title != metaJSON.get("title") and not (
+            session._history and session._history[-1]["type"] == "session.deleted"
+        ):
+            # meta.json follows the log: put right what a cut rename left.
+            session.writeMeta()
+            self._log.info("Start: rewrote the title in {sessionId}'s meta.json", sessionId=sessionId)
+        return session, requestRecords
 
     def close(self) -> None:
         for session in self.sessions.values():

@@ -9,6 +9,7 @@ and the body's conductor (see L{IConductor}) is handed accepted commands.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 from pathlib import Path
@@ -52,6 +53,7 @@ MAX_WAIT_MS = 30_000
 ROUTE_OF = {
     "create": "create", "claim": "claim", "release": "release", "rename": "rename",
     "command": "commands", "policy": "commands", "branch": "commands", "chime": "chimes",
+    "branched": "commands",
 }
 
 
@@ -159,6 +161,9 @@ class Session:
     _waiters: list[Deferred] = field(factory=list)
     _leaseTimer: IDelayedCall | None = None
     _onDeleted: list[Callable[["Session"], None]] = field(factory=list)
+    #: The title C{meta.json} held when the session was opened: the title
+    #: unless the log renamed it since.
+    baseTitle: str | None = None
 
     # -- identity -------------------------------------------------------
 
@@ -355,12 +360,26 @@ class Session:
 
     def claim(self, caller: Caller, ttlMs: int, takeover: bool) -> dict[str, Any]:
         """
+        Take the lease and say so at once (a request that is remembered
+        uses L{claimEffects} and L{commit} instead).
+        """
+        value, effects = self.claimEffects(caller, ttlMs, takeover)
+        for eventType, data in effects:
+            self.emit(eventType, data)
+        return value
+
+    def claimEffects(
+        self, caller: Caller, ttlMs: int, takeover: bool
+    ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+        """
         Take the lease: free, or already ours (renewed), or the same
-        principal's with C{takeover}.  Returns the frame's value.
+        principal's with C{takeover}.  Returns the frame's value and the
+        events that say so (for L{commit}, which writes them).
         """
         now = self.clock.seconds()
         lease = self.currentLease()
         tookOverFrom = None
+        effects: list[tuple[str, dict[str, Any]]] = []
         if lease is not None and lease.heldBy(caller):
             self.lease = Lease(
                 principal=caller.principal,
@@ -369,16 +388,16 @@ class Session:
                 claimedAt=lease.claimedAt,
                 renewedAt=now,
             )
-            self.emit("lease.renewed", {**caller.holder(), "ttlMs": ttlMs})
+            effects.append(("lease.renewed", {**caller.holder(), "ttlMs": ttlMs}))
         else:
             if lease is not None:
                 if not (takeover and lease.principal == caller.principal):
                     raise self._leaseHeld(lease, caller)
                 tookOverFrom = _holder(lease)
-                self.emit(
+                effects.append((
                     "lease.revoked",
                     {**tookOverFrom, "by": caller.holder(), "reason": "takeover"},
-                )
+                ))
             self.lease = Lease(
                 principal=caller.principal,
                 clientId=caller.clientId,
@@ -386,13 +405,22 @@ class Session:
                 claimedAt=now,
                 renewedAt=now,
             )
-            self.emit("lease.claimed", {**caller.holder(), "ttlMs": ttlMs})
+            effects.append(("lease.claimed", {**caller.holder(), "ttlMs": ttlMs}))
         self._armLeaseTimer()
-        return {"lease": self.lease.asJSON(), "tookOverFrom": tookOverFrom}
+        return {"lease": self.lease.asJSON(), "tookOverFrom": tookOverFrom}, effects
 
     def release(self, caller: Caller, reason: str = "release") -> None:
         """
-        Give the lease back.
+        Give the lease back and say so at once.
+        """
+        for eventType, data in self.releaseEffects(caller, reason):
+            self.emit(eventType, data)
+
+    def releaseEffects(
+        self, caller: Caller, reason: str = "release"
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """
+        Give the lease back; returns the event that says so (for L{commit}).
 
         @raise VehicleError: C{lease_not_held} for anyone but the holder.
         """
@@ -405,7 +433,7 @@ class Session:
             )
         self.lease = None
         self._cancelLeaseTimer()
-        self.emit("lease.released", {**caller.holder(), "reason": reason})
+        return [("lease.released", {**caller.holder(), "reason": reason})]
 
     # -- idempotency ------------------------------------------------------
 
@@ -418,33 +446,111 @@ class Session:
         """
         return replayed(self._requests.get(requestId), requestId, body, route)
 
-    def remember(
-        self, kind: str, caller: Caller, requestId: str, body: Any, frame: dict[str, Any]
+    def commit(
+        self,
+        kind: str,
+        caller: Caller,
+        requestId: str | None,
+        body: Any,
+        frame: dict[str, Any],
+        effects: list[tuple[str, dict[str, Any]]],
+        command: dict[str, Any] | None = None,
     ) -> None:
         """
-        Keep an accepted request (in C{commands.jsonl}) so a retry replays.
+        The one durable step of an accepted request: its record (its
+        C{requestId}, fingerprint, answer, the command it makes and the
+        events it implies) is one synced line of C{commands.jsonl}; its
+        events follow.  A host cut between the two finishes the events at
+        start (L{restore}), so a request answered is a request done, and a
+        request whose record is missing was never answered.
+
+        Without a C{requestId} (a rename may have none) nothing is
+        remembered and the first event is the step.
+
+        @raise VehicleError: C{storage_unavailable} when the record cannot
+            be written; the session is then read back from disk, so nothing
+            of the refused request stays in memory.
         """
-        digest = fingerprint(body, ROUTE_OF[kind])
-        self._commandsLog.append(
-            {
-                "kind": kind,
-                "requestId": requestId,
-                "principal": caller.principal,
-                "clientId": caller.clientId,
-                "fingerprint": digest,
-                "at": isoTimestamp(self.clock.seconds()),
-                "body": body,
-                "frame": frame,
-            }
-        )
-        self._requests[requestId] = (digest, frame)
+        if requestId is not None:
+            record = requestRecord(
+                kind, caller, requestId, body, frame, ROUTE_OF[kind], self.clock.seconds(),
+                cursor=self.cursor,
+                effects=[[eventType, data] for eventType, data in effects],
+            )
+            if command is not None:
+                record["command"] = command
+            self._guarded(self._commandsLog.append, record)
+            self._requests[requestId] = (record["fingerprint"], frame)
+        for eventType, data in effects:
+            self._guarded(self.emit, eventType, data)
+
+    def _guarded(self, write: Callable[..., Any], *args: Any) -> Any:
+        """
+        Do one durable write; when the disk refuses it (no space, an I/O
+        error, an earlier failed sync), read the session back from disk
+        (a failed fsync is never retried: the log is opened afresh) and
+        refuse the request with a clear frame.
+        """
+        try:
+            return write(*args)
+        except OSError as e:
+            self._log.error(
+                "Session {sessionId}: a durable write failed ({error}); reading it back from disk",
+                sessionId=self.sessionId, error=str(e),
+            )
+            try:
+                self.reload()
+            except Exception as again:  # noqa: BLE001 - reported, the host serves on
+                self._log.error(
+                    "Session {sessionId} could not be read back: {error}",
+                    sessionId=self.sessionId, error=str(again),
+                )
+            raise storageError(e) from e
+
+    def reload(self) -> None:
+        """
+        Forget the in-memory state and read it back from the logs on disk
+        (repairing a torn tail), as a restart would: after a failed write,
+        memory never claims more than the disk holds.
+        """
+        self._events.close()
+        self._commandsLog.close()
+        events, eventRecords, commands, requestRecords = openLogs(self.directory)
+        self._events, self._commandsLog = events, commands
+        self._cancelLeaseTimer()
+        self._history = []
+        self._requests = {}
+        self.commands = {}
+        self.chimes = {}
+        self.lease = None
+        self.preview = None
+        self.previewInherited = False
+        self.roomPolicy = "suggest"
+        self.restore(eventRecords, requestRecords)
 
     # -- title ------------------------------------------------------------
 
-    def rename(self, title: str | None) -> None:
-        self.title = normalizeTitle(title)
-        self.writeMeta()
-        self.emit("session.renamed", {"title": self.title})
+    def rename(self, caller: Caller, body: dict[str, Any], frameFor: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """
+        Rename: the event is the step (with the request's record when it
+        has a C{requestId}); C{meta.json} follows, and is put right at
+        start should the host be cut between the two.
+        """
+        self.title = normalizeTitle(body["title"])
+        frame = frameFor()
+        self.commit(
+            "rename", caller, body.get("requestId"), body, frame,
+            [("session.renamed", {"title": self.title})],
+        )
+        try:
+            self.writeMeta()
+        except OSError as e:
+            # The title is durable in the log; meta.json is put right at start.
+            self._log.warn(
+                "Session {sessionId}: meta.json could not be rewritten ({error}); "
+                "the title is kept in the log", sessionId=self.sessionId, error=str(e),
+            )
+        return frame
 
     def writeMeta(self) -> None:
         """
@@ -485,11 +591,23 @@ class Session:
         body: dict[str, Any],
         frameFor: Callable[[dict[str, Any]], dict[str, Any]],
         extra: dict[str, Any] | None = None,
+        *,
+        kind: str = "command",
+        requester: Caller | None = None,
+        requestBody: dict[str, Any] | None = None,
+        before: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        after: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
+        frameOf: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """
-        Record a new command: the request is logged first (its intent, in
-        C{commands.jsonl}), then C{command.accepted} is announced.  Returns
+        Accept a new command in one durable step (L{commit}): the request's
+        record, holding the command whole, then C{command.accepted} (and
+        whatever events C{before} and C{after} add: a chime's).  Returns
         the answer's frame, built by C{frameFor} from the command.
+
+        A chime that becomes a command is remembered as the chimer's
+        request (C{kind}, C{requester}, C{requestBody}), the command being
+        the driver's; C{frameOf} then makes the chimer's answer.
         """
         commandId = body.get("commandId") or body["requestId"]
         if commandId in self.commands:
@@ -514,31 +632,40 @@ class Session:
                 command[key] = body[key]
         command.update(extra or {})
         frame = frameFor(command)
-        self.remember("command", caller, body["requestId"], body, frame)
-        self.commands[commandId] = command
+        answerFrame = frameOf(command) if frameOf is not None else frame
+        accepted = {
+            "commandId": commandId,
+            "type": body["type"],
+            "requestId": body["requestId"],
+            "status": "accepted",
+            "by": caller.holder(),
+            **(
+                {"textBytes": len(command["text"].encode("utf-8"))}
+                if "text" in command
+                else {}
+            ),
+        }
+        self.commit(
+            kind,
+            requester or caller,
+            (requestBody or body)["requestId"],
+            requestBody or body,
+            answerFrame,
+            [*before, ("command.accepted", accepted), *after],
+            command=dict(command),
+        )
+        self._adoptCommand(command)
+        if self.conductor is not None:
+            self.conductor.commandAccepted(command)
+        return answerFrame
+
+    def _adoptCommand(self, command: dict[str, Any]) -> None:
+        self.commands[command["commandId"]] = command
         if (self.preview is None or self.previewInherited) and "text" in command and not command.get(
             "chimeAuthor"
         ):
             self.preview = _preview(command["text"])
             self.previewInherited = False
-        self.emit(
-            "command.accepted",
-            {
-                "commandId": commandId,
-                "type": body["type"],
-                "requestId": body["requestId"],
-                "status": "accepted",
-                "by": caller.holder(),
-                **(
-                    {"textBytes": len(command["text"].encode("utf-8"))}
-                    if "text" in command
-                    else {}
-                ),
-            },
-        )
-        if self.conductor is not None:
-            self.conductor.commandAccepted(command)
-        return frame
 
     # -- summary ----------------------------------------------------------
 
@@ -569,21 +696,28 @@ class Session:
     def whenDeleted(self, callback: Callable[["Session"], None]) -> None:
         self._onDeleted.append(callback)
 
-    def markDeleted(self, trashDir: Path, trashedAs: str, caller: Caller) -> None:
+    def markDeleted(self, trashedAs: str, caller: Caller) -> dict[str, Any]:
         """
-        The directory now lives in the trash: write C{session.deleted} as
-        the last event of the moved log, wake every watcher, forget timers.
+        The delete's one durable step: C{session.deleted} (naming the trash
+        directory already reserved) as the last event of the log.  It wakes
+        every watcher; the registry then moves the directory (and start
+        finishes that move should the host be cut before it ends).
+
+        @return: the event.
         """
         self._cancelLeaseTimer()
-        self._events.reopen(trashDir / "events.jsonl")
-        self._commandsLog.close()
-        self.directory = trashDir
-        self.closed = False
-        self.emit("session.deleted", {"trashedAs": trashedAs, "by": caller.holder()})
-        self.closed = True
-        self._cancelLeaseTimer()
-        self._events.close()
+        event = self._guarded(
+            self.emit, "session.deleted", {"trashedAs": trashedAs, "by": caller.holder()}
+        )
+        self.close()
         self.deleted = True
+        return event
+
+    def trashed(self, trashDir: Path) -> None:
+        """
+        The directory now lives in the trash: tell whoever follows deletes.
+        """
+        self.directory = trashDir
         for callback in self._onDeleted:
             callback(self)
 
@@ -594,6 +728,41 @@ class Session:
         self._commandsLog.close()
 
     # -- rebuilding -------------------------------------------------------
+
+    def restore(self, events: list[dict[str, Any]], requests: list[dict[str, Any]]) -> None:
+        """
+        Derive every piece of state from the two logs read back from disk:
+        first finish the events of a request whose record was written but
+        whose events were cut off (L{commit}), then rebuild.
+        """
+        events = list(events)
+        requests = list(requests)
+        lastSeq = events[-1]["seq"] if events else 0
+        for record in requests:
+            effects, cursor = record.get("effects"), record.get("cursor")
+            if not isinstance(effects, list) or not isinstance(cursor, int):
+                continue
+            have = max(0, lastSeq - cursor)
+            for eventType, data in effects[have:]:
+                lastSeq += 1
+                event = {
+                    "seq": lastSeq,
+                    "type": eventType,
+                    "timestamp": record.get("at") or isoTimestamp(self.clock.seconds()),
+                    "sessionId": self.sessionId,
+                    "data": data,
+                }
+                self._events.append(event)
+                events.append(event)
+                self._log.info(
+                    "Session {sessionId}: finished {eventType} of request {requestId} "
+                    "(the host was cut after its record)",
+                    sessionId=self.sessionId, eventType=eventType,
+                    requestId=record.get("requestId"),
+                )
+        for record in requests:
+            self.restoreCommand(record)
+        self.rebuild(events, requests)
 
     def rebuild(self, events: Iterable[dict[str, Any]], requests: Iterable[dict[str, Any]]) -> None:
         """
@@ -606,6 +775,7 @@ class Session:
                 if chime.get("status") == "pending":
                     self.chimes[chime["chimeId"]] = {**chime, "text": record["body"]["text"]}
         lease: Lease | None = None
+        title = self.baseTitle
         for event in events:
             self._history.append(event)
             kind, data = event["type"], event.get("data") or {}
@@ -615,6 +785,7 @@ class Session:
                 lease is not None
                 and by.get("principal") == lease.principal
                 and by.get("clientId") == lease.clientId
+                and kind not in ("lease.claimed", "lease.renewed")
             ):
                 # Any mutation by the holder renewed the lease by use.
                 lease = lease.renewed(at)
@@ -638,7 +809,7 @@ class Session:
                     if key in data:
                         command[key] = data[key]
             elif kind == "session.renamed":
-                self.title = data.get("title")
+                title = data.get("title")
             elif kind == "session.created" and self.preview is None and data.get("preview"):
                 self.preview = data["preview"]
                 self.previewInherited = True
@@ -646,16 +817,41 @@ class Session:
                 self.roomPolicy = data.get("policy", self.roomPolicy)
             elif kind == "chime.resolved" and data.get("chimeId") in self.chimes:
                 self.chimes[data["chimeId"]]["status"] = data.get("status")
+        self.title = title
         self.lease = lease
         for record in requests:
-            self._requests[record["requestId"]] = (record["fingerprint"], record["frame"])
+            if isinstance(record.get("requestId"), str) and "fingerprint" in record:
+                self._requests[record["requestId"]] = (record["fingerprint"], record["frame"])
         self._armLeaseTimer()
+
+    def runsSoFar(self) -> int:
+        """
+        The highest run number in the log (C{run-<n>}), so a revived body
+        numbers its runs on from there: run ids stay unique for the
+        session's whole life.
+        """
+        highest = 0
+        for event in self._history:
+            if event["type"] != "run.started":
+                continue
+            runId = (event.get("data") or {}).get("runId")
+            if isinstance(runId, str) and runId.startswith("run-") and runId[4:].isdigit():
+                highest = max(highest, int(runId[4:]))
+        return highest
 
     def restoreCommand(self, record: dict[str, Any]) -> None:
         """
-        Re-create a command from its accepted request (C{commands.jsonl}),
-        before the events move its status on.
+        Re-create a command from the request that made it (its record in
+        C{commands.jsonl} keeps it whole), before the events move its
+        status on.
         """
+        if isinstance(record.get("command"), dict):
+            command = dict(record["command"])
+            command["status"] = "accepted"
+            self._adoptCommand(command)
+            return
+        if record.get("kind") != "command":
+            return
         body = record.get("body") or {}
         commandId = body.get("commandId") or body.get("requestId")
         command = {
@@ -671,9 +867,68 @@ class Session:
         for key in COMMAND_FIELDS:
             if key in body:
                 command[key] = body[key]
-        self.commands[commandId] = command
-        if self.preview is None and "text" in body and not body.get("chimeAuthor"):
-            self.preview = _preview(body["text"])
+        self._adoptCommand(command)
+
+
+def requestRecord(
+    kind: str, caller: Caller, requestId: str, body: Any, frame: dict[str, Any],
+    route: str, now: float, **extra: Any,
+) -> dict[str, Any]:
+    """
+    The line of C{commands.jsonl} that remembers an accepted request: who
+    sent it, its fingerprint (on its route), its body and its answer.
+    """
+    return {
+        "kind": kind,
+        "requestId": requestId,
+        "principal": caller.principal,
+        "clientId": caller.clientId,
+        "fingerprint": fingerprint(body, route),
+        "at": isoTimestamp(now),
+        "body": body,
+        "frame": frame,
+        **extra,
+    }
+
+
+def branchEffects(
+    kind: str, branchId: str, entryId: str | None, caller: Caller
+) -> list[tuple[str, dict[str, Any]]]:
+    """
+    What a source's log says of a branch made from it.
+    """
+    return [(
+        f"session.{'forked' if kind == 'fork' else 'cloned'}",
+        {"branchId": branchId, "entryId": entryId, "by": caller.holder()},
+    )]
+
+
+def storageError(error: OSError) -> VehicleError:
+    """
+    The refusal of a request the disk would not take (no space, an I/O
+    error): nothing of it was kept.
+    """
+    return VehicleError(
+        "storage_unavailable",
+        f"the host could not write this request to its disk ({error.strerror or error}); "
+        "nothing was changed: try again later",
+        {"errno": errno.errorcode.get(error.errno or 0)},
+    )
+
+
+def openLogs(
+    directory: Path,
+) -> tuple[JsonlLog, list[dict[str, Any]], JsonlLog, list[dict[str, Any]]]:
+    """
+    Open a session's two logs (made when missing) and read them back.
+    """
+    events, eventRecords = JsonlLog.open(directory / "events.jsonl", seqField="seq")
+    try:
+        commands, requestRecords = JsonlLog.open(directory / "commands.jsonl")
+    except BaseException:
+        events.close()
+        raise
+    return events, eventRecords, commands, requestRecords
 
 
 def _holder(lease: Lease) -> dict[str, str]:

@@ -331,8 +331,8 @@ class VehicleAPI:
             return self._frame(request, 200, replayed, replayed=True)
         if body["type"] in ("fork", "clone"):
             # Ownership is enough: the source is not touched.
+            # The branch and the source's record of it are written by branch().
             result = await branch(self.registry, session, caller, body, self.hooks.recordFolders)
-            session.remember("branch", caller, body["requestId"], body, result)
             return self._frame(request, 201, result)
         if (
             self.requireDelegation
@@ -499,6 +499,7 @@ class VehicleAPI:
             request.setHeader(name, value)
         request.setResponseCode(error.httpStatus)
         request.setHeader(b"content-type", b"application/json")
+        request.setHeader(b"cache-control", b"no-store")
         return encode(errorFrame(error))
 
     def stopStreams(self) -> None:
