@@ -126,9 +126,12 @@ class LocalRunTests(_CloneCase):
         self.assertNotIn("Starting factory", (data / "logs" / "host.log").read_text())
         self.assertNotIn("Starting factory", (data / "logs" / "gardend.log").read_text())
 
-        # Again on the same data dir: the same key, the same session.
-        again = self.start(clone, "--port", str(port), "--data-dir", str(data))
+        # Again on the same data dir: the same key, the same session; with
+        # -v, the parts' logs are shown too.
+        again = self.start(clone, "--port", str(port), "--data-dir", str(data), "-v")
         await again.banner()
+        self.assertIn("[vehicle] ", again.process.text())
+        self.assertIn("[gardend] ", again.process.text())
         self.assertEqual(again.masterKey(), run.masterKey())
         ride = Ride(again.rideLine().replace("--new", f"--session {sessionId}"), clone,
                     personEnv(self.tmp))
