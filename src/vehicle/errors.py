@@ -59,6 +59,8 @@ STATUS: Mapping[str, int] = {
     "uri_too_long": 414,
     "headers_too_large": 431,
     "internal": 500,
+    # Not in the spec's table either: the disk refused a request (no space, an I/O error).
+    "storage_unavailable": 503,
 }
 
 
