@@ -422,6 +422,27 @@ class TailAllTests(SynchronousTestCase):
         self.failureResultOf(d, CancelledError)
         self.assertEqual(clock.getDelayedCalls(), [])
 
+    def test_hostAwayAtTheStart(self) -> None:
+        """
+        A 5xx for the first list (the host is away) is waited for, said
+        once; the sessions are followed once it answers.
+        """
+        clock = Clock()
+        stream = FakeStream()
+        http = FakeHTTP(clock, UNAVAILABLE, UNAVAILABLE, sessionList("a"), stream)
+        warnings: list[str] = []
+        door = Door(http=http, gardend="http://g", graph="g1")
+        follower = TailAll(door=door, clock=clock, warn=warnings.append,
+                           makeTail=lambda sid, since: Tail(door=door, sessionId=sid, clock=clock,
+                                                            write=lambda text: None, lastSeq=since))
+        d = Deferred.fromCoroutine(follower.run())
+        clock.advance(2)
+        clock.advance(2)
+        self.assertEqual(list(follower.tails), ["a"])
+        self.assertEqual(warnings, ["cannot list the sessions: the service did not answer; retrying"])
+        d.cancel()
+        self.failureResultOf(d, CancelledError)
+
     def test_firstListRefused(self) -> None:
         """
         A list refused at the start ends the tail with the refusal.

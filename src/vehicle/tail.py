@@ -115,6 +115,15 @@ def _ignore(text: str) -> None:
     pass
 
 
+def _hostAway(frame: Mapping[str, Any]) -> bool:
+    """
+    Is C{frame} a 5xx (gardend is up, the host is away or failed)?
+    """
+    details = frame.get("details")
+    status = details.get("status") if isinstance(details, dict) else None
+    return (isinstance(status, int) and status >= 500) or frame.get("code") == "internal"
+
+
 def typeMatches(patterns: Sequence[str], eventType: str) -> bool:
     """
     Does C{eventType} match one of C{patterns} (shell-style, C{run.*}); no
@@ -379,12 +388,12 @@ class TailAll:
             while True:
                 frame = await self.door.call("GET", "/sessions")
                 if frame.get("type") == "session.list":
-                    if self._away:
-                        self._away = False
+                    self._away = False
                     for summary in frame["value"]["sessions"]:
                         self._follow(summary, first)
                     first = False
-                elif first:
+                elif first and not _hostAway(frame):
+                    # Nothing listening, TLS, a refusal: no wait mends it.
                     raise TailFailed(
                         str(frame.get("message")),
                         frame,
