@@ -9,7 +9,6 @@ it started.  And a ride that only watches, and a 17 MiB line, live.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from twisted.trial.unittest import TestCase
 
