@@ -15,7 +15,10 @@ What differs from L{vehicle.gardend._mcp.MCPEndpoint}:
   - every other C{not_found} is a tool error whose text is not JSON
     ("Resource missing: ...");
   - with C{listAll}, C{tools/list} offers every tool to every token, the
-    writer tools to a viewer too (the calls are still refused).
+    writer tools to a viewer too (the calls are still refused); with
+    C{dropMeta}, its entries carry no C{_meta} (no scopes);
+  - with C{resources}, it offers every graph's documents as MCP resources,
+    whatever graph the token is bound to (pi's resource tools reach them).
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from attrs import define
+from attrs import define, field
 
 from vehicle.gardend import StandIn
 from vehicle.gardend._delegation import Delegation
 from vehicle.gardend._mcp import CATALOG, MCPEndpoint, ToolSpec, _reachable
+
+
+_RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
 
 
 def _reshape(folder: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,12 +74,18 @@ class VariantEndpoint(MCPEndpoint):
     """
 
     listAll: bool = False
+    #: List the tools without their C{_meta} (so without scopes).
+    dropMeta: bool = False
+    #: Offer every graph's documents as MCP resources (a server that does
+    #: not fence its resources by graph), and record each read.
+    resources: bool = False
+    resourceReads: list[str] = field(factory=list)
 
     def _dispatch(self, caller: Delegation, message: Mapping[str, Any]) -> dict[str, Any]:
         params = message.get("params") or {}
         method = message.get("method")
         if method == "tools/list" and self.listAll:
-            return {
+            answer: dict[str, Any] = {
                 "result": {
                     "tools": [
                         tool.listing(bound=caller.graphId is not None, reads=_reachable(caller))
@@ -81,14 +93,49 @@ class VariantEndpoint(MCPEndpoint):
                     ]
                 }
             }
-        answer = super()._dispatch(caller, message)
+        elif self.resources and method in _RESOURCE_METHODS:
+            return self._resource(method, params)
+        else:
+            answer = super()._dispatch(caller, message)
+        if method == "tools/list" and self.dropMeta and "result" in answer:
+            for tool in answer["result"]["tools"]:
+                tool.pop("_meta", None)
         if method == "initialize" and "result" in answer:
             answer["result"]["serverInfo"] = {"name": "gardend-variant", "version": "9.0.0"}
+            if self.resources:
+                answer["result"]["capabilities"]["resources"] = {}
         if method == "tools/call" and params.get("name") == "create_folder":
             error = _refusal(answer.get("result") or {})
             if error is not None and error.get("code") == "already_exists":
                 return {"error": {"code": -32000, "message": "Folder ID is in use"}}
         return answer
+
+    def _resource(self, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        if method == "resources/templates/list":
+            return {"result": {"resourceTemplates": []}}
+        documents = [
+            (graphId, document)
+            for graphId in sorted(self.config.knownGraphs())
+            for document in self.store.documents(graphId)
+        ]
+        if method == "resources/list":
+            return {
+                "result": {
+                    "resources": [
+                        {"uri": f"garden://{g}/{d['id']}", "name": d["title"],
+                         "mimeType": "text/markdown"}
+                        for g, d in documents
+                    ]
+                }
+            }
+        uri = params.get("uri")
+        self.resourceReads.append(str(uri))
+        for g, d in documents:
+            if uri == f"garden://{g}/{d['id']}":
+                return {"result": {"contents": [
+                    {"uri": uri, "mimeType": "text/markdown", "text": d["content"]}
+                ]}}
+        return {"error": {"code": -32002, "message": f"Resource not found: {uri}"}}
 
     def _call(
         self, caller: Delegation, tool: ToolSpec, arguments: Mapping[str, Any]
@@ -120,7 +167,9 @@ class VariantEndpoint(MCPEndpoint):
         }, audited
 
 
-def useVariant(standIn: StandIn, listAll: bool = False) -> VariantEndpoint:
+def useVariant(
+    standIn: StandIn, listAll: bool = False, dropMeta: bool = False, resources: bool = False
+) -> VariantEndpoint:
     """
     Put a L{VariantEndpoint} over C{standIn}'s store in place of its C{/mcp}.
     """
@@ -129,6 +178,8 @@ def useVariant(standIn: StandIn, listAll: bool = False) -> VariantEndpoint:
         store=standIn.store,
         delegations=standIn.delegations,
         listAll=listAll,
+        dropMeta=dropMeta,
+        resources=resources,
     )
     standIn.mcp = variant
     standIn.frontDoor.mcp = variant

@@ -38,6 +38,7 @@ from vehicle.box._proxy import ModelDoor, Upstream
 from vehicle.gardend import Config, StandIn
 from vehicle.testing import ScriptedModel
 
+from tests._mcp_variant import useVariant
 from tests.test_pi_smoke import PI_ROOT, Record, _model, _Pi, spawnPi
 
 
@@ -46,6 +47,7 @@ PERSON = "alice@example.org"
 TITLE = "sophia.delegated-token"
 READERS = {"read_document", "list_documents", "get_workspace", "search_documents"}
 WRITERS = {"create_folder", "create_document", "write_document", "rename", "create_wires"}
+RESOURCE_TOOLS = {"list_mcp_resources", "list_mcp_resource_templates", "read_mcp_resource"}
 
 
 def _config() -> Config:
@@ -279,6 +281,59 @@ class GraphToolsTests(TestCase):
         self.assertEqual(self.standIn.document(GRAPH, "doc-nope"), None)
         self.assertEveryRequestAskedFirst()
 
+    def readerBoot(self, **extra: Any) -> bytes:
+        """
+        The boot config of a session created by a reader, as the host writes
+        it (C{mcpReaders}), with C{extra} fields.
+        """
+        assert self.model.url is not None
+        boot = json.loads(bootConfig(
+            providers={"sophia": _model(self.model.url, self.key)},
+            budget={"maxTurns": 10, "maxCostUsd": 5.0},
+            mcpUrl=self.mcpUrl,
+        ))
+        boot["mcpReaders"] = sorted(READERS)
+        boot.update(extra)
+        return json.dumps(boot).encode()
+
+    async def test_readerToolsByScopeWhateverTheListing(self) -> None:
+        """
+        Against an MCP server that lists the writer tools to everyone, a
+        reader's session is offered only the tools whose requiredScopes are
+        all readers': the model never sees a writer tool, its call to one
+        is refused in the body, and nothing reaches the server's tools.
+        """
+        variant = useVariant(self.standIn, listAll=True)
+        self.assertTrue(variant.listAll)
+        self.standIn.store.createDocument(GRAPH, title="Plan", documentId="doc-plan")
+        body = self.spawn(self.mint("viewer"), boot=self.readerBoot())
+        await self.prompt(body, self.callTool("create_document", {"title": "Nope"}))
+        self.assertEqual(set(self.declared()), READERS)
+        [end] = self.toolEnds(body)
+        self.assertTrue(end["isError"], end)
+        self.assertEqual(self.https("tools/call"), [])
+        await self.prompt(body, self.callTool("read_document", {"documentId": "doc-plan"}))
+        read = self.toolEnds(body)[-1]
+        self.assertFalse(read["isError"], read)
+        for request in range(len(self.model.requests)):
+            self.assertEqual(set(self.declared(request)), READERS, request)
+        self.assertEqual(self.standIn.audit(), [])
+        self.assertEveryRequestAskedFirst()
+
+    async def test_readerToolWithoutScopesIsShut(self) -> None:
+        """
+        A listing whose tools name no scopes gives a reader's session no
+        graph tool: a tool is a reader's only if it says so.
+        """
+        useVariant(self.standIn, listAll=True, dropMeta=True)
+        self.standIn.store.createDocument(GRAPH, title="Plan", documentId="doc-plan")
+        body = self.spawn(self.mint("viewer"), boot=self.readerBoot())
+        await self.prompt(body, self.callTool("read_document", {"documentId": "doc-plan"}))
+        self.assertEqual(self.declared(), {})
+        [end] = self.toolEnds(body)
+        self.assertTrue(end["isError"], end)
+        self.assertEqual(self.https("tools/call"), [])
+
     async def test_viewerTokenWriteRefusedByStandIn(self) -> None:
         """
         The tools were listed with an editor's token, but the host now gives
@@ -473,6 +528,46 @@ class GraphToolsTests(TestCase):
         self.assertEqual(self.standIn.audit(), [])
         _, request = self.model.requests[0]
         self.assertIn(f"may read these public graphs: {GRAPH}", json.dumps(request["messages"][:2]))
+
+
+    async def test_resourceToolsFenced(self) -> None:
+        """
+        pi's MCP resource tools name no graph and lack the graph tools'
+        prefix: a fenced (public) conversation is offered none of them and
+        its call to one is refused in the body, so a server that serves
+        another graph's documents as resources is never asked.
+        """
+        variant = useVariant(self.standIn, resources=True)
+        self.standIn.store.createDocument("g2", title="Secret", documentId="doc-secret")
+        boot = json.loads(self.readerBoot())
+        del boot["mcpReaders"]
+        boot["graphs"] = {"own": GRAPH, "public": [GRAPH]}
+        body = self.spawn(self.mint("editor"), boot=json.dumps(boot).encode())
+        await self.prompt(body, self.readResource("garden://g2/doc-secret"))
+        [end] = self.toolEnds(body)
+        self.assertTrue(end["isError"], end)
+        self.assertEqual(variant.resourceReads, [])
+        for request in range(len(self.model.requests)):
+            _, sent = self.model.requests[request]
+            names = {t["function"]["name"] for t in sent.get("tools", [])}
+            self.assertFalse(names & RESOURCE_TOOLS, names)
+
+    async def test_resourceToolsOpenWithoutFence(self) -> None:
+        """
+        The same call in a conversation with no fence reaches the server's
+        resources: the fence above is what refuses it.
+        """
+        variant = useVariant(self.standIn, resources=True)
+        self.standIn.store.createDocument(GRAPH, title="Open", documentId="doc-open")
+        body = self.spawn(self.mint("editor"))
+        await self.prompt(body, self.readResource(f"garden://{GRAPH}/doc-open"))
+        [end] = self.toolEnds(body)
+        self.assertFalse(end["isError"], end)
+        self.assertEqual(variant.resourceReads, [f"garden://{GRAPH}/doc-open"])
+
+    def readResource(self, uri: str) -> str:
+        arguments = {"server": "graph", "uri": uri}
+        return f"please [[TOOL:read_mcp_resource {json.dumps(arguments)}]]"
 
 
 def _freePort() -> int:

@@ -16,6 +16,10 @@
 //      before it (UI `input` titled "sophia.delegated-token"); a tool call
 //      the host has no token for is refused before any request is made. The
 //      token lives only in memory, for the one request it was asked for.
+//      A reader's session (the role at creation) is offered and may call
+//      only the tools whose scopes (`_meta.sophia.local.requiredScopes`) are
+//      all readers', whatever the server lists; a public session's fence
+//      also keeps pi's MCP resource tools, which name no graph, shut.
 //
 // pi evaluates this module once per process but calls the factory again after
 // fork, clone and new_session, so everything that must outlive one runtime
@@ -47,6 +51,17 @@ const TOKEN_REFUSED =
   "the graph refused the delegation token (expired or revoked): the session's owner must send a request";
 // What pi's MCP support says when the server answers 401 (it means sign-in).
 const SIGN_IN_REQUIRED = "requires sign-in";
+// pi's MCP resource tools: they reach every server with resources, carry no
+// graph argument and no mcp__graph__ prefix.
+const RESOURCE_TOOLS = new Set(["list_mcp_resources", "list_mcp_resource_templates", "read_mcp_resource"]);
+const READER_ONLY =
+  "this conversation only reads the graph: it was started by a reader";
+const RESOURCES_FENCED =
+  "this conversation reads its graphs through the graph tools only, which name the graph";
+// The MCP revision the scope check asks for when it lists the tools itself.
+const MCP_PROTOCOL_VERSION = "2025-06-18";
+// At most this many pages of tools/list.
+const MAX_TOOL_PAGES = 20;
 
 // fd 3 is the host's boot channel only when it is a pipe, file or socket the
 // host handed over. Without it, Node's own event loop may hold fd 3 (an
@@ -167,6 +182,243 @@ function mcpUrl() {
 
 function isGraphTool(name) {
   return typeof name === "string" && name.startsWith(GRAPH_TOOL_PREFIX);
+}
+
+function isResourceTool(name) {
+  return RESOURCE_TOOLS.has(name);
+}
+
+// The role at creation was a reader's: the host says so in the boot config.
+function readerSession() {
+  return Array.isArray(state.boot?.mcpReaders) || state.boot?.access === "read";
+}
+
+// A public conversation reads its own graph and the public ones only.
+function fenced() {
+  const graphs = state.boot?.graphs;
+  return graphs !== null && typeof graphs === "object";
+}
+
+// A reader's scope: `<thing>.read` (search.<thing>.read included) or
+// rdf.query. A tool is a reader's only if it names scopes and all are so.
+function readerScope(scope) {
+  return typeof scope === "string" && (scope.endsWith(".read") || scope === "rdf.query");
+}
+
+function readerListing(tool) {
+  const scopes = tool?._meta?.sophia?.local?.requiredScopes;
+  return Array.isArray(scopes) && scopes.length > 0 && scopes.every(readerScope);
+}
+
+// The JSON-RPC messages of an MCP answer (JSON, or an event stream's data).
+function mcpMessages(contentType, text) {
+  if (contentType.toLowerCase().startsWith("text/event-stream")) {
+    const out = [];
+    for (const block of text.split(/\r?\n\r?\n/)) {
+      const data = block
+        .split(/\r?\n/)
+        .filter((line) => line.startsWith("data:"))
+        .map((line) => line.slice(5).replace(/^ /, ""))
+        .join("\n");
+      if (data !== "") {
+        try {
+          out.push(JSON.parse(data));
+        } catch {
+          // not a message
+        }
+      }
+    }
+    return out;
+  }
+  if (text.trim() === "") {
+    return [];
+  }
+  return [JSON.parse(text)];
+}
+
+// One MCP request of the scope check, with a token asked for it alone.
+async function mcpPost(connection, message, signal) {
+  const token = await askToken({ purpose: "mcp-scopes" }, signal);
+  if (token === undefined) {
+    throw new Error(NO_TOKEN);
+  }
+  const headers = {
+    authorization: `Bearer ${token}`,
+    "content-type": "application/json",
+    accept: "application/json, text/event-stream",
+  };
+  const doorToken = state.boot?.bridge?.token;
+  if (typeof doorToken === "string" && doorToken !== "") {
+    headers["x-vehicle-door"] = doorToken;
+  }
+  if (connection.session) {
+    headers["mcp-session-id"] = connection.session;
+  }
+  if (connection.version) {
+    headers["mcp-protocol-version"] = connection.version;
+  }
+  const response = await fetch(connection.url, {
+    method: "POST",
+    headers,
+    body: JSON.stringify(message),
+    redirect: "error",
+    signal,
+  });
+  const text = await response.text();
+  if (!response.ok) {
+    throw new Error(`${message.method}: HTTP ${response.status}`);
+  }
+  connection.session = response.headers.get("mcp-session-id") ?? connection.session;
+  const messages = mcpMessages(response.headers.get("content-type") ?? "", text);
+  if (message.id === undefined) {
+    return undefined;
+  }
+  const answer = messages.find((m) => m?.id === message.id);
+  if (answer?.error || typeof answer?.result !== "object" || answer.result === null) {
+    throw new Error(`${message.method}: ${answer?.error?.message ?? "no result"}`);
+  }
+  return answer.result;
+}
+
+// The names of the server's reader tools, by their scopes: asked of the
+// server itself (pi keeps no tool's _meta), once per process.
+async function listReaderTools(signal) {
+  const connection = { url: mcpUrl(), session: null, version: null };
+  const init = await mcpPost(
+    connection,
+    {
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: {
+        protocolVersion: MCP_PROTOCOL_VERSION,
+        capabilities: {},
+        clientInfo: { name: "vehicle-sophia-scopes", version: "1.0.0" },
+      },
+    },
+    signal,
+  );
+  connection.version = typeof init.protocolVersion === "string" ? init.protocolVersion : null;
+  await mcpPost(connection, { jsonrpc: "2.0", method: "notifications/initialized" }, signal);
+  const readers = new Set();
+  let cursor;
+  for (let page = 0; page < MAX_TOOL_PAGES; page += 1) {
+    const result = await mcpPost(
+      connection,
+      { jsonrpc: "2.0", id: 2 + page, method: "tools/list", params: cursor ? { cursor } : {} },
+      signal,
+    );
+    for (const tool of Array.isArray(result.tools) ? result.tools : []) {
+      if (typeof tool?.name === "string" && readerListing(tool)) {
+        readers.add(tool.name);
+      }
+    }
+    cursor = typeof result.nextCursor === "string" && result.nextCursor !== "" ? result.nextCursor : undefined;
+    if (cursor === undefined) {
+      break;
+    }
+  }
+  return readers;
+}
+
+// The reader tools (short names) a reader's session may have; empty (none)
+// until the server's listing could be read, which is tried again each time.
+async function readerTools(signal) {
+  if (state.readerTools instanceof Set) {
+    return state.readerTools;
+  }
+  if (state.readerToolsPending === undefined) {
+    state.readerToolsPending = listReaderTools(signal).then(
+      (names) => {
+        state.readerTools = names;
+        return names;
+      },
+      (error) => {
+        process.stderr.write(`sophia: the graph tools' scopes could not be read (${error.message})\n`);
+        return new Set();
+      },
+    );
+    state.readerToolsPending.finally(() => {
+      state.readerToolsPending = undefined;
+    });
+  }
+  return state.readerToolsPending;
+}
+
+// Why a tool is shut to this conversation, or null when it is not.
+async function shutReason(name, signal) {
+  if (isResourceTool(name) && fenced()) {
+    return RESOURCES_FENCED;
+  }
+  if (isGraphTool(name) && readerSession()) {
+    const readers = await readerTools(signal);
+    if (!readers.has(name.slice(GRAPH_TOOL_PREFIX.length))) {
+      return READER_ONLY;
+    }
+  }
+  return null;
+}
+
+// One model request without any graph or resource tool, for a conversation
+// whose tools are restricted (undefined: nothing to change).
+function withoutGraphTools(payload) {
+  if (!(readerSession() || fenced()) || !Array.isArray(payload?.tools)) {
+    return undefined;
+  }
+  const kept = payload.tools.filter((tool) => {
+    const name = tool?.function?.name ?? tool?.name;
+    return !(isGraphTool(name) || isResourceTool(name));
+  });
+  const filtered = { ...payload, tools: kept };
+  if (kept.length === 0) {
+    delete filtered.tools;
+    delete filtered.tool_choice;
+  }
+  return filtered;
+}
+
+// Take the shut tools out of pi's active set and of one model request.
+async function withoutShutTools(pi, payload, signal) {
+  if (mcpUrl() === null || !(readerSession() || fenced())) {
+    return undefined;
+  }
+  let active;
+  try {
+    active = pi.getActiveTools();
+  } catch {
+    active = [];
+  }
+  const shut = new Set();
+  for (const name of active) {
+    if ((await shutReason(name, signal)) !== null) {
+      shut.add(name);
+    }
+  }
+  const tools = Array.isArray(payload?.tools) ? payload.tools : [];
+  for (const tool of tools) {
+    const name = tool?.function?.name ?? tool?.name;
+    if (typeof name === "string" && !shut.has(name) && (await shutReason(name, signal)) !== null) {
+      shut.add(name);
+    }
+  }
+  if (shut.size === 0) {
+    return undefined;
+  }
+  try {
+    pi.setActiveTools(active.filter((name) => !shut.has(name)));
+  } catch {
+    // The request below is filtered all the same.
+  }
+  if (tools.length === 0) {
+    return undefined;
+  }
+  const kept = tools.filter((tool) => !shut.has(tool?.function?.name ?? tool?.name));
+  const filtered = { ...payload, tools: kept };
+  if (kept.length === 0) {
+    delete filtered.tools;
+    delete filtered.tool_choice;
+  }
+  return filtered;
 }
 
 // Keep the newest runtime's UI: ctx goes stale when pi replaces its runtime
@@ -378,7 +630,22 @@ export default async function sophia(pi) {
   // request uses it (see tokenForRequest).
   pi.on("tool_call", async (event, ctx) => {
     captureUi(ctx);
-    if (mcpUrl() === null || !isGraphTool(event.toolName)) {
+    if (mcpUrl() === null || !(isGraphTool(event.toolName) || isResourceTool(event.toolName))) {
+      return undefined;
+    }
+    let signal;
+    try {
+      signal = ctx.signal;
+    } catch {
+      signal = undefined;
+    }
+    // Shut tools (a reader's session and a writer's tool, a fenced one and
+    // the resource tools) are refused before any request is made.
+    const shut = await shutReason(event.toolName, signal);
+    if (shut !== null) {
+      return { block: true, reason: shut };
+    }
+    if (!isGraphTool(event.toolName)) {
       return undefined;
     }
     // A public conversation reads its own graph and the public ones, and
@@ -390,21 +657,6 @@ export default async function sophia(pi) {
         block: true,
         reason: `the graph ${named} is not one this conversation reads`,
       };
-    }
-    // A session created by a reader keeps the reader tools for its life,
-    // whatever role the token it is handed carries now.
-    const readers = state.boot?.mcpReaders;
-    if (Array.isArray(readers) && !readers.includes(event.toolName.slice("mcp__graph__".length))) {
-      return {
-        block: true,
-        reason: "this conversation only reads the graph: it was started by a reader",
-      };
-    }
-    let signal;
-    try {
-      signal = ctx.signal;
-    } catch {
-      signal = undefined;
     }
     const token = await askToken({ toolName: event.toolName, toolCallId: event.toolCallId }, signal);
     if (token === undefined) {
@@ -442,9 +694,25 @@ export default async function sophia(pi) {
 
   // Runs right before each model request: stop before the request that would
   // go over the budget, so exactly maxTurns requests are made.
-  pi.on("before_provider_request", (_event, ctx) => {
-    reportTools(pi, ctx);
+  pi.on("before_provider_request", async (event, ctx) => {
     captureUi(ctx);
+    // A reader's session is offered the reader tools only, by their scopes,
+    // and a fenced one no resource tool, whatever the server lists.
+    let signal;
+    try {
+      signal = ctx.signal;
+    } catch {
+      signal = undefined;
+    }
+    let payload;
+    try {
+      payload = await withoutShutTools(pi, event?.payload, signal);
+    } catch (error) {
+      // Unsure which tools are shut: offer none of the graph's.
+      process.stderr.write(`sophia: the tools could not be filtered (${error.message})\n`);
+      payload = withoutGraphTools(event?.payload);
+    }
+    reportTools(pi, ctx);
     const run = state.run;
     const budget = state.boot?.budget;
     const reason = run.stopped ? null : budgetExceeded(run, budget);
@@ -464,6 +732,6 @@ export default async function sophia(pi) {
       return undefined;
     }
     run.turns += 1;
-    return undefined;
+    return payload;
   });
 }
