@@ -24,8 +24,9 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.error import CannotListenError
 from twisted.internet.task import react
-from twisted.logger import FilteringLogObserver, formatEvent, globalLogBeginner
+from twisted.logger import FilteringLogObserver, ILogObserver, formatEvent, globalLogBeginner
 from twisted.python import usage
+from zope.interface import implementer
 
 from vehicle.gardend import (
     ChildProcess,
@@ -117,6 +118,21 @@ def _echo(name: str, line: str) -> None:
     _say(f"[{name}] {line}")
 
 
+@implementer(ILogObserver)
+class _Echo:
+    """
+    Shows this process's own log events (the stand-in's) with C{-v}.
+    """
+
+    def __init__(self, echo: Callable[[str, str], None]) -> None:
+        self.echo = echo
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        text = formatEvent(event)
+        if text:
+            self.echo("gardend", text)
+
+
 class LocalRun:
     """
     The parts of one local run and their lives.
@@ -138,14 +154,7 @@ class LocalRun:
         logFile = open(self.logs / "gardend.log", "a", encoding="utf-8")
         observers: list[Any] = [quietObserver(logFile)]
         if self.echo is not None:
-            echo = self.echo
-
-            def show(event: dict[str, Any]) -> None:
-                text = formatEvent(event)
-                if text:
-                    echo("gardend", text)
-
-            observers.append(FilteringLogObserver(show, [quiet]))
+            observers.append(FilteringLogObserver(_Echo(self.echo), [quiet]))
         globalLogBeginner.beginLoggingTo(observers, redirectStandardIO=False)
 
     async def run(self) -> int:

@@ -13,26 +13,35 @@ from typing import Any, TextIO
 
 from twisted.logger import (
     FilteringLogObserver,
+    ILogFilterPredicate,
     ILogObserver,
     PredicateResult,
     textFileLogObserver,
 )
+from zope.interface import implementer
 
 _CHATTER = ("Starting factory", "Stopping factory")
 
 
-def quiet(event: dict[str, Any]) -> PredicateResult:
+@implementer(ILogFilterPredicate)
+class _Quiet:
     """
-    Drop a factory's start and stop announcements; keep the rest.
+    Drops a factory's start and stop announcements; keeps the rest.
     """
-    text = event.get("log_format")
-    if not isinstance(text, str):
-        # Legacy events (log.msg) carry their words in C{message}.
-        message = event.get("message") or ()
-        text = message[0] if message and isinstance(message[0], str) else ""
-    if text.startswith(_CHATTER):
-        return PredicateResult.no
-    return PredicateResult.maybe
+
+    def __call__(self, event: dict[str, Any]) -> PredicateResult:
+        text = event.get("log_format")
+        if not isinstance(text, str):
+            # Legacy events (log.msg) carry their words in C{message}.
+            message = event.get("message") or ()
+            text = message[0] if message and isinstance(message[0], str) else ""
+        if text.startswith(_CHATTER):
+            return PredicateResult.no
+        return PredicateResult.maybe
+
+
+#: The one predicate: no factory chatter.
+quiet = _Quiet()
 
 
 def quietObserver(out: TextIO) -> ILogObserver:

@@ -246,6 +246,7 @@ class ChildProcess(ProcessProtocol):
         return self
 
     def connectionMade(self) -> None:
+        assert self.transport is not None
         self.transport.closeStdin()
 
     def childDataReceived(self, childFD: int, data: bytes) -> None:
@@ -300,7 +301,7 @@ class ChildProcess(ProcessProtocol):
         done: Deferred[int] = Deferred()
 
         def signalled(name: str) -> None:
-            if self.running:
+            if self.running and self.transport is not None:
                 try:
                     self.transport.signalProcess(name)
                 except Exception:
