@@ -2,7 +2,8 @@
 """
 Whether this host can make a box: the pure decision from the settings and the
 platform (L{checkIsolation}), and the probe that runs bwrap once to see that
-user namespaces really work here (L{probeBwrap}).
+user namespaces really work here (L{probeBwrap}).  A bwrap box also needs its
+seccomp filter: without libseccomp there is no box.
 
 A refusal carries a sentence; the host turns it into C{isolation_unavailable}.
 """
@@ -19,6 +20,8 @@ from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReacto
 from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+
+from vehicle.box._seccomp import seccompProblem
 
 
 _log = Logger()
@@ -265,14 +268,23 @@ async def decideIsolation(
     spawner: Spawner | None = None,
 ) -> IsolationDecision:
     """
-    L{checkIsolation}, then L{probeBwrap} when the decision needs it: the
-    whole answer to "may this host make agent bodies?".
+    L{checkIsolation}, then (when the decision needs the probe) whether the
+    box's seccomp filter can be built and L{probeBwrap}: the whole answer to
+    "may this host make agent bodies?".
     """
     decision = checkIsolation(
         isolation=isolation, agentUnisolated=agentUnisolated, platform=platform
     )
     if not (decision.ok and decision.needsProbe):
         return decision
+    problem = seccompProblem()
+    if problem is not None:
+        _log.warn("no seccomp filter for the box: {reason}", reason=problem)
+        return IsolationDecision(
+            ok=False,
+            tier=decision.tier,
+            reason=f"the box's seccomp filter cannot be built on this host: {problem}.",
+        )
     probe = await probeBwrap(reactor, bwrap, spawner)
     if probe.ok:
         return IsolationDecision(ok=True, tier=decision.tier)

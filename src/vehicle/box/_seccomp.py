@@ -1,115 +1,145 @@
 # -*- test-case-name: tests.test_seccomp -*-
 """
-The box's seccomp filter: a classic BPF program, built here without a
-library, that bwrap installs (C{--seccomp FD}) on the body and everything it
-starts.  It follows Flatpak's blocklist: the calls that reach the kernel's
-riskiest corners (new namespaces and mounts, keyrings, BPF, io_uring,
-another process's memory) fail, everything else is allowed.  x86_64 only;
-elsewhere the box runs without it.
+The box's seccomp filter: the policy written once by system call name,
+compiled by libseccomp (through C{pyseccomp}, a ctypes binding of
+C{libseccomp.so.2}) and exported as the classic BPF program bwrap installs
+(C{--seccomp FD}) on the body and everything it starts.
+
+It follows Flatpak's blocklist: the calls that reach the kernel's riskiest
+corners (new namespaces and mounts, keyrings, BPF, io_uring, another
+process's memory) fail, everything else is allowed.  libseccomp numbers the
+calls for the architecture at hand (this machine's by default; any it knows,
+x86_64 and aarch64 among them), and its program checks the architecture
+first: a call of any other ABI (32-bit calls on a 64-bit host, x32) kills
+the process.
+
+Without libseccomp no filter can be built (L{SeccompUnavailable}); the
+isolation decision then refuses agent bodies (C{isolation_unavailable})
+rather than start a box without it.
 """
 
 from __future__ import annotations
 
 import errno
-import platform
-import struct
-
-# struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}
-_LD_W_ABS = 0x20
-_JEQ_K = 0x15
-_JGE_K = 0x35
-_JSET_K = 0x45
-_RET_K = 0x06
-
-_RET_ALLOW = 0x7FFF0000
-_RET_KILL_PROCESS = 0x80000000
-_RET_ERRNO = 0x00050000
-
-AUDIT_ARCH_X86_64 = 0xC000003E
-_X32_BIT = 0x40000000
-
-# seccomp_data offsets: nr, arch, instruction pointer, then the six args.
-_NR, _ARCH = 0, 4
+import os
+from types import ModuleType
+from typing import Any
 
 
-def _arg(index: int) -> int:
-    return 16 + 8 * index  # the low 32 bits (little-endian)
+class SeccompUnavailable(Exception):
+    """
+    No filter can be built here: libseccomp is missing, or it does not know
+    the architecture.  The argument is a sentence saying which.
+    """
 
 
-#: x86_64 system calls that fail with EPERM in the box.
-BLOCKED_EPERM = {
-    "ptrace": 101, "syslog": 103, "vhangup": 153, "pivot_root": 155,
-    "chroot": 161, "acct": 163, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
-    "reboot": 169, "init_module": 175, "delete_module": 176, "quotactl": 179,
-    "lookup_dcookie": 212, "kexec_load": 246, "add_key": 248, "request_key": 249,
-    "keyctl": 250, "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303,
-    "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
-    "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320, "bpf": 321,
-    "userfaultfd": 323,
-}
+def _load() -> tuple[ModuleType | None, str | None]:
+    """
+    The binding, or why there is none.  Run once, when this module is
+    imported (the binding looks its library up with a subprocess, which
+    must not happen under a running reactor).
+    """
+    try:
+        import pyseccomp  # type: ignore[import-untyped]
+    except ImportError as e:
+        return None, f"pyseccomp is not installed ({e})"
+    except (OSError, RuntimeError) as e:
+        return None, f"libseccomp.so.2 cannot be loaded ({e})"
+    return pyseccomp, None
+
+
+_libseccomp, _missing = _load()
+
+
+#: System calls that fail with EPERM in the box.
+BLOCKED_EPERM = (
+    "ptrace", "syslog", "vhangup", "pivot_root", "chroot", "acct", "mount", "umount2",
+    "swapon", "swapoff", "reboot", "init_module", "delete_module", "quotactl",
+    "lookup_dcookie", "kexec_load", "add_key", "request_key", "keyctl", "unshare",
+    "perf_event_open", "name_to_handle_at", "open_by_handle_at", "setns",
+    "process_vm_readv", "process_vm_writev", "finit_module", "kexec_file_load", "bpf",
+    "userfaultfd",
+)
 #: ... and those that fail with ENOSYS, so that libraries fall back (libuv
 #: without io_uring, glibc's clone without clone3, mounts without the new API).
-BLOCKED_ENOSYS = {
-    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-    "fspick": 433, "clone3": 435, "mount_setattr": 442,
-}
-_CLONE, _IOCTL, _SOCKET = 56, 16, 41
+BLOCKED_ENOSYS = (
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree", "move_mount",
+    "fsopen", "fsconfig", "fsmount", "fspick", "clone3", "mount_setattr",
+)
 CLONE_NEWUSER = 0x10000000
-#: ioctls that push input into a terminal (the TIOCSTI escape).
-_TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 #: The socket families a body may make: Unix, IPv4, IPv6, netlink.
 ALLOWED_FAMILIES = (1, 2, 10, 16)
 
+#: The ioctls that push input into a terminal (the TIOCSTI escape),
+#: TIOCSTI and TIOCLINUX: the kernel's generic numbers, and MIPS's own.
+TERMINAL_IOCTLS = (0x5412, 0x541C)
+_MIPS_TERMINAL_IOCTLS = (0x5472, 0x5483)
 
-def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
 
-
-def seccompProgram(machine: str | None = None) -> bytes | None:
+def seccompProgram(arch: str | None = None) -> bytes:
     """
-    The compiled filter for this machine, or L{None} where there is none
-    (not x86_64).
+    The compiled filter, as the classic BPF program libseccomp exports.
+
+    @param arch: libseccomp's name of the architecture (C{"x86_64"},
+        C{"aarch64"}, ...); this machine's when L{None}.
+    @raise SeccompUnavailable: no libseccomp, or it does not know C{arch}.
     """
-    machine = (machine or platform.machine()).lower()
-    if machine not in ("x86_64", "amd64"):
-        return None
-    eperm = _RET_ERRNO | errno.EPERM
-    enosys = _RET_ERRNO | errno.ENOSYS
-    prog: list[bytes] = []
-    # Another architecture (32-bit calls) is not expected: kill.
-    prog.append(_insn(_LD_W_ABS, _ARCH))
-    prog.append(_insn(_JEQ_K, AUDIT_ARCH_X86_64, jt=1, jf=0))
-    prog.append(_insn(_RET_K, _RET_KILL_PROCESS))
-    prog.append(_insn(_LD_W_ABS, _NR))
-    # The x32 ABI numbers: refused.
-    prog.append(_insn(_JGE_K, _X32_BIT, jt=0, jf=1))
-    prog.append(_insn(_RET_K, eperm))
-    for number in sorted(BLOCKED_EPERM.values()):
-        prog.append(_insn(_JEQ_K, number, jt=0, jf=1))
-        prog.append(_insn(_RET_K, eperm))
-    for number in sorted(BLOCKED_ENOSYS.values()):
-        prog.append(_insn(_JEQ_K, number, jt=0, jf=1))
-        prog.append(_insn(_RET_K, enosys))
-    # clone with CLONE_NEWUSER.
-    prog.append(_insn(_JEQ_K, _CLONE, jt=0, jf=3))
-    prog.append(_insn(_LD_W_ABS, _arg(0)))
-    prog.append(_insn(_JSET_K, CLONE_NEWUSER, jt=0, jf=1))
-    prog.append(_insn(_RET_K, eperm))
-    prog.append(_insn(_LD_W_ABS, _NR))
-    # ioctl TIOCSTI / TIOCLINUX.
-    prog.append(_insn(_JEQ_K, _IOCTL, jt=0, jf=5))
-    prog.append(_insn(_LD_W_ABS, _arg(1)))
-    prog.append(_insn(_JEQ_K, _TIOCSTI, jt=2, jf=0))
-    prog.append(_insn(_JEQ_K, _TIOCLINUX, jt=1, jf=0))
-    prog.append(_insn(_RET_K, _RET_ALLOW))
-    prog.append(_insn(_RET_K, eperm))
-    # socket: only the allowed families.
-    prog.append(_insn(_JEQ_K, _SOCKET, jt=0, jf=2 + len(ALLOWED_FAMILIES)))
-    prog.append(_insn(_LD_W_ABS, _arg(0)))
-    for index, family in enumerate(ALLOWED_FAMILIES):
-        # Allowed: jump over the rest of the checks and the refusal.
-        prog.append(_insn(_JEQ_K, family, jt=len(ALLOWED_FAMILIES) - index, jf=0))
-    prog.append(_insn(_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT))
-    prog.append(_insn(_RET_K, _RET_ALLOW))
-    return b"".join(prog)
+    lib = _libseccomp
+    if lib is None:
+        raise SeccompUnavailable(_missing)
+    names = {value: name.lower() for name, value in vars(lib.Arch).items() if name.isupper()}
+    token = lib.Arch.NATIVE if arch is None else getattr(lib.Arch, arch.upper(), None)
+    if arch is not None and (token is None or token == lib.Arch.NATIVE):
+        raise SeccompUnavailable(f"libseccomp knows no architecture {arch!r}")
+    name = names.get(lib.system_arch() if arch is None else token, "")
+    try:
+        scFilter = lib.SyscallFilter(lib.ALLOW)
+        if arch is not None and token != lib.system_arch():
+            # One architecture per filter (libseccomp refuses to mix
+            # endiannesses): this machine's goes first.
+            scFilter.remove_arch(lib.Arch.NATIVE)
+            scFilter.add_arch(token)
+        scFilter.set_attr(lib.Attr.ACT_BADARCH, lib.KILL_PROCESS)
+        _addRules(lib, scFilter, name)
+        with os.fdopen(os.memfd_create("vehicle-seccomp", os.MFD_CLOEXEC), "w+b", 0) as memory:
+            scFilter.export_bpf(memory)
+            memory.seek(0)
+            return memory.read()
+    except OSError as e:
+        raise SeccompUnavailable(f"libseccomp cannot build the filter for {name}: {e}") from e
+
+
+def _addRules(lib: Any, scFilter: Any, arch: str) -> None:
+    """
+    The policy, by name; libseccomp leaves out a call the architecture does
+    not have.
+    """
+    eperm = lib.ERRNO(errno.EPERM)
+    for call in BLOCKED_EPERM:
+        scFilter.add_rule(eperm, call)
+    for call in BLOCKED_ENOSYS:
+        scFilter.add_rule(lib.ERRNO(errno.ENOSYS), call)
+    # clone with a new user namespace (s390 takes the flags second).
+    flags = 1 if arch.startswith("s390") else 0
+    scFilter.add_rule(eperm, "clone", lib.Arg(flags, lib.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    # The terminal ioctls, compared on the low 32 bits the kernel reads.
+    for request in _MIPS_TERMINAL_IOCTLS if arch.startswith("mips") else TERMINAL_IOCTLS:
+        scFilter.add_rule(eperm, "ioctl", lib.Arg(1, lib.MASKED_EQ, 0xFFFFFFFF, request))
+    # socket: each family below the last allowed one that is not allowed,
+    # and everything above it (a family with high bits set among them).
+    refuse = lib.ERRNO(errno.EAFNOSUPPORT)
+    for family in range(max(ALLOWED_FAMILIES)):
+        if family not in ALLOWED_FAMILIES:
+            scFilter.add_rule(refuse, "socket", lib.Arg(0, lib.EQ, family))
+    scFilter.add_rule(refuse, "socket", lib.Arg(0, lib.GE, max(ALLOWED_FAMILIES) + 1))
+
+
+def seccompProblem() -> str | None:
+    """
+    Why no filter can be built for this machine, or L{None} when one can.
+    """
+    try:
+        seccompProgram()
+    except SeccompUnavailable as e:
+        return str(e)
+    return None
