@@ -12,6 +12,7 @@ from typing import Any
 from twisted.trial.unittest import TestCase
 
 
+from tests._mcp_variant import useVariant
 from tests.live import LiveHost, settledEvent, startStandIn
 
 
@@ -169,6 +170,38 @@ class GraphToolTests(TestCase):
                         {"type": "prompt", "requestId": "p1", "text": "write " + tool}, **who)
         events = await host.waitFor(sid, lambda e: e["type"] == "tool.result", **who)
         self.assertTrue(events[-1]["data"]["isError"])
+        self.assertEqual([a for a in stand.audit() if a["tool"] == "create_document"], [])
+
+    async def test_viewerReaderToolsWhateverTheListing(self) -> None:
+        """
+        Against an MCP server that lists the writer tools to everyone, a
+        viewer's session (the role fixed at creation) is offered only the
+        tools whose scopes are all readers': the model is never told of a
+        writer tool, run.started names none, and a call to one is refused
+        in the body before it reaches the server.
+        """
+        stand = standIn(self)
+        useVariant(stand, listAll=True)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("vera", "g1", "viewer")
+        who = {"principal": "vera", "role": "viewer", "token": token}
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, **who)
+        sid = frame["value"]["session"]["sessionId"]
+        tool = '[[TOOL:mcp__graph__create_document {"title": "Nope"}]]'
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "write " + tool}, **who)
+        events = await host.waitFor(sid, settledEvent, **who)
+        [result] = [e for e in events if e["type"] == "tool.result"]
+        self.assertTrue(result["data"]["isError"])
+        writers = {"create_folder", "create_document", "write_document", "rename", "create_wires"}
+        for _, body in host.model.requests:
+            names = {t["function"]["name"] for t in body.get("tools", [])}
+            self.assertTrue(names, body)
+            self.assertFalse({n.removeprefix("mcp__graph__") for n in names} & writers, names)
+        for event in events:
+            if event["type"] == "run.started":
+                tools = {n.removeprefix("mcp__graph__") for n in event["data"]["tools"]}
+                self.assertFalse(tools & writers, event)
         self.assertEqual([a for a in stand.audit() if a["tool"] == "create_document"], [])
 
     async def test_agentGraphToolThroughTheDoor(self) -> None:
