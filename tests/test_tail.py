@@ -20,7 +20,11 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 
 from vehicle import PROTOCOL
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Site
+
 from vehicle.ride import Door
+from vehicle.ride._client import clientHTTP
 from vehicle.tail import (
     SSEParser,
     Tail,
@@ -99,6 +103,7 @@ class FakeStream:
 
     def __init__(self) -> None:
         self.collector: Any = None
+        self.stopped = False
         self.done: Deferred = Deferred()
         self.original = self
         self._transport = self
@@ -117,7 +122,10 @@ class FakeStream:
     def cut(self) -> None:
         self.done.errback(ResponseFailed([Failure(ConnectionLost())]))
 
-    stopProducing = cut
+    def stopProducing(self) -> None:
+        self.stopped = True
+        if not self.done.called:
+            self.cut()
 
 
 class FakeAnswer:
@@ -421,6 +429,9 @@ class TailAllTests(SynchronousTestCase):
         d.cancel()
         self.failureResultOf(d, CancelledError)
         self.assertEqual(clock.getDelayedCalls(), [])
+        # Stopping closed the streams it followed, and said nothing.
+        self.assertTrue(streams["b"][0].stopped)
+        self.assertEqual(len(warnings), 1, warnings)
 
     def test_hostAwayAtTheStart(self) -> None:
         """
@@ -531,3 +542,44 @@ class LiveTailTests(TestCase):
         for request in resumed:
             self.assertTrue(request["path"].endswith(f"since={request['headers']['last-event-id']}"))
         self.flushLoggedErrors()
+
+    async def test_silentStreamIsCut(self) -> None:
+        """
+        Over a real connection, a stream that goes silent (headers and one
+        comment, then nothing) is cut after C{idleSeconds} and asked again
+        after the last seq.
+        """
+        seen: list[Any] = []
+
+        class Silent(Resource):
+            isLeaf = True
+
+            def render_GET(self, request: Any) -> Any:
+                seen.append(request.getHeader(b"last-event-id"))
+                request.setHeader(b"content-type", b"text/event-stream")
+                request.write(b": connected\n\n")
+                if len(seen) == 1:
+                    request.write(sse(event(1)))
+                return NOT_DONE_YET
+
+        port = reactor.listenTCP(0, Site(Silent()), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        http, pool = clientHTTP(reactor)
+        self.addCleanup(pool.closeCachedConnections)
+        output: list[str] = []
+        warnings: list[str] = []
+        tail = Tail(door=Door(http=http, gardend=f"http://127.0.0.1:{port.getHost().port}",
+                              graph="g1"),
+                    sessionId="s1", clock=reactor, write=output.append, warn=warnings.append,
+                    idleSeconds=0.5, backoff=0.05)
+        done = Deferred.fromCoroutine(tail.run())
+        for _ in range(100):
+            if len(seen) >= 2:
+                break
+            await sleep(0.05)
+        done.cancel()
+        await done.addErrback(lambda f: f.trap(CancelledError))
+        await sleep(0.1)  # the host's side of the closed connection sees its end
+        self.assertEqual(seen[:2], [None, b"1"])
+        self.assertEqual(output, ["1 session.renamed\n"])
+        self.assertEqual(warnings[0], "connection lost after seq 1 (nothing came for 0.5s); reconnecting")

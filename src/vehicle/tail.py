@@ -268,7 +268,9 @@ class Tail:
             parser.feed(data)
 
         try:
-            await response.collect(received)
+            await _collecting(response, received)
+        except CancelledError:
+            raise
         except Exception:
             if not watchdog.fired:
                 raise
@@ -348,9 +350,40 @@ class _Watchdog:
 
     def _fire(self) -> None:
         self.fired = True
-        transport = getattr(getattr(self.response, "original", self.response), "_transport", None)
-        if transport is not None:
-            transport.stopProducing()
+        cut(self.response)
+
+
+def _collecting(response: Any, collector: Callable[[bytes], None]) -> Deferred[None]:
+    """
+    The body of a streamed answer, to C{collector}: fires at its end; when
+    cancelled (the tail is stopped), the connection is closed too.
+    """
+
+    def cancel(d: Deferred[None]) -> None:
+        d.errback(Failure(CancelledError()))
+        cut(response)
+
+    finished: Deferred[None] = Deferred(cancel)
+
+    def settle(result: Any) -> None:
+        if not finished.called:
+            if isinstance(result, Failure):
+                finished.errback(result)
+            else:
+                finished.callback(None)
+
+    response.collect(collector).addBoth(settle)
+    return finished
+
+
+def cut(response: Any) -> None:
+    """
+    Close the connection a streamed answer comes on (treq's response wraps
+    the agent's, whose transport stops producing by closing).
+    """
+    transport = getattr(getattr(response, "original", response), "_transport", None)
+    if transport is not None:
+        transport.stopProducing()
 
 
 @define(eq=False)
