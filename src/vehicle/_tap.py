@@ -89,6 +89,7 @@ class HostService(Service):
         Service.startService(self)
         self.registry.loadAll()
         if self.host is not None and getattr(self.host, "agent", None) is not None:
+            self.host.agent.sweepRunDirs()
             Deferred.fromCoroutine(self._probe(self.host.agent))
         self._log.info(
             "vehicle {version} serving {count} sessions from {dataDir}",
@@ -168,6 +169,8 @@ class Bodies:
         def closeLedger(_: Any) -> None:
             if self.public is not None:
                 self.public.ledger.close()
+            if self.agent is not None:
+                self.agent.removeRunDir()
 
         return gatherResults(
             [c.close() for c in list(self.conductors.values())],

@@ -9,6 +9,8 @@ the host's door.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -68,6 +70,8 @@ class AgentProfile:
     hidden: tuple[Path, ...] = field(factory=lambda: (Path.home(),))
     spawner: Any = None
     doors: dict[str, ModelDoor] = field(factory=dict)
+    #: Where run folders are made (a short path: the system's temp folder).
+    runRoot: Path | None = None
     _runDir: Path | None = None
 
     # -- creation -----------------------------------------------------------
@@ -102,9 +106,52 @@ class AgentProfile:
         by this host process, so nobody else can have made it first.
         """
         if self._runDir is None or not self._runDir.is_dir():
-            digest = hashlib.sha256(str(self.dataDir.root).encode()).hexdigest()[:8]
-            self._runDir = Path(tempfile.mkdtemp(prefix=f"vehicle-{digest}-"))
+            self._runDir = Path(
+                tempfile.mkdtemp(prefix=f"{self._runPrefix()}{os.getpid()}-", dir=self.runRoot)
+            )
         return self._runDir
+
+    def _runPrefix(self) -> str:
+        digest = hashlib.sha256(str(self.dataDir.root).encode()).hexdigest()[:8]
+        return f"vehicle-{digest}-"
+
+    def removeRunDir(self) -> None:
+        """
+        The host stops: its run folder (the doors' sockets, all closed by
+        now) goes with it.
+        """
+        if self._runDir is not None:
+            shutil.rmtree(self._runDir, ignore_errors=True)
+            self._runDir = None
+
+    def sweepRunDirs(self) -> list[Path]:
+        """
+        The host starts: remove the run folders an earlier host of this
+        data dir left (it was killed), named by a process that is gone.
+        Only this user's folders, never this process's current one.
+
+        @return: the folders removed.
+        """
+        root = Path(self.runRoot or tempfile.gettempdir())
+        prefix = self._runPrefix()
+        removed = []
+        for path in root.glob(f"{prefix}*"):
+            pid = path.name[len(prefix):].split("-", 1)[0]
+            if path == self._runDir or path.is_symlink() or not path.is_dir():
+                continue
+            if path.stat().st_uid != os.getuid():
+                continue
+            if pid.isdigit() and _alive(int(pid)):
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        if removed:
+            self._log.info(
+                "Removed {count} run folders an earlier host left: {paths}",
+                count=len(removed),
+                paths=", ".join(str(p) for p in removed),
+            )
+        return removed
 
     def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]:
         """
@@ -289,3 +336,18 @@ class AgentProfile:
 def _identity(path: Path) -> dict[str, Any]:
     identity = FolderIdentity.record(path)
     return {"path": str(identity.path), "device": identity.device, "inode": identity.inode}
+
+
+def _alive(pid: int) -> bool:
+    """
+    Whether process C{pid} exists (signal 0 checks without sending).
+    """
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -15,7 +15,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
-from werkzeug.exceptions import MethodNotAllowed, NotFound
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from vehicle import __version__
 from vehicle.errors import VehicleError
@@ -66,6 +66,9 @@ class VehicleAPI:
     """
 
     router: ClassVar[Klein] = Klein()
+    # A path is matched as it was sent: never redirected (in HTML) to
+    # another spelling of it.
+    router.url_map.merge_slashes = False
     _log: ClassVar[Logger] = Logger()
 
     registry: Registry
@@ -486,6 +489,19 @@ class VehicleAPI:
                 {"allowed": allowed},
             ),
             {b"allow": ", ".join(allowed).encode("ascii")},
+        )
+
+    @router.handle_errors(HTTPException)
+    def otherHttpError(self, request: IRequest, failure: Any) -> bytes:
+        # Whatever else the router refuses (a redirect it would make, a
+        # request it cannot read) names no route of this host.
+        return self._plainError(request, VehicleError("not_found", "no such route"))
+
+    @router.handle_errors(Exception)
+    def unexpected(self, request: IRequest, failure: Any) -> bytes:
+        self._log.failure("Unexpected failure routing {uri}", failure, uri=request.uri)
+        return self._plainError(
+            request, VehicleError("internal", "the host failed to answer; nothing was changed")
         )
 
     def _plainError(

@@ -76,6 +76,10 @@ def tooLarge(limit: int = MAX_BODY_BYTES) -> VehicleError:
     )
 
 
+#: Reasons Twisted's table lacks.
+_REASONS = {431: b"Request Header Fields Too Large"}
+
+
 def refusalBytes(error: VehicleError, extraHeaders: dict[bytes, bytes] | None = None) -> bytes:
     """
     A whole HTTP/1.1 response carrying C{error}'s frame, closing the
@@ -84,7 +88,7 @@ def refusalBytes(error: VehicleError, extraHeaders: dict[bytes, bytes] | None = 
     body = encode(errorFrame(error))
     status = error.httpStatus
     lines = [
-        b"HTTP/1.1 %d %s" % (status, RESPONSES.get(status, b"Error")),
+        b"HTTP/1.1 %d %s" % (status, RESPONSES.get(status) or _REASONS.get(status, b"Error")),
         b"Content-Type: application/json",
         b"Cache-Control: no-store",
         b"Connection: close",
