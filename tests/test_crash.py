@@ -386,3 +386,141 @@ class PowerLossTests(CrashTests):
     """
 
     mode = "power"
+
+
+class RestartTests(SynchronousTestCase):
+    """
+    Whatever a kind of record changed is there again after a restart: the
+    state is derived from the logs, never from memory.
+    """
+
+    def setUp(self) -> None:
+        self.h = Harness(self)
+        self.sid = self.h.create()["sessionId"]
+
+    def command(self, requestId: str, kind: str, **body: Any) -> tuple[int, dict[str, Any]]:
+        return self.h.call("POST", f"/sessions/{self.sid}/commands",
+                           {"requestId": requestId, "type": kind, **body})
+
+    def snapshot(self) -> dict[str, Any]:
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(code, 200, frame)
+        return frame["value"]
+
+    def test_roomPolicy(self) -> None:
+        """
+        The room's policy survives a restart.
+        """
+        self.assertEqual(self.command("p", "set_room_policy", policy="co-drive")[0], 202)
+        self.h.restart()
+        self.assertEqual(self.snapshot()["session"]["roomPolicy"], "co-drive")
+
+    def test_completedCommand(self) -> None:
+        """
+        A command's final status (as its body reported it) survives a
+        restart; it is not reported interrupted.
+        """
+        self.assertEqual(self.command("c1", "prompt", text="hi")[0], 202)
+        session = self.h.api.registry.sessions[self.sid]
+        session.setStatus("c1", "completed", disposition="started")
+        self.h.restart()
+        [command] = self.snapshot()["commands"]
+        self.assertEqual((command["status"], command["disposition"]), ("completed", "started"))
+
+    def test_acceptedChimeText(self) -> None:
+        """
+        An accepted chime's command keeps its text and author across a
+        restart (the record holds the command whole).
+        """
+        code, frame = self.h.call("POST", f"/sessions/{self.sid}/chimes",
+                                  {"requestId": "ch", "author": "Bob", "text": "try this"},
+                                  principal="bob")
+        chimeId = frame["value"]["chime"]["chimeId"]
+        self.assertEqual(self.command("acc", "accept_chime", chimeId=chimeId)[0], 202)
+        self.h.restart()
+        [command] = self.snapshot()["commands"]
+        self.assertEqual((command["text"], command["chimeAuthor"]), ("try this", "Bob"))
+        self.assertEqual(self.snapshot()["chimes"], [])
+
+    def test_runIdsGoOn(self) -> None:
+        """
+        A body revived after a restart numbers its runs on from the log:
+        run ids stay unique for the session's whole life.
+        """
+        runs = []
+        for n in (1, 2):
+            self.assertEqual(self.command(f"p{n}", "prompt", text="hi")[0], 202)
+            self.h.launcher.reply({"type": "agent_start"})
+            session = self.h.api.registry.sessions[self.sid]
+            runs += [e["data"]["runId"] for e in session.eventsAfter(0)[0]
+                     if e["type"] == "run.started"]
+            self.h.restart()
+        self.assertEqual(sorted(set(runs)), ["run-1", "run-2"])
+
+    def test_fingerprintIgnoresKeyOrder(self) -> None:
+        """
+        A retry whose JSON keys come in another order is the same request:
+        a replay, not a conflict.
+        """
+        body = b'{"requestId": "k1", "type": "prompt", "text": "hi", "contextRefs": ["a"]}'
+        again = b'{"contextRefs": ["a"], "text": "hi", "type": "prompt", "requestId": "k1"}'
+        for raw in (body, again):
+            d = self.h.request("POST", f"/sessions/{self.sid}/commands", raw=raw)
+            self.h.stub.flush()
+            response = self.successResultOf(d)
+            frame = json.loads(self.successResultOf(response.content()))
+        self.assertEqual((response.code, frame["type"], frame.get("replayed")),
+                         (200, "command.accepted", True))
+
+    def test_titleFollowsTheLog(self) -> None:
+        """
+        A rename is kept in the log; a C{meta.json} left behind (a host cut
+        between the two) is put right at start.
+        """
+        meta = self.h.root / "sessions" / self.sid / "meta.json"
+        before = meta.read_bytes()
+        code, _ = self.h.call("PATCH", f"/sessions/{self.sid}", {"title": "New"})
+        self.assertEqual(code, 200)
+        meta.write_bytes(before)
+        self.h.restart()
+        self.assertEqual(self.snapshot()["session"]["title"], "New")
+        self.assertEqual(json.loads(meta.read_text())["title"], "New")
+
+
+class StartSweepTests(SynchronousTestCase):
+    """
+    Start removes or finishes what a dead host left half made, and logs
+    one line for each.
+    """
+
+    def test_sweep(self) -> None:
+        h = Harness(self)
+        sid = h.create()["sessionId"]
+        other = h.create("c2")["sessionId"]
+        h.stop()
+        root = h.root
+        (root / "sessions" / ".new-sabc" / "pi").mkdir(parents=True)
+        (root / "sessions" / "sold" / "pi").mkdir(parents=True)  # an older host's cut create
+        (root / "sessions" / sid / ".meta.json.0123456789ab.tmp").write_text("{}")
+        (root / "trash" / "sgone").mkdir()  # an empty reservation
+        (root / "trash" / "shalf").mkdir()  # an older host's cut delete
+        (root / "trash" / "shalf" / "events.jsonl").write_text("")
+        (root / "workspaces" / "snever").mkdir()
+        lines: list[str] = []
+        from twisted.logger import globalLogPublisher
+
+        def observe(event: dict[str, Any]) -> None:
+            if "what" in event:
+                lines.append(event["what"])
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+        h = Harness(self, root)
+        self.assertEqual(len(lines), 7, lines)
+        self.assertEqual(sorted(os.listdir(root / "sessions")), sorted([sid, other]))
+        self.assertEqual(os.listdir(root / "sessions" / sid).count(".meta.json.0123456789ab.tmp"), 0)
+        self.assertEqual(sorted(os.listdir(root / "trash")), ["shalf", "sold"])
+        self.assertTrue((root / "trash" / "shalf" / "deleted.json").is_file())
+        self.assertTrue((root / "trash" / "sold" / "deleted.json").is_file())
+        self.assertEqual(os.listdir(root / "workspaces"), [])
+        self.assertEqual(len(h.api.registry.sessions), 2)
