@@ -20,6 +20,7 @@ a setup and a request, as below).
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -91,7 +92,9 @@ def _session(h: Harness, **kw: Any) -> dict[str, Any]:
 def _withPi(h: Harness) -> dict[str, Any]:
     ctx = _session(h)
     directory = h.api.registry.sessions[ctx["sid"]].directory
-    (directory / "pi" / "2026-11-30T07-00-50-130Z_01a22b41.jsonl").write_bytes(encode([
+    piFile = directory / "pi" / "2026-11-30T07-00-50-130Z_01a22b41.jsonl"
+    piFile.touch(mode=0o600)  # pi's own file, as pi makes it
+    piFile.write_bytes(encode([
         HEADER,
         user("aaaa0001", None, 1, "first question"),
         assistant("aaaa0002", "aaaa0001", 2, [{"type": "text", "text": "first answer"}]),
@@ -524,3 +527,194 @@ class StartSweepTests(SynchronousTestCase):
         self.assertTrue((root / "trash" / "sold" / "deleted.json").is_file())
         self.assertEqual(os.listdir(root / "workspaces"), [])
         self.assertEqual(len(h.api.registry.sessions), 2)
+
+
+def openDescriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class DiskFailureTests(SynchronousTestCase):
+    """
+    A full disk or an I/O error, on an append or an atomic rewrite: the
+    request gets a clear error frame (C{storage_unavailable}, 503), nothing
+    acknowledged is lost, and the host serves on.
+    """
+
+    def setUp(self) -> None:
+        self.root = Path(self.mktemp())
+        self.root.mkdir(parents=True)
+        self.files = CrashFiles(self.root)
+        self.files.install(self.patch)
+        self.addCleanup(self.files.uninstall)
+        self.h = Harness(self, self.root)
+        self.sid = self.h.create()["sessionId"]
+        self.other = self.h.create("c2")["sessionId"]
+
+    def refusedForDisk(self, answer: tuple[int, dict[str, Any]]) -> None:
+        code, frame = answer
+        self.assertEqual((code, frame["type"], frame["code"]), (503, "error", "storage_unavailable"),
+                         frame)
+        self.assertIn("disk", frame["message"])
+        self.flushLoggedErrors()
+
+    def policy(self, sid: str, requestId: str, policy: str) -> tuple[int, dict[str, Any]]:
+        return self.h.call("POST", f"/sessions/{sid}/commands",
+                           {"requestId": requestId, "type": "set_room_policy", "policy": policy})
+
+    def servesOn(self) -> None:
+        """
+        The other session takes requests; this one too, once the disk works.
+        """
+        self.assertEqual(self.policy(self.other, "o1", "mute")[0], 202)
+        self.assertEqual(self.policy(self.sid, "again", "observe")[0], 202)
+        self.h.restart()
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(frame["value"]["session"]["roomPolicy"], "observe")
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}/events?since=0")
+        events = frame["value"]["events"]
+        self.assertEqual([e["seq"] for e in events], list(range(1, len(events) + 1)))
+
+    def test_appendNoSpace(self) -> None:
+        """
+        The record's append fails with ENOSPC: refused, nothing kept, the
+        lease and policy as before.
+        """
+        self.files.fail("write", errno.ENOSPC)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(frame["value"]["session"]["roomPolicy"], "suggest")
+        self.assertEqual(frame["value"]["session"]["lease"]["clientId"], "alice")
+        self.servesOn()
+
+    def test_appendIOError(self) -> None:
+        """
+        The record's append fails with EIO: the same.
+        """
+        self.files.fail("write", errno.EIO)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        self.servesOn()
+
+    def test_syncFails(self) -> None:
+        """
+        The record's sync fails: it is never retried; the session is read
+        back from disk and the request refused.  What the disk kept decides:
+        a retry replays or is taken afresh, never twice.
+        """
+        self.files.fail("fsync", errno.EIO)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        code, frame = self.policy(self.sid, "p1", "co-drive")
+        self.assertIn(code, (200, 202))
+        self.h.restart()
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}/events?since=0")
+        self.assertEqual([e["type"] for e in frame["value"]["events"]].count("room.policy"), 1)
+
+    def test_eventAppendFails(self) -> None:
+        """
+        The record is written, its event's append fails: refused, and the
+        event is finished from the record when the session is read back
+        (so a retry replays what was kept).
+        """
+        self.files.fail("write", errno.ENOSPC, after=1)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        code, frame = self.policy(self.sid, "p1", "co-drive")
+        self.assertEqual((code, frame.get("replayed")), (200, True))
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(frame["value"]["session"]["roomPolicy"], "co-drive")
+
+    def test_createRewriteFails(self) -> None:
+        """
+        A create whose C{meta.json} cannot be written (the atomic rewrite's
+        rename fails): refused, no half-made folder, no temporary file.
+        """
+        self.files.fail("replace", errno.ENOSPC)
+        self.refusedForDisk(self.h.call("POST", "/sessions", {"requestId": "new"}))
+        self.assertEqual(sorted(os.listdir(self.root / "sessions")), sorted([self.sid, self.other]))
+        self.assertEqual(self.h.call("POST", "/sessions", {"requestId": "new"})[0], 201)
+        self.servesOn()
+
+    def test_createNoSpace(self) -> None:
+        """
+        A create that cannot write its first record: refused, nothing left.
+        """
+        self.files.fail("write", errno.ENOSPC)
+        self.refusedForDisk(self.h.call("POST", "/sessions", {"requestId": "new"}))
+        self.assertEqual(sorted(os.listdir(self.root / "sessions")), sorted([self.sid, self.other]))
+        self.servesOn()
+
+    def test_deleteNoSpace(self) -> None:
+        """
+        A delete that cannot reserve its trash name: refused, the session
+        untouched.
+        """
+        self.files.fail("mkdir", errno.ENOSPC)
+        self.refusedForDisk(self.h.call("DELETE", f"/sessions/{self.sid}"))
+        self.assertEqual(os.listdir(self.root / "trash"), [])
+        self.servesOn()
+
+    def test_renameRewriteFails(self) -> None:
+        """
+        A rename whose C{meta.json} rewrite fails is still done (the log
+        holds it) and C{meta.json} is put right at the next start.
+        """
+        self.files.fail("replace", errno.EIO)
+        code, frame = self.h.call("PATCH", f"/sessions/{self.sid}", {"title": "Kept"})
+        self.assertEqual((code, frame["value"]["session"]["title"]), (200, "Kept"))
+        self.h.restart()
+        meta = json.loads((self.root / "sessions" / self.sid / "meta.json").read_text())
+        self.assertEqual(meta["title"], "Kept")
+        self.flushLoggedErrors()
+
+
+class HygieneTests(SynchronousTestCase):
+    """
+    File modes under a permissive umask, and no descriptor left open.
+    """
+
+    def test_modesUnderUmaskZero(self) -> None:
+        """
+        With umask 0, nothing the host makes in its data dir is readable
+        or writable by anyone but its user.
+        """
+        old = os.umask(0)
+        self.addCleanup(os.umask, old)
+        h = Harness(self)
+        sid = _withPi(h)["sid"]
+        h.call("PATCH", f"/sessions/{sid}", {"title": "t"})
+        h.call("POST", f"/sessions/{sid}/commands", {"requestId": "f", "type": "fork",
+                                                     "entryId": "aaaa0003"})
+        h.call("POST", f"/sessions/{sid}/commands", {"requestId": "p", "type": "prompt",
+                                                     "text": "hi"})
+        victim = h.create("c3")["sessionId"]
+        h.call("DELETE", f"/sessions/{victim}")
+        h.restart()
+        loose = []
+        for directory, dirs, names in os.walk(h.root):
+            for name in dirs + names:
+                mode = os.lstat(os.path.join(directory, name)).st_mode
+                if mode & 0o077:
+                    loose.append(f"{directory}/{name} {oct(mode & 0o777)}")
+        self.assertEqual(loose, [])
+
+    def test_noDescriptorLeak(self) -> None:
+        """
+        Creating, using, failing, deleting and stopping leave no descriptor
+        open.
+        """
+        root = Path(self.mktemp())
+        before = openDescriptors()
+        h = Harness(self, root)
+        sid = h.create()["sessionId"]
+        h.call("PATCH", f"/sessions/{sid}", {"title": "t"})
+        files = CrashFiles(root)
+        files.install(self.patch)
+        files.fail("write", errno.ENOSPC)
+        h.call("POST", f"/sessions/{sid}/claim", {"requestId": "c"})
+        h.call("POST", "/sessions", {"requestId": "new"})
+        files.uninstall()
+        self.flushLoggedErrors()
+        h.call("DELETE", f"/sessions/{sid}")
+        h.create("c2")
+        h.restart()
+        h.stop()
+        gc.collect()
+        self.assertEqual(openDescriptors(), before)
