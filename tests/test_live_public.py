@@ -11,6 +11,7 @@ from twisted.trial.unittest import TestCase
 
 from attrs import evolve
 from vehicle.testing import Error
+from vehicle.testing._model import StreamedError
 
 from tests.live import LiveHost, settledEvent
 from tests.test_public import ACCOUNT, VISITOR, account, visitor
@@ -69,6 +70,39 @@ class OwnKeyTests(TestCase):
         code, frame = await host.call("POST", f"/sessions/{sid}/commands",
                                       {"type": "prompt", "requestId": "p3", "text": "back"}, **who)
         self.assertEqual(code, 202, frame)
+
+
+class StreamedKeyTests(TestCase):
+    """
+    A provider that quotes the caller's key inside a 200 stream.
+    """
+
+    timeout = 90
+
+    async def test_keyInA200StreamNeverRecorded(self) -> None:
+        """
+        The provider answers 200 and then an error event quoting the key it
+        was sent, a few bytes at a time: pi records the error with the key
+        redacted, and the key is in no file, event or log line.
+        """
+        host = await LiveHost(self, public=PUBLIC).start()
+        who = dict(VISITOR, headers=visitor(OWN_KEY))
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, **who)
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        host.model.enqueue(StreamedError("Invalid API key {key} for this account", pieceBytes=4))
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "hello"}, **who)
+        await host.waitFor(sid, settledEvent, **who)
+        headers, _ = host.model.requests[-1]
+        self.assertEqual(headers["authorization"], "Bearer " + OWN_KEY)
+        piFile = next((host.registry().sessions[sid].directory / "pi").glob("*.jsonl"))
+        self.assertIn(b"Invalid API key [redacted] for this account", piFile.read_bytes())
+        for path in host.root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                self.assertNotIn(OWN_KEY.encode(), path.read_bytes(), str(path))
+        self.assertNotIn(OWN_KEY, json.dumps(host.events(sid)))
+        self.assertNotIn(OWN_KEY, "\n".join(host.logLines))
 
 
 class CreditTests(TestCase):

@@ -14,7 +14,7 @@ import hmac
 import json
 import secrets
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
@@ -37,6 +37,65 @@ _DROP = {b"authorization", b"host", b"content-length", b"connection", b"transfer
 
 def newToken() -> str:
     return "vbt-" + secrets.token_urlsafe(32)
+
+
+REDACTED = b"[redacted]"
+
+
+class KeyScrubber:
+    """
+    Takes keys out of a body that arrives in pieces (a provider's stream,
+    whose error event may quote the caller's key): every key, as written
+    and JSON-escaped, becomes C{[redacted]} even when it is cut across
+    pieces.  Only a tail that could be the start of a key is held back
+    until the next piece (or the end), so the stream stays live.
+    """
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        forms = set()
+        for key in keys:
+            if key:
+                forms.add(key.encode("utf-8"))
+                forms.add(json.dumps(key)[1:-1].encode("utf-8"))
+        #: Longest first, so a JSON-escaped form goes before a part of it.
+        self.forms = sorted(forms, key=len, reverse=True)
+        self.pending = b""
+
+    def scrub(self, data: bytes) -> bytes:
+        """
+        C{data} with every whole key replaced (nothing held back).
+        """
+        for form in self.forms:
+            data = data.replace(form, REDACTED)
+        return data
+
+    def _heldBack(self, data: bytes) -> int:
+        """
+        How many bytes at the end of C{data} could begin a key.
+        """
+        longest = len(self.forms[0]) if self.forms else 0
+        for size in range(min(longest - 1, len(data)), 0, -1):
+            tail = data[-size:]
+            if any(form.startswith(tail) for form in self.forms):
+                return size
+        return 0
+
+    def feed(self, data: bytes) -> bytes:
+        """
+        The next piece: what may be sent on now.
+        """
+        data = self.scrub(self.pending + data)
+        held = self._heldBack(data)
+        self.pending = data[len(data) - held :]
+        return data[: len(data) - held]
+
+    def flush(self) -> bytes:
+        """
+        The end of the body: what was held back (no key can start there any
+        more).
+        """
+        data, self.pending = self.scrub(self.pending), b""
+        return data
 
 
 @define(eq=False)
@@ -86,21 +145,22 @@ class _Relay(Protocol):
     the upstream connection (an abort stops the provider's generation).
     """
 
-    def __init__(self, request: IRequest, scrub: Callable[[bytes], bytes] | None) -> None:
+    def __init__(self, request: IRequest, scrubber: KeyScrubber | None) -> None:
         self.request = request
-        self.scrub = scrub
-        self.buffered: list[bytes] = []
+        self.scrubber = scrubber
         self.done: Deferred = Deferred(lambda _: self.stop())
 
     def dataReceived(self, data: bytes) -> None:
-        if self.scrub is not None:
-            self.buffered.append(data)
-        elif not self.request.finished:
+        if self.scrubber is not None:
+            data = self.scrubber.feed(data)
+        if data and not self.request.finished:
             self.request.write(data)
 
     def connectionLost(self, reason: Any = None) -> None:
-        if self.scrub is not None and not self.request.finished:
-            self.request.write(self.scrub(b"".join(self.buffered)))
+        if self.scrubber is not None and not self.request.finished:
+            tail = self.scrubber.flush()
+            if tail:
+                self.request.write(tail)
         if not self.done.called:
             self.done.callback(None)
 
@@ -237,26 +297,20 @@ class ModelDoor:
             data=body or None,
             unbuffered=True,
         )
+        scrubber: KeyScrubber | None = None
+        if upstream.scrub:
+            # A provider's answer may quote the key (an error answer, or an
+            # error event inside a 200 stream): never let pi record it (the
+            # key this request carried, and the newest).
+            scrubber = KeyScrubber(k for k in (sent, upstream.currentKey()) if k)
         request.setResponseCode(response.code)
         for name, values in response.headers.getAllRawHeaders():
             if name.lower() not in (b"content-length", b"transfer-encoding", b"connection"):
+                if scrubber is not None:
+                    values = [scrubber.scrub(value) for value in values]
                 request.responseHeaders.setRawHeaders(name, values)
-        scrub: Callable[[bytes], bytes] | None = None
-        if upstream.scrub and response.code >= 400:
-            # A provider's error may quote the key: never let pi record it
-            # (the one this request carried, and the newest, as written or
-            # JSON-escaped).
-            keys = {k for k in (sent, upstream.currentKey()) if k}
 
-            def scrubKeys(data: bytes) -> bytes:
-                for key in keys:
-                    for form in (key, json.dumps(key)[1:-1]):
-                        data = data.replace(form.encode("utf-8"), b"[redacted]")
-                return data
-
-            scrub = scrubKeys
-
-        relay = _Relay(request, scrub)
+        relay = _Relay(request, scrubber)
         self._relays.add(relay)
         try:
             response.deliverBody(relay)

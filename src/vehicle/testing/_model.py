@@ -37,6 +37,7 @@ __all__ = [
     "ToolCall",
     "Error",
     "Hang",
+    "StreamedError",
     "Step",
     "ScriptedModel",
 ]
@@ -100,7 +101,23 @@ class Hang:
     """
 
 
-Step = Union[Text, ToolCall, Error, Hang, Sequence[ToolCall]]
+@frozen
+class StreamedError:
+    """
+    Answer C{200} with an event stream whose one C{data:} event carries an
+    error object with C{message}, as some providers report a failure once
+    the stream has begun.  C{{key}} in C{message} stands for the bearer the
+    request carried (a provider quoting the caller's key).  The event is
+    written C{pieceBytes} at a time, C{delayMs} apart, so the key arrives
+    cut across writes.
+    """
+
+    message: str
+    pieceBytes: int = 7
+    delayMs: int = 5
+
+
+Step = Union[Text, ToolCall, Error, Hang, StreamedError, Sequence[ToolCall]]
 
 _TOOL = re.compile(r"\[\[TOOL:([\w.-]+)(?:\s+(\{.*?\}))?\]\]", re.DOTALL)
 _LOOP = re.compile(r"\[\[LOOP:([\w.-]+)(?:\s+(\{.*?\}))?\]\]", re.DOTALL)
@@ -369,6 +386,8 @@ class ScriptedModel:
         if isinstance(step, Error):
             kind = "invalid_request_error" if step.status < 500 else "server_error"
             return self._refuse(request, _Refused(step.status, step.message, kind))
+        if isinstance(step, StreamedError):
+            return self._streamedError(request, step)
         if isinstance(step, (Text, ToolCall)):
             usage = step.usage
         else:
@@ -467,6 +486,23 @@ class ScriptedModel:
             }
             frames.append((0, b"data: " + json.dumps(record).encode("utf-8") + b"\n\n"))
         frames.append((0, b"data: [DONE]\n\n"))
+        request.setHeader(b"content-type", b"text/event-stream")
+        request.setHeader(b"cache-control", b"no-cache")
+        return _Stream(request, self.reactor, frames).start()
+
+
+    def _streamedError(self, request: IRequest, step: StreamedError) -> Deferred[None]:
+        header = (request.getHeader(b"authorization") or b"").decode("latin-1")
+        bearer = header[len("Bearer ") :] if header.startswith("Bearer ") else header
+        event = b"data: " + json.dumps(
+            {"error": {"message": step.message.replace("{key}", bearer),
+                       "type": "invalid_request_error", "code": 401}}
+        ).encode("utf-8") + b"\n\n"
+        size = max(1, step.pieceBytes)
+        frames: deque[tuple[float, bytes]] = deque(
+            (step.delayMs / 1000.0, event[start : start + size])
+            for start in range(0, len(event), size)
+        )
         request.setHeader(b"content-type", b"text/event-stream")
         request.setHeader(b"cache-control", b"no-cache")
         return _Stream(request, self.reactor, frames).start()
