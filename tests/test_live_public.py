@@ -23,6 +23,17 @@ PUBLIC = evolve(ROUTE_PUBLIC, signupGrantUsd=0.005, turnsPerDay=100, sessionMaxT
 OWN_KEY = "sk-or-own-key-5f3a9c0e1d"
 
 
+def assertKeyNowhere(testCase: TestCase, host: LiveHost, sid: str) -> None:
+    """
+    The caller's key is in no file of the host, no event and no log line.
+    """
+    for path in host.root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            testCase.assertNotIn(OWN_KEY.encode(), path.read_bytes(), str(path))
+    testCase.assertNotIn(OWN_KEY, json.dumps(host.events(sid)))
+    testCase.assertNotIn(OWN_KEY, "\n".join(host.logLines))
+
+
 class OwnKeyTests(TestCase):
     """
     A byok conversation runs on the caller's key, held in memory only.
@@ -56,11 +67,7 @@ class OwnKeyTests(TestCase):
         self.assertIn("run.error", [e["type"] for e in events])
         piFile = next((host.registry().sessions[sid].directory / "pi").glob("*.jsonl"))
         self.assertIn(b"[redacted]", piFile.read_bytes())
-        for path in host.root.rglob("*"):
-            if path.is_file() and not path.is_symlink():
-                self.assertNotIn(OWN_KEY.encode(), path.read_bytes(), str(path))
-        self.assertNotIn(OWN_KEY, json.dumps(host.events(sid)))
-        self.assertNotIn(OWN_KEY, "\n".join(host.logLines))
+        assertKeyNowhere(self, host, sid)
 
         await host.restart()
         code, frame = await host.call("POST", f"/sessions/{sid}/commands",
@@ -98,11 +105,7 @@ class StreamedKeyTests(TestCase):
         self.assertEqual(headers["authorization"], "Bearer " + OWN_KEY)
         piFile = next((host.registry().sessions[sid].directory / "pi").glob("*.jsonl"))
         self.assertIn(b"Invalid API key [redacted] for this account", piFile.read_bytes())
-        for path in host.root.rglob("*"):
-            if path.is_file() and not path.is_symlink():
-                self.assertNotIn(OWN_KEY.encode(), path.read_bytes(), str(path))
-        self.assertNotIn(OWN_KEY, json.dumps(host.events(sid)))
-        self.assertNotIn(OWN_KEY, "\n".join(host.logLines))
+        assertKeyNowhere(self, host, sid)
 
 
 class CreditTests(TestCase):
