@@ -188,6 +188,40 @@ class HoldTests(RouteTestCase):
         self.h.restart()
         self.assertEqual(len(self.rows()), count)
 
+    def test_restartKeepsEveryRow(self) -> None:
+        """
+        Through the routes, a restart after each kind of row (grant, turn
+        with its hold, debit and release) shows the same account.
+        """
+        def account() -> dict[str, Any]:
+            value = self.ok("GET", "/account", **WHO)["value"]
+            return {"turnsToday": value["turnsToday"], **value["credit"]}
+
+        self.ok("POST", "/account/grants",
+                {"principal": PRINCIPAL, "amountUsd": 1.0, "source": "operator",
+                 "idempotencyKey": "op-1"}, principal="owner")
+        before = account()
+        self.h.restart()
+        self.assertEqual(account(), before)
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        before = account()
+        held = self.h.api.public.ledger.held(PRINCIPAL)
+        self.assertEqual(held, PUBLIC.runMaxCostUsd)
+        self.h.stop()
+        self.h._start()
+        self.assertEqual(account(), before)
+        self.assertEqual(before["turnsToday"], 1)
+        # The restart released the hold of the turn whose run never ran.
+        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
+        self.prompt(sid, "p2", **WHO)
+        BodyOf(self.h.launcher, 0).run("hello", costUsd=0.002)
+        before = account()
+        self.assertAlmostEqual(before["spentUsd"], 0.002)
+        self.h.restart()
+        self.assertEqual(account(), before)
+        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
+
     def test_holdOfAGoneSessionIsReleased(self) -> None:
         """
         A hold whose conversation the host no longer has (its directory
