@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.trial.unittest import TestCase
 
 from attrs import evolve
@@ -152,3 +153,40 @@ class CreditTests(TestCase):
         self.assertEqual(len(holds), n - 1)
         self.assertEqual(sorted(r["hold"] for r in releases), sorted(holds))
         self.assertEqual({r["reason"] for r in releases}, {"completed"})
+
+    async def test_concurrentTurnsHoldTheBudget(self) -> None:
+        """
+        Twelve turns sent at once on twelve conversations of one account,
+        with $0.03 of credit and a $0.01 run budget: three are accepted,
+        each holding its budget from acceptance; the three real runs
+        settle, each hold ends once, each run is debited once, and the
+        balance stays above zero.
+        """
+        budget = evolve(PUBLIC, signupGrantUsd=0.03, runMaxCostUsd=0.01)
+        host = await LiveHost(self, public=budget).start()
+        who = dict(ACCOUNT, headers=account())
+        sids = []
+        for n in range(12):
+            code, frame = await host.call("POST", "/sessions", {"requestId": f"c{n}"}, **who)
+            self.assertEqual(code, 201, frame)
+            sids.append(frame["value"]["session"]["sessionId"])
+        answers = await gatherResults([
+            Deferred.fromCoroutine(host.call(
+                "POST", f"/sessions/{sid}/commands",
+                {"type": "prompt", "requestId": "p1", "text": "hi"}, **who))
+            for sid in sids
+        ])
+        accepted = [sid for sid, (code, _) in zip(sids, answers) if code == 202]
+        self.assertEqual(len(accepted), 3, answers)
+        self.assertEqual({frame["code"] for code, frame in answers if code != 202},
+                         {"out_of_credit"})
+        for sid in accepted:
+            await host.waitFor(sid, lambda e: e["type"] == "command.completed", **who)
+        rows = [json.loads(line) for line in
+                (host.root / "public" / "ledger.jsonl").read_text().splitlines()]
+        holds = [r["key"] for r in rows if r["type"] == "hold"]
+        self.assertEqual(len(holds), 3)
+        self.assertEqual(sorted(r["hold"] for r in rows if r["type"] == "release"), sorted(holds))
+        self.assertEqual(len([r for r in rows if r["type"] == "debit"]), 3)
+        code, frame = await host.call("GET", "/account", **who)
+        self.assertAlmostEqual(frame["value"]["credit"]["balanceUsd"], 0.03 - 3 * 0.00375, places=6)
