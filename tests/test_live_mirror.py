@@ -124,6 +124,44 @@ class MirrorTests(TestCase):
         self.assertIsNone(stand.document("g1", f"sophia-conversation-{sid}"))
 
 
+class VariantMirrorTests(TestCase):
+    """
+    The mirror against an MCP server that nests its workspace otherwise and
+    refuses an existing folder or document in other words.
+    """
+
+    timeout = 90
+
+    async def test_twoSessionsInARowAcrossARestart(self) -> None:
+        """
+        Two sessions mirrored in a row, the second after a restart (the
+        host must find the folders by reading the other nesting), then a
+        rename: each document is written, nothing fails.
+        """
+        stand = standIn(self)
+        useVariant(stand)
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()
+        token = stand.mintDelegation("alice", "g1", "owner")
+        sids = []
+        for n in range(2):
+            if n:
+                await host.restart()
+            code, frame = await host.call("POST", "/sessions", {"requestId": f"c{n}"}, token=token)
+            sid = frame["value"]["session"]["sessionId"]
+            sids.append(sid)
+            await host.call("POST", f"/sessions/{sid}/commands",
+                            {"type": "prompt", "requestId": "p1", "text": f"cows {n}?"}, token=token)
+            events = await host.waitFor(sid, lambda e: e["type"] in ("mirror.written", "mirror.failed"),
+                                        token=token)
+            self.assertEqual(events[-1]["type"], "mirror.written", events[-1])
+            self.assertIn(f"cows {n}?", stand.document("g1", f"sophia-conversation-{sid}")["content"])
+        self.assertEqual([a["tool"] for a in stand.audit()].count("create_folder"), 2)
+        code, frame = await host.call("PATCH", f"/sessions/{sids[1]}", {"title": "Goats"}, token=token)
+        await host.waitFor(sids[1], lambda e: e["type"] == "mirror.written",
+                           since=frame["value"]["session"]["cursor"], token=token)
+        self.assertEqual(stand.document("g1", f"sophia-conversation-{sids[1]}")["title"], "Goats")
+
+
 class GraphToolTests(TestCase):
     """
     The body's graph tools act as the person, through the host's wiring.
