@@ -143,6 +143,34 @@ class HoldTests(RouteTestCase):
         self.assertEqual((release["hold"], release["reason"]), (f"hold:{sid}:p1", "cancelled"))
         self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
 
+    def test_bodyDiesMidRun(self) -> None:
+        """
+        A body that dies during a run: the run is settled as aborted and
+        debited what it cost so far, the command fails and its hold ends,
+        each once.
+        """
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        body = BodyOf(self.h.launcher, 0)
+        body.answer("get_state", STATE)
+        body.answer("prompt", {"disposition": "started"})
+        body.agentStart()
+        body.user("hi " + sid)
+        usage = {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0,
+                 "totalTokens": 15, "cost": {"total": 0.006}}
+        body.send({"type": "message_end",
+                   "message": {"role": "assistant", "content": [{"type": "text", "text": "half"}],
+                               "usage": usage, "stopReason": "toolUse"}})
+        body.exit(exitCode=1)
+        [debit] = self.rows("debit")
+        self.assertEqual(debit["amountUsd"], 0.006)
+        [release] = self.rows("release")
+        self.assertEqual((release["hold"], release["reason"]), (f"hold:{sid}:p1", "failed"))
+        self.assertAlmostEqual(self.balance(), 0.03 - 0.006)
+        self.h.restart()
+        self.assertEqual(len(self.rows("debit")), 1)
+        self.assertEqual(len(self.rows("release")), 1)
+
     def test_restartReleasesOpenHoldsOnce(self) -> None:
         """
         Holds of turns whose runs never settled (the host stopped under
