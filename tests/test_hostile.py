@@ -377,7 +377,7 @@ class DeadlineAndSizeTests(HostileCase):
         before any body arrives, and closed; C{Expect: 100-continue} gets
         no 100.
         """
-        for length in (MAX_BODY_BYTES + 1, 16 * MAX_BODY_BYTES, 10**30):
+        for length in (MAX_BODY_BYTES + 1, 16 * MAX_BODY_BYTES, 10**30, "9" * 5000):
             conn = self.connect()
             conn.send(conn.head("POST", "/sessions", length=length,
                                 extra={"expect": "100-continue"}))
@@ -385,6 +385,18 @@ class DeadlineAndSizeTests(HostileCase):
             self.assertEqual(frame["details"]["limit"], MAX_BODY_BYTES)
             self.assertTrue(conn.transport.disconnecting)
             self.assertNotIn(b"100 Continue", conn.output())
+
+    def test_contentLengthWithLeadingZeros(self) -> None:
+        """
+        A length written with thousands of leading zeros is still its
+        number.
+        """
+        body = json.dumps({"requestId": "z1"}).encode()
+        conn = self.connect()
+        head = conn.head("POST", "/sessions", length=len(body))
+        conn.send(head.replace(b"content-length: ", b"content-length: " + b"0" * 5000) + body)
+        status, frame = self.assertAnswer(conn)
+        self.assertEqual(status, 201, frame)
 
     def test_chunkedCutAtTheLimit(self) -> None:
         """

@@ -159,6 +159,19 @@ class GuardedChannel(HTTPChannel):
                 return
         super().lineReceived(line)
 
+    def headerReceived(self, line: bytes) -> bool:
+        name, colon, value = line.partition(b":")
+        value = value.strip(b" \t")
+        if colon and name.strip().lower() == b"content-length" and value.isdigit():
+            # Read the length here, bounded: Twisted's int() of thousands of
+            # digits would raise out of the parser (a silent close).
+            length = value.lstrip(b"0") or b"0"
+            if len(length) > 18:
+                self.refuse(tooLarge(getattr(self.requests[-1], "limit", MAX_BODY_BYTES)))
+                return False
+            line = b"Content-Length: " + length
+        return super().headerReceived(line)
+
     def lineLengthExceeded(self, line: bytes) -> None:
         self.refuse(_headersTooLarge() if self._inRequest else _uriTooLong())
 
