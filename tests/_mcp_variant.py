@@ -14,6 +14,7 @@ What differs from L{vehicle.gardend._mcp.MCPEndpoint}:
     taken";
   - every other C{not_found} is a tool error whose text is not JSON
     ("Resource missing: ...");
+  - C{read_document} knows no C{ids_only} format ("Unsupported format");
   - with C{listAll}, C{tools/list} offers every tool to every token, the
     writer tools to a viewer too (the calls are still refused); with
     C{dropMeta}, its entries carry no C{_meta} (no scopes);
@@ -31,6 +32,7 @@ from attrs import define, field
 from vehicle.gardend import StandIn
 from vehicle.gardend._delegation import Delegation
 from vehicle.gardend._mcp import CATALOG, MCPEndpoint, ToolSpec, _reachable
+from vehicle.gardend._store import ToolError
 
 
 _RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
@@ -150,6 +152,11 @@ class VariantEndpoint(MCPEndpoint):
         if error.get("code") == "not_found":
             return _text(f"Resource missing: {error.get('message')}")
         return result
+
+    def _tool_read_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
+        if args.get("format") == "ids_only":
+            raise ToolError("bad_request", "Unsupported format")
+        return super()._tool_read_document(graphId, args)
 
     def _tool_get_workspace(self, graphId: str, args: Mapping[str, Any]) -> Any:
         envelope, audited = super()._tool_get_workspace(graphId, args)

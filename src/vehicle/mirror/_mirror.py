@@ -655,10 +655,14 @@ async def _exists(call: _Caller, documentId: str) -> bool:
     already there" or "it is not there", whatever words the refusal used.
     A reading that fails says no (but a deleted session stops the pass).
     """
-    try:
-        await call("read_document", documentId=documentId, format="ids_only")
-    except MirrorError as e:
-        if e.code == "deleted":
-            raise
-        return False
-    return True
+    for arguments in ({"format": "ids_only"}, {"maxChars": 1}):
+        # The cheapest reading first; a server that knows no ids_only
+        # still answers a short one.
+        try:
+            await call("read_document", documentId=documentId, **arguments)
+        except MirrorError as e:
+            if e.code == "deleted":
+                raise
+            continue
+        return True
+    return False
