@@ -205,6 +205,38 @@ class PathTests(HostileCase):
         for path in self.PATHS:
             self.assertRefused(self.raw(path), 404, "not_found")
 
+    def test_asteriskTarget(self) -> None:
+        """
+        C{OPTIONS *} (and C{GET *}) go to the app: the secret first, then
+        no such route; not Twisted's empty page.
+        """
+        for method in ("OPTIONS", "GET"):
+            conn = self.connect()
+            conn.send(conn.head(method, "*", secret=None))
+            self.assertRefused(conn, 401, "unauthorized")
+            conn = self.connect()
+            conn.send(conn.head(method, "*"))
+            self.assertRefused(conn, 404, "not_found")
+
+    def test_lastResortIsAFrame(self) -> None:
+        """
+        A failure nothing caught (here, in the front resource itself) is
+        logged and answered as the C{internal} frame, never HTML.
+        """
+        from vehicle.web._trust import GuardedResource
+
+        def broken(resource: Any, request: Any) -> bytes:
+            raise RuntimeError("boom")
+
+        self.patch(GuardedResource, "render", broken)
+        conn = self.send("GET", "/sessions")
+        self.assertEqual(conn.status(), 500)
+        self.assertEqual(self.headers(conn)["content-type"], "application/json")
+        frame = json.loads(conn.body())
+        assertValidFrame(self, frame)
+        self.assertEqual(frame["code"], "internal")
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
     def test_neverRedirected(self) -> None:
         """
         Doubled slashes are matched as sent (C{not_found}), never
@@ -670,6 +702,35 @@ class PropertyTests(HostileCase):
                 self.assertAnswer(conn)
         finally:
             conn.lose()  # its timers go with it
+
+    @examples(40)
+    @given(
+        method=st.one_of(st.sampled_from([b"GET", b"POST", b"get", b"PRI"]), st.binary(max_size=8)),
+        target=st.one_of(st.sampled_from([b"/health", b"/sessions", b"*", b"http://h/x"]),
+                         st.binary(max_size=60).map(lambda b: b"/" + b)),
+        version=st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"http/1.1", b""]),
+        headers=st.lists(st.binary(min_size=1, max_size=40).map(
+            lambda h: h.replace(b"\r", b"").replace(b"\n", b"")).filter(bool), max_size=6),
+        body=st.binary(max_size=40),
+    )
+    def test_rawHeads(self, method: bytes, target: bytes, version: bytes,
+                      headers: list[bytes], body: bytes) -> None:
+        """
+        Any bytes for a request's head: it is answered with a frame (or
+        waits for more), and nothing escapes from the parser.
+        """
+        head = b" ".join([method, target, version]) + b"\r\n"
+        head += b"".join(h + b"\r\n" for h in headers)
+        conn = self.connect()
+        try:
+            conn.send(head + b"host: h\r\nx-internal-service: test-secret-0123456789\r\n\r\n" + body)
+            self.h.clock.advance(31)
+            if conn.output():
+                self.assertAnswer(conn)
+            else:
+                self.assertFalse(conn.transport.disconnecting)
+        finally:
+            conn.lose()
 
     @examples(25)
     @given(

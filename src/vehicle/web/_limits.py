@@ -68,6 +68,32 @@ class LimitedRequest(Request):
         self.content.write(data)
 
 
+    def _handleStar(self) -> None:
+        # "OPTIONS *" and its kind: the app answers (the secret first, then
+        # no such route), not Twisted's empty page.
+        self.render(self.site.getResourceFor(self))
+
+    def processingFailed(self, reason: Any) -> Any:
+        # A failure no route caught: logged, and still the error frame,
+        # never Twisted's HTML page or a traceback.
+        self._log.failure("Unexpected failure answering {uri}", failure=reason, uri=self.uri)
+        if self.finished or self.channel is None:
+            return reason
+        if self.startedWriting:
+            self.finish()  # the answer was under way: end it where it is
+            return reason
+        body = encode(errorFrame(
+            VehicleError("internal", "the host failed to answer; nothing was changed")
+        ))
+        self.setResponseCode(500)
+        self.setHeader(b"content-type", b"application/json")
+        self.setHeader(b"cache-control", b"no-store")
+        self.setHeader(b"content-length", b"%d" % len(body))
+        self.write(body)
+        self.finish()
+        return reason
+
+
 def tooLarge(limit: int = MAX_BODY_BYTES) -> VehicleError:
     return VehicleError(
         "body_too_large",
