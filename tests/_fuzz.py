@@ -23,6 +23,10 @@ from hypothesis import strategies as st
 from tests.schemas import schemas
 
 
+#: A profile for long runs: C{HYPOTHESIS_PROFILE=vehicle-thorough}.
+settings.register_profile("vehicle-thorough", max_examples=2000)
+
+
 def examples(default: int = 20) -> settings:
     """
     The property tests' settings: a modest count by default (the suite
@@ -31,9 +35,10 @@ def examples(default: int = 20) -> settings:
     """
     profile = os.environ.get("HYPOTHESIS_PROFILE")
     parent = settings.get_profile(profile) if profile else settings.default
+    count = os.environ.get("VEHICLE_FUZZ_EXAMPLES")
     return settings(
         parent,
-        max_examples=int(os.environ.get("VEHICLE_FUZZ_EXAMPLES", default)),
+        max_examples=int(count) if count else (parent.max_examples if profile else default),
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
