@@ -290,6 +290,49 @@ class DataDir:
                 # Left by an older host cut while creating; never announced.
                 name = _renameInto(path, self.trash, entry)
                 done.append(f"moved the session folder without meta.json {path} to trash/{name}")
+        # The host's own temporary files (never a body's: pi's home and an
+        # agent's workspace are not searched).
+        places = [self.public]
+        for top in (self.sessions, self.trash):
+            for entry in _entries(top):
+                places += [top / entry, top / entry / "pi", top / entry / "pi" / "agent"]
+        for place in places:
+            if place.is_symlink() or not place.is_dir():
+                continue
+            for name in _entries(place):
+                full = place / name
+                if name.startswith(".") and name.endswith(".tmp") and full.is_file():
+                    layer.unlink(full)
+                    done.append(f"removed the temporary file {full}")
+        if done:
+            for directory in (self.sessions, self.trash, self.workspaces):
+                if directory.is_dir():
+                    fsyncDirectory(directory)
+        return done
+
+    def emptyTrashReservations(self) -> list[str]:
+        """
+        The trash names reserved and still empty: a delete under way (its
+        session still names it) or one given up.
+        """
+        return [
+            entry for entry in _entries(self.trash)
+            if (self.trash / entry).is_dir() and not (self.trash / entry).is_symlink()
+            and not os.listdir(self.trash / entry)
+        ]
+
+    def sweepTrash(self) -> list[str]:
+        """
+        At start, once the deletes under way are finished: remove the trash
+        reservations left empty, write a C{deleted.json} an older host did
+        not get to, and put a workspace left outside its session where it
+        belongs (in its trash entry), or remove it when its session was
+        never made.
+
+        @return: one line per thing done, for the log.
+        """
+        done: list[str] = []
+        layer = files()
         for entry in _entries(self.trash):
             path = self.trash / entry
             if not path.is_dir() or path.is_symlink():
@@ -320,22 +363,8 @@ class DataDir:
             else:
                 removeTree(path)
                 done.append(f"removed the workspace {path} of a session never made")
-        # The host's own temporary files (never a body's: pi's home and an
-        # agent's workspace are not searched).
-        places = [self.public]
-        for top in (self.sessions, self.trash):
-            for entry in _entries(top):
-                places += [top / entry, top / entry / "pi", top / entry / "pi" / "agent"]
-        for place in places:
-            if place.is_symlink() or not place.is_dir():
-                continue
-            for name in _entries(place):
-                full = place / name
-                if name.startswith(".") and name.endswith(".tmp") and full.is_file():
-                    layer.unlink(full)
-                    done.append(f"removed the temporary file {full}")
         if done:
-            for directory in (self.sessions, self.trash, self.workspaces):
+            for directory in (self.trash, self.workspaces):
                 if directory.is_dir():
                     fsyncDirectory(directory)
         return done
