@@ -28,7 +28,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from attrs import frozen
+from attrs import field, frozen
+from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase
 
 from tests._crashfs import Crash, CrashFiles
@@ -72,17 +73,25 @@ class Scenario:
     setup: Callable[[Harness], dict[str, Any]]
     request: Callable[[dict[str, Any]], Request]
     lease: bool = True
+    #: The host's settings (L{Harness} overrides: public mode, ...).
+    settings: dict[str, Any] = field(factory=dict)
+    #: More state to compare, from the restarted host (a ledger's rows).
+    extra: Callable[[Harness], Any] | None = None
 
 
 SCENARIOS: dict[str, Scenario] = {}
 
 
 def scenario(name: str, setup: Callable[[Harness], dict[str, Any]],
-             request: Callable[[dict[str, Any]], Request], lease: bool = True) -> None:
+             request: Callable[[dict[str, Any]], Request], lease: bool = True,
+             settings: dict[str, Any] | None = None,
+             extra: Callable[[Harness], Any] | None = None) -> None:
     """
-    Add a route to the crash-injection driver (another room's routes too).
+    Add a route to the crash-injection driver (another room's routes too:
+    a public grant or turn needs C{settings} for public mode, and compares
+    its ledger with C{extra}).  Add the test with L{addCrashTests}.
     """
-    SCENARIOS[name] = Scenario(name, setup, request, lease)
+    SCENARIOS[name] = Scenario(name, setup, request, lease, settings or {}, extra)
 
 
 def _session(h: Harness, **kw: Any) -> dict[str, Any]:
@@ -245,7 +254,7 @@ class Run:
         files = CrashFiles(root, mode)
         files.install(case.patch)
         case.addCleanup(files.uninstall)
-        h = Harness(case, root)
+        h = Harness(case, root, **s.settings)
         ctx = s.setup(h)
         request = s.request(ctx)
         files.arm(None if cut in (None, "before") else cut)
@@ -256,7 +265,7 @@ class Run:
         files.revive()
         gc.collect()
         case.flushLoggedErrors(Crash)
-        self.host = Harness(case, root)
+        self.host = Harness(case, root, **s.settings)
         self.after = outcome(send(self.host, request))
         self.state = look(case, self.host, s)
         self.files = files
@@ -295,6 +304,7 @@ def look(case: SynchronousTestCase, h: Harness, s: Scenario) -> Any:
                         and (e["data"].get("reason") != "shutdown")],
         }))
     sessions.sort(key=lambda x: json.dumps(x, sort_keys=True))
+    extra = norm(s.extra(h)) if s.extra is not None else None
     trash = []
     for entry in sorted(os.listdir(root / "trash")):
         path = root / "trash" / entry
@@ -314,7 +324,7 @@ def look(case: SynchronousTestCase, h: Harness, s: Scenario) -> Any:
             case.assertFalse(name.endswith(".tmp"), f"a temporary file is left: {directory}/{name}")
             case.assertFalse(".broken" in name and "public" not in directory,
                              f"a torn log: {directory}/{name}")
-    return {"sessions": sessions, "trash": trash}
+    return {"sessions": sessions, "trash": trash, "extra": extra}
 
 
 class CrashTests(SynchronousTestCase):
@@ -325,8 +335,7 @@ class CrashTests(SynchronousTestCase):
     """
 
     mode = "kill"
-    #: Filled by the runs: how many boundaries were cut, requests retried.
-    figures: dict[str, int] = {}
+    _log = Logger()
 
     def drive(self, name: str) -> None:
         s = SCENARIOS[name]
@@ -353,9 +362,10 @@ class CrashTests(SynchronousTestCase):
                         for label, (after, state) in allowed.items()
                     )
                 )
-            key = f"{self.mode}"
-            self.figures[key + ".boundaries"] = self.figures.get(key + ".boundaries", 0) + 1
-            self.figures[key + ".retries"] = self.figures.get(key + ".retries", 0) + 1
+        self._log.info(
+            "crash figures: {name} {mode}: {cut} of {syncs} boundaries cut, {retries} retries",
+            name=name, mode=self.mode, cut=len(cuts), syncs=done.syncs, retries=len(cuts) + 2,
+        )
 
 
 def _diff(expected: Any, actual: Any) -> str:
@@ -371,15 +381,19 @@ def _diff(expected: Any, actual: Any) -> str:
     ))
 
 
-def _addTests(cls: type) -> None:
-    for name in SCENARIOS:
+def addCrashTests(cls: type, names: Any = None) -> None:
+    """
+    Give C{cls} (a L{CrashTests}) a test for each scenario named (all by
+    default).
+    """
+    for name in names if names is not None else SCENARIOS:
         def test(self: CrashTests, name: str = name) -> None:
             self.drive(name)
         test.__doc__ = f"{name}: cut at its durable writes, restarted, retried: all or nothing."
         setattr(cls, f"test_{name}", test)
 
 
-_addTests(CrashTests)
+addCrashTests(CrashTests)
 
 
 class PowerLossTests(CrashTests):
