@@ -655,6 +655,20 @@ class DiskFailureTests(SynchronousTestCase):
         self.assertEqual(sorted(os.listdir(self.root / "sessions")), sorted([self.sid, self.other]))
         self.servesOn()
 
+    def test_forkNoSpace(self) -> None:
+        """
+        A fork whose branch cannot be written: refused, no half-made
+        folder, the source as it was; the retry makes one branch.
+        """
+        ctx = _withPi(self.h)
+        self.files.fail("write", errno.ENOSPC, after=2)
+        fork = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+        self.refusedForDisk(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork))
+        self.assertFalse([e for e in os.listdir(self.root / "sessions") if e.startswith(".")])
+        self.assertEqual(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork)[0], 201)
+        self.assertEqual(len(os.listdir(self.root / "sessions")), 4)
+        self.servesOn()
+
     def test_deleteNoSpace(self) -> None:
         """
         A delete that cannot reserve its trash name: refused, the session

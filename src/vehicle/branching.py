@@ -22,7 +22,7 @@ from vehicle.body._sessionfile import NothingToFork, branchSession, readSession
 from vehicle.box import copyTree
 from vehicle.errors import VehicleError
 from vehicle.session import Caller, Registry, Session, notFound
-from vehicle.session._session import _preview as previewOf, branchEffects
+from vehicle.session._session import _preview as previewOf, branchEffects, storageError
 from vehicle.session._drive import answer, requireGraphPath
 
 
@@ -75,6 +75,18 @@ async def branch(
     # holding the answer, inside it): the one step that makes it.  The
     # source's record follows; start writes it should the host be cut
     # between the two.
+    try:
+        return await _build(registry, source, caller, body, recordFolders, kind, piFile,
+                            entryId, newId, inherited, meta, title)
+    except OSError as e:
+        raise storageError(e) from e
+
+
+async def _build(
+    registry: Registry, source: Session, caller: Caller, body: dict[str, Any],
+    recordFolders: Callable[[str, Path], dict[str, Any]] | None, kind: str, piFile: Path,
+    entryId: str | None, newId: str, inherited: str | None, meta: Any, title: str | None,
+) -> dict[str, Any]:
     session = registry.prepare(
         caller,
         meta,
