@@ -98,8 +98,8 @@ def _session(h: Harness, **kw: Any) -> dict[str, Any]:
     return {"sid": h.create(**kw)["sessionId"]}
 
 
-def _withPi(h: Harness) -> dict[str, Any]:
-    ctx = _session(h)
+def _withPi(h: Harness, **kw: Any) -> dict[str, Any]:
+    ctx = _session(h, **kw)
     directory = h.api.registry.sessions[ctx["sid"]].directory
     piFile = directory / "pi" / "2026-11-30T07-00-50-130Z_01a22b41.jsonl"
     piFile.touch(mode=0o600)  # pi's own file, as pi makes it
@@ -660,7 +660,7 @@ class DiskFailureTests(SynchronousTestCase):
         A fork whose branch cannot be written: refused, no half-made
         folder, the source as it was; the retry makes one branch.
         """
-        ctx = _withPi(self.h)
+        ctx = _withPi(self.h, requestId="c3")
         self.files.fail("write", errno.ENOSPC, after=2)
         fork = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
         self.refusedForDisk(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork))
