@@ -911,7 +911,7 @@ def storageError(error: OSError) -> VehicleError:
     return VehicleError(
         "storage_unavailable",
         f"the host could not write this request to its disk ({error.strerror or error}); "
-        "nothing was changed: try again later",
+        "try again later: a retry with the same requestId answers what was kept, if anything",
         {"errno": errno.errorcode.get(error.errno or 0)},
     )
 
