@@ -635,6 +635,18 @@ class DiskFailureTests(SynchronousTestCase):
         code, frame = self.h.call("GET", f"/sessions/{self.sid}")
         self.assertEqual(frame["value"]["session"]["roomPolicy"], "co-drive")
 
+    def test_bodyNewsFails(self) -> None:
+        """
+        An event outside any request (a body's news) that the disk refuses
+        leaves the log refusing appends; the next request reads the session
+        back from disk first, and is taken.
+        """
+        session = self.h.api.registry.sessions[self.sid]
+        self.files.fail("write", errno.EIO)
+        self.assertRaises(OSError, session.emit, "body.notice", {"message": "hello"})
+        self.assertEqual(self.policy(self.sid, "p1", "co-drive")[0], 202)
+        self.servesOn()
+
     def test_createRewriteFails(self) -> None:
         """
         A create whose C{meta.json} cannot be written (the atomic rewrite's

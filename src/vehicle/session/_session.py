@@ -471,6 +471,10 @@ class Session:
             be written; the session is then read back from disk, so nothing
             of the refused request stays in memory.
         """
+        if self._events.failed or self._commandsLog.failed:
+            # An earlier write (the body's news, say) failed: read the
+            # session back from disk before taking anything new.
+            self._guarded(self.reload)
         if requestId is not None:
             record = requestRecord(
                 kind, caller, requestId, body, frame, ROUTE_OF[kind], self.clock.seconds(),

@@ -192,6 +192,14 @@ class JsonlLog:
         return cls(path, fd, goodOffset, seqField, lastSeq), records
 
     @property
+    def failed(self) -> bool:
+        """
+        Did a write or sync fail?  Then the log takes no more appends: open
+        it afresh.
+        """
+        return self._failure is not None
+
+    @property
     def path(self) -> Path:
         """
         The file this log appends to.
