@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from attrs import field, frozen
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
@@ -787,3 +788,27 @@ class LiveRunIdTests(TestCase):
         await host.waitFor(sid, settledEvent, since=cursor)
         runs = [e["data"]["runId"] for e in host.events(sid) if e["type"] == "run.started"]
         self.assertEqual(runs, ["run-1", "run-2"])
+
+
+class BranchTwiceTests(SynchronousTestCase):
+    """
+    A branch that finds its request answered meanwhile (the same fork
+    sent twice at once) drops its copy.
+    """
+
+    def test_answeredMeanwhile(self) -> None:
+        from vehicle.branching import branch
+        from vehicle.session import Caller
+
+        h = Harness(self)
+        sid = _withPi(h)["sid"]
+        body = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+        code, first = h.call("POST", f"/sessions/{sid}/commands", body)
+        self.assertEqual(code, 201)
+        registry = h.api.registry
+        caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g1")
+        again = self.successResultOf(Deferred.fromCoroutine(
+            branch(registry, registry.sessions[sid], caller, body)))
+        self.assertEqual(again["value"]["session"]["sessionId"],
+                         first["value"]["session"]["sessionId"])
+        self.assertEqual(len(os.listdir(h.root / "sessions")), 2)

@@ -129,6 +129,13 @@ async def _build(
             session.writeMeta()
         if source.deleted:
             raise notFound()
+        earlier = source.replay(body["requestId"], body, "commands")
+        if earlier is not None:
+            # The same request, sent again while this one copied: it was
+            # answered meanwhile, and this copy is not needed.
+            session.close()
+            registry.abandon(newId)
+            return earlier
         session.delegatedToken = source.delegatedToken
         if session.preview is None and inherited:
             session.preview = previewOf(stripContextNote(inherited))
