@@ -257,6 +257,16 @@ class ProgramTests(SynchronousTestCase):
             with self.assertRaises(SeccompUnavailable):
                 seccompProgram(arch)
 
+    def test_unknownCall(self) -> None:
+        """
+        A call libseccomp does not know (an older libseccomp than the
+        policy) is an error naming it, not a rule left out.
+        """
+        self.patch(_seccomp, "BLOCKED_ENOSYS", BLOCKED_ENOSYS + ("no_such_call",))
+        with self.assertRaises(SeccompUnavailable) as caught:
+            seccompProgram("x86_64")
+        self.assertIn("the rule for no_such_call", str(caught.exception))
+
 
 class UnavailableTests(SynchronousTestCase):
     """

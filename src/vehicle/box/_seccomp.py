@@ -111,27 +111,33 @@ def seccompProgram(arch: str | None = None) -> bytes:
 
 def _addRules(lib: Any, scFilter: Any, arch: str) -> None:
     """
-    The policy, by name; libseccomp leaves out a call the architecture does
-    not have.
+    The policy, by name.  libseccomp leaves out a call the architecture does
+    not have; a name it does not know (a libseccomp older than the call) is
+    an error, never a rule skipped.
     """
-    eperm = lib.ERRNO(errno.EPERM)
+
+    def refuse(code: int, call: str, *args: Any) -> None:
+        try:
+            scFilter.add_rule(lib.ERRNO(code), call, *args)
+        except OSError as e:
+            raise SeccompUnavailable(f"libseccomp cannot add the rule for {call}: {e}") from e
+
     for call in BLOCKED_EPERM:
-        scFilter.add_rule(eperm, call)
+        refuse(errno.EPERM, call)
     for call in BLOCKED_ENOSYS:
-        scFilter.add_rule(lib.ERRNO(errno.ENOSYS), call)
+        refuse(errno.ENOSYS, call)
     # clone with a new user namespace (s390 takes the flags second).
     flags = 1 if arch.startswith("s390") else 0
-    scFilter.add_rule(eperm, "clone", lib.Arg(flags, lib.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
+    refuse(errno.EPERM, "clone", lib.Arg(flags, lib.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER))
     # The terminal ioctls, compared on the low 32 bits the kernel reads.
     for request in _MIPS_TERMINAL_IOCTLS if arch.startswith("mips") else TERMINAL_IOCTLS:
-        scFilter.add_rule(eperm, "ioctl", lib.Arg(1, lib.MASKED_EQ, 0xFFFFFFFF, request))
+        refuse(errno.EPERM, "ioctl", lib.Arg(1, lib.MASKED_EQ, 0xFFFFFFFF, request))
     # socket: each family below the last allowed one that is not allowed,
     # and everything above it (a family with high bits set among them).
-    refuse = lib.ERRNO(errno.EAFNOSUPPORT)
     for family in range(max(ALLOWED_FAMILIES)):
         if family not in ALLOWED_FAMILIES:
-            scFilter.add_rule(refuse, "socket", lib.Arg(0, lib.EQ, family))
-    scFilter.add_rule(refuse, "socket", lib.Arg(0, lib.GE, max(ALLOWED_FAMILIES) + 1))
+            refuse(errno.EAFNOSUPPORT, "socket", lib.Arg(0, lib.EQ, family))
+    refuse(errno.EAFNOSUPPORT, "socket", lib.Arg(0, lib.GE, max(ALLOWED_FAMILIES) + 1))
 
 
 def seccompProblem() -> str | None:
