@@ -659,6 +659,20 @@ class DiskFailureTests(SynchronousTestCase):
         self.assertEqual(self.h.call("POST", "/sessions", {"requestId": "new"})[0], 201)
         self.servesOn()
 
+    def test_createPublishedSyncFails(self) -> None:
+        """
+        A create whose folder was renamed into place but whose directory
+        sync failed: refused, yet served, so the retry replays it (one
+        session, never two).
+        """
+        self.files.fail("fsync", errno.EIO, after=8)
+        self.refusedForDisk(self.h.call("POST", "/sessions", {"requestId": "new"}))
+        code, frame = self.h.call("POST", "/sessions", {"requestId": "new"})
+        self.assertEqual((code, frame.get("replayed")), (200, True))
+        self.assertEqual(len(os.listdir(self.root / "sessions")), 3)
+        self.h.restart()
+        self.assertEqual(len(self.h.call("GET", "/sessions")[1]["value"]["sessions"]), 3)
+
     def test_createNoSpace(self) -> None:
         """
         A create that cannot write its first record: refused, nothing left.

@@ -170,30 +170,32 @@ class Registry:
         record = requestRecord(
             kind, caller, requestId, body, frame, route, self.clock.seconds(), **(extra or {})
         )
-        digest = record["fingerprint"]
+        final = self.dataDir.sessionDir(session.sessionId)
         try:
-            session._commandsLog.append(record)
+            session.appendRecord(record)
             session.close()
-            directory = self.dataDir.publish(session.sessionId)
-        except OSError as e:
+            self.dataDir.publish(session.sessionId)
+        except BaseException as e:
             session.close()
-            self._abandonQuietly(session.sessionId)
-            raise storageError(e) from e
-        except BaseException:
-            session.close()
-            self._abandonQuietly(session.sessionId)
+            if final.is_dir():
+                # Renamed into place; only the sync after it failed.  It
+                # is served (start would load it), so a retry replays.
+                self._served(session, final, kind, caller, requestId, record)
+            else:
+                self._abandonQuietly(session.sessionId)
+            if isinstance(e, OSError):
+                raise storageError(e) from e
             raise
-        self._reopenAt(session, directory)
-        if kind == "create":
-            self._creations[(caller.principal, requestId)] = (digest, frame)
-        self._adopt(session)
+        self._served(session, final, kind, caller, requestId, record)
 
-    def _reopenAt(self, session: Session, directory: Path) -> None:
-        events, _, commands, _ = openLogs(directory)
-        session.directory = directory
-        session._events, session._commandsLog = events, commands
-        session.closed = False
-        session._armLeaseTimer()
+    def _served(
+        self, session: Session, directory: Path, kind: str, caller: Caller, requestId: str,
+        record: dict[str, Any],
+    ) -> None:
+        session.reopenAt(directory)
+        if kind == "create":
+            self._creations[(caller.principal, requestId)] = (record["fingerprint"], record["frame"])
+        self._adopt(session)
 
     def abandon(self, sessionId: str) -> None:
         """

@@ -488,6 +488,24 @@ class Session:
         for eventType, data in effects:
             self._guarded(self.emit, eventType, data)
 
+    def appendRecord(self, record: dict[str, Any]) -> None:
+        """
+        Append a request's record as it is (a new session's first, written
+        before its folder is published).
+        """
+        self._commandsLog.append(record)
+
+    def reopenAt(self, directory: Path) -> None:
+        """
+        Go on at C{directory}, where the session's folder was renamed to
+        (published): its logs are opened there afresh.
+        """
+        events, _, commands, _ = openLogs(directory)
+        self.directory = directory
+        self._events, self._commandsLog = events, commands
+        self.closed = False
+        self._armLeaseTimer()
+
     def _guarded(self, write: Callable[..., Any], *args: Any) -> Any:
         """
         Do one durable write; when the disk refuses it (no space, an I/O
