@@ -150,14 +150,19 @@ async def _build(
         session.close()
         registry.abandon(newId)
         raise
-    registry.publish(
-        session, "branched", caller, body["requestId"], body, frame, "commands",
-        {"source": source.sessionId},
-    )
-    source.commit(
-        "branch", caller, body["requestId"], body, frame,
-        branchEffects(kind, newId, entryId, caller),
-    )
+    try:
+        registry.publish(
+            session, "branched", caller, body["requestId"], body, frame, "commands",
+            {"source": source.sessionId},
+        )
+    finally:
+        if newId in registry.sessions:
+            # Published (even if a sync after it failed): the source
+            # remembers it, so a retry replays rather than branches again.
+            source.commit(
+                "branch", caller, body["requestId"], body, frame,
+                branchEffects(kind, newId, entryId, caller),
+            )
     return frame
 
 
