@@ -696,6 +696,19 @@ class DiskFailureTests(SynchronousTestCase):
         self.assertEqual(len(os.listdir(self.root / "sessions")), 4)
         self.servesOn()
 
+    def test_forkPublishedSyncFails(self) -> None:
+        """
+        A branch renamed into place whose directory sync failed: refused,
+        yet recorded on its source, so the retry replays it.
+        """
+        ctx = _withPi(self.h, requestId="c3")
+        self.files.fail("fsync", errno.EIO, after=8)
+        fork = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+        self.refusedForDisk(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork))
+        code, frame = self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork)
+        self.assertEqual((code, frame.get("replayed")), (200, True))
+        self.assertEqual(len(os.listdir(self.root / "sessions")), 4)
+
     def test_deleteNoSpace(self) -> None:
         """
         A delete that cannot reserve its trash name: refused, the session
