@@ -14,10 +14,11 @@ from pathlib import Path
 
 from treq.client import HTTPClient
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from vehicle.box._proxy import KeyScrubber, ModelDoor, Upstream
+from vehicle.box._proxy import KeyScrubber, ModelDoor, Upstream, doorsClosed
 from vehicle.testing import ScriptedModel
 from vehicle.testing._model import StreamedError
 
@@ -146,3 +147,36 @@ class StreamedErrorDoorTests(TestCase):
         self.assertIn(b"Invalid API key [redacted] for this account", body)
         for form in (KEY, _escaped(KEY)):
             self.assertNotIn(form.encode(), body)
+
+
+class DoorClosingTests(TestCase):
+    """
+    A door lets go of its socket before its folder may be removed.
+    """
+
+    timeout = 20
+
+    async def test_folderRemovedAfterDoorsClosed(self) -> None:
+        """
+        A close under way is waited for by L{doorsClosed} and by a second
+        close; the folder removed after that takes nothing from under the
+        port (its path is let go a moment after it is told to stop).
+        """
+        folder = Path(tempfile.mkdtemp(prefix="door-"))
+        self.addCleanup(shutil.rmtree, folder, True)
+        door = ModelDoor(reactor=reactor, socketPath=folder / "s" / "model.sock",
+                         model=Upstream(baseUrl="http://127.0.0.1:9", key="k"))
+        await door.listen()
+        self.assertTrue(door.socketPath.exists())
+        first = Deferred.fromCoroutine(door.close())
+        second = Deferred.fromCoroutine(door.close())
+        self.assertEqual(door.state, "closing")
+        self.assertFalse(first.called)
+        await doorsClosed()
+        self.assertEqual(door.state, "closed")
+        self.assertFalse(door.socketPath.exists())
+        shutil.rmtree(folder)
+        await first
+        await second
+        await door.close()
+        self.assertFalse(folder.exists())

@@ -27,6 +27,7 @@ from vehicle.errors import VehicleError
 from vehicle.mirror import Mirror
 from vehicle.public import Ledger, Public
 from vehicle.public._body import OwnKeyBodies
+from vehicle.box._proxy import doorsClosed
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
@@ -172,10 +173,13 @@ class Bodies:
             if self.agent is not None:
                 self.agent.removeRunDir()
 
-        return gatherResults(
+        closing = gatherResults(
             [c.close() for c in list(self.conductors.values())],
             consumeErrors=True,
-        ).addBoth(closeLedger)
+        )
+        # The bodies' doors let go of their sockets before their folder goes.
+        closing.addBoth(lambda _: Deferred.fromCoroutine(doorsClosed()))
+        return closing.addBoth(closeLedger)
 
 
 def _version() -> str:

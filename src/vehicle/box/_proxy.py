@@ -35,6 +35,20 @@ from vehicle.web._limits import LimitedRequest
 _DROP = {b"authorization", b"host", b"content-length", b"connection", b"transfer-encoding"}
 
 
+#: The doors of this process that listen or are closing.
+_DOORS: set["ModelDoor"] = set()
+
+
+async def doorsClosed() -> None:
+    """
+    Wait for every door that is closing to be closed: its socket's folder
+    may be removed only then (the port lets go of its path a moment after
+    it is told to stop).
+    """
+    for door in [d for d in _DOORS if d.state == "closing"]:
+        await door.close()
+
+
 def newToken() -> str:
     return "vbt-" + secrets.token_urlsafe(32)
 
@@ -218,6 +232,9 @@ class ModelDoor:
     #: IP addresses without a name lookup, made at L{listen}).
     http: Any = None
     _relays: set[_Relay] = field(factory=set)
+    #: C{open}, C{closing} (its socket is being let go) or C{closed}.
+    state: str = "open"
+    _closeWaiters: list[Deferred] = field(factory=list)
 
     async def listen(self) -> None:
         if self.http is None:
@@ -231,8 +248,31 @@ class ModelDoor:
         site.log = lambda request: None  # type: ignore[method-assign]
         endpoint = UNIXServerEndpoint(self.reactor, str(self.socketPath), mode=0o600)
         self.port = await endpoint.listen(site)
+        _DOORS.add(self)
 
     async def close(self) -> None:
+        """
+        Stop listening, stop every answer under way, remove the socket.  A
+        second call waits for the first to finish.
+        """
+        if self.state == "closed":
+            return
+        if self.state == "closing":
+            waiter: Deferred = Deferred()
+            self._closeWaiters.append(waiter)
+            await waiter
+            return
+        self.state = "closing"
+        try:
+            await self._close()
+        finally:
+            self.state = "closed"
+            _DOORS.discard(self)
+            waiters, self._closeWaiters = self._closeWaiters, []
+            for waiter in waiters:
+                waiter.callback(None)
+
+    async def _close(self) -> None:
         if self.port is not None:
             port, self.port = self.port, None
             await maybeDeferred(port.stopListening)
