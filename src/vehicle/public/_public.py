@@ -2,7 +2,8 @@
 """
 Public sessions: who may open a conversation and on which door (their own
 key, or an account's credit), the limits of every public turn, the credit
-that runs spend, and C{/account}.  Keys callers bring live in memory only.
+that runs spend (each accepted credit turn holds its run's budget until its
+command ends), and C{/account}.  Keys callers bring live in memory only.
 """
 
 from __future__ import annotations
@@ -117,13 +118,13 @@ class Public:
         self.checkCredit(caller)
         return {"model": model, "funding": "credit", **budget}
 
-    def checkCredit(self, caller: Caller, sessionId: str | None = None) -> None:
+    def checkCredit(self, caller: Caller) -> None:
         if not caller.emailVerified:
             raise VehicleError(
                 "email_unverified", "an account whose email is not verified has no credit yet"
             )
-        # Every accepted credit turn holds its run's budget until the run
-        # settles, so runs not yet started count too; a run is checked
+        # Every accepted credit turn holds its run's budget until its
+        # command ends, so runs not yet started count too; a run is checked
         # before it starts, so the balance may end below zero by at most
         # one run's budget.
         self._releaseStrays()
@@ -165,7 +166,7 @@ class Public:
                     {"doors": self.doors()},
                 )
         elif session.meta.funding == "credit":
-            self.checkCredit(caller, session.sessionId)
+            self.checkCredit(caller)
 
     def turnTaken(self, session: Session, caller: Caller, commandId: str | None = None) -> None:
         """
