@@ -331,8 +331,9 @@ class LedgerReplayTests(SynchronousTestCase):
         ledger = self.ledger()
         ledger.grant("p", 1.0, "operator", "operator:k1")
         ledger.hold("p", 0.05, "s1", "c1")
+        ledger.hold("q", 0.25, "s2", "c1")
         again = self.assertReplayed(ledger)
-        self.assertEqual(again.held("p"), 0.05)
+        self.assertEqual((again.held("p"), again.held("q"), again.held()), (0.05, 0.25, 0.3))
         self.assertFalse(again.hold("p", 0.05, "s1", "c1"))
         self.assertEqual(again.held("p"), 0.05)
 
@@ -341,6 +342,7 @@ class LedgerReplayTests(SynchronousTestCase):
         ledger.hold("p", 0.05, "s1", "c1")
         ledger.hold("p", 0.05, "s1", "c2")
         self.assertTrue(ledger.release("hold:s1:c1", "completed"))
+        self.assertIn("release:s1:c1", ledger.keys)
         again = self.assertReplayed(ledger)
         self.assertEqual(again.held("p"), 0.05)
         self.assertEqual(again.holdsOf("s1"), ["hold:s1:c2"])
