@@ -839,3 +839,77 @@ class BranchTwiceTests(SynchronousTestCase):
         self.assertEqual(again["value"]["session"]["sessionId"],
                          first["value"]["session"]["sessionId"])
         self.assertEqual(len(os.listdir(h.root / "sessions")), 2)
+
+
+class RebuildEqualsLiveTests(SynchronousTestCase):
+    """
+    Reading a session back from its logs gives the state the live session
+    holds, after any sequence of requests (a Hypothesis property).
+    """
+
+    def test_property(self) -> None:
+        from hypothesis import HealthCheck, given, settings
+        from hypothesis import strategies as st
+
+        from vehicle.session import Registry
+
+        ops = st.lists(st.sampled_from([
+            "claim", "takeover", "release", "rename", "policy-suggest", "policy-co-drive",
+            "policy-observe", "chime", "accept", "reject", "prompt", "cancel", "abort",
+            "body-settles",
+        ]), max_size=12)
+
+        @settings(max_examples=25, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+        @given(ops)
+        def check(sequence: list[str]) -> None:
+            h = Harness(self)
+            sid = h.create()["sessionId"]
+            chimes: list[str] = []
+            for n, op in enumerate(sequence):
+                rid = f"r{n}"
+                path = f"/sessions/{sid}"
+                if op in ("claim", "takeover"):
+                    h.call("POST", path + "/claim", {"requestId": rid, "takeover": op == "takeover"},
+                           client="tab-2" if op == "takeover" else None)
+                elif op == "release":
+                    h.call("POST", path + "/release", {"requestId": rid})
+                elif op == "rename":
+                    h.call("PATCH", path, {"requestId": rid, "title": f"title {n}"})
+                elif op.startswith("policy-"):
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "set_room_policy",
+                                                        "policy": op[7:]})
+                elif op == "chime":
+                    code, frame = h.call("POST", path + "/chimes",
+                                         {"requestId": rid, "author": "Bob", "text": f"idea {n}"},
+                                         principal="bob")
+                    if frame["type"] == "chime.accepted":
+                        chimes.append(frame["value"]["chime"]["chimeId"])
+                elif op in ("accept", "reject") and chimes:
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": f"{op}_chime",
+                                                        "chimeId": chimes[-1]})
+                elif op == "prompt":
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "prompt",
+                                                        "text": f"question {n}"})
+                elif op == "cancel":
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "cancel",
+                                                        "targetCommandId": f"r{n - 1}"})
+                elif op == "abort":
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "abort"})
+                elif op == "body-settles":
+                    # What a body reports: the oldest open command ends.
+                    session = h.api.registry.sessions[sid]
+                    for command in session.openCommands()[:1]:
+                        session.setStatus(command["commandId"], "failed", disposition="started",
+                                          error="the model failed", reason="model_error")
+            live = h.api.registry.sessions[sid]
+            fresh, _ = Registry(dataDir=h.api.registry.dataDir, clock=h.clock)._load(sid)
+            try:
+                for name in ("title", "roomPolicy", "lease", "commands", "chimes", "preview",
+                             "_requests", "_history"):
+                    self.assertEqual(getattr(fresh, name), getattr(live, name), (name, sequence))
+            finally:
+                fresh.close()
+                h.stop()
+
+        check()

@@ -842,7 +842,13 @@ class Session:
         self.title = title
         self.lease = lease
         for record in requests:
-            if isinstance(record.get("requestId"), str) and "fingerprint" in record:
+            # A session's own requests; the one that made it (a create, a
+            # branch) is its registry's or its source's to replay.
+            if (
+                isinstance(record.get("requestId"), str)
+                and "fingerprint" in record
+                and record.get("kind") not in ("create", "branched")
+            ):
                 self._requests[record["requestId"]] = (record["fingerprint"], record["frame"])
         self._armLeaseTimer()
 
