@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.test_store -*-
 """
 Durable files: the append-only JSONL log (sequence numbers, torn-tail repair),
-atomic whole-file rewrites, the data directory's layout and the trash.
+atomic whole-file rewrites, the data directory's layout and the trash, all
+through one file layer a test can replace (L{useFiles}).
 
 This package knows nothing of what sessions mean; it only keeps their bytes.
 """
@@ -12,6 +13,7 @@ from vehicle.store._atomic import (
     writeAtomic,
     writeJsonAtomic,
 )
+from vehicle.store._files import Files, OsFiles, files, useFiles
 from vehicle.store._jsonl import CorruptLog, JsonlLog
 from vehicle.store._layout import DataDir
 
@@ -19,9 +21,13 @@ from vehicle.store._layout import DataDir
 __all__ = [
     "CorruptLog",
     "DataDir",
+    "Files",
     "JsonlLog",
+    "OsFiles",
+    "files",
     "fsyncDirectory",
     "readJson",
+    "useFiles",
     "writeAtomic",
     "writeJsonAtomic",
 ]
