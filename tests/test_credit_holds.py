@@ -17,6 +17,8 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.public import Ledger
+from vehicle.public import _public
+from vehicle.session import Caller
 
 from tests.harness import FakeLauncher, FakePiTransport
 from tests.test_conductor import STATE, FakePi
@@ -29,6 +31,7 @@ PUBLIC = evolve(ROUTE_PUBLIC, signupGrantUsd=0.03, runMaxCostUsd=0.01, turnsPerD
                 sessionMaxTurns=40)
 WHO = dict(ACCOUNT, headers=account())
 PRINCIPAL = ACCOUNT["principal"]
+CALLER = Caller(principal=PRINCIPAL, clientId="tab-a", role="viewer", graphId="g1")
 
 
 class BodyOf(FakePi):
@@ -250,6 +253,83 @@ class HoldTests(RouteTestCase):
         self.assertEqual(account(), before)
         self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
 
+    def test_twoTurnsTwoHolds(self) -> None:
+        """
+        Each turn of a conversation holds for its own command; a run that
+        cost nothing is debited nothing.
+        """
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        BodyOf(self.h.launcher, 0).run("hi " + sid, costUsd=0.0)
+        self.prompt(sid, "p2", **WHO)
+        self.assertEqual([r["key"] for r in self.rows("hold")],
+                         [f"hold:{sid}:p1", f"hold:{sid}:p2"])
+        self.assertEqual(self.rows("debit"), [])
+        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), PUBLIC.runMaxCostUsd)
+
+    def test_noHoldForACommandAlreadyEnded(self) -> None:
+        """
+        A command that ended before its turn was counted (its body could not
+        start) holds nothing.
+        """
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        session = self.h.api.registry.sessions[sid]
+        session.setStatus("p1", "failed", error="no body")
+        session.commands["p9"] = {**session.commands["p1"], "commandId": "p9"}
+        public = self.h.api.public
+        public.turnTaken(session, CALLER, "p9")
+        self.assertNotIn(f"hold:{sid}:p9", public.ledger.keys)
+
+    def test_poolCountsHolds(self) -> None:
+        """
+        Today's pool counts the budgets held: turns sent at once cannot pass
+        the day's cap either.
+        """
+        self.h.stop()
+        self.h.overrides["public"] = evolve(PUBLIC, creditDailyCapUsd=0.02, signupGrantUsd=1.0)
+        self.h._start()
+        sids = self.sessions(3)
+        answers = self.sendAtOnce(sids)
+        self.assertEqual([code for code, _ in answers], [202, 202, 503])
+        self.assertEqual(answers[2][1]["code"], "credit_pool_exhausted")
+
+    def test_holdIsTheSessionsOwnBudget(self) -> None:
+        """
+        A conversation keeps the run budget it was made with: after the host's
+        budget changed, its turns hold its own.
+        """
+        sid = self.sessions(1)[0]
+        self.h.stop()
+        self.h.overrides["public"] = evolve(PUBLIC, runMaxCostUsd=0.02)
+        self.h._start()
+        self.prompt(sid, "p1", **WHO)
+        [hold] = self.rows("hold")
+        self.assertEqual(hold["amountUsd"], PUBLIC.runMaxCostUsd)
+
+    def test_deleteReleasesWhatIsLeft(self) -> None:
+        """
+        A deleted conversation holds nothing: a hold left open is released
+        with it, and any made for it later is released at the next check.
+        """
+        sid = self.sessions(1)[0]
+        ledger = self.h.api.public.ledger
+        ledger.hold(PRINCIPAL, 0.01, sid, "ghost")
+        self.ok("DELETE", f"/sessions/{sid}", **WHO)
+        [release] = self.rows("release")
+        self.assertEqual((release["hold"], release["reason"]), (f"hold:{sid}:ghost", "deleted"))
+        ledger.hold(PRINCIPAL, 0.01, sid, "ghost-2")
+        self.ok("POST", "/sessions", {"requestId": "c-new"}, **WHO)
+        self.assertEqual(self.rows("release")[-1]["reason"], "session_gone")
+        self.assertEqual(ledger.held(), 0.0)
+
+    def test_restartReadsEveryPageOfEvents(self) -> None:
+        """
+        The settled runs are found however many events a session has.
+        """
+        self.patch(_public, "RECOVER_PAGE", 2)
+        self.test_restartChargesASettledRunOnce()
+
     def test_holdOfAGoneSessionIsReleased(self) -> None:
         """
         A hold whose conversation the host no longer has (its directory
@@ -341,12 +421,13 @@ class LedgerReplayTests(SynchronousTestCase):
         ledger = self.ledger()
         ledger.hold("p", 0.05, "s1", "c1")
         ledger.hold("p", 0.05, "s1", "c2")
+        ledger.hold("q", 0.25, "s2", "c1")
         self.assertTrue(ledger.release("hold:s1:c1", "completed"))
         self.assertIn("release:s1:c1", ledger.keys)
         again = self.assertReplayed(ledger)
-        self.assertEqual(again.held("p"), 0.05)
+        self.assertEqual((again.held("p"), again.held("q")), (0.05, 0.25))
         self.assertEqual(again.holdsOf("s1"), ["hold:s1:c2"])
         self.assertFalse(again.release("hold:s1:c1", "completed"))
         self.assertTrue(again.release("hold:s1:c2", "interrupted"))
         again = self.assertReplayed(again)
-        self.assertEqual(again.held("p"), 0.0)
+        self.assertEqual((again.held("p"), again.holdsOf("s2")), (0.0, ["hold:s2:c1"]))

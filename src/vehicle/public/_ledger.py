@@ -50,7 +50,6 @@ class Ledger:
     keys: set[str] = field(factory=set)
     #: key -> (principal, amount) of each grant, to tell a repeat from a clash.
     grants: dict[str, tuple[str, float]] = field(factory=dict)
-    seen: set[str] = field(factory=set)
     #: key -> (principal, amount, session) of each hold not yet released.
     holds: dict[str, tuple[str, float, str]] = field(factory=dict)
 
@@ -70,7 +69,6 @@ class Ledger:
 
     def _fold(self, row: dict[str, Any]) -> None:
         principal = row.get("principal", "")
-        self.seen.add(principal)
         if row.get("key"):
             self.keys.add(row["key"])
         kind = row.get("type")

@@ -21,6 +21,9 @@ from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES
 from vehicle.settings import PublicSettings
 
 
+#: How many of a session's events are read at a time when it is taken up.
+RECOVER_PAGE = 1000
+
 OUT_OF_CREDIT = (
     "out of credit: paste your OpenRouter key (send it as X-Model-Key) to keep talking"
 )
@@ -249,7 +252,7 @@ class Public:
         """
         since = 0
         while True:
-            events, more = session.eventsAfter(since, limit=1000)
+            events, more = session.eventsAfter(since, limit=RECOVER_PAGE)
             for event in events:
                 if event.get("type") == "run.settled":
                     self.afterSettle(
