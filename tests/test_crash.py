@@ -490,6 +490,23 @@ class RestartTests(SynchronousTestCase):
         self.assertEqual((response.code, frame["type"], frame.get("replayed")),
                          (200, "command.accepted", True))
 
+    def test_answerShowsItsEvents(self) -> None:
+        """
+        A claim's, a release's and a rename's answer show the session after
+        the events the request wrote (its cursor names the last of them),
+        and so does their replay.
+        """
+        for method, path, body in (
+            ("POST", "/claim", {"requestId": "k"}),
+            ("PATCH", "", {"requestId": "n", "title": "x"}),
+            ("POST", "/release", {"requestId": "r"}),
+        ):
+            code, frame = self.h.call(method, f"/sessions/{self.sid}{path}", body)
+            code, events = self.h.call("GET", f"/sessions/{self.sid}/events?since=0")
+            self.assertEqual(frame["value"]["session"]["cursor"], events["value"]["cursor"], path)
+            code, again = self.h.call(method, f"/sessions/{self.sid}{path}", body)
+            self.assertEqual(again["value"]["session"]["cursor"], events["value"]["cursor"], path)
+
     def test_titleFollowsTheLog(self) -> None:
         """
         A rename is kept in the log; a C{meta.json} left behind (a host cut

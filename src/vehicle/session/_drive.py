@@ -135,21 +135,21 @@ def claim(session: Session, caller: Caller, body: dict[str, Any], defaultTtlMs: 
         caller, int(body.get("ttlMs", defaultTtlMs)), bool(body.get("takeover"))
     )
     result = answer("driver.claimed", value)
-    result["value"]["session"] = session.summary()
+    result["value"]["session"] = session.summary(ahead=len(effects))
     session.commit("claim", caller, body["requestId"], body, result, effects)
     return result
 
 
 def release(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
     effects = session.releaseEffects(caller)
-    result = answer("driver.released", {"lease": None, "session": session.summary()})
+    result = answer("driver.released", {"lease": None, "session": session.summary(ahead=len(effects))})
     session.commit("release", caller, body["requestId"], body, result, effects)
     return result
 
 
 def rename(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
     return session.rename(
-        caller, body, lambda: answer("session.renamed", {"session": session.summary()})
+        caller, body, lambda ahead: answer("session.renamed", {"session": session.summary(ahead)})
     )
 
 

@@ -552,14 +552,16 @@ class Session:
 
     # -- title ------------------------------------------------------------
 
-    def rename(self, caller: Caller, body: dict[str, Any], frameFor: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def rename(
+        self, caller: Caller, body: dict[str, Any], frameFor: Callable[[int], dict[str, Any]]
+    ) -> dict[str, Any]:
         """
         Rename: the event is the step (with the request's record when it
         has a C{requestId}); C{meta.json} follows, and is put right at
         start should the host be cut between the two.
         """
         self.title = normalizeTitle(body["title"])
-        frame = frameFor()
+        frame = frameFor(1)
         self.commit(
             "rename", caller, body.get("requestId"), body, frame,
             [("session.renamed", {"title": self.title})],
@@ -691,7 +693,13 @@ class Session:
 
     # -- summary ----------------------------------------------------------
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, ahead: int = 0) -> dict[str, Any]:
+        """
+        The session as the list and the answers show it.
+
+        @param ahead: how many events the request being answered is about
+            to write (L{commit}): its answer shows the session after them.
+        """
         lease = self.currentLease()
         out = self.meta.asJSON()
         out.pop("folders", None)  # host paths: not the client's business
@@ -700,8 +708,8 @@ class Session:
                 "title": self.title,
                 "preview": self.preview,
                 "access": self.meta.access,
-                "updatedAt": isoTimestamp(self.updatedAt),
-                "cursor": self.cursor,
+                "updatedAt": isoTimestamp(self.clock.seconds() if ahead else self.updatedAt),
+                "cursor": self.cursor + ahead,
                 "status": "running" if self.running() else "idle",
                 "body": self.bodyState(),
                 "lease": lease.asJSON() if lease else None,
