@@ -254,11 +254,87 @@ class MirrorTests(TestCase):
         self.firstTurn(piTwo)
         await self.mirror.afterSettle(one)
         before = len(self.writes())
+        reads = self.countReads("get_workspace")
         await self.mirror.afterSettle(two)
         self.assertEqual(
             [a["tool"] for a in self.writes()[before:]],
             ["create_document", "write_document"],
         )
+        # The folders it made are known by id: not looked for again.
+        self.assertEqual(reads, [])
+
+    def countReads(self, tool: str) -> list[str]:
+        """
+        From now on, every call of reader tool C{tool} the endpoint answers.
+        """
+        endpoint = type(self.standIn.mcp)
+        real = getattr(endpoint, "_tool_" + tool)
+        calls: list[str] = []
+
+        def counted(this: Any, graphId: str, args: Any) -> Any:
+            calls.append(graphId)
+            return real(this, graphId, args)
+
+        self.patch(endpoint, "_tool_" + tool, counted)
+        return calls
+
+    async def test_folderRefusedForGood(self) -> None:
+        """
+        A C{create_folder} refused for another reason than the folder being
+        there (a new reading does not show it) fails the pass there, and no
+        document is made.
+        """
+        from vehicle.gardend._store import ToolError
+
+        def refuse(this: Any, graphId: str, args: Any) -> Any:
+            raise ToolError("quota", "No more folders today")
+
+        self.patch(type(self.standIn.mcp), "_tool_create_folder", refuse)
+        session, pi = self.makeSession()
+        self.firstTurn(pi)
+        state = await self.mirror.afterSettle(session)
+        self.flushLoggedErrors()
+        self.assertEqual(state["state"], "failed")
+        self.assertIn("create_folder", state["error"])
+        self.assertIsNone(self.standIn.store.document(GRAPH, "sophia-conversation-s-1"))
+
+    async def test_adoptedDocumentGetsItsTitle(self) -> None:
+        """
+        A document found made already (its creation refused, a reading shows
+        it) is written whole, its title too, whatever the mirror thought the
+        title was.
+        """
+        session, pi = self.makeSession()
+        self.firstTurn(pi)
+        await self.mirror.afterSettle(session)
+        path = session.directory / MIRROR_FILE
+        saved = json.loads(path.read_text("utf-8"))
+        path.write_text(json.dumps({**saved, "created": False, "contentHash": None}))
+        self.standIn.store.rename(GRAPH, "document", "sophia-conversation-s-1", "Changed elsewhere")
+        self.mirror = self.makeMirror()
+        state = await self.mirror.afterSettle(session)
+        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(self.document()["title"], "How do roses grow?")
+
+    async def test_documentGoneIsMadeAgain(self) -> None:
+        """
+        A document gone for good (not in the Trash: a reading finds nothing)
+        fails the write, and the next settle makes it again.
+        """
+        session, pi = self.makeSession()
+        self.firstTurn(pi)
+        await self.mirror.afterSettle(session)
+        (Path(self.standIn.root) / "graphs" / GRAPH / "documents"
+         / "sophia-conversation-s-1.json").unlink()
+        pi.user("Still there?", 100)
+        state = await self.mirror.afterSettle(session)
+        self.flushLoggedErrors()
+        self.assertEqual(state["state"], "failed")
+        pi.user("And now?", 200)
+        state = await self.mirror.afterSettle(session)
+        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(session.eventsOf("mirror.written")[-1]["created"], True)
+        self.assertIn("And now?", self.document()["content"])
 
     async def test_foldersFoundByReading(self) -> None:
         """
