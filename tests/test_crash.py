@@ -328,11 +328,13 @@ def look(case: SynchronousTestCase, h: Harness, s: Scenario) -> Any:
     return {"sessions": sessions, "trash": trash, "extra": extra}
 
 
-class CrashTests(SynchronousTestCase):
+class CrashDriver(SynchronousTestCase):
     """
-    The driver, over every scenario, killed at each of its durable writes
-    (the first and the last in the default run; all with
-    C{VEHICLE_LONG_PROOFS=1}).
+    The driver: L{drive} runs one scenario, killed at each of its durable
+    writes (the first and the last in the default run; all with
+    C{VEHICLE_LONG_PROOFS=1}).  Another room subclasses it, registers its
+    routes with L{scenario} and gives the subclass their tests with
+    L{addCrashTests}; C{mode = "power"} runs them under a power cut.
     """
 
     mode = "kill"
@@ -384,17 +386,23 @@ def _diff(expected: Any, actual: Any) -> str:
 
 def addCrashTests(cls: type, names: Any = None) -> None:
     """
-    Give C{cls} (a L{CrashTests}) a test for each scenario named (all by
+    Give C{cls} (a L{CrashDriver}) a test for each scenario named (all by
     default).
     """
     for name in names if names is not None else SCENARIOS:
-        def test(self: CrashTests, name: str = name) -> None:
+        def test(self: CrashDriver, name: str = name) -> None:
             self.drive(name)
         test.__doc__ = f"{name}: cut at its durable writes, restarted, retried: all or nothing."
         setattr(cls, f"test_{name}", test)
 
 
-addCrashTests(CrashTests)
+class CrashTests(CrashDriver):
+    """
+    Every route of the session room, killed at its durable writes.
+    """
+
+
+addCrashTests(CrashTests, list(SCENARIOS))
 
 
 class PowerLossTests(CrashTests):
