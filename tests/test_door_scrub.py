@@ -11,13 +11,17 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.resource import Resource
+from twisted.web.server import Site
 
+from vehicle.box import _proxy
 from vehicle.box._proxy import KeyScrubber, ModelDoor, Upstream, doorsClosed
 from vehicle.testing import ScriptedModel
 from vehicle.testing._model import StreamedError
@@ -149,6 +153,66 @@ class StreamedErrorDoorTests(TestCase):
             self.assertNotIn(form.encode(), body)
 
 
+class _Echo(Resource):
+    """
+    A provider that quotes the key it was sent in a header and in its 200
+    body, after the caller's newest key changed meanwhile (C{onRequest}).
+    """
+
+    isLeaf = True
+
+    def __init__(self, onRequest: Any) -> None:
+        super().__init__()
+        self.onRequest = onRequest
+
+    def render(self, request: Any) -> bytes:
+        sent = request.getHeader(b"authorization").split(b" ", 1)[1]
+        newest = self.onRequest().encode()
+        request.setHeader(b"x-echo", b"key=" + sent)
+        request.setHeader(b"content-type", b"text/event-stream")
+        return b"data: {\"error\": \"" + sent + b" then " + newest + b"\"}\n\n"
+
+
+class EchoDoorTests(TestCase):
+    """
+    The key the request carried and the caller's newest are both scrubbed,
+    from the body and from the headers.
+    """
+
+    timeout = 20
+
+    async def test_sentAndNewestKeysInBodyAndHeaders(self) -> None:
+        keys = ["sk-or-first-key-000111", "sk-or-newer-key-222333"]
+
+        def turnOver() -> str:
+            keys.append(keys.pop(0))
+            return keys[0]
+
+        site = Site(_Echo(turnOver))
+        site.noisy = False
+        port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        folder = Path(tempfile.mkdtemp(prefix="door-"))
+        self.addCleanup(shutil.rmtree, folder, True)
+        door = ModelDoor(
+            reactor=reactor,
+            socketPath=folder / "s" / "model.sock",
+            model=Upstream(baseUrl=f"http://127.0.0.1:{port.getHost().port}/v1",
+                           keySource=lambda: keys[0], scrub=True),
+        )
+        await door.listen()
+        self.addCleanup(door.close)
+        pool = HTTPConnectionPool(reactor, persistent=False)
+        client = HTTPClient(Agent.usingEndpointFactory(reactor, _UnixEndpoints(door.socketPath), pool=pool))
+        response = await client.request(
+            "POST", "http://door/v1/chat/completions",
+            headers={"authorization": f"Bearer {door.token}"}, data=b"{}",
+        )
+        body = await response.content()
+        self.assertEqual(body, b'data: {"error": "[redacted] then [redacted]"}\n\n')
+        self.assertEqual(response.headers.getRawHeaders(b"x-echo"), [b"key=[redacted]"])
+
+
 class DoorClosingTests(TestCase):
     """
     A door lets go of its socket before its folder may be removed.
@@ -180,3 +244,4 @@ class DoorClosingTests(TestCase):
         await second
         await door.close()
         self.assertFalse(folder.exists())
+        self.assertNotIn(door, _proxy._DOORS)

@@ -105,10 +105,11 @@ class KeyScrubber:
 
     def flush(self) -> bytes:
         """
-        The end of the body: what was held back (no key can start there any
+        The end of the body: what was held back, as it is (it holds no
+        whole key, which L{feed} replaced, and no key can start there any
         more).
         """
-        data, self.pending = self.scrub(self.pending), b""
+        data, self.pending = self.pending, b""
         return data
 
 
