@@ -330,6 +330,46 @@ class HoldTests(RouteTestCase):
         self.patch(_public, "RECOVER_PAGE", 2)
         self.test_restartChargesASettledRunOnce()
 
+    def test_turnNotCountedIsCountedAtStart(self) -> None:
+        """
+        A host that stopped after a turn's command was recorded but before
+        its ledger row counts the turn at start, on the day it was accepted,
+        once.
+        """
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        self.assertEqual([r["type"] for r in self.rows()][-2:], ["hold", "turn"])
+        self.h.stop()
+        path = self.h.root / "public" / "ledger.jsonl"
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[:-2]))
+        self.h.clock.advance(86400)
+        self.h._start()
+        [turn] = self.rows("turn")
+        self.assertEqual(turn["key"], f"turn:{sid}:p1")
+        self.assertEqual(turn["day"], "2026-11-30")
+        self.assertEqual(self.ok("GET", "/account", **WHO)["value"]["turnsToday"], 0)
+        self.assertEqual(self.h.api.public.ledger.sessionTurns[sid], 1)
+        self.h.restart()
+        self.assertEqual(len(self.rows("turn")), 1)
+
+    def test_turnRowsWithoutKeysAreCountedByNumber(self) -> None:
+        """
+        Turn rows written before they named their command are not counted
+        twice at start.
+        """
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        self.h.stop()
+        path = self.h.root / "public" / "ledger.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            if row["type"] == "turn":
+                del row["key"]
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        self.h._start()
+        self.assertEqual(len(self.rows("turn")), 1)
+
     def test_holdOfAGoneSessionIsReleased(self) -> None:
         """
         A hold whose conversation the host no longer has (its directory

@@ -4,9 +4,9 @@ The ledger of public spending: C{public/ledger.jsonl}, append-only.  Rows are
 C{grant} (credit in), C{debit} (a credit run's cost), C{turn} (every
 public turn), C{hold} (a credit turn's run budget, spoken for from the
 moment the turn is accepted) and C{release} (the end of a hold), each with
-its UTC C{day}.  Every row but a turn carries an idempotency key, so a
-payment delivered twice credits once, a run is debited once and a hold ends
-once.  Balances, open holds, today's turns and today's pool spend are
+its UTC C{day}.  Every row carries an idempotency key (a turn's names its
+command), so a payment delivered twice credits once, a turn counts once, a
+run is debited once and a hold ends once.  Balances, open holds, today's turns and today's pool spend are
 folded from the rows at start and kept current in memory: nothing else
 about money is kept.
 """
@@ -27,6 +27,10 @@ from vehicle.store import JsonlLog
 
 def holdKey(session: str, command: str) -> str:
     return f"hold:{session}:{command}"
+
+
+def turnKey(session: str, command: str) -> str:
+    return f"turn:{session}:{command}"
 
 
 def utcDay(seconds: float) -> str:
@@ -88,9 +92,9 @@ class Ledger:
         elif kind == "release":
             self.holds.pop(row.get("hold", ""), None)
 
-    def _append(self, row: dict[str, Any]) -> dict[str, Any]:
+    def _append(self, row: dict[str, Any], day: str | None = None) -> dict[str, Any]:
         assert self._log is not None, "the ledger is not open"
-        row = {**row, "day": self.today(), "at": isoTimestamp(self.clock.seconds())}
+        row = {**row, "day": day or self.today(), "at": isoTimestamp(self.clock.seconds())}
         self._log.append(row)
         self._fold(row)
         return row
@@ -124,9 +128,22 @@ class Ledger:
         )
         return True
 
-    def turn(self, principal: str, session: str, funding: str) -> None:
-        self._append({"type": "turn", "principal": principal, "session": session,
-                      "funding": funding})
+    def turn(
+        self, principal: str, session: str, funding: str, command: str | None = None,
+        day: str | None = None,
+    ) -> bool:
+        """
+        Count one public turn, once per command (when named); C{day} for a
+        turn counted late (at start), the day it was accepted.
+        """
+        row: dict[str, Any] = {"type": "turn", "principal": principal, "session": session,
+                               "funding": funding}
+        if command is not None:
+            row["key"] = turnKey(session, command)
+            if row["key"] in self.keys:
+                return False
+        self._append(row, day)
+        return True
 
     def hold(self, principal: str, amountUsd: float, session: str, command: str) -> bool:
         """

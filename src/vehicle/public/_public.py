@@ -15,8 +15,8 @@ from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
-from vehicle.public._ledger import Ledger, holdKey
-from vehicle.session import Caller, Session
+from vehicle.public._ledger import Ledger, holdKey, turnKey
+from vehicle.session import TEXT_COMMANDS, Caller, Session
 from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES
 from vehicle.settings import PublicSettings
 
@@ -177,9 +177,9 @@ class Public:
         budget in the same reactor turn as L{checkTurn} (nothing can come
         between the check and the hold), keyed by the command.
         """
+        if commandId is None:
+            commandId = self._newestCommand(session)
         if session.meta.funding == "credit":
-            if commandId is None:
-                commandId = self._newestCommand(session)
             command = session.commands.get(commandId) if commandId is not None else None
             # A command that already ended (its body could not start) has
             # no run to hold for.
@@ -188,7 +188,7 @@ class Public:
                     session.meta.principal, self._runBudget(session), session.sessionId,
                     commandId,
                 )
-        self.ledger.turn(caller.principal, session.sessionId, session.meta.funding or "")
+        self.ledger.turn(caller.principal, session.sessionId, session.meta.funding or "", commandId)
 
     @staticmethod
     def _newestCommand(session: Session) -> str | None:
@@ -218,10 +218,12 @@ class Public:
     def attach(self, session: Session, conductor: Any) -> None:
         """
         Follow a public conversation: debit its runs, end its holds when
-        their commands end, and settle what a host that stopped left open.
+        their commands end, and settle what a host that stopped left open
+        (a turn not counted, a run not debited, a hold not ended).
         """
         conductor.onSettled.append(self.afterSettle)
         session.whenDeleted(self.forget)
+        self._countMissingTurns(session)
         if session.meta.funding != "credit":
             return
         self._attached.add(session.sessionId)
@@ -245,10 +247,10 @@ class Public:
 
     def _recover(self, session: Session) -> None:
         """
-        When a session is taken up (at start), no run of it is under way:
-        a settled run whose debit was never written is charged now, and
-        every hold still open is released.  Both are idempotent by key, so
-        a second start does nothing more.
+        When a credit session is taken up (at start), no run of it is under
+        way: a settled run whose debit was never written is charged now,
+        and every hold still open is released.  Both are idempotent by key,
+        so a second start does nothing more.
         """
         since = 0
         while True:
@@ -267,6 +269,28 @@ class Public:
             self.ledger.release(
                 key, status if status in FINAL_STATUSES else "host_restarted"
             )
+
+    def _countMissingTurns(self, session: Session) -> None:
+        """
+        A public conversation's text commands are its turns, each counted by
+        a ledger row written right after the command's record: a row missing
+        (the host stopped between the two) is written now.  Rows written
+        before turns named their command are counted by number.
+        """
+        turns = [c for c in session.commands.values() if c.get("type") in TEXT_COMMANDS]
+        missing = len(turns) - self.ledger.sessionTurns[session.sessionId]
+        for command in reversed(turns):
+            if missing <= 0:
+                break
+            if turnKey(session.sessionId, command["commandId"]) in self.ledger.keys:
+                continue
+            accepted = command.get("acceptedAt")
+            self.ledger.turn(
+                session.meta.principal, session.sessionId, session.meta.funding or "",
+                command["commandId"],
+                day=accepted[:10] if isinstance(accepted, str) else None,
+            )
+            missing -= 1
 
     def _releaseStrays(self) -> None:
         """
