@@ -1,6 +1,7 @@
 """
 Crash injection for the public room's mutating requests (issue 10, "What
-must show"): a grant, a credit turn and an own-key turn, each killed after
+must show"): a grant, a credit conversation's creation (with the signup
+grant it brings), a credit turn and an own-key turn, each killed after
 each of its durable writes (and under a simulated power cut), restarted and
 retried, must leave the money as the request done or not done, never half:
 the turn counted once, its hold ended or open as its command is, a grant
@@ -79,12 +80,16 @@ scenario(
                   "idempotencyKey": "pay-1"}, {"principal": "owner"}),
     settings=SETTINGS, extra=money,
 )
+scenario("public_credit_create", lambda h: {},
+         lambda ctx: ("POST", "/sessions", {"requestId": "r-create"},
+                      dict(ACCOUNT, headers=account())),
+         settings=SETTINGS, extra=money)
 scenario("public_credit_turn", _creditSession, _turn(account(), ACCOUNT),
          settings=SETTINGS, extra=money)
 scenario("public_byok_turn", _byokSession, _turn(visitor(KEY), VISITOR),
          settings=SETTINGS, extra=money)
 
-NAMES = ["public_grant", "public_credit_turn", "public_byok_turn"]
+NAMES = ["public_grant", "public_credit_create", "public_credit_turn", "public_byok_turn"]
 
 
 class PublicCrashTests(CrashDriver):
