@@ -257,12 +257,15 @@ async function mcpPost(connection, message, signal) {
   if (connection.version) {
     headers["mcp-protocol-version"] = connection.version;
   }
+  // A server that never answers must not hold the run: each request of
+  // the scope check has the token's deadline.
+  const deadline = AbortSignal.timeout(TOKEN_TIMEOUT_MS);
   const response = await fetch(connection.url, {
     method: "POST",
     headers,
     body: JSON.stringify(message),
     redirect: "error",
-    signal,
+    signal: signal ? AbortSignal.any([signal, deadline]) : deadline,
   });
   const text = await response.text();
   if (!response.ok) {
