@@ -8,9 +8,12 @@ it as the protocol's error frame with the status this table gives.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from attrs import frozen
+
+from vehicle import PROTOCOL
 
 
 #: error code -> HTTP status (spec, "Frames", the error table).
@@ -98,3 +101,24 @@ def invalid(message: str, **details: Any) -> VehicleError:
     Shorthand for an C{invalid_request} naming what was wrong.
     """
     return VehicleError("invalid_request", message, details or None)
+
+
+def errorFrame(error: VehicleError, requestId: str | None = None) -> dict[str, Any]:
+    """
+    The protocol's error frame for C{error} (spec, "Frames").
+    """
+    return {
+        "protocol": PROTOCOL,
+        "type": "error",
+        "requestId": requestId,
+        "code": error.code,
+        "message": error.message,
+        "details": dict(error.details) if error.details is not None else None,
+    }
+
+
+def encode(value: Any) -> bytes:
+    """
+    A frame's bytes: compact JSON in UTF-8.
+    """
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")

@@ -28,7 +28,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
 from vehicle._http import httpClient
-from vehicle.web._limits import LimitedRequest
+from vehicle._request import BoundedRequest
 
 
 #: Headers never passed upstream as they came (the proxy sets its own).
@@ -150,7 +150,7 @@ MAX_DOOR_BODY = 32 * 1024 * 1024
 DOOR_HEADER = b"x-vehicle-door"
 
 
-class _DoorRequest(LimitedRequest):
+class _DoorRequest(BoundedRequest):
     limit = MAX_DOOR_BODY
 
 

@@ -3,7 +3,8 @@ The web room: the Klein app, trust, frames, request limits and watching.
 """
 
 from vehicle.web._app import Hooks, VehicleAPI
-from vehicle.web._frames import MAX_BODY_BYTES, MAX_TEXT_BYTES, errorFrame, frame
+from vehicle.errors import errorFrame
+from vehicle.web._frames import MAX_BODY_BYTES, MAX_TEXT_BYTES, frame
 from vehicle.web._limits import LimitedRequest, VehicleSite
 
 

@@ -18,14 +18,14 @@ from twisted.web.iweb import IRequest
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from vehicle import __version__
-from vehicle.errors import VehicleError
+from vehicle.errors import VehicleError, encode, errorFrame
 from vehicle.models import ModelCatalog
 from vehicle.public import Public
 from vehicle.branching import branch
 from vehicle.session import TEXT_COMMANDS, Caller, Registry, Session
 from vehicle.session import _drive as drive
 from vehicle.session._capsule import makeCapsule
-from vehicle.web._frames import encode, errorFrame, frame, parseBody, validate
+from vehicle.web._frames import frame, parseBody, validate
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait, wantsEventStream
 

@@ -42,21 +42,6 @@ def frame(
     return out
 
 
-def errorFrame(error: VehicleError, requestId: str | None = None) -> dict[str, Any]:
-    return {
-        "protocol": PROTOCOL,
-        "type": "error",
-        "requestId": requestId,
-        "code": error.code,
-        "message": error.message,
-        "details": dict(error.details) if error.details is not None else None,
-    }
-
-
-def encode(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode("utf-8")
-
-
 @lru_cache(maxsize=None)
 def validator(name: str) -> Draft202012Validator:
     schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text("utf-8"))

@@ -20,16 +20,16 @@ and then the connection is closed.
 
 from __future__ import annotations
 
-from io import BytesIO
 from typing import Any, ClassVar
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.web.http import RESPONSES, HTTPChannel
-from twisted.web.server import Request, Site
+from twisted.web.server import Site
 
-from vehicle.errors import VehicleError
-from vehicle.web._frames import MAX_BODY_BYTES, encode, errorFrame
+from vehicle._request import BoundedRequest, tooLarge
+from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle.web._frames import MAX_BODY_BYTES
 
 
 #: The longest request line, and the most header bytes (after it) and
@@ -39,67 +39,13 @@ HEADERS_LIMIT = 16 * 1024
 MAX_HEADERS = 500
 
 
-class LimitedRequest(Request):
+class LimitedRequest(BoundedRequest):
     """
-    A request that keeps at most L{MAX_BODY_BYTES} of body in memory, asks
-    its channel to refuse more, and never parses a form body (the routes
-    take JSON; a form is refused there, with the frame).
+    A request that keeps at most L{MAX_BODY_BYTES} of body in memory (see
+    L{BoundedRequest}).
     """
 
-    limit: ClassVar[int] = MAX_BODY_BYTES
-    _received = 0
-
-    def __init__(self, channel: Any, *args: Any, **kw: Any) -> None:
-        kw["parsePOSTFormSubmission"] = False
-        super().__init__(channel, *args, **kw)
-
-    def gotLength(self, length: int | None) -> None:
-        # Never spool to a temporary file: the body is bounded, keep it here.
-        # (An announced length over the limit was refused by the channel.)
-        self.content = BytesIO()
-
-    def handleContentChunk(self, data: bytes) -> None:
-        self._received += len(data)
-        if self._received > self.limit:
-            refuse = getattr(self.channel, "refuse", None)
-            if refuse is not None:
-                refuse(tooLarge(self.limit))
-            return
-        self.content.write(data)
-
-
-    def _handleStar(self) -> None:
-        # "OPTIONS *" and its kind: the app answers (the secret first, then
-        # no such route), not Twisted's empty page.
-        self.render(self.site.getResourceFor(self))
-
-    def processingFailed(self, reason: Any) -> Any:
-        # A failure no route caught: logged, and still the error frame,
-        # never Twisted's HTML page or a traceback.
-        self._log.failure("Unexpected failure answering {uri}", failure=reason, uri=self.uri)
-        if self.finished or self.channel is None:
-            return reason
-        if self.startedWriting:
-            self.finish()  # the answer was under way: end it where it is
-            return reason
-        body = encode(errorFrame(
-            VehicleError("internal", "the host failed to answer; nothing was changed")
-        ))
-        self.setResponseCode(500)
-        self.setHeader(b"content-type", b"application/json")
-        self.setHeader(b"cache-control", b"no-store")
-        self.setHeader(b"content-length", b"%d" % len(body))
-        self.write(body)
-        self.finish()
-        return reason
-
-
-def tooLarge(limit: int = MAX_BODY_BYTES) -> VehicleError:
-    return VehicleError(
-        "body_too_large",
-        f"the request body is larger than {limit} bytes",
-        {"limit": limit},
-    )
+    limit = MAX_BODY_BYTES
 
 
 #: Reasons Twisted's table lacks.

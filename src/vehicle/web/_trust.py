@@ -13,10 +13,9 @@ from typing import Any
 from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
 
-from vehicle.errors import VehicleError
+from vehicle.errors import VehicleError, encode, errorFrame
 from vehicle.session import Caller
 from vehicle.session._values import ROLES
-from vehicle.web._frames import encode, errorFrame
 
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]{1,320}$")

@@ -1,0 +1,78 @@
+# -*- test-case-name: tests.test_limits,tests.test_proxy -*-
+"""
+The host's HTTP request, shared by every server it runs (the app's site
+and the doors into boxes): its body bounded in memory, never a form, and a
+failure answered with the protocol's error frame, never Twisted's page.
+"""
+
+from __future__ import annotations
+
+from io import BytesIO
+from typing import Any, ClassVar
+
+from twisted.web.server import Request
+
+from vehicle.errors import VehicleError, encode, errorFrame
+
+
+class BoundedRequest(Request):
+    """
+    A request that keeps at most L{limit} bytes of body in memory, asks its
+    channel to refuse more (when the channel can), never parses a form body
+    (the routes take JSON; a form is refused there, with the frame), and
+    answers a failure nothing caught with the error frame.
+    """
+
+    limit: ClassVar[int]
+    _received = 0
+
+    def __init__(self, channel: Any, *args: Any, **kw: Any) -> None:
+        kw["parsePOSTFormSubmission"] = False
+        super().__init__(channel, *args, **kw)
+
+    def gotLength(self, length: int | None) -> None:
+        # Never spool to a temporary file: the body is bounded, keep it here.
+        # (An announced length over the limit was refused by the channel.)
+        self.content = BytesIO()
+
+    def handleContentChunk(self, data: bytes) -> None:
+        self._received += len(data)
+        if self._received > self.limit:
+            refuse = getattr(self.channel, "refuse", None)
+            if refuse is not None:
+                refuse(tooLarge(self.limit))
+            return
+        self.content.write(data)
+
+    def _handleStar(self) -> None:
+        # "OPTIONS *" and its kind: the app answers (the secret first, then
+        # no such route), not Twisted's empty page.
+        self.render(self.site.getResourceFor(self))
+
+    def processingFailed(self, reason: Any) -> Any:
+        # A failure no route caught: logged, and still the error frame,
+        # never Twisted's HTML page or a traceback.
+        self._log.failure("Unexpected failure answering {uri}", failure=reason, uri=self.uri)
+        if self.finished or self.channel is None:
+            return reason
+        if self.startedWriting:
+            self.finish()  # the answer was under way: end it where it is
+            return reason
+        body = encode(errorFrame(
+            VehicleError("internal", "the host failed to answer; nothing was changed")
+        ))
+        self.setResponseCode(500)
+        self.setHeader(b"content-type", b"application/json")
+        self.setHeader(b"cache-control", b"no-store")
+        self.setHeader(b"content-length", b"%d" % len(body))
+        self.write(body)
+        self.finish()
+        return reason
+
+
+def tooLarge(limit: int) -> VehicleError:
+    return VehicleError(
+        "body_too_large",
+        f"the request body is larger than {limit} bytes",
+        {"limit": limit},
+    )
