@@ -298,6 +298,22 @@ class QueueTests(ConductorTestCase):
     Text commands while a run goes on become pi's queue.
     """
 
+    def test_publicRecordHoldsNoModelText(self) -> None:
+        """
+        The text the model is sent (with its C{[open in Garden: …]} note) is
+        the conductor's own: the session's record of the command, which the
+        snapshot shows, holds the person's words and their refs only, while
+        the command waits in pi's queue and after it was delivered.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more", contextRefs=["doc-1"])
+        record = self.command("f1")
+        self.assertNotIn("rendered", record)
+        self.assertNotIn("[open in Garden", json.dumps(record))
+        self.pi.user("more\n\n[open in Garden: doc-1]")
+        self.assertEqual(self.status("f1"), "delivered")
+        self.assertNotIn("[open in Garden", json.dumps(self.session.commands))
+
     def test_followUpAndSteerMatchedToTheirDelivery(self) -> None:
         """
         C{follow_up} and C{steer} while running are sent as pi's

@@ -25,7 +25,7 @@ from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol
 from vehicle.body._sessionfile import readSession
 from vehicle.body._translate import Translator
 from vehicle.errors import VehicleError
-from vehicle.session import IConductor, Session
+from vehicle.session import Command, IConductor, Session
 
 
 TEXT = ("prompt", "follow_up", "steer")
@@ -38,16 +38,16 @@ READER_TOOLS = ("read_document", "list_documents", "get_workspace", "search_docu
 CONTEXT_NOTE_PREFIX = "\n\n[open in Garden: "
 
 
-def renderText(command: dict[str, Any]) -> str:
+def renderText(command: Command) -> str:
     """
     The text the model sees for a command: the person's words, then one
     note of the ids they had open, or a collaborator's attribution.
     """
-    text = command["text"]
-    author = command.get("chimeAuthor")
+    text = command.text or ""
+    author = command.chimeAuthor
     if author:
         text = f"[{author} collaborator]\n{text}"
-    refs = command.get("contextRefs") or []
+    refs = command.contextRefs
     if refs:
         text += CONTEXT_NOTE_PREFIX + ", ".join(refs) + "]"
     return text
@@ -95,19 +95,22 @@ class Conductor:
     transport: IProcessTransport | None = None
     translator: Translator = field(factory=Translator)
     runActive: bool = False
-    _backlog: list[dict[str, Any]] = field(factory=list)
-    _queued: list[dict[str, Any]] = field(factory=list)
-    _runCommands: list[dict[str, Any]] = field(factory=list)
+    _backlog: list[Command] = field(factory=list)
+    _queued: list[Command] = field(factory=list)
+    _runCommands: list[Command] = field(factory=list)
     _pumping: bool = False
     _idle: IDelayedCall | None = None
     _stopping: Deferred | None = None
     _expectExit: bool = False
     _abortRequested: bool = False
     _plan: BodyPlan | None = None
-    _delivering: dict[str, Any] | None = None
+    _delivering: Command | None = None
     #: The host is stopping: deliver nothing more, start no body.
     closing: bool = False
     _modelRequests: int = 0
+    #: The text pi was sent for each command (the model's, never the
+    #: session's record): how pi's user messages are matched to commands.
+    _rendered: dict[str, str] = field(factory=dict)
 
     # -- IConductor ---------------------------------------------------------
 
@@ -117,25 +120,25 @@ class Conductor:
     def bodyState(self) -> str:
         return self.state
 
-    def commandAccepted(self, command: dict[str, Any]) -> None:
-        kind = command["type"]
+    def commandAccepted(self, command: Command) -> None:
+        kind = command.type
         # The command the pump is delivering now is pi's already: only what
         # waits behind it can be taken back without asking pi.
         waitingStart = 1 if self._delivering is not None else 0
         if kind == "cancel":
-            target = command["targetCommandId"]
+            target = command.targetCommandId
             for waiting in self._backlog[waitingStart:]:
-                if waiting["commandId"] == target:
+                if waiting.commandId == target:
                     # Never sent to pi: taking it out is bookkeeping.
                     self._backlog.remove(waiting)
                     self.session.setStatus(target, "cancelled", reason="cancelled")
-                    self.session.setStatus(command["commandId"], "completed")
+                    self.session.setStatus(command.commandId, "completed")
                     return
         if kind in ("abort", "shutdown"):
             # Everything not yet handed to pi is cancelled, not delivered.
-            for waiting in [c for c in self._backlog[waitingStart:] if "text" in c]:
+            for waiting in [c for c in self._backlog[waitingStart:] if c.hasText]:
                 self._backlog.remove(waiting)
-                self.session.setStatus(waiting["commandId"], "cancelled", reason=kind)
+                self.session.setStatus(waiting.commandId, "cancelled", reason=kind)
             self._backlog.insert(waitingStart, command)
         else:
             self._backlog.append(command)
@@ -243,7 +246,7 @@ class Conductor:
             except Exception:
                 self._log.failure(
                     "Delivering {commandId} in {sessionId} failed",
-                    commandId=command["commandId"],
+                    commandId=command.commandId,
                     sessionId=self.session.sessionId,
                 )
                 self._fail(command, "the host failed to deliver the command", code="internal")
@@ -253,8 +256,8 @@ class Conductor:
                     self._backlog.remove(command)
         self._armIdle()
 
-    def _fail(self, command: dict[str, Any], message: str, code: str | None = None) -> None:
-        self.session.setStatus(command["commandId"], "failed", error=self.scrub(message), code=code)
+    def _fail(self, command: Command, message: str, code: str | None = None) -> None:
+        self.session.setStatus(command.commandId, "failed", error=self.scrub(message), code=code)
 
     def scrub(self, text: str) -> str:
         """
@@ -363,8 +366,8 @@ class Conductor:
             self.paths = BodyPaths.forSession(self.session.directory)
         return self.paths
 
-    async def _perform(self, command: dict[str, Any]) -> None:
-        kind = command["type"]
+    async def _perform(self, command: Command) -> None:
+        kind = command.type
         if kind in TEXT:
             await self._deliverText(command)
         elif kind == "abort":
@@ -378,10 +381,10 @@ class Conductor:
         else:
             self._fail(command, f"{kind} is not supported by this body")
 
-    async def _deliverText(self, command: dict[str, Any]) -> None:
+    async def _deliverText(self, command: Command) -> None:
         protocol = await self._ensureBody()
         message = renderText(command)
-        command["rendered"] = message
+        self._rendered[command.commandId] = message
         if not self.runActive:
             self.runActive = True
             # A new run: the door's meter starts again (pi may compact the
@@ -396,15 +399,15 @@ class Conductor:
                 raise
             disposition = (data or {}).get("disposition", "started")
             if disposition == "started":
-                self.session.setStatus(command["commandId"], "delivered", disposition=disposition)
+                self.session.setStatus(command.commandId, "delivered", disposition=disposition)
             else:
                 # An extension handled it: no run comes of it.
                 self.runActive = False
                 self._runCommands = []
-                self.session.setStatus(command["commandId"], "delivered", disposition=disposition)
-                self.session.setStatus(command["commandId"], "completed")
+                self.session.setStatus(command.commandId, "delivered", disposition=disposition)
+                self.session.setStatus(command.commandId, "completed")
             return
-        verb = command.get("delivery") or command["type"]
+        verb = command.delivery or command.type
         request: dict[str, Any] = {"type": verb, "message": message}
         if verb == "prompt":
             request["streamingBehavior"] = "followUp"
@@ -417,16 +420,16 @@ class Conductor:
             raise
         disposition = (data or {}).get("disposition", "queued")
         if command in self._queued:
-            self.session.setStatus(command["commandId"], "queued", disposition=disposition)
+            self.session.setStatus(command.commandId, "queued", disposition=disposition)
 
-    async def _clearQueue(self, protocol: PiProtocol, reason: str) -> list[dict[str, Any]]:
+    async def _clearQueue(self, protocol: PiProtocol, reason: str) -> list[Command]:
         await protocol.request({"type": "clear_queue"})
         cleared, self._queued = self._queued, []
         for command in cleared:
-            self.session.setStatus(command["commandId"], "cancelled", reason=reason)
+            self.session.setStatus(command.commandId, "cancelled", reason=reason)
         return cleared
 
-    async def _abort(self, command: dict[str, Any]) -> None:
+    async def _abort(self, command: Command) -> None:
         if self.state == "live" and self.protocol is not None:
             protocol = self.protocol
             if self._queued or self.translator.queue.get("steering") or self.translator.queue.get(
@@ -441,31 +444,31 @@ class Conductor:
                 finally:
                     if slow.active():
                         slow.cancel()
-        self.session.setStatus(command["commandId"], "completed")
+        self.session.setStatus(command.commandId, "completed")
 
     def _abortSlow(self) -> None:
         self.session.emit("abort.slow", {"afterMs": 5000})
 
-    async def _cancel(self, command: dict[str, Any]) -> None:
-        target = command["targetCommandId"]
-        waiting = [c for c in self._queued if c["commandId"] == target]
+    async def _cancel(self, command: Command) -> None:
+        target = command.targetCommandId
+        waiting = [c for c in self._queued if c.commandId == target]
         if not waiting or self.protocol is None or self.state != "live":
             self._fail(command, f"command {target!r} is no longer in the queue", code="not_cancellable")
             return
         protocol = self.protocol
-        keep = [c for c in self._queued if c["commandId"] != target]
+        keep = [c for c in self._queued if c.commandId != target]
         await protocol.request({"type": "clear_queue"})
         self._queued = []
         self.session.setStatus(target, "cancelled", reason="cancelled")
         # pi has no dequeue: what stays goes back in its original order.
         for other in keep:
-            kind = other.get("delivery") or other["type"]
+            kind = other.delivery or other.type
             verb = "steer" if kind == "steer" else "follow_up"
             self._queued.append(other)
-            await protocol.request({"type": verb, "message": other["rendered"]})
-        self.session.setStatus(command["commandId"], "completed")
+            await protocol.request({"type": verb, "message": self._rendered[other.commandId]})
+        self.session.setStatus(command.commandId, "completed")
 
-    async def _shutdown(self, command: dict[str, Any]) -> None:
+    async def _shutdown(self, command: Command) -> None:
         if self.state == "live" and self.protocol is not None:
             if self._queued:
                 await self._clearQueue(self.protocol, "shutdown")
@@ -473,13 +476,10 @@ class Conductor:
                 self._abortRequested = True
                 await self.protocol.request({"type": "abort"})
         await self.dispose("shutdown")
-        by = command.get("by") or {}
-        lease = self.session.lease
-        if lease is not None and lease.principal == by.get("principal") and lease.clientId == by.get("clientId"):
-            self.session.lease = None
-            self.session.emit("lease.released", {**by, "reason": "shutdown"})
+        by = dict(command.by)
+        self.session.releaseLeaseOf(by, "shutdown")
         self.session.emit("session.shutdown", {"by": by})
-        self.session.setStatus(command["commandId"], "completed")
+        self.session.setStatus(command.commandId, "completed")
 
     # -- the door's meter ---------------------------------------------------
 
@@ -533,10 +533,10 @@ class Conductor:
                 p.get("text", "") for p in parts or [] if isinstance(p, dict) and p.get("type") == "text"
             )
         for command in self._queued:
-            if command.get("rendered") == text:
+            if self._rendered.get(command.commandId) == text:
                 self._queued.remove(command)
                 self._runCommands.append(command)
-                self.session.setStatus(command["commandId"], "delivered")
+                self.session.setStatus(command.commandId, "delivered")
                 return
 
     def _budgetStop(self) -> None:
@@ -547,15 +547,17 @@ class Conductor:
     def _settled(self, aborted: bool, info: dict[str, Any] | None = None) -> None:
         self.runActive = False
         finished, self._runCommands = self._runCommands, []
+        for command in finished:
+            self._rendered.pop(command.commandId, None)
         status = "aborted" if aborted else "completed"
         for command in finished:
-            self.session.setStatus(command["commandId"], status)
+            self.session.setStatus(command.commandId, status)
         self._abortRequested = False
         leftovers = list(self._queued)
         if leftovers and not aborted and self.protocol is not None:
             # Still in pi's queue with no run to take them: start one.
             self.session.emit(
-                "queue.stranded", {"commandIds": [c["commandId"] for c in leftovers]}
+                "queue.stranded", {"commandIds": [c.commandId for c in leftovers]}
             )
             self._queued = []
             Deferred.fromCoroutine(self._restart(leftovers)).addErrback(self._logFailure)
@@ -573,18 +575,18 @@ class Conductor:
             except Exception:
                 self._log.failure("A settle hook failed")
 
-    async def _restart(self, leftovers: list[dict[str, Any]]) -> None:
+    async def _restart(self, leftovers: list[Command]) -> None:
         assert self.protocol is not None
         await self.protocol.request({"type": "clear_queue"})
         for command in leftovers:
             if self._abortRequested or self.closing or any(
-                c["type"] in ("abort", "shutdown") for c in self._backlog
+                c.type in ("abort", "shutdown") for c in self._backlog
             ):
                 # An abort came while pi's queue was being cleared: these
                 # are taken out, not delivered after it.
-                self.session.setStatus(command["commandId"], "cancelled", reason="aborted")
+                self.session.setStatus(command.commandId, "cancelled", reason="aborted")
                 continue
-            command["status"] = "accepted"
+            self.session.requeue(command.commandId)
             self._backlog.append(command)
         self._pump()
 
@@ -626,11 +628,12 @@ class Conductor:
             # A run that ended with its body is still a settled run: its
             # cost is debited and the mirror catches up.
             self._runSettleHooks({"aborted": True, "seq": settled.get("seq"), "costUsd": cost})
-        for command in self.session.openCommands():
-            if command in self._backlog and command is not (self._backlog[0] if self._backlog else None):
+        waiting = {c.commandId for c in self._backlog[1:]}
+        for record in self.session.openCommands():
+            if record["commandId"] in waiting:
                 continue
             self.session.setStatus(
-                command["commandId"], "failed", error="the body exited", code="body_exited"
+                record["commandId"], "failed", error="the body exited", code="body_exited"
             )
 
     def _cleanUp(self, plan: BodyPlan) -> None:
@@ -652,6 +655,7 @@ class Conductor:
         self.runActive = False
         self._queued = []
         self._runCommands = []
+        self._rendered = {}
 
     # -- idleness -----------------------------------------------------------
 

@@ -3,6 +3,7 @@ The session room: the aggregate, its lease and idempotency, the command
 state machine and the registry of sessions.
 """
 
+from vehicle.session._command import Command
 from vehicle.session._registry import Registry, notFound
 from vehicle.session._session import (
     MAX_WAIT_MS,
@@ -35,6 +36,7 @@ __all__ = [
     "TEXT_COMMANDS",
     "WATCH_LIMIT",
     "Caller",
+    "Command",
     "Lease",
     "Registry",
     "Session",

@@ -13,7 +13,7 @@ import errno
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from attrs import define, field
 from twisted.internet.defer import Deferred
@@ -22,6 +22,7 @@ from twisted.logger import Logger
 from zope.interface import Interface
 
 from vehicle.errors import VehicleError
+from vehicle.session._command import Command
 from vehicle.session._values import (
     FINAL_STATUSES,
     OPEN_STATUSES,
@@ -107,7 +108,7 @@ class IConductor(Interface):
     and asks it whether anything is under way.  Provided by the body room.
     """
 
-    def commandAccepted(command: dict[str, Any]) -> None:
+    def commandAccepted(command: Command) -> None:
         """
         A command was accepted and logged; deliver it.
         """
@@ -416,6 +417,20 @@ class Session:
         for eventType, data in self.releaseEffects(caller, reason):
             self.emit(eventType, data)
 
+    def releaseLeaseOf(self, holder: Mapping[str, Any], reason: str) -> None:
+        """
+        Give the lease back for its holder when it is C{holder} (a shutdown
+        its holder sent ends the lease with the body); otherwise nothing.
+        """
+        lease = self.currentLease()
+        if lease is None or _holder(lease) != {
+            "principal": holder.get("principal"), "clientId": holder.get("clientId"),
+        }:
+            return
+        self.lease = None
+        self._cancelLeaseTimer()
+        self.emit("lease.released", {**_holder(lease), "reason": reason})
+
     def releaseEffects(
         self, caller: Caller, reason: str = "release"
     ) -> list[tuple[str, dict[str, Any]]]:
@@ -609,6 +624,17 @@ class Session:
                 {"commandId": commandId, "status": status, **{k: v for k, v in extra.items() if v is not None}},
             )
 
+    def requeue(self, commandId: str) -> None:
+        """
+        A command taken back from pi's queue waits to be sent again: it is
+        C{accepted} once more (a step with no event of its own, as
+        C{queued} is).
+        """
+        command = self.commands[commandId]
+        if command["status"] not in FINAL_STATUSES:
+            command["status"] = "accepted"
+            command["updatedAt"] = isoTimestamp(self.clock.seconds())
+
     def acceptCommand(
         self,
         caller: Caller,
@@ -680,7 +706,7 @@ class Session:
         )
         self._adoptCommand(command)
         if self.conductor is not None:
-            self.conductor.commandAccepted(command)
+            self.conductor.commandAccepted(Command.fromRecord(command))
         return answerFrame
 
     def _adoptCommand(self, command: dict[str, Any]) -> None:
