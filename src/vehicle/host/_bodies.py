@@ -1,0 +1,88 @@
+# -*- test-case-name: tests.test_tap,tests.test_hardening -*-
+"""
+The host's sessions given their bodies: each session gets its conductor
+with the plan its profile or funding asks for (the agent's box, the
+caller's own key), public accounting and the mirror; at stop, every
+conductor closes, the doors let go of their sockets, the ledger closes.
+
+This is the one room that knows every part a session is joined to, so the
+tap only builds the parts and hands them here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attrs import define, field
+from twisted.internet.defer import Deferred, gatherResults
+
+from vehicle.agent import AgentProfile
+from vehicle.body._conductor import Conductor
+from vehicle.body._launcher import Launcher
+from vehicle.box._proxy import doorsClosed
+from vehicle.mirror import Mirror
+from vehicle.public import Public
+from vehicle.public._body import OwnKeyBodies
+from vehicle.session import Session
+
+
+@define(eq=False)
+class Bodies:
+    """
+    Gives every session its conductor, and stops them all with the host.
+    """
+
+    launcher: Launcher
+    clock: Any
+    idleSeconds: float
+    agent: AgentProfile | None = None
+    mirror: Mirror | None = None
+    public: Public | None = None
+    ownKey: OwnKeyBodies | None = None
+    conductors: dict[str, Conductor] = field(factory=dict)
+
+    def attach(self, session: Session) -> None:
+        conductor = Conductor(
+            session=session,
+            launcher=self.launcher,
+            clock=self.clock,
+            idleSeconds=self.idleSeconds,
+        )
+        if session.meta.profile == "agent" and self.agent is not None:
+            conductor.planner = self.agent.plan
+        if session.meta.funding == "byok" and self.ownKey is not None:
+            conductor.planner = self.ownKey.plan
+        if self.public is not None and session.meta.funding is not None:
+            self.public.attach(session, conductor)
+        session.conductor = conductor
+        self.conductors[session.sessionId] = conductor
+        session.whenDeleted(lambda s: self.conductors.pop(s.sessionId, None))
+        if self.mirror is not None:
+            mirror = self.mirror
+            mirror.attach(session)
+            conductor.onSettled.append(lambda s, info: mirror.afterSettle(s))
+            session.whenDeleted(mirror.forget)
+
+    async def disposeFor(self, session: Session) -> None:
+        await session.conductor.dispose("deleted")
+
+    async def snapshotFor(self, session: Session) -> dict[str, Any]:
+        extras = await session.conductor.snapshot()
+        if self.mirror is not None:
+            extras["mirror"] = self.mirror.state(session)
+        return extras
+
+    def stop(self) -> Deferred:
+        def closeLedger(_: Any) -> None:
+            if self.public is not None:
+                self.public.ledger.close()
+            if self.agent is not None:
+                self.agent.removeRunDir()
+
+        closing = gatherResults(
+            [c.close() for c in list(self.conductors.values())],
+            consumeErrors=True,
+        )
+        # The bodies' doors let go of their sockets before their folder goes.
+        closing.addBoth(lambda _: Deferred.fromCoroutine(doorsClosed()))
+        return closing.addBoth(closeLedger)
