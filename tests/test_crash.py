@@ -849,7 +849,7 @@ class BranchTwiceTests(SynchronousTestCase):
     """
 
     def test_answeredMeanwhile(self) -> None:
-        from vehicle.branching import branch
+        from vehicle.body import branch
         from vehicle.session import Caller
 
         h = Harness(self)

@@ -21,17 +21,15 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from vehicle.agent import AgentProfile
-from vehicle.body._launcher import EXTENSION, Launcher
+from vehicle.body import EXTENSION, Launcher
 from vehicle.errors import VehicleError
 from vehicle.host import Bodies
 from vehicle.mirror import Mirror
-from vehicle.public import Ledger, Public
-from vehicle.public._body import OwnKeyBodies
+from vehicle.public import Ledger, OwnKeyBodies, Public
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
-from vehicle.store import DataDir
-from vehicle.store._lock import DataDirLock, DataDirLocked
+from vehicle.store import DataDir, DataDirLock, DataDirLocked
 from vehicle.web import Hooks, VehicleAPI, VehicleSite
 
 

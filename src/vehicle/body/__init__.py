@@ -3,6 +3,16 @@ The pi child: its RPC wire, the translation of its events into the host's,
 and the reader of its session files (transcript, active branch, fork/clone).
 """
 
+from vehicle.body._branching import branch
+from vehicle.body._conductor import Conductor, stripContextNote
+from vehicle.body._launcher import (
+    EXTENSION,
+    BodyPaths,
+    BodyPlan,
+    Launcher,
+    Wrapper,
+    latestSessionFile,
+)
 from vehicle.body._rpc import (
     MAX_LINE_BYTES,
     BodyExited,
@@ -42,4 +52,13 @@ __all__ = [
     # _translate
     "HostEvent",
     "Translator",
+    "branch",
+    "Conductor",
+    "stripContextNote",
+    "EXTENSION",
+    "BodyPaths",
+    "BodyPlan",
+    "Launcher",
+    "Wrapper",
+    "latestSessionFile",
 ]

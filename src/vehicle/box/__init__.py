@@ -20,6 +20,7 @@ from vehicle.box._probe import (
     decideIsolation,
     probeBwrap,
 )
+from vehicle.box._proxy import ModelDoor, Upstream, doorsClosed
 from vehicle.box._seatbelt import (
     SANDBOX_EXEC,
     SeatbeltSpec,
@@ -27,6 +28,7 @@ from vehicle.box._seatbelt import (
     seatbeltEnvironment,
     seatbeltProfile,
 )
+from vehicle.box._seccomp import seccompProgram
 from vehicle.box._spec import (
     SYSTEM_FOLDERS,
     BoxSpec,
@@ -63,4 +65,8 @@ __all__ = [
     "seatbeltArgv",
     "seatbeltEnvironment",
     "seatbeltProfile",
+    "ModelDoor",
+    "Upstream",
+    "doorsClosed",
+    "seccompProgram",
 ]

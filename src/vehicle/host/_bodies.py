@@ -17,12 +17,10 @@ from attrs import define, field
 from twisted.internet.defer import Deferred, gatherResults
 
 from vehicle.agent import AgentProfile
-from vehicle.body._conductor import Conductor
-from vehicle.body._launcher import Launcher
-from vehicle.box._proxy import doorsClosed
+from vehicle.body import Conductor, Launcher
+from vehicle.box import doorsClosed
 from vehicle.mirror import Mirror
-from vehicle.public import Public
-from vehicle.public._body import OwnKeyBodies
+from vehicle.public import OwnKeyBodies, Public
 from vehicle.session import Session
 
 

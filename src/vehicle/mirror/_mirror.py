@@ -18,8 +18,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 
 from vehicle._http import httpClient
-from vehicle.body._launcher import latestSessionFile
-from vehicle.body._sessionfile import readSession
+from vehicle.body import latestSessionFile, readSession
 from vehicle.mirror._mcp import MCPClient, MirrorError
 from vehicle.mirror._render import (
     AGENT_FOLDER_ID,
@@ -31,7 +30,7 @@ from vehicle.mirror._render import (
     documentTitle,
     renderConversation,
 )
-from vehicle.session._values import isoTimestamp
+from vehicle.session import isoTimestamp
 from vehicle.store import readJson, writeJsonAtomic
 
 

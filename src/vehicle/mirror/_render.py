@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
-from vehicle.body._conductor import stripContextNote
+from vehicle.body import stripContextNote
 
 
 #: The mirror's places in the graph (spec, "The mirror").

@@ -13,8 +13,8 @@ from typing import Any, Callable
 from attrs import define
 from twisted.internet.defer import Deferred
 
-from vehicle.body._launcher import BodyPlan
-from vehicle.box._proxy import ModelDoor, Upstream
+from vehicle.body import BodyPlan
+from vehicle.box import ModelDoor, Upstream
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.public._public import Public

@@ -21,7 +21,7 @@ from typing import Any
 from attrs import define, field
 from twisted.internet.interfaces import IReactorTime
 
-from vehicle.session._values import isoTimestamp
+from vehicle.session import isoTimestamp
 from vehicle.store import JsonlLog
 
 

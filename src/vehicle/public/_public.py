@@ -17,7 +17,7 @@ from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.public._ledger import Ledger, holdKey, turnKey
 from vehicle.session import TEXT_COMMANDS, Caller, Session
-from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES
+from vehicle.session import FINAL_STATUSES, OPEN_STATUSES
 from vehicle.settings import PublicSettings
 
 

@@ -4,10 +4,14 @@ state machine and the registry of sessions.
 """
 
 from vehicle.session._command import Command
+from vehicle.session._drive import answer, requireGraphPath
 from vehicle.session._registry import Registry, notFound
 from vehicle.session._session import (
     MAX_WAIT_MS,
     WATCH_LIMIT,
+    _preview as previewOf,
+    branchEffects,
+    storageError,
     IConductor,
     Session,
     fingerprint,
@@ -17,7 +21,10 @@ from vehicle.session._values import (
     COMMAND_TYPES,
     EPHEMERAL_TYPES,
     EVENT_TYPES,
+    FINAL_STATUSES,
     LEASED_COMMANDS,
+    OPEN_STATUSES,
+    ROLES,
     TEXT_COMMANDS,
     Caller,
     Lease,
@@ -45,4 +52,12 @@ __all__ = [
     "isoTimestamp",
     "normalizeTitle",
     "notFound",
+    "answer",
+    "requireGraphPath",
+    "previewOf",
+    "branchEffects",
+    "storageError",
+    "FINAL_STATUSES",
+    "OPEN_STATUSES",
+    "ROLES",
 ]

@@ -13,9 +13,10 @@ from vehicle.store._atomic import (
     writeAtomic,
     writeJsonAtomic,
 )
-from vehicle.store._files import Files, OsFiles, files, useFiles
+from vehicle.store._files import Files, OsFiles, files, removeTree, useFiles
 from vehicle.store._jsonl import CorruptLog, JsonlLog
 from vehicle.store._layout import DataDir
+from vehicle.store._lock import DataDirLock, DataDirLocked
 
 
 __all__ = [
@@ -30,4 +31,7 @@ __all__ = [
     "useFiles",
     "writeAtomic",
     "writeJsonAtomic",
+    "removeTree",
+    "DataDirLock",
+    "DataDirLocked",
 ]

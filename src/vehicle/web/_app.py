@@ -21,7 +21,7 @@ from vehicle import __version__
 from vehicle.errors import VehicleError, encode, errorFrame
 from vehicle.models import ModelCatalog
 from vehicle.public import Public
-from vehicle.branching import branch
+from vehicle.body import branch
 from vehicle.session import TEXT_COMMANDS, Caller, Registry, Session
 from vehicle.session import _drive as drive
 from vehicle.session._capsule import makeCapsule

@@ -21,20 +21,21 @@ from twisted.logger import Logger
 
 from twisted.internet.defer import Deferred
 
-from vehicle.body._launcher import BodyPaths, BodyPlan, Wrapper
+from vehicle.body import BodyPaths, BodyPlan, Wrapper
 from vehicle.box import (
     BoxSpec,
     SeatbeltSpec,
     seatbeltArgv,
     seatbeltEnvironment,
     FolderIdentity,
+    ModelDoor,
+    Upstream,
     bwrapArgv,
     canonicalSpec,
     decideIsolation,
+    seccompProgram,
     systemRoots,
 )
-from vehicle.box._proxy import ModelDoor, Upstream
-from vehicle.box._seccomp import seccompProgram
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.session import Caller, Session

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_branching -*-
+# -*- test-case-name: tests.test_hardening,tests.test_crash -*-
 """
 Fork and clone: a new session from a source session's conversation (a copy
 of pi's file up to a point, made without a pi process), with the source's
@@ -21,9 +21,17 @@ from vehicle.body._launcher import latestSessionFile
 from vehicle.body._sessionfile import NothingToFork, branchSession, readSession
 from vehicle.box import copyTree
 from vehicle.errors import VehicleError
-from vehicle.session import Caller, Registry, Session, notFound
-from vehicle.session._session import _preview as previewOf, branchEffects, storageError
-from vehicle.session._drive import answer, requireGraphPath
+from vehicle.session import (
+    Caller,
+    Registry,
+    Session,
+    answer,
+    branchEffects,
+    notFound,
+    previewOf,
+    requireGraphPath,
+    storageError,
+)
 
 
 async def branch(

@@ -1,0 +1,10 @@
+"""
+The agent room: the agent profile wired (who may create one, the isolation
+decision, the workspace and its folders' identities) and the plan of every
+agent body: its box, its door to the model and its per-body token.
+"""
+
+from vehicle.agent._profile import BRIDGE_PORT, SECCOMP_FD, AgentProfile
+
+
+__all__ = ["BRIDGE_PORT", "SECCOMP_FD", "AgentProfile"]
