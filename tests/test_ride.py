@@ -1,5 +1,5 @@
 """
-Tests for L{vehicle.ride} and the C{vehicle} console script: the line
+Tests for C{vehicle ride} (L{vehicle.clients}) and the C{vehicle} console script: the line
 protocol against the real host in memory (L{tests.harness}) behind a fake
 front door, the credentials, the stdio line receiver, and one ride of the
 real console script against a live host behind the gardend stand-in.
@@ -26,7 +26,7 @@ from twisted.web.resource import Resource
 
 from vehicle import PROTOCOL
 from vehicle._cli import Options as CLIOptions
-from vehicle.ride import (
+from vehicle.clients import (
     COMMAND_OPS,
     CredentialError,
     Door,

@@ -1,5 +1,5 @@
 """
-Tests for L{vehicle.tail}: the SSE parser and the line format, bounded
+Tests for C{vehicle tail} (L{vehicle.clients}): the SSE parser and the line format, bounded
 reconnection on a fake clock, and the tail of a live host behind the gardend
 stand-in, resuming after a drop with no gap and no repeat.
 """
@@ -23,9 +23,9 @@ from vehicle import PROTOCOL
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
-from vehicle.ride import Door
-from vehicle.ride._client import clientHTTP
-from vehicle.tail import (
+from vehicle.clients import (
+    Door,
+    clientHTTP,
     SSEParser,
     Tail,
     TailAll,

@@ -2,7 +2,7 @@
 """
 The C{vehicle} console script: C{vehicle ride} (the stdio JSONL client) and
 C{vehicle tail} (an operator's tail of a session's events).  Only parsing
-and the reactor; the work is in L{vehicle.ride} and L{vehicle.tail}.
+and the reactor; the work is in L{vehicle.clients}.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from twisted.logger import (
 from twisted.python import usage
 
 import vehicle
-from vehicle.ride import RideOptions, runRide
+from vehicle.clients import RideOptions, TailOptions, runRide, runTail
 from vehicle.settings import defaultPiRoot
-from vehicle.tail import TailOptions, runTail
 
 
 #: pi's package, under the pinned runtime's folder.

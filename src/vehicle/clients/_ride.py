@@ -16,8 +16,8 @@ from attrs import define, field, frozen
 from twisted.internet.defer import CancelledError, Deferred, DeferredQueue
 from twisted.logger import Logger
 
-from vehicle.ride._door import Door, errorFrame, localFrame
-from vehicle.ride._stdio import MAX_LINE
+from vehicle.clients._door import Door, errorFrame, localFrame
+from vehicle.clients._stdio import MAX_LINE
 
 
 #: Ops that are command types: C{POST /sessions/:id/commands}, C{type} = op.

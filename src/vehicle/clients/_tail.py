@@ -21,9 +21,10 @@ from twisted.internet.task import deferLater
 from twisted.python import usage
 from twisted.python.failure import Failure
 
-from vehicle.ride import CredentialError, Door, StdioLines, asFrame, credentialsFor
-from vehicle.ride._client import checkGardendURL, clientHTTP, describeFailure, tlsPolicy
-from vehicle.ride._main import boundedWait, explainRefusal, sayOnStderr
+from vehicle.clients._client import checkGardendURL, clientHTTP, describeFailure, tlsPolicy
+from vehicle.clients._door import CredentialError, Door, asFrame, credentialsFor
+from vehicle.clients._ridemain import boundedWait, explainRefusal, sayOnStderr
+from vehicle.clients._stdio import StdioLines
 
 
 #: The longest value shown in a compact line.

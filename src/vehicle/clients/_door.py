@@ -18,7 +18,7 @@ from attrs import field, frozen
 from twisted.internet.defer import CancelledError
 
 from vehicle import PROTOCOL
-from vehicle.ride._client import describeFailure, isLoopback
+from vehicle.clients._client import describeFailure, isLoopback
 
 
 #: Where a visitor's id is kept between rides, under the state directory.

@@ -15,8 +15,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.stdio import StandardIO
 from twisted.python import usage
 
-from vehicle.ride._client import checkGardendURL, clientHTTP, tlsPolicy
-from vehicle.ride._door import (
+from vehicle.clients._client import checkGardendURL, clientHTTP, tlsPolicy
+from vehicle.clients._door import (
     TOKEN_ENV,
     CredentialError,
     Credentials,
@@ -24,8 +24,8 @@ from vehicle.ride._door import (
     credentialsFor,
     errorFrame,
 )
-from vehicle.ride._ride import NewSession, Ride, randomId
-from vehicle.ride._stdio import StdioLines
+from vehicle.clients._ride import NewSession, Ride, randomId
+from vehicle.clients._stdio import StdioLines
 
 
 #: How long a ride asked to stop may take to release its lease.

@@ -1,0 +1,66 @@
+# -*- test-case-name: tests.test_ride,tests.test_tail -*-
+"""
+The host's clients, through gardend's front door: C{vehicle ride}, the
+stdio (JSONL) client, and C{vehicle tail}, an operator's view of a
+session's events.  They know the host only by its routes and frames, and
+share the door (credentials, the front door's URL), the HTTP client and
+the stdio lines.
+"""
+
+from vehicle.clients._client import clientHTTP
+from vehicle.clients._door import (
+    Credentials,
+    CredentialError,
+    Door,
+    asFrame,
+    errorFrame,
+    isLoopback,
+    loadVisitorId,
+    localFrame,
+    credentialsFor,
+    resolveCredentials,
+)
+from vehicle.clients._ridemain import RideOptions, runRide
+from vehicle.clients._ride import COMMAND_OPS, OPS, Call, NewSession, Ride
+from vehicle.clients._stdio import StdioLines
+from vehicle.clients._tail import (
+    SSEParser,
+    Tail,
+    TailAll,
+    TailFailed,
+    TailOptions,
+    formatEvent,
+    runTail,
+    typeMatches,
+)
+
+
+__all__ = [
+    "SSEParser",
+    "Tail",
+    "TailAll",
+    "TailFailed",
+    "TailOptions",
+    "clientHTTP",
+    "formatEvent",
+    "runTail",
+    "typeMatches",
+    "COMMAND_OPS",
+    "Call",
+    "CredentialError",
+    "Credentials",
+    "Door",
+    "NewSession",
+    "OPS",
+    "Ride",
+    "RideOptions",
+    "StdioLines",
+    "asFrame",
+    "errorFrame",
+    "isLoopback",
+    "loadVisitorId",
+    "localFrame",
+    "credentialsFor",
+    "resolveCredentials",
+    "runRide",
+]
