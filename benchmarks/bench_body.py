@@ -29,9 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import BenchCase, rss  # noqa: E402
 from tests.live import LiveHost, SSEWatcher  # noqa: E402
-from vehicle.body._launch import agentSettings, bootConfig, findPi, piArgv, piEnvironment  # noqa: E402
-from vehicle.body._launcher import EXTENSION  # noqa: E402
-from vehicle.body._rpc import PiProtocol  # noqa: E402
+from vehicle.body import (  # noqa: E402
+    EXTENSION,
+    PiProtocol,
+    agentSettings,
+    bootConfig,
+    findPi,
+    piArgv,
+    piEnvironment,
+)
 from vehicle.session import Caller, Registry, SessionMeta  # noqa: E402
 from vehicle.settings import defaultPiRoot  # noqa: E402
 from vehicle.store import DataDir  # noqa: E402

@@ -5,6 +5,7 @@ and the reader of its session files (transcript, active branch, fork/clone).
 
 from vehicle.body._branching import branch
 from vehicle.body._conductor import Conductor, stripContextNote
+from vehicle.body._launch import agentSettings, bootConfig, findPi, piArgv, piEnvironment
 from vehicle.body._launcher import (
     EXTENSION,
     BodyPaths,
@@ -34,6 +35,11 @@ from vehicle.body._translate import HostEvent, Translator
 
 
 __all__ = [
+    "agentSettings",
+    "bootConfig",
+    "findPi",
+    "piArgv",
+    "piEnvironment",
     # _rpc
     "MAX_LINE_BYTES",
     "BodyExited",
