@@ -8,7 +8,7 @@ failure answered with the protocol's error frame, never Twisted's page.
 from __future__ import annotations
 
 from io import BytesIO
-from typing import Any, ClassVar
+from typing import Any, BinaryIO, ClassVar
 
 from twisted.web.server import Request
 
@@ -24,6 +24,8 @@ class BoundedRequest(Request):
     """
 
     limit: ClassVar[int]
+    #: Twisted declares it L{None} on the class; here it is always a file.
+    content: BinaryIO  # type: ignore[assignment]
     _received = 0
 
     def __init__(self, channel: Any, *args: Any, **kw: Any) -> None:
@@ -47,6 +49,7 @@ class BoundedRequest(Request):
     def _handleStar(self) -> None:
         # "OPTIONS *" and its kind: the app answers (the secret first, then
         # no such route), not Twisted's empty page.
+        assert self.site is not None  # a request that arrived came through its site
         self.render(self.site.getResourceFor(self))
 
     def processingFailed(self, reason: Any) -> Any:

@@ -14,18 +14,17 @@ import hmac
 import json
 import secrets
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, cast
 
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.endpoints import UNIXServerEndpoint
 from twisted.internet.protocol import Protocol
-from twisted.internet.interfaces import IListeningPort
+from twisted.internet.interfaces import IListeningPort, IPushProducer
 from twisted.logger import Logger
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET, Site
+from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from vehicle._http import httpClient
 from vehicle._request import BoundedRequest
@@ -160,7 +159,7 @@ class _Relay(Protocol):
     the upstream connection (an abort stops the provider's generation).
     """
 
-    def __init__(self, request: IRequest, scrubber: KeyScrubber | None) -> None:
+    def __init__(self, request: Request, scrubber: KeyScrubber | None) -> None:
         self.request = request
         self.scrubber = scrubber
         self.done: Deferred = Deferred(lambda _: self.stop())
@@ -182,7 +181,8 @@ class _Relay(Protocol):
     def stop(self) -> None:
         transport = self.transport
         if transport is not None:
-            transport.stopProducing()
+            # deliverBody's transport is a push producer (IResponse).
+            cast(IPushProducer, transport).stopProducing()
 
 
 class _ProxyResource(Resource):
@@ -193,13 +193,13 @@ class _ProxyResource(Resource):
         super().__init__()
         self.door = door
 
-    def render(self, request: IRequest) -> Any:
+    def render(self, request: Request) -> Any:
         d = Deferred.fromCoroutine(self.door.forward(request))
         d.addErrback(self._failed, request)
         request.notifyFinish().addErrback(lambda _: d.cancel())
         return NOT_DONE_YET
 
-    def _failed(self, failure: Any, request: IRequest) -> None:
+    def _failed(self, failure: Any, request: Request) -> None:
         if failure.check(CancelledError):
             return
         self._log.failure("The model door failed", failure)
@@ -296,7 +296,7 @@ class ModelDoor:
             return self.model, self.model.baseUrl.rstrip("/") + text[len("/v1"):]
         return None
 
-    async def forward(self, request: IRequest) -> None:
+    async def forward(self, request: Request) -> None:
         route = self._route(request.uri)
         given = request.getHeader(b"authorization") or b""
         if route is None:
@@ -361,7 +361,7 @@ class ModelDoor:
         if not request.finished:
             request.finish()
 
-    def _refuse(self, request: IRequest, code: int, message: str) -> None:
+    def _refuse(self, request: Request, code: int, message: str) -> None:
         request.setResponseCode(code)
         request.setHeader(b"content-type", b"application/json")
         request.write(('{"error":{"message":"%s"}}' % message).encode("utf-8"))

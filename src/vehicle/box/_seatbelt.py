@@ -20,6 +20,7 @@ from vehicle.box._spec import (
     _env,
     _optionalPath,
     _paths,
+    _strings,
     checkCanonical,
     checkEnvironment,
 )
@@ -47,7 +48,7 @@ class SeatbeltSpec:
     hidden: tuple[Path, ...] = field(default=(), converter=_paths)
     socketDir: Path | None = field(default=None, converter=_optionalPath)
     env: tuple[tuple[str, str], ...] = field(default=(), converter=_env)
-    command: tuple[str, ...] = field(converter=tuple)
+    command: tuple[str, ...] = field(converter=_strings)
 
 
 #: sysctls that node, libuv and a shell read at start (CPU count and

@@ -40,7 +40,7 @@ def _load() -> tuple[ModuleType | None, str | None]:
     must not happen under a running reactor).
     """
     try:
-        import pyseccomp  # type: ignore[import-untyped]
+        import pyseccomp
     except ImportError as e:
         return None, f"pyseccomp is not installed ({e})"
     except (OSError, RuntimeError) as e:

@@ -29,6 +29,10 @@ def _paths(value: Sequence[Path | str]) -> tuple[Path, ...]:
     return tuple(Path(p) for p in value)
 
 
+def _strings(value: Sequence[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 def _optionalPath(value: Path | str | None) -> Path | None:
     return None if value is None else Path(value)
 
@@ -76,7 +80,7 @@ class BoxSpec:
     hidden: tuple[Path, ...] = field(default=(), converter=_paths)
     socketDir: Path | None = field(default=None, converter=_optionalPath)
     env: tuple[tuple[str, str], ...] = field(default=(), converter=_env)
-    command: tuple[str, ...] = field(converter=tuple)
+    command: tuple[str, ...] = field(converter=_strings)
     tmpSizeBytes: int = 256 * 1024 * 1024
     system: tuple[tuple[Path, str | None], ...] | None = None
     #: The child fd bwrap reads the seccomp program from (C{--seccomp}), or

@@ -368,7 +368,7 @@ class Ride:
             frame = await self.door.call(call.method, call.path, call.body, call.query)
         if frame.get("requestId") is None:
             frame = {**frame, "requestId": requestId}
-        self._observe(op, frame)
+        self._observe(frame)
         self.write(frame)
         if frame.get("type") == "session.deleted":
             self.holdsLease = False
@@ -417,7 +417,7 @@ class Ride:
             query["waitMs"] = str(_whole(request, "waitMs", 0))
         return Call(method="GET", path=session(sid, "/events"), query=query)
 
-    def _observe(self, op: str, frame: dict[str, Any]) -> None:
+    def _observe(self, frame: dict[str, Any]) -> None:
         """
         Follow the cursor and the lease through the answers.
         """

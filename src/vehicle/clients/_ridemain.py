@@ -210,7 +210,11 @@ def boundedWait(reactor: Any, d: Deferred[None], seconds: float) -> Deferred[Non
         if not waiter.called:
             waiter.callback(None)
 
-    d.addBoth(lambda result: (fire(), result)[1])
+    def fireThen(result: Any) -> Any:
+        fire()
+        return result
+
+    d.addBoth(fireThen)
     timer = reactor.callLater(seconds, fire)
     waiter.addBoth(lambda result: (timer.cancel() if timer.active() else None, result)[1])
     return waiter

@@ -14,19 +14,21 @@ import hashlib
 import hmac
 import json
 import re
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, cast
 from urllib.parse import unquote
 
 from attrs import define, field, frozen
 from klein import Klein
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IRequest, IResponse
+from twisted.web.iweb import IResponse
+from twisted.web.server import Request
 from treq.client import HTTPClient
 
 from vehicle.gardend._config import Account, ClientToken, Config
@@ -125,7 +127,7 @@ class _Relay(Protocol):
     arrives, with the upstream connection as the request's producer.
     """
 
-    def __init__(self, request: IRequest, done: "Deferred[None]") -> None:
+    def __init__(self, request: Request, done: "Deferred[None]") -> None:
         self.request = request
         self.done = done
 
@@ -146,7 +148,7 @@ class _Relay(Protocol):
             self.done.errback(reason)
 
 
-def relay(response: IResponse, request: IRequest) -> "Deferred[None]":
+def relay(response: IResponse, request: Request) -> "Deferred[None]":
     """
     Stream C{response}'s body into C{request}; cancelling the result stops
     the upstream.
@@ -155,7 +157,8 @@ def relay(response: IResponse, request: IRequest) -> "Deferred[None]":
 
     def cancel(d: "Deferred[None]") -> None:
         if protocol and protocol[0].transport is not None:
-            protocol[0].transport.stopProducing()
+            # deliverBody's transport is a push producer (IResponse).
+            cast(IPushProducer, protocol[0].transport).stopProducing()
 
     done: "Deferred[None]" = Deferred(cancel)
     protocol.append(_Relay(request, done))
@@ -163,7 +166,7 @@ def relay(response: IResponse, request: IRequest) -> "Deferred[None]":
     return done
 
 
-def _json(request: IRequest, status: int, body: Any) -> bytes:
+def _json(request: Request, status: int, body: Any) -> bytes:
     request.setResponseCode(status)
     request.setHeader(b"content-type", b"application/json")
     return json.dumps(body).encode("utf-8")
@@ -200,7 +203,7 @@ class FrontDoor:
 
     # who
 
-    def authenticate(self, request: IRequest, graphId: Optional[str] = None) -> Caller:
+    def authenticate(self, request: Request, graphId: Optional[str] = None) -> Caller:
         """
         The caller named by C{Authorization: Bearer ...}: a member (the
         master key or a client token); or, when C{graphId} is a public graph
@@ -245,7 +248,7 @@ class FrontDoor:
                 )
         raise _Refusal(401, "unauthorized", "a master key or client token is required")
 
-    def visitorPrincipal(self, request: IRequest) -> str:
+    def visitorPrincipal(self, request: Request) -> str:
         """
         A visitor's principal, C{anon:<hash>}: from its C{X-Visitor-Id}, else
         from its address and user agent.  The hash is keyed by a secret of
@@ -278,14 +281,14 @@ class FrontDoor:
     # routes
 
     @router.route("/health", methods=["GET"])
-    def health(self, request: IRequest) -> bytes:
+    def health(self, request: Request) -> bytes:
         """
         The front door's own health.
         """
         return _json(request, 200, {"ok": True})
 
     @router.route("/mcp")
-    def mcpRoute(self, request: IRequest) -> bytes:
+    def mcpRoute(self, request: Request) -> bytes:
         """
         gardend's MCP endpoint: C{POST} only.
         """
@@ -302,7 +305,7 @@ class FrontDoor:
         return self.mcp.handle(request)
 
     @router.route("/services/vehicle", branch=True)
-    async def forward(self, request: IRequest) -> Optional[bytes]:
+    async def forward(self, request: Request) -> Optional[bytes]:
         """
         Forward a request for the service to the host.
         """
@@ -318,7 +321,7 @@ class FrontDoor:
                 },
             )
 
-    async def _forward(self, request: IRequest) -> Optional[bytes]:
+    async def _forward(self, request: Request) -> Optional[bytes]:
         path, _, query = request.uri.partition(b"?")
         rest = path[len(MOUNT) :]
         graphId: Optional[str] = None
@@ -373,8 +376,8 @@ class FrontDoor:
                     SERVICE_ID,
                     reads=caller.publicGraphs,
                 )
-        for name, value in minted.items():
-            headers.setRawHeaders(name, [value])
+        for key, value in minted.items():
+            headers.setRawHeaders(key, [value])
 
         target = (
             self.serviceUrl.encode("ascii") + rest + (b"?" + query if query else b"")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from attrs import define, field
+from twisted.internet.address import IPv4Address
 from twisted.internet.interfaces import IListeningPort, IReactorTime
 from twisted.web.server import Site
 
@@ -88,7 +89,9 @@ class StandIn:
         """
         if self._port is None:
             raise RuntimeError("not listening")
-        return f"http://127.0.0.1:{self._port.getHost().port}"
+        address = self._port.getHost()
+        assert isinstance(address, IPv4Address)
+        return f"http://127.0.0.1:{address.port}"
 
     @property
     def mcpUrl(self) -> str:

@@ -135,7 +135,7 @@ class FolderStore:
 
     def _load(self, path: Path) -> Optional[dict[str, Any]]:
         try:
-            return json.loads(path.read_text("utf-8"))  # type: ignore[no-any-return]
+            return json.loads(path.read_text("utf-8"))
         except FileNotFoundError:
             return None
 
@@ -250,7 +250,7 @@ class FolderStore:
             )
         if self.folder(graphId, folderId) is not None:
             raise ToolError("already_exists", f"folder {folderId!r} already exists")
-        record = {
+        record: dict[str, Any] = {
             "id": folderId,
             "name": name,
             "parentId": self._checkParent(graphId, parentId),
@@ -276,7 +276,7 @@ class FolderStore:
         documentId = checkId(documentId or "doc-" + uuid.uuid4().hex[:12], "documentId")
         if self.document(graphId, documentId) is not None:
             raise ToolError("already_exists", f"document {documentId!r} already exists")
-        record = {
+        record: dict[str, Any] = {
             "id": documentId,
             "title": title,
             "parentId": self._checkParent(graphId, parentId),

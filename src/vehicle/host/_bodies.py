@@ -54,12 +54,15 @@ class Bodies:
             self.public.attach(session, conductor)
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
-        session.whenDeleted(lambda s: self.conductors.pop(s.sessionId, None))
+        session.whenDeleted(self._forget)
         if self.mirror is not None:
             mirror = self.mirror
             mirror.attach(session)
             conductor.onSettled.append(lambda s, info: mirror.afterSettle(s))
             session.whenDeleted(mirror.forget)
+
+    def _forget(self, session: Session) -> None:
+        self.conductors.pop(session.sessionId, None)
 
     async def disposeFor(self, session: Session) -> None:
         await session.conductor.dispose("deleted")

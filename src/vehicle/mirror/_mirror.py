@@ -268,17 +268,17 @@ class Mirror:
                 "error": None,
             }
         record = self._record(session)
-        reason = record.reason
+        why = record.reason
         if (
             record.state in ("pending", "failed")
             and session.delegatedToken is None
         ):
-            reason = REASON_NO_TOKEN
+            why = REASON_NO_TOKEN
         return {
             "state": record.state,
             "documentId": record.documentId,
             "folder": record.folder,
-            "reason": reason,
+            "reason": why,
             "writtenAt": record.writtenAt,
             "error": record.error,
         }

@@ -183,7 +183,7 @@ class Public:
             command = session.commands.get(commandId) if commandId is not None else None
             # A command that already ended (its body could not start) has
             # no run to hold for.
-            if command is not None and command["status"] in OPEN_STATUSES:
+            if commandId is not None and command is not None and command["status"] in OPEN_STATUSES:
                 self.ledger.hold(
                     session.meta.principal, self._runBudget(session), session.sessionId,
                     commandId,

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from typing import Any, ClassVar, Sequence, Union
+from typing import Any, BinaryIO, ClassVar, Sequence, Union, cast
 
 from attrs import define, field, frozen
 from klein import Klein
+from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.interfaces import (
@@ -26,9 +27,8 @@ from twisted.internet.interfaces import (
 )
 from twisted.logger import Logger
 from twisted.python.failure import Failure
-from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
-from twisted.web.server import Site
+from twisted.web.server import Request, Site
 
 
 __all__ = [
@@ -214,7 +214,7 @@ class _Stream:
     Writes timed frames to a request, stopping at a disconnect.
     """
 
-    request: IRequest
+    request: Request
     reactor: IReactorTime
     frames: deque[tuple[float, bytes]]
     done: Deferred[None] = field(init=False)
@@ -296,13 +296,15 @@ class ScriptedModel:
         site.noisy = False
 
         def listening(listeningPort: IListeningPort) -> IListeningPort:
-            self.url = f"http://127.0.0.1:{listeningPort.getHost().port}/v1"
+            address = listeningPort.getHost()
+            assert isinstance(address, IPv4Address)
+            self.url = f"http://127.0.0.1:{address.port}/v1"
             return listeningPort
 
         return endpoint.listen(site).addCallback(listening)
 
     @router.route("/health", methods=["GET"])
-    def health(self, request: IRequest) -> bytes:
+    def health(self, request: Request) -> bytes:
         """
         Whether the model is up (for the local run's health check).
         """
@@ -310,7 +312,7 @@ class ScriptedModel:
         return b'{"ok": true}'
 
     @router.route("/v1/chat/completions", methods=["POST"])
-    def chatCompletions(self, request: IRequest) -> Any:
+    def chatCompletions(self, request: Request) -> Any:
         """
         Record the request, then answer it from the script.
         """
@@ -318,7 +320,7 @@ class ScriptedModel:
             name.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in values)
             for name, values in request.requestHeaders.getAllRawHeaders()
         }
-        raw = request.content.read()
+        raw = cast(BinaryIO, request.content).read()
         try:
             body = json.loads(raw)
             if not isinstance(body, dict):
@@ -346,7 +348,7 @@ class ScriptedModel:
         self.disconnects += 1
         self._log.debug("scripted model: client went away ({reason})", reason=reason.value)
 
-    def _refuse(self, request: IRequest, refused: _Refused) -> bytes:
+    def _refuse(self, request: Request, refused: _Refused) -> bytes:
         request.setResponseCode(refused.status)
         request.setHeader(b"content-type", b"application/json")
         return _errorBody(refused.message, refused.kind, refused.param)
@@ -380,7 +382,7 @@ class ScriptedModel:
         self._counter += 1
         return f"{prefix}{self._counter:010d}"
 
-    def _answer(self, request: IRequest, body: dict[str, Any], step: Step) -> Any:
+    def _answer(self, request: Request, body: dict[str, Any], step: Step) -> Any:
         if isinstance(step, Hang):
             return Deferred()
         if isinstance(step, Error):
@@ -451,7 +453,7 @@ class ScriptedModel:
             for piece in _split(step.text, step.chunks):
                 frames.append((delay, chunk({"content": piece})))
         else:
-            for index, call in enumerate(calls):
+            for index, sent in enumerate(calls):
                 frames.append(
                     (
                         0,
@@ -460,16 +462,16 @@ class ScriptedModel:
                                 "tool_calls": [
                                     {
                                         "index": index,
-                                        "id": call["id"],
+                                        "id": sent["id"],
                                         "type": "function",
-                                        "function": {"name": call["function"]["name"], "arguments": ""},
+                                        "function": {"name": sent["function"]["name"], "arguments": ""},
                                     }
                                 ]
                             }
                         ),
                     )
                 )
-                for piece in _split(call["function"]["arguments"], 3):
+                for piece in _split(sent["function"]["arguments"], 3):
                     frames.append(
                         (0, chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
                     )
@@ -491,7 +493,7 @@ class ScriptedModel:
         return _Stream(request, self.reactor, frames).start()
 
 
-    def _streamedError(self, request: IRequest, step: StreamedError) -> Deferred[None]:
+    def _streamedError(self, request: Request, step: StreamedError) -> Deferred[None]:
         header = (request.getHeader(b"authorization") or b"").decode("latin-1")
         bearer = header[len("Bearer ") :] if header.startswith("Bearer ") else header
         event = b"data: " + json.dumps(
