@@ -297,6 +297,6 @@ class SlowClientTests(StreamTestCase):
         self.assertEqual(len(self.h.api.streams), 1)
         conn.lose()
         self.assertEqual(self.h.api.streams, set())
-        self.assertEqual(self.session._listeners, [])
+        self.assertEqual(self.session.watchers.listening(), 0)
         self.renew(2)
         self.h.clock.advance(60)

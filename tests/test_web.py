@@ -1203,7 +1203,7 @@ class WatchTests(RouteTestCase):
         frame = json.loads(self.successResultOf(self.successResultOf(d).content()))
         assertValidFrame(self, frame)
         self.assertEqual(frame["value"], {"events": [], "cursor": 2, "more": False})
-        self.assertEqual(self.session(sid)._waiters, [])
+        self.assertEqual(self.session(sid).watchers.waiting(), 0)
 
     def test_noWaitWhenBehind(self) -> None:
         """

@@ -3,18 +3,16 @@ The session room: the aggregate, its lease and idempotency, the command
 state machine and the registry of sessions.
 """
 
-from vehicle.session._command import Command
+from vehicle.session._command import Command, preview as previewOf
 from vehicle.session._drive import answer, requireGraphPath
 from vehicle.session._registry import Registry, notFound
+from vehicle.session._requests import fingerprint, storageError
 from vehicle.session._session import (
     MAX_WAIT_MS,
     WATCH_LIMIT,
-    _preview as previewOf,
     branchEffects,
-    storageError,
     IConductor,
     Session,
-    fingerprint,
     normalizeTitle,
 )
 from vehicle.session._values import (

@@ -7,9 +7,69 @@ keeps its own facts about it in its own fields.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from attrs import field, frozen
+from attrs import define, field, frozen
+from twisted.internet.interfaces import IReactorTime
+
+from vehicle.errors import VehicleError
+from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES, Caller, isoTimestamp
+
+
+#: The fields of a command's request that its record keeps.
+COMMAND_FIELDS = (
+    "text", "contextRefs", "targetCommandId", "entryId", "policy", "chimeId",
+    "chimeAuthor", "delivery",
+)
+
+
+def commandRecord(
+    commandId: str, body: Mapping[str, Any], by: Mapping[str, Any], at: str | None
+) -> dict[str, Any]:
+    """
+    The session's record of a new command (L{CommandBook.records}): built
+    once, here, from its request; the public snapshot shows it as it is.
+    """
+    record: dict[str, Any] = {
+        "commandId": commandId,
+        "requestId": body.get("requestId"),
+        "type": body.get("type"),
+        "status": "accepted",
+        "disposition": None,
+        "acceptedAt": at,
+        "updatedAt": at,
+        "by": dict(by),
+    }
+    for key in COMMAND_FIELDS:
+        if key in body:
+            record[key] = body[key]
+    return record
+
+
+def acceptedData(record: Mapping[str, Any], caller: Caller) -> dict[str, Any]:
+    """
+    The data of a command's C{command.accepted} event.
+    """
+    return {
+        "commandId": record["commandId"],
+        "type": record["type"],
+        "requestId": record["requestId"],
+        "status": "accepted",
+        "by": caller.holder(),
+        **(
+            {"textBytes": len(record["text"].encode("utf-8"))}
+            if "text" in record
+            else {}
+        ),
+    }
+
+
+def preview(text: str, limit: int = 160) -> str:
+    """
+    A session's preview: the first words of the first thing said.
+    """
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 @frozen(kw_only=True)
@@ -34,7 +94,7 @@ class Command:
     @classmethod
     def fromRecord(cls, record: Mapping[str, Any]) -> "Command":
         """
-        The value of a command's record (L{Session.commands}).
+        The value of a command's record (L{CommandBook.records}).
         """
         return cls(
             commandId=record["commandId"],
@@ -50,3 +110,92 @@ class Command:
     @property
     def hasText(self) -> bool:
         return self.text is not None
+
+
+@define(eq=False)
+class CommandBook:
+    """
+    The command state machine of one session: the records of its commands
+    (what the snapshot shows), moved on only here.
+
+    @ivar emit: writes one of the session's durable events.
+    """
+
+    clock: IReactorTime
+    emit: Callable[[str, dict[str, Any]], Any]
+    records: dict[str, dict[str, Any]] = field(factory=dict)
+
+    def open(self) -> list[dict[str, Any]]:
+        """
+        The commands not yet settled, in the order they were accepted.
+        """
+        return [c for c in self.records.values() if c["status"] in OPEN_STATUSES]
+
+    def refuseKnown(self, commandId: str) -> None:
+        """
+        @raise VehicleError: C{command_exists} for an id already taken.
+        """
+        if commandId in self.records:
+            raise VehicleError(
+                "command_exists",
+                f"a command with id {commandId!r} already exists in this session",
+                {"commandId": commandId},
+            )
+
+    def setStatus(self, commandId: str, status: str, **extra: Any) -> None:
+        """
+        Move a command on and announce it (C{command.<status>}); the
+        C{queued} step has no event of its own.  A settled command stays
+        as it is.
+        """
+        command = self.records[commandId]
+        if command["status"] in FINAL_STATUSES:
+            return
+        said = {k: v for k, v in extra.items() if v is not None}
+        command["status"] = status
+        command.update(said)
+        command["updatedAt"] = isoTimestamp(self.clock.seconds())
+        if status != "queued":
+            self.emit(f"command.{status}", {"commandId": commandId, "status": status, **said})
+
+    def requeue(self, commandId: str) -> None:
+        """
+        A command taken back from pi's queue waits to be sent again: it is
+        C{accepted} once more (a step with no event of its own, as
+        C{queued} is).
+        """
+        command = self.records[commandId]
+        if command["status"] not in FINAL_STATUSES:
+            command["status"] = "accepted"
+            command["updatedAt"] = isoTimestamp(self.clock.seconds())
+
+    def follow(self, event: Mapping[str, Any]) -> None:
+        """
+        Rebuilding from the log: a C{command.<status>} event moves its
+        command as L{setStatus} did when it was written.
+        """
+        kind, data = event["type"], event.get("data") or {}
+        if not kind.startswith("command.") or data.get("commandId") not in self.records:
+            return
+        command = self.records[data["commandId"]]
+        command["status"] = data.get("status", kind.split(".", 1)[1])
+        command["updatedAt"] = event["timestamp"]
+        for key in ("disposition", "error", "reason"):
+            if key in data:
+                command[key] = data[key]
+
+    @staticmethod
+    def ofRequest(record: Mapping[str, Any]) -> dict[str, Any] | None:
+        """
+        The command a request's record made (its record in
+        C{commands.jsonl} keeps it whole; an older record has its body
+        only), as it was accepted, or L{None}.
+        """
+        if isinstance(record.get("command"), dict):
+            return {**record["command"], "status": "accepted"}
+        if record.get("kind") != "command":
+            return None
+        body = record.get("body") or {}
+        commandId = body.get("commandId") or body.get("requestId")
+        by = {"principal": record.get("principal"), "clientId": record.get("clientId")}
+        return commandRecord(commandId, body, by, record.get("at"))

@@ -131,7 +131,7 @@ def checkDriver(session: Session, caller: Caller) -> None:
 
 
 def claim(session: Session, caller: Caller, body: dict[str, Any], defaultTtlMs: int) -> Answer:
-    value, effects = session.claimEffects(
+    value, effects = session.leases.claimEffects(
         caller, int(body.get("ttlMs", defaultTtlMs)), bool(body.get("takeover"))
     )
     result = answer("driver.claimed", value)
@@ -141,7 +141,7 @@ def claim(session: Session, caller: Caller, body: dict[str, Any], defaultTtlMs: 
 
 
 def release(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-    effects = session.releaseEffects(caller)
+    effects = session.leases.releaseEffects(caller)
     result = answer("driver.released", {"lease": None, "session": session.summary(ahead=len(effects))})
     session.commit("release", caller, body["requestId"], body, result, effects)
     return result

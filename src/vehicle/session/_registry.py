@@ -15,17 +15,15 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
-from vehicle.session._session import (
-    Session,
-    branchEffects,
+from vehicle.session._requests import (
     fingerprint,
-    normalizeTitle,
     openLogs,
     replayed,
     requestRecord,
     storageError,
 )
-from vehicle.session._values import Caller, SessionMeta, isoTimestamp
+from vehicle.session._session import Session, branchEffects, normalizeTitle
+from vehicle.session._values import Caller, SessionMeta
 from vehicle.store import DataDir, readJson
 from vehicle.store._files import files, removeTree
 

@@ -1,7 +1,10 @@
 # -*- test-case-name: tests.test_session -*-
 """
-The session aggregate: one conversation's meta, title, durable event log,
-lease, idempotency records and commands, and the watchers of its events.
+The session aggregate: one conversation's meta, title and durable logs, and
+the one durable step of a request (L{Session.commit}) and its undoing
+(L{Session.reload}).  Its parts live beside it: the lease (L{_lease}), the
+command state machine (L{_command}), the request log and idempotency rule
+(L{_requests}), the watchers (L{_watchers}).
 
 It knows nothing of HTTP or of pi: the web room calls it with a L{Caller},
 and the body's conductor (see L{IConductor}) is handed accepted commands.
@@ -9,23 +12,26 @@ and the body's conductor (see L{IConductor}) is handed accepted commands.
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import json
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from attrs import define, field
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from zope.interface import Interface
 
-from vehicle.errors import VehicleError
-from vehicle.session._command import Command
+from vehicle.session._command import (
+    Command,
+    CommandBook,
+    commandRecord,
+    acceptedData,
+    preview,
+)
+from vehicle.session._lease import LeaseKeeper, leaseAfter
+from vehicle.session._requests import ROUTE_OF, openLogs, replayed, requestRecord, storageError
+from vehicle.session._watchers import Listener, Watchers
 from vehicle.session._values import (
-    FINAL_STATUSES,
-    OPEN_STATUSES,
     Caller,
     Lease,
     SessionMeta,
@@ -35,59 +41,10 @@ from vehicle.session._values import (
 from vehicle.store import JsonlLog, writeJsonAtomic
 
 
-Listener = Callable[[dict[str, Any]], None]
-
-#: The fields of a command's request that its record keeps.
-COMMAND_FIELDS = (
-    "text", "contextRefs", "targetCommandId", "entryId", "policy", "chimeId",
-    "chimeAuthor", "delivery",
-)
-
 #: How many events one watch answer carries at most (spec, "Watch").
 WATCH_LIMIT = 500
 #: The longest long-poll wait (spec, "Watch").
 MAX_WAIT_MS = 30_000
-
-
-#: The route a kind of remembered request came by: a requestId reused on
-#: another route is a conflict, never the other route's replay.
-ROUTE_OF = {
-    "create": "create", "claim": "claim", "release": "release", "rename": "rename",
-    "command": "commands", "policy": "commands", "branch": "commands", "chime": "chimes",
-    "branched": "commands",
-}
-
-
-def fingerprint(body: Any, route: str | None = None) -> str:
-    """
-    A stable digest of a request (its route and body), to tell a replay
-    from a conflict.
-    """
-    subject = body if route is None else {"route": route, "body": body}
-    canonical = json.dumps(subject, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def replayed(
-    known: tuple[str, dict[str, Any]] | None, requestId: str, body: Any, route: str
-) -> dict[str, Any] | None:
-    """
-    The idempotency rule, in one place: a known request with the same body
-    replays its frame, with another body it is a conflict.
-
-    @param known: the remembered C{(fingerprint, frame)}, or L{None}.
-    @raise VehicleError: C{request_id_conflict}.
-    """
-    if known is None:
-        return None
-    digest, frame = known
-    if digest != fingerprint(body, route):
-        raise VehicleError(
-            "request_id_conflict",
-            f"requestId {requestId!r} was already used with a different body",
-            {"requestId": requestId},
-        )
-    return frame
 
 
 def normalizeTitle(title: str | None) -> str | None:
@@ -134,6 +91,15 @@ class Session:
     """
     One conversation.  Mutations are synchronous on the reactor thread, so a
     request is checked, logged and acknowledged without interleaving.
+
+    Why one class of this size: a request's record and its events are one
+    synced step, and a failed write reads everything back from disk
+    (L{reload}, L{restore}).  What that step writes and what reading back
+    derives (the log, the requests remembered, the commands, the lease, the
+    chimes, the title and preview) must change together, so they are held
+    here; each rule itself lives in its part (L{LeaseKeeper},
+    L{CommandBook}, L{Watchers}, L{replayed}), and this class only joins
+    them.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -146,8 +112,6 @@ class Session:
     _commandsLog: JsonlLog
     _history: list[dict[str, Any]] = field(factory=list)
     _requests: dict[str, tuple[str, dict[str, Any]]] = field(factory=dict)
-    commands: dict[str, dict[str, Any]] = field(factory=dict)
-    lease: Lease | None = None
     preview: str | None = None
     #: The preview is a branch's inherited one, until it says something.
     previewInherited: bool = False
@@ -158,13 +122,40 @@ class Session:
     conductor: Any = None
     #: The newest delegation token from the owner's requests: memory only.
     delegatedToken: str | None = field(default=None, repr=False)
-    _listeners: list[Listener] = field(factory=list)
-    _waiters: list[Deferred] = field(factory=list)
-    _leaseTimer: IDelayedCall | None = None
     _onDeleted: list[Callable[["Session"], None]] = field(factory=list)
     #: The title C{meta.json} held when the session was opened: the title
     #: unless the log renamed it since.
     baseTitle: str | None = None
+    leases: LeaseKeeper = field(init=False)
+    book: CommandBook = field(init=False)
+    watchers: Watchers = field(init=False)
+
+    @leases.default
+    def _newLeaseKeeper(self) -> LeaseKeeper:
+        return LeaseKeeper(clock=self.clock, emit=self.emit)
+
+    @book.default
+    def _newCommandBook(self) -> CommandBook:
+        return CommandBook(clock=self.clock, emit=self.emit)
+
+    @property
+    def commands(self) -> dict[str, dict[str, Any]]:
+        """
+        The records of the session's commands, by id (L{CommandBook}).
+        """
+        return self.book.records
+
+    @watchers.default
+    def _newWatchers(self) -> Watchers:
+        return Watchers(self.meta.sessionId)
+
+    @property
+    def lease(self) -> Lease | None:
+        """
+        The lease as it stands (without retiring a lapsed one: see
+        L{currentLease}).
+        """
+        return self.leases.lease
 
     # -- identity -------------------------------------------------------
 
@@ -214,34 +205,15 @@ class Session:
         }
         self._events.append(event)
         self._history.append(event)
-        self._renewByUse(event)
-        self._publish(event)
+        self.leases.observe(event)
+        self.watchers.publish(event)
         return event
-
-    def _renewByUse(self, event: dict[str, Any]) -> None:
-        """
-        Any event of a mutation by the lease's holder renews the lease: the
-        same rule L{rebuild} applies to the log.
-        """
-        by = (event.get("data") or {}).get("by")
-        lease = self.lease
-        if self.deleted or event["type"] == "session.deleted":
-            return
-        if (
-            lease is not None
-            and isinstance(by, dict)
-            and by.get("principal") == lease.principal
-            and by.get("clientId") == lease.clientId
-            and event["type"] not in ("lease.claimed", "lease.renewed")
-        ):
-            self.lease = lease.renewed(parseTimestamp(event["timestamp"]))
-            self._armLeaseTimer()
 
     def broadcast(self, eventType: str, data: dict[str, Any]) -> None:
         """
         Send an ephemeral event (C{message.delta}) to live watchers only.
         """
-        self._publish(
+        self.watchers.publish(
             {
                 "type": eventType,
                 "timestamp": isoTimestamp(self.clock.seconds()),
@@ -250,29 +222,11 @@ class Session:
             }
         )
 
-    def _publish(self, event: dict[str, Any]) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                self._log.failure("A watcher of {sessionId} failed", sessionId=self.sessionId)
-        if "seq" in event:
-            waiters, self._waiters = self._waiters, []
-            for waiter in waiters:
-                waiter.callback(None)
-
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """
-        Call C{listener} with every event from now on (durable and
-        ephemeral); returns the function that stops it.
+        Call C{listener} with every event from now on (L{Watchers.subscribe}).
         """
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self.watchers.subscribe(listener)
 
     def eventsAfter(self, since: int, limit: int = WATCH_LIMIT) -> tuple[list[dict[str, Any]], bool]:
         """
@@ -285,170 +239,30 @@ class Session:
 
     def nextEvent(self) -> Deferred:
         """
-        A Deferred that fires (with L{None}) at the next durable event.
-        Cancelling it just forgets it.
+        A Deferred fired at the next durable event (L{Watchers.nextEvent}).
         """
+        return self.watchers.nextEvent()
 
-        def cancel(d: Deferred) -> None:
-            if d in self._waiters:
-                self._waiters.remove(d)
-
-        d: Deferred = Deferred(cancel)
-        self._waiters.append(d)
-        return d
-
-    # -- lease ------------------------------------------------------------
+    # -- lease (the rules are L{LeaseKeeper}'s) ---------------------------
 
     def currentLease(self) -> Lease | None:
-        """
-        The lease, after retiring it if it has lapsed (C{lease.expired}).
-        """
-        if self.lease is not None and self.clock.seconds() >= self.lease.expiresAt:
-            expired = self.lease
-            self.lease = None
-            self._cancelLeaseTimer()
-            self.emit("lease.expired", {**_holder(expired), "reason": "ttl"})
-        return self.lease
-
-    def _armLeaseTimer(self) -> None:
-        self._cancelLeaseTimer()
-        if self.lease is not None and not self.deleted:
-            delay = max(0.0, self.lease.expiresAt - self.clock.seconds())
-            self._leaseTimer = self.clock.callLater(delay, self._leaseTimerFired)
-
-    def _cancelLeaseTimer(self) -> None:
-        if self._leaseTimer is not None and self._leaseTimer.active():
-            self._leaseTimer.cancel()
-        self._leaseTimer = None
-
-    def _leaseTimerFired(self) -> None:
-        self._leaseTimer = None
-        if self.lease is None or self.deleted:
-            return
-        if self.clock.seconds() >= self.lease.expiresAt:
-            self.currentLease()
-        else:
-            self._armLeaseTimer()
+        return self.leases.current()
 
     def requireLease(self, caller: Caller) -> None:
-        """
-        A mutation needs the exact lease: same principal and client.  Use
-        renews it.
-
-        @raise VehicleError: C{lease_required} or C{lease_held}.
-        """
-        lease = self.currentLease()
-        if lease is None:
-            raise VehicleError(
-                "lease_required",
-                "nobody holds this session's lease: claim it first",
-            )
-        if not lease.heldBy(caller):
-            raise self._leaseHeld(lease, caller)
-        # Renewed by use: by the event the accepted mutation writes (see
-        # emit), so a refused one renews nothing and a restart agrees.
-
-    def _leaseHeld(self, lease: Lease, caller: Caller) -> VehicleError:
-        canTakeOver = lease.principal == caller.principal
-        message = "another client holds this session's lease"
-        if canTakeOver:
-            message += " (claim with takeover: true to take it over)"
-        return VehicleError(
-            "lease_held",
-            message,
-            {"holder": lease.asJSON(), "canTakeOver": canTakeOver},
-        )
+        self.leases.require(caller)
 
     def claim(self, caller: Caller, ttlMs: int, takeover: bool) -> dict[str, Any]:
         """
         Take the lease and say so at once (a request that is remembered
-        uses L{claimEffects} and L{commit} instead).
+        uses L{LeaseKeeper.claimEffects} and L{commit} instead).
         """
-        value, effects = self.claimEffects(caller, ttlMs, takeover)
+        value, effects = self.leases.claimEffects(caller, ttlMs, takeover)
         for eventType, data in effects:
             self.emit(eventType, data)
         return value
 
-    def claimEffects(
-        self, caller: Caller, ttlMs: int, takeover: bool
-    ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-        """
-        Take the lease: free, or already ours (renewed), or the same
-        principal's with C{takeover}.  Returns the frame's value and the
-        events that say so (for L{commit}, which writes them).
-        """
-        now = self.clock.seconds()
-        lease = self.currentLease()
-        tookOverFrom = None
-        effects: list[tuple[str, dict[str, Any]]] = []
-        if lease is not None and lease.heldBy(caller):
-            self.lease = Lease(
-                principal=caller.principal,
-                clientId=caller.clientId,
-                ttlMs=ttlMs,
-                claimedAt=lease.claimedAt,
-                renewedAt=now,
-            )
-            effects.append(("lease.renewed", {**caller.holder(), "ttlMs": ttlMs}))
-        else:
-            if lease is not None:
-                if not (takeover and lease.principal == caller.principal):
-                    raise self._leaseHeld(lease, caller)
-                tookOverFrom = _holder(lease)
-                effects.append((
-                    "lease.revoked",
-                    {**tookOverFrom, "by": caller.holder(), "reason": "takeover"},
-                ))
-            self.lease = Lease(
-                principal=caller.principal,
-                clientId=caller.clientId,
-                ttlMs=ttlMs,
-                claimedAt=now,
-                renewedAt=now,
-            )
-            effects.append(("lease.claimed", {**caller.holder(), "ttlMs": ttlMs}))
-        self._armLeaseTimer()
-        return {"lease": self.lease.asJSON(), "tookOverFrom": tookOverFrom}, effects
-
-    def release(self, caller: Caller, reason: str = "release") -> None:
-        """
-        Give the lease back and say so at once.
-        """
-        for eventType, data in self.releaseEffects(caller, reason):
-            self.emit(eventType, data)
-
     def releaseLeaseOf(self, holder: Mapping[str, Any], reason: str) -> None:
-        """
-        Give the lease back for its holder when it is C{holder} (a shutdown
-        its holder sent ends the lease with the body); otherwise nothing.
-        """
-        lease = self.currentLease()
-        if lease is None or _holder(lease) != {
-            "principal": holder.get("principal"), "clientId": holder.get("clientId"),
-        }:
-            return
-        self.lease = None
-        self._cancelLeaseTimer()
-        self.emit("lease.released", {**_holder(lease), "reason": reason})
-
-    def releaseEffects(
-        self, caller: Caller, reason: str = "release"
-    ) -> list[tuple[str, dict[str, Any]]]:
-        """
-        Give the lease back; returns the event that says so (for L{commit}).
-
-        @raise VehicleError: C{lease_not_held} for anyone but the holder.
-        """
-        lease = self.currentLease()
-        if lease is None or not lease.heldBy(caller):
-            raise VehicleError(
-                "lease_not_held",
-                "this client does not hold the session's lease",
-                {"holder": lease.asJSON() if lease else None},
-            )
-        self.lease = None
-        self._cancelLeaseTimer()
-        return [("lease.released", {**caller.holder(), "reason": reason})]
+        self.leases.releaseOf(holder, reason)
 
     # -- idempotency ------------------------------------------------------
 
@@ -519,7 +333,7 @@ class Session:
         self.directory = directory
         self._events, self._commandsLog = events, commands
         self.closed = False
-        self._armLeaseTimer()
+        self.leases.armTimer()
 
     def _guarded(self, write: Callable[..., Any], *args: Any) -> Any:
         """
@@ -554,12 +368,11 @@ class Session:
         self._commandsLog.close()
         events, eventRecords, commands, requestRecords = openLogs(self.directory)
         self._events, self._commandsLog = events, commands
-        self._cancelLeaseTimer()
+        self.leases.drop()
         self._history = []
         self._requests = {}
-        self.commands = {}
+        self.book.records = {}
         self.chimes = {}
-        self.lease = None
         self.preview = None
         self.previewInherited = False
         self.roomPolicy = "suggest"
@@ -600,7 +413,7 @@ class Session:
     # -- commands ---------------------------------------------------------
 
     def openCommands(self) -> list[dict[str, Any]]:
-        return [c for c in self.commands.values() if c["status"] in OPEN_STATUSES]
+        return self.book.open()
 
     def running(self) -> bool:
         if self.conductor is not None and self.conductor.running():
@@ -609,31 +422,13 @@ class Session:
 
     def setStatus(self, commandId: str, status: str, **extra: Any) -> None:
         """
-        Move a command on and announce it (C{command.<status>}); the
-        C{queued} step has no event of its own.
+        Move a command on (L{CommandBook.setStatus}): the body asks, the
+        session moves it.
         """
-        command = self.commands[commandId]
-        if command["status"] in FINAL_STATUSES:
-            return
-        command["status"] = status
-        command.update({k: v for k, v in extra.items() if v is not None})
-        command["updatedAt"] = isoTimestamp(self.clock.seconds())
-        if status != "queued":
-            self.emit(
-                f"command.{status}",
-                {"commandId": commandId, "status": status, **{k: v for k, v in extra.items() if v is not None}},
-            )
+        self.book.setStatus(commandId, status, **extra)
 
     def requeue(self, commandId: str) -> None:
-        """
-        A command taken back from pi's queue waits to be sent again: it is
-        C{accepted} once more (a step with no event of its own, as
-        C{queued} is).
-        """
-        command = self.commands[commandId]
-        if command["status"] not in FINAL_STATUSES:
-            command["status"] = "accepted"
-            command["updatedAt"] = isoTimestamp(self.clock.seconds())
+        self.book.requeue(commandId)
 
     def acceptCommand(
         self,
@@ -660,41 +455,14 @@ class Session:
         the driver's; C{frameOf} then makes the chimer's answer.
         """
         commandId = body.get("commandId") or body["requestId"]
-        if commandId in self.commands:
-            raise VehicleError(
-                "command_exists",
-                f"a command with id {commandId!r} already exists in this session",
-                {"commandId": commandId},
-            )
-        now = isoTimestamp(self.clock.seconds())
-        command: dict[str, Any] = {
-            "commandId": commandId,
-            "requestId": body["requestId"],
-            "type": body["type"],
-            "status": "accepted",
-            "disposition": None,
-            "acceptedAt": now,
-            "updatedAt": now,
-            "by": caller.holder(),
-        }
-        for key in COMMAND_FIELDS:
-            if key in body:
-                command[key] = body[key]
+        self.book.refuseKnown(commandId)
+        command = commandRecord(
+            commandId, body, caller.holder(), isoTimestamp(self.clock.seconds())
+        )
         command.update(extra or {})
         frame = frameFor(command)
         answerFrame = frameOf(command) if frameOf is not None else frame
-        accepted = {
-            "commandId": commandId,
-            "type": body["type"],
-            "requestId": body["requestId"],
-            "status": "accepted",
-            "by": caller.holder(),
-            **(
-                {"textBytes": len(command["text"].encode("utf-8"))}
-                if "text" in command
-                else {}
-            ),
-        }
+        accepted = acceptedData(command, caller)
         self.commit(
             kind,
             requester or caller,
@@ -704,18 +472,10 @@ class Session:
             [*before, ("command.accepted", accepted), *after],
             command=dict(command),
         )
-        self._adoptCommand(command)
+        self.adoptCommand(command)
         if self.conductor is not None:
             self.conductor.commandAccepted(Command.fromRecord(command))
         return answerFrame
-
-    def _adoptCommand(self, command: dict[str, Any]) -> None:
-        self.commands[command["commandId"]] = command
-        if (self.preview is None or self.previewInherited) and "text" in command and not command.get(
-            "chimeAuthor"
-        ):
-            self.preview = _preview(command["text"])
-            self.previewInherited = False
 
     # -- summary ----------------------------------------------------------
 
@@ -761,7 +521,7 @@ class Session:
 
         @return: the event.
         """
-        self._cancelLeaseTimer()
+        self.leases.stop()
         event = self._guarded(
             self.emit, "session.deleted", {"trashedAs": trashedAs, "by": caller.holder()}
         )
@@ -779,7 +539,7 @@ class Session:
 
     def close(self) -> None:
         self.closed = True
-        self._cancelLeaseTimer()
+        self.leases.cancelTimer()
         self._events.close()
         self._commandsLog.close()
 
@@ -817,14 +577,15 @@ class Session:
                     requestId=record.get("requestId"),
                 )
         for record in requests:
-            self.restoreCommand(record)
-        self.rebuild(events, requests)
+            command = CommandBook.ofRequest(record)
+            if command is not None:
+                self.adoptCommand(command)
+        self._rebuild(events, requests)
 
-    def rebuild(self, events: Iterable[dict[str, Any]], requests: Iterable[dict[str, Any]]) -> None:
+    def _rebuild(self, events: list[dict[str, Any]], requests: list[dict[str, Any]]) -> None:
         """
-        Restore state from the logs read back at start.
+        Every piece of state from the logs, by the rules that wrote them.
         """
-        requests = list(requests)
         for record in requests:
             if record.get("kind") == "chime":
                 chime = ((record.get("frame") or {}).get("value") or {}).get("chime") or {}
@@ -834,37 +595,10 @@ class Session:
         title = self.baseTitle
         for event in events:
             self._history.append(event)
+            lease = leaseAfter(lease, event)
+            self.book.follow(event)
             kind, data = event["type"], event.get("data") or {}
-            at = parseTimestamp(event["timestamp"])
-            by = data.get("by") if isinstance(data.get("by"), dict) else {}
-            if (
-                lease is not None
-                and by.get("principal") == lease.principal
-                and by.get("clientId") == lease.clientId
-                and kind not in ("lease.claimed", "lease.renewed")
-            ):
-                # Any mutation by the holder renewed the lease by use.
-                lease = lease.renewed(at)
-            if kind == "lease.claimed" or kind == "lease.renewed":
-                claimedAt = lease.claimedAt if (kind == "lease.renewed" and lease) else at
-                lease = Lease(
-                    principal=data["principal"],
-                    clientId=data["clientId"],
-                    ttlMs=int(data["ttlMs"]),
-                    claimedAt=claimedAt,
-                    renewedAt=at,
-                )
-            elif kind in ("lease.released", "lease.revoked", "lease.expired"):
-                if lease is not None and data.get("clientId") == lease.clientId:
-                    lease = None
-            elif kind.startswith("command.") and data.get("commandId") in self.commands:
-                command = self.commands[data["commandId"]]
-                command["status"] = data.get("status", kind.split(".", 1)[1])
-                command["updatedAt"] = event["timestamp"]
-                for key in ("disposition", "error", "reason"):
-                    if key in data:
-                        command[key] = data[key]
-            elif kind == "session.renamed":
+            if kind == "session.renamed":
                 title = data.get("title")
             elif kind == "session.created" and self.preview is None and data.get("preview"):
                 self.preview = data["preview"]
@@ -874,7 +608,7 @@ class Session:
             elif kind == "chime.resolved" and data.get("chimeId") in self.chimes:
                 self.chimes[data["chimeId"]]["status"] = data.get("status")
         self.title = title
-        self.lease = lease
+        self.leases.lease = lease
         for record in requests:
             # A session's own requests; the one that made it (a create, a
             # branch) is its registry's or its source's to replay.
@@ -884,7 +618,19 @@ class Session:
                 and record.get("kind") not in ("create", "branched")
             ):
                 self._requests[record["requestId"]] = (record["fingerprint"], record["frame"])
-        self._armLeaseTimer()
+        self.leases.armTimer()
+
+    def adoptCommand(self, command: dict[str, Any]) -> None:
+        """
+        Take a command's record in (accepted now, or read back): the first
+        words said become the session's preview.
+        """
+        self.commands[command["commandId"]] = command
+        if (self.preview is None or self.previewInherited) and "text" in command and not command.get(
+            "chimeAuthor"
+        ):
+            self.preview = preview(command["text"])
+            self.previewInherited = False
 
     def runsSoFar(self) -> int:
         """
@@ -901,57 +647,6 @@ class Session:
                 highest = max(highest, int(runId[4:]))
         return highest
 
-    def restoreCommand(self, record: dict[str, Any]) -> None:
-        """
-        Re-create a command from the request that made it (its record in
-        C{commands.jsonl} keeps it whole), before the events move its
-        status on.
-        """
-        if isinstance(record.get("command"), dict):
-            command = dict(record["command"])
-            command["status"] = "accepted"
-            self._adoptCommand(command)
-            return
-        if record.get("kind") != "command":
-            return
-        body = record.get("body") or {}
-        commandId = body.get("commandId") or body.get("requestId")
-        command = {
-            "commandId": commandId,
-            "requestId": body.get("requestId"),
-            "type": body.get("type"),
-            "status": "accepted",
-            "disposition": None,
-            "acceptedAt": record.get("at"),
-            "updatedAt": record.get("at"),
-            "by": {"principal": record.get("principal"), "clientId": record.get("clientId")},
-        }
-        for key in COMMAND_FIELDS:
-            if key in body:
-                command[key] = body[key]
-        self._adoptCommand(command)
-
-
-def requestRecord(
-    kind: str, caller: Caller, requestId: str, body: Any, frame: dict[str, Any],
-    route: str, now: float, **extra: Any,
-) -> dict[str, Any]:
-    """
-    The line of C{commands.jsonl} that remembers an accepted request: who
-    sent it, its fingerprint (on its route), its body and its answer.
-    """
-    return {
-        "kind": kind,
-        "requestId": requestId,
-        "principal": caller.principal,
-        "clientId": caller.clientId,
-        "fingerprint": fingerprint(body, route),
-        "at": isoTimestamp(now),
-        "body": body,
-        "frame": frame,
-        **extra,
-    }
-
 
 def branchEffects(
     kind: str, branchId: str, entryId: str | None, caller: Caller
@@ -965,38 +660,3 @@ def branchEffects(
     )]
 
 
-def storageError(error: OSError) -> VehicleError:
-    """
-    The refusal of a request the disk would not take (no space, an I/O
-    error): nothing of it was kept.
-    """
-    return VehicleError(
-        "storage_unavailable",
-        f"the host could not write this request to its disk ({error.strerror or error}); "
-        "try again later: a retry with the same requestId answers what was kept, if anything",
-        {"errno": errno.errorcode.get(error.errno or 0)},
-    )
-
-
-def openLogs(
-    directory: Path,
-) -> tuple[JsonlLog, list[dict[str, Any]], JsonlLog, list[dict[str, Any]]]:
-    """
-    Open a session's two logs (made when missing) and read them back.
-    """
-    events, eventRecords = JsonlLog.open(directory / "events.jsonl", seqField="seq")
-    try:
-        commands, requestRecords = JsonlLog.open(directory / "commands.jsonl")
-    except BaseException:
-        events.close()
-        raise
-    return events, eventRecords, commands, requestRecords
-
-
-def _holder(lease: Lease) -> dict[str, str]:
-    return {"principal": lease.principal, "clientId": lease.clientId}
-
-
-def _preview(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

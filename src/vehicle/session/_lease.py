@@ -1,0 +1,224 @@
+# -*- test-case-name: tests.test_web.LeaseTests -*-
+"""
+A session's lease: who drives it and until when.  L{LeaseKeeper} holds the
+lease and its expiry timer; the rules (claim, takeover, release, renewal by
+use, expiry) are written here once, for live requests and for the log read
+back at start alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from attrs import define, field
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+from vehicle.errors import VehicleError
+from vehicle.session._values import Caller, Lease, parseTimestamp
+
+
+Effects = list[tuple[str, dict[str, Any]]]
+
+
+def holderOf(lease: Lease) -> dict[str, str]:
+    return {"principal": lease.principal, "clientId": lease.clientId}
+
+
+def renewedByUse(lease: Lease | None, event: Mapping[str, Any]) -> Lease | None:
+    """
+    The renewal rule: any event of a mutation by the lease's holder renews
+    the lease at the event's time (the lease's own claims say more, and a
+    delete ends everything).
+    """
+    if lease is None or event["type"] in ("lease.claimed", "lease.renewed", "session.deleted"):
+        return lease
+    by = (event.get("data") or {}).get("by")
+    if isinstance(by, dict) and by.get("principal") == lease.principal and by.get(
+        "clientId"
+    ) == lease.clientId:
+        return lease.renewed(parseTimestamp(event["timestamp"]))
+    return lease
+
+
+def leaseAfter(lease: Lease | None, event: Mapping[str, Any]) -> Lease | None:
+    """
+    The lease after one event of the log: renewal by use, then what the
+    lease's own events say.  Start rebuilds the lease with it.
+    """
+    lease = renewedByUse(lease, event)
+    kind, data = event["type"], event.get("data") or {}
+    if kind in ("lease.claimed", "lease.renewed"):
+        at = parseTimestamp(event["timestamp"])
+        return Lease(
+            principal=data["principal"],
+            clientId=data["clientId"],
+            ttlMs=int(data["ttlMs"]),
+            claimedAt=lease.claimedAt if (kind == "lease.renewed" and lease) else at,
+            renewedAt=at,
+        )
+    if kind in ("lease.released", "lease.revoked", "lease.expired"):
+        if lease is not None and data.get("clientId") == lease.clientId:
+            return None
+    return lease
+
+
+@define(eq=False)
+class LeaseKeeper:
+    """
+    One session's lease and the timer that retires it when it lapses.
+
+    @ivar emit: writes one of the session's durable events (C{lease.expired}).
+    """
+
+    clock: IReactorTime
+    emit: Callable[[str, dict[str, Any]], Any]
+    lease: Lease | None = None
+    #: The session is deleted: no timer is armed again.
+    stopped: bool = False
+    _timer: IDelayedCall | None = field(default=None, init=False)
+
+    def current(self) -> Lease | None:
+        """
+        The lease, after retiring it if it has lapsed (C{lease.expired}).
+        """
+        if self.lease is not None and self.clock.seconds() >= self.lease.expiresAt:
+            expired = self.lease
+            self.lease = None
+            self.cancelTimer()
+            self.emit("lease.expired", {**holderOf(expired), "reason": "ttl"})
+        return self.lease
+
+    def require(self, caller: Caller) -> None:
+        """
+        A mutation needs the exact lease: same principal and client.  It is
+        renewed by the event the accepted mutation writes (L{observe}), so
+        a refused one renews nothing and a restart agrees.
+
+        @raise VehicleError: C{lease_required} or C{lease_held}.
+        """
+        lease = self.current()
+        if lease is None:
+            raise VehicleError(
+                "lease_required",
+                "nobody holds this session's lease: claim it first",
+            )
+        if not lease.heldBy(caller):
+            raise self._held(lease, caller)
+
+    def _held(self, lease: Lease, caller: Caller) -> VehicleError:
+        canTakeOver = lease.principal == caller.principal
+        message = "another client holds this session's lease"
+        if canTakeOver:
+            message += " (claim with takeover: true to take it over)"
+        return VehicleError(
+            "lease_held",
+            message,
+            {"holder": lease.asJSON(), "canTakeOver": canTakeOver},
+        )
+
+    def claimEffects(
+        self, caller: Caller, ttlMs: int, takeover: bool
+    ) -> tuple[dict[str, Any], Effects]:
+        """
+        Take the lease: free, or already ours (renewed), or the same
+        principal's with C{takeover}.  Returns the frame's value and the
+        events that say so (for the session's commit, which writes them).
+        """
+        now = self.clock.seconds()
+        lease = self.current()
+        tookOverFrom = None
+        effects: Effects = []
+        if lease is not None and lease.heldBy(caller):
+            claimedAt = lease.claimedAt
+            effects.append(("lease.renewed", {**caller.holder(), "ttlMs": ttlMs}))
+        else:
+            if lease is not None:
+                if not (takeover and lease.principal == caller.principal):
+                    raise self._held(lease, caller)
+                tookOverFrom = holderOf(lease)
+                effects.append((
+                    "lease.revoked",
+                    {**tookOverFrom, "by": caller.holder(), "reason": "takeover"},
+                ))
+            claimedAt = now
+            effects.append(("lease.claimed", {**caller.holder(), "ttlMs": ttlMs}))
+        self.lease = Lease(
+            principal=caller.principal,
+            clientId=caller.clientId,
+            ttlMs=ttlMs,
+            claimedAt=claimedAt,
+            renewedAt=now,
+        )
+        self.armTimer()
+        return {"lease": self.lease.asJSON(), "tookOverFrom": tookOverFrom}, effects
+
+    def releaseEffects(self, caller: Caller, reason: str = "release") -> Effects:
+        """
+        Give the lease back; returns the event that says so.
+
+        @raise VehicleError: C{lease_not_held} for anyone but the holder.
+        """
+        lease = self.current()
+        if lease is None or not lease.heldBy(caller):
+            raise VehicleError(
+                "lease_not_held",
+                "this client does not hold the session's lease",
+                {"holder": lease.asJSON() if lease else None},
+            )
+        self.drop()
+        return [("lease.released", {**caller.holder(), "reason": reason})]
+
+    def releaseOf(self, holder: Mapping[str, Any], reason: str) -> None:
+        """
+        Give the lease back when C{holder} holds it (a shutdown its holder
+        sent ends the lease with the body), and say so; otherwise nothing.
+        """
+        lease = self.current()
+        if lease is None or holderOf(lease) != {
+            "principal": holder.get("principal"), "clientId": holder.get("clientId"),
+        }:
+            return
+        self.drop()
+        self.emit("lease.released", {**holderOf(lease), "reason": reason})
+
+    def observe(self, event: Mapping[str, Any]) -> None:
+        """
+        A durable event was written: its holder's mutation renews the lease.
+        """
+        if self.stopped:
+            return
+        renewed = renewedByUse(self.lease, event)
+        if renewed is not self.lease:
+            self.lease = renewed
+            self.armTimer()
+
+    def drop(self) -> None:
+        self.lease = None
+        self.cancelTimer()
+
+    def stop(self) -> None:
+        """
+        The session is deleted: its lease ends with it, and no timer runs.
+        """
+        self.stopped = True
+        self.cancelTimer()
+
+    def armTimer(self) -> None:
+        self.cancelTimer()
+        if self.lease is not None and not self.stopped:
+            delay = max(0.0, self.lease.expiresAt - self.clock.seconds())
+            self._timer = self.clock.callLater(delay, self._timerFired)
+
+    def cancelTimer(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+    def _timerFired(self) -> None:
+        self._timer = None
+        if self.lease is None or self.stopped:
+            return
+        if self.clock.seconds() >= self.lease.expiresAt:
+            self.current()
+        else:
+            self.armTimer()
