@@ -21,16 +21,16 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from vehicle.agent import AgentProfile
-from vehicle.body import EXTENSION, Launcher
+from vehicle.body import EXTENSION, Launcher, branch
 from vehicle.errors import VehicleError
 from vehicle.host import Bodies
 from vehicle.mirror import Mirror
 from vehicle.public import Ledger, OwnKeyBodies, Public
 from vehicle.models import ModelCatalog
-from vehicle.session import Registry
+from vehicle.session import Caller, Drive, Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
 from vehicle.store import DataDir, DataDirLock, DataDirLocked
-from vehicle.web import Hooks, VehicleAPI, VehicleSite
+from vehicle.web import VehicleAPI, VehicleSite
 
 
 class SettingsRefused(SystemExit):
@@ -169,29 +169,60 @@ def buildHost(
         ownKey=ownKey,
     )
     registry.onSession.append(bodies.attach)
-    api = VehicleAPI(
+    drive = Drive(
         registry=registry,
-        secret=settings.secret,
-        clock=reactor,
-        models=models,
+        chooseModel=models.choose,
+        agent=agent,
+        bodies=_BodyRules(registry=registry, bodies=bodies, agent=agent),
+        observer=_MirrorObserver(mirror),
         maxTurns=settings.maxTurns,
         maxCostUsd=settings.maxCostUsd,
         leaseTtlMs=settings.leaseTtlMs,
-        keepaliveSeconds=settings.keepaliveSeconds,
         requireDelegation=settings.mcpUrl is not None,
         public=public,
-        hooks=Hooks(
-            checkProfile=agent.checkCreate,
-            makeFolders=agent.makeFolders,
-            recordFolders=agent.recordFolders,
-            disposeBody=bodies.disposeFor,
-            snapshotExtras=bodies.snapshotFor,
-            deleteMirror=mirror.deleteInfo,
-            precheckBody=agent.precheck,
-            afterRename=mirror.afterRename,
-        ),
+    )
+    api = VehicleAPI(
+        drive=drive,
+        secret=settings.secret,
+        clock=reactor,
+        snapshots=bodies,
+        keepaliveSeconds=settings.keepaliveSeconds,
+        public=public,
     )
     return api, HostService(registry=registry, api=api, host=bodies)
+
+
+@define(eq=False)
+class _BodyRules:
+    """
+    The body room's part in a request (L{vehicle.session.BodyRules}): a
+    branch from pi's file, a body let go before a delete.
+    """
+
+    registry: Registry
+    bodies: Bodies
+    agent: AgentProfile
+
+    async def branch(self, source: Session, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+        return await branch(self.registry, source, caller, body, self.agent.recordFolders)
+
+    async def dispose(self, session: Session) -> None:
+        await self.bodies.disposeFor(session)
+
+
+@define(eq=False)
+class _MirrorObserver:
+    """
+    The mirror as a session's observer (L{vehicle.session.SessionObserver}).
+    """
+
+    mirror: Mirror
+
+    def renamed(self, session: Session) -> None:
+        self.mirror.afterRename(session)
+
+    def deleting(self, session: Session) -> dict[str, Any] | None:
+        return self.mirror.deleteInfo(session)
 
 
 @define(eq=False)

@@ -4,7 +4,17 @@ state machine and the registry of sessions.
 """
 
 from vehicle.session._command import Command, preview as previewOf
-from vehicle.session._drive import answer, requireGraphPath
+from vehicle.session._capsule import makeCapsule
+from vehicle.session._drive import (
+    AgentRules,
+    BodyRules,
+    Drive,
+    PublicTurns,
+    Replayed,
+    SessionObserver,
+    answer,
+    requireGraphPath,
+)
 from vehicle.session._registry import Registry, notFound
 from vehicle.session._requests import fingerprint, storageError
 from vehicle.session._session import (
@@ -58,4 +68,11 @@ __all__ = [
     "FINAL_STATUSES",
     "OPEN_STATUSES",
     "ROLES",
+    "AgentRules",
+    "BodyRules",
+    "Drive",
+    "PublicTurns",
+    "Replayed",
+    "SessionObserver",
+    "makeCapsule",
 ]

@@ -1,15 +1,23 @@
 # -*- test-case-name: tests.test_session -*-
 """
-The verbs on sessions, in one place: create, claim, release, rename and the
-commands.  Each checks the caller's rights and the lease, consults and keeps
-the idempotency record, and returns an answer C{{"type", "value"}} that the
-web room wraps in a frame.
+The drive step: every rule of a request on sessions, in one place.  The web
+room authenticates and parses; L{Drive} then replays (L{Replayed}), applies
+the rules (rights, the lease, delegation, public turns, the agent profile),
+accepts (the session's one durable step) and returns an answer
+C{{"type", "value"}} that the web room wraps in a frame.  The verbs below
+(L{claim}, L{release}, L{submitCommand}, L{chime}, ...) are the rules of
+one session; L{Drive} joins them to the host's parts, handed down as
+interfaces (L{PublicTurns}, L{AgentRules}, L{BodyRules},
+L{SessionObserver}).
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from attrs import define
 
 from vehicle.errors import VehicleError
 from vehicle.session._registry import Registry
@@ -17,6 +25,7 @@ from vehicle.session._session import Session
 from vehicle.session._values import (
     LEASED_COMMANDS,
     OPEN_STATUSES,
+    TEXT_COMMANDS,
     WRITER_ROLES,
     Caller,
     SessionMeta,
@@ -315,3 +324,285 @@ def openWork(session: Session) -> list[dict[str, Any]]:
         for c in session.commands.values()
         if c["status"] in OPEN_STATUSES
     ]
+
+
+# -- the drive step ------------------------------------------------------
+
+
+class Replayed(Exception):
+    """
+    A request already answered: the web room answers its frame again
+    (C{replayed: true}).
+    """
+
+    def __init__(self, result: Answer) -> None:
+        super().__init__(result["type"])
+        self.result = result
+
+
+def replay(session: Session, body: dict[str, Any], route: str) -> None:
+    """
+    The replay step of a session's request, once for every verb.
+
+    @raise Replayed: for a request already answered.
+    @raise VehicleError: C{request_id_conflict} for its id with another body.
+    """
+    if "requestId" in body:
+        found = session.replay(body["requestId"], body, route)
+        if found is not None:
+            raise Replayed(found)
+
+
+class PublicTurns(Protocol):
+    """
+    What public mode says in a request (L{vehicle.public.Public}).
+    """
+
+    def chooseDoor(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def checkTurn(self, session: Session, caller: Caller) -> None: ...
+
+    def turnTaken(self, session: Session, caller: Caller) -> None: ...
+
+    def rememberKey(self, session: Session, caller: Caller) -> None: ...
+
+
+class AgentRules(Protocol):
+    """
+    What the agent profile says in a request (L{vehicle.agent.AgentProfile}).
+    """
+
+    async def checkCreate(self, caller: Caller, body: dict[str, Any]) -> str: ...
+
+    def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]: ...
+
+    def recordFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]: ...
+
+    async def precheck(self, session: Session) -> None: ...
+
+
+class BodyRules(Protocol):
+    """
+    What the body room does for a request: a branch made from pi's file,
+    a body let go before a delete.
+    """
+
+    async def branch(self, source: Session, caller: Caller, body: dict[str, Any]) -> Answer: ...
+
+    async def dispose(self, session: Session) -> None: ...
+
+
+class SessionObserver(Protocol):
+    """
+    Who follows a session's life beyond the session room (the mirror):
+    told of a rename, and asked for its part of a delete's answer.
+    """
+
+    def renamed(self, session: Session) -> None: ...
+
+    def deleting(self, session: Session) -> dict[str, Any] | None: ...
+
+
+@define(eq=False)
+class Drive:
+    """
+    Every rule of a request, once each, in the order trust (the web room)
+    → parse (the web room) → replay → rules → accept → answer.
+    """
+
+    registry: Registry
+    chooseModel: Callable[[str | None], str]
+    agent: AgentRules
+    bodies: BodyRules
+    observer: SessionObserver
+    maxTurns: int = 12
+    maxCostUsd: float = 0.25
+    leaseTtlMs: int = 30 * 60 * 1000
+    #: Graph tools exist (an MCP URL is configured): bodies need a token.
+    requireDelegation: bool = False
+    public: PublicTurns | None = None
+
+    def find(self, caller: Caller, sessionId: str) -> Session:
+        """
+        The caller's session (or C{not_found}); the caller's newest
+        delegation token and own key are kept in its memory.
+        """
+        session = self.registry.find(caller, sessionId)
+        if caller.delegatedToken is not None and caller.graphId == session.meta.graphId:
+            session.delegatedToken = caller.delegatedToken
+        if self.public is not None and session.meta.funding == "byok":
+            self.public.rememberKey(session, caller)
+        return session
+
+    async def create(self, caller: Caller, body: dict[str, Any]) -> Answer:
+        if caller.graphId is None:
+            raise VehicleError(
+                "graph_required",
+                "create a session through a graph's path (/g/<graph>/sessions)",
+            )
+        if "graphId" in body and body["graphId"] != caller.graphId:
+            raise VehicleError(
+                "graph_mismatch",
+                "graphId names another graph than the path this request came through",
+                {"graphId": caller.graphId},
+            )
+        self._replayCreation(caller, body)
+        door: dict[str, Any] = {}
+        if caller.public:
+            door = self._public().chooseDoor(caller, body)
+            model = door["model"]
+        else:
+            model = self.chooseModel(body.get("model"))
+        isolation = None
+        if body.get("profile") == "agent":
+            if caller.role != "owner":
+                raise VehicleError(
+                    "forbidden_profile",
+                    "only the graph's owner may create an agent session",
+                    {"role": caller.role},
+                )
+            isolation = await self.agent.checkCreate(caller, body)
+            # The world may have changed while the box was probed.
+            self._replayCreation(caller, body)
+        result = createSession(
+            self.registry,
+            caller,
+            body,
+            model=model,
+            maxTurns=door.get("maxTurns", self.maxTurns),
+            maxCostUsd=door.get("maxCostUsd", self.maxCostUsd),
+            isolation=isolation,
+            makeFolders=self.agent.makeFolders,
+            funding=door.get("funding"),
+            graphs=caller.publicGraphs if caller.public else (),
+        )
+        if self.public is not None and caller.public:
+            session = self.registry.sessions[result["value"]["session"]["sessionId"]]
+            self.public.rememberKey(session, caller)
+        return result
+
+    def _replayCreation(self, caller: Caller, body: dict[str, Any]) -> None:
+        found = self.registry.replayCreation(caller, body["requestId"], body)
+        if found is not None:
+            raise Replayed(found)
+
+    def _public(self) -> PublicTurns:
+        if self.public is None:
+            raise VehicleError("not_public", "public sessions are off on this host")
+        return self.public
+
+    def claim(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+        replay(session, body, "claim")
+        checkDriver(session, caller)
+        return claim(session, caller, body, self.leaseTtlMs)
+
+    def release(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+        replay(session, body, "release")
+        return release(session, caller, body)
+
+    def rename(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+        replay(session, body, "rename")
+        result = rename(session, caller, body)
+        self.observer.renamed(session)
+        return result
+
+    async def command(
+        self, session: Session, caller: Caller, body: dict[str, Any]
+    ) -> tuple[int, Answer]:
+        """
+        A command: a branch (made by the body room from pi's file), or one
+        command accepted for the session's body.
+
+        @return: the HTTP status and the answer.
+        """
+        replay(session, body, "commands")
+        kind = body["type"]
+        if kind in ("fork", "clone"):
+            # Ownership is enough: the source is not touched.
+            return 201, await self.bodies.branch(session, caller, body)
+        startsBody = "text" in body or kind == "accept_chime"
+        if (
+            self.requireDelegation
+            and (kind in TEXT_COMMANDS or kind == "accept_chime")
+            and session.bodyState() != "live"
+            and session.delegatedToken is None
+        ):
+            raise VehicleError(
+                "delegation_required",
+                "this session has no delegation token yet: the session's owner must "
+                "send a request through its graph first",
+            )
+        turns = (
+            self.public
+            if session.meta.funding is not None and kind in TEXT_COMMANDS
+            else None
+        )
+        if turns is not None:
+            checkDriver(session, caller)
+            session.requireLease(caller)
+            turns.checkTurn(session, caller)
+        if startsBody and session.bodyState() == "dormant":
+            # Refuse now, with the protocol's status, rather than accept a
+            # command whose body cannot be made; the world may change
+            # while that is looked at.
+            checkDriver(session, caller)
+            await self.agent.precheck(session)
+            session = self.find(caller, session.sessionId)
+            replay(session, body, "commands")
+        result = submitCommand(session, caller, body)
+        if turns is not None:
+            turns.turnTaken(session, caller)
+        return 202, result
+
+    def findForChime(self, caller: Caller, sessionId: str) -> Session:
+        """
+        The session a collaborator chimes into (L{Registry.findForChime});
+        a public conversation takes no chimes.
+        """
+        session = self.registry.findForChime(caller, sessionId)
+        if session.meta.funding is not None or caller.public:
+            raise VehicleError("chimes_closed", "a public conversation takes no chimes")
+        return session
+
+    def chime(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+        replay(session, body, "chimes")
+        # Under co-drive a chime becomes a command at once, unless that would
+        # start a body that may not start now (no delegation token): then it
+        # waits for the driver, as under suggest.
+        immediate = not (
+            self.requireDelegation
+            and session.delegatedToken is None
+            and session.bodyState() != "live"
+        )
+        return chime(session, caller, body, immediate)
+
+    async def delete(self, session: Session, caller: Caller) -> Answer:
+        """
+        Delete: refused while anything runs; the body is let go first, then
+        the session is moved to the trash.
+        """
+        sessionId = session.sessionId
+        refuseIfRunning(session)
+        await self.bodies.dispose(session)
+        session = self.find(caller, sessionId)  # still ours, still there
+        refuseIfRunning(session)
+        mirror = self.observer.deleting(session)
+        trashedAs = self.registry.delete(caller, session)
+        value: dict[str, Any] = {"sessionId": sessionId, "trashedAs": trashedAs}
+        if mirror:
+            value["mirror"] = mirror
+        return answer("session.deleted", value)
+
+
+def refuseIfRunning(session: Session) -> None:
+    """
+    @raise VehicleError: C{session_running} while a run or a command is
+        under way.
+    """
+    work = openWork(session)
+    if work or session.running():
+        raise VehicleError(
+            "session_running",
+            "a run or a command is still under way: abort first",
+            {"open": work},
+        )
