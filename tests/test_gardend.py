@@ -316,7 +316,9 @@ class MCPTests(SynchronousTestCase):
         allHeaders.update(headers or {})
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         response = self.successResultOf(
-            self.stub.post("http://gardend/mcp", data=data, headers=allHeaders)
+            # Header names in bytes, as Twisted keeps them (python -b).
+            self.stub.post("http://gardend/mcp", data=data,
+                           headers={k.encode("ascii"): v for k, v in allHeaders.items()})
         )
         content = self.successResultOf(self.stub.content(response))
         return response.code, (json.loads(content) if content else None)

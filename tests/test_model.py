@@ -108,7 +108,7 @@ class ScriptedModelTests(TestCase):
         response = await self.http.post(
             self.model.url + "/chat/completions",
             json=body,
-            headers={"Authorization": f"Bearer {key}"},
+            headers={b"authorization": f"Bearer {key}"},
         )
         return response.code, await response.content()
 

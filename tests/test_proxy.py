@@ -138,11 +138,11 @@ class DoorTests(TestCase):
 
     async def ask(self, path: str, token: str | None = None, method: str = "POST",
                   body: bytes = b'{"model":"m"}', door: str | None = None) -> tuple[int, bytes, Any]:
-        headers = {"content-type": "application/json"}
+        headers = {b"content-type": "application/json"}
         if token is not None:
-            headers["authorization"] = f"Bearer {token}"
+            headers[b"authorization"] = f"Bearer {token}"
         if door is not None:
-            headers["x-vehicle-door"] = door
+            headers[b"x-vehicle-door"] = door
         response = await self.client.request(
             method, "http://door" + path, headers=headers, data=body
         )

@@ -377,7 +377,7 @@ class FrontDoor:
                     reads=caller.publicGraphs,
                 )
         for key, value in minted.items():
-            headers.setRawHeaders(key, [value])
+            headers.setRawHeaders(key.encode("ascii"), [value])  # bytes, as Twisted names headers
 
         target = (
             self.serviceUrl.encode("ascii") + rest + (b"?" + query if query else b"")

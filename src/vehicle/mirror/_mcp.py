@@ -159,15 +159,17 @@ class MCPClient:
         return result
 
     async def _post(self, token: str, message: Mapping[str, Any]) -> list[Any]:
-        headers = {
-            "Authorization": "Bearer " + token,
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
+        # Header names as bytes, as Twisted keeps them (a str name beside
+        # the same name in bytes is a BytesWarning under python -b).
+        headers: dict[bytes, str] = {
+            b"authorization": "Bearer " + token,
+            b"content-type": "application/json",
+            b"accept": "application/json, text/event-stream",
         }
         if self._protocolVersion is not None:
-            headers["MCP-Protocol-Version"] = self._protocolVersion
+            headers[b"mcp-protocol-version"] = self._protocolVersion
         if self._sessionHeader is not None:
-            headers["Mcp-Session-Id"] = self._sessionHeader
+            headers[b"mcp-session-id"] = self._sessionHeader
         options: dict[str, Any] = {"reactor": self.reactor}
         if self.http is treq:
             # One write per settled run: no reason to keep idle connections.
