@@ -130,6 +130,9 @@ class FakeLauncher:
     def __init__(self) -> None:
         self.spawned: list[FakePiTransport] = []
 
+    def secrets(self) -> list[str]:
+        return []
+
     def spawn(self, protocol: Any, **kw: Any) -> FakePiTransport:
         transport = FakePiTransport(protocol)
         self.spawned.append(transport)

@@ -17,11 +17,13 @@ from twisted.internet.defer import Deferred
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python import usage
 
 from vehicle.agent import AgentProfile
-from vehicle.body import EXTENSION, Launcher, branch
+from vehicle.body import EXTENSION, Launcher, RunInThread, branch, inline
 from vehicle.errors import VehicleError
 from vehicle.host import Bodies
 from vehicle.mirror import Mirror
@@ -124,10 +126,18 @@ def _version() -> str:
 
 
 def buildHost(
-    settings: Settings, models: ModelCatalog, reactor: Any, launcher: Launcher | None = None
+    settings: Settings,
+    models: ModelCatalog,
+    reactor: Any,
+    launcher: Launcher | None = None,
+    runInThread: RunInThread | None = None,
 ) -> tuple[VehicleAPI, HostService]:
     """
     The rooms, wired: registry, bodies, app and the service that owns them.
+
+    @param runInThread: runs blocking file work (a branch's workspace copy)
+        off the reactor's thread: the reactor's pool by default, inline on
+        a reactor without threads (a test's fake clock).
     """
     dataDir = DataDir(settings.dataDir)
     dataDir.ensure()
@@ -173,7 +183,10 @@ def buildHost(
         registry=registry,
         chooseModel=models.choose,
         agent=agent,
-        bodies=_BodyRules(registry=registry, bodies=bodies, agent=agent),
+        bodies=_BodyRules(
+            registry=registry, bodies=bodies, agent=agent,
+            runInThread=runInThread or _threadRunner(reactor),
+        ),
         observer=_MirrorObserver(mirror),
         maxTurns=settings.maxTurns,
         maxCostUsd=settings.maxCostUsd,
@@ -192,6 +205,21 @@ def buildHost(
     return api, HostService(registry=registry, api=api, host=bodies)
 
 
+def _threadRunner(reactor: Any) -> RunInThread:
+    """
+    The reactor's thread pool as a L{RunInThread}, or L{inline} for a
+    reactor without threads.
+    """
+    if not IReactorThreads.providedBy(reactor):
+        return inline
+    threaded: IReactorThreads = reactor
+
+    async def runInThread(f: Any, *args: Any) -> Any:
+        return await deferToThreadPool(reactor, threaded.getThreadPool(), f, *args)
+
+    return runInThread
+
+
 @define(eq=False)
 class _BodyRules:
     """
@@ -202,9 +230,12 @@ class _BodyRules:
     registry: Registry
     bodies: Bodies
     agent: AgentProfile
+    runInThread: RunInThread
 
     async def branch(self, source: Session, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
-        return await branch(self.registry, source, caller, body, self.agent.recordFolders)
+        return await branch(
+            self.registry, source, caller, body, self.agent.recordFolders, self.runInThread
+        )
 
     async def dispose(self, session: Session) -> None:
         await self.bodies.disposeFor(session)

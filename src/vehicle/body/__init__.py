@@ -3,7 +3,7 @@ The pi child: its RPC wire, the translation of its events into the host's,
 and the reader of its session files (transcript, active branch, fork/clone).
 """
 
-from vehicle.body._branching import branch
+from vehicle.body._branching import RunInThread, branch, inline
 from vehicle.body._conductor import Conductor, stripContextNote
 from vehicle.body._launch import agentSettings, bootConfig, findPi, piArgv, piEnvironment
 from vehicle.body._launcher import (
@@ -59,6 +59,8 @@ __all__ = [
     "HostEvent",
     "Translator",
     "branch",
+    "inline",
+    "RunInThread",
     "Conductor",
     "stripContextNote",
     "EXTENSION",

@@ -11,10 +11,9 @@ from __future__ import annotations
 import datetime
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from attrs import evolve
-from twisted.internet.threads import deferToThreadPool
 
 from vehicle.body._conductor import stripContextNote
 from vehicle.body._launcher import latestSessionFile
@@ -34,18 +33,23 @@ from vehicle.session import (
 )
 
 
+#: Runs blocking work off the reactor's thread and waits for it.
+RunInThread = Callable[..., Awaitable[Any]]
+
+
 async def branch(
     registry: Registry,
     source: Session,
     caller: Caller,
     body: dict[str, Any],
     recordFolders: Callable[[str, Path], dict[str, Any]] | None = None,
+    runInThread: RunInThread | None = None,
 ) -> dict[str, Any]:
     """
     Make the branch and return the answer (C{session.forked} or
     C{session.cloned}).  pi's file is copied on the reactor's thread (it is
-    small next to a reply); an agent's workspace, the one large step, in
-    the reactor's thread pool.
+    small next to a reply); an agent's workspace, the one large step, by
+    C{runInThread} (the reactor's thread pool; inline when none is given).
     """
     kind = body["type"]
     requireGraphPath(source, caller, "branch")
@@ -85,7 +89,7 @@ async def branch(
     # between the two.
     try:
         return await _build(registry, source, caller, body, recordFolders, kind, piFile,
-                            entryId, newId, inherited, meta, title)
+                            entryId, newId, inherited, meta, title, runInThread or inline)
     except OSError as e:
         raise storageError(e) from e
 
@@ -94,6 +98,7 @@ async def _build(
     registry: Registry, source: Session, caller: Caller, body: dict[str, Any],
     recordFolders: Callable[[str, Path], dict[str, Any]] | None, kind: str, piFile: Path,
     entryId: str | None, newId: str, inherited: str | None, meta: Any, title: str | None,
+    runInThread: RunInThread,
 ) -> dict[str, Any]:
     session = registry.prepare(
         caller,
@@ -126,8 +131,9 @@ async def _build(
             result.path.chmod(0o600)
         if meta.profile == "agent" and recordFolders is not None:
             # A snapshot: links copied as links, never followed.
-            await _inThread(registry.clock, copyTree,
-                            registry.dataDir.workspaceDir(source.sessionId), workDir)
+            await runInThread(
+                copyTree, registry.dataDir.workspaceDir(source.sessionId), workDir
+            )
             building, final = str(session.directory), str(registry.dataDir.sessionDir(newId))
             folders = {
                 name: {**identity, "path": str(identity["path"]).replace(building, final, 1)}
@@ -174,12 +180,9 @@ async def _build(
     return frame
 
 
-async def _inThread(reactor: Any, f: Callable[..., Any], *args: Any) -> Any:
+async def inline(f: Callable[..., Any], *args: Any) -> Any:
     """
-    Run blocking file work in the reactor's thread pool (inline where the
-    reactor has none, as in tests on a fake clock).
+    Run C{f} here and now: a L{RunInThread} for hosts without a thread pool
+    (tests on a fake clock).
     """
-    getPool = getattr(reactor, "getThreadPool", None)
-    if getPool is None:
-        return f(*args)
-    return await deferToThreadPool(reactor, getPool(), f, *args)
+    return f(*args)

@@ -266,9 +266,7 @@ class Conductor:
         token.  Events are durable and watched; secrets are neither.
         """
         secrets: set[str] = set()
-        models = getattr(self.launcher, "models", None)
-        if models is not None:
-            secrets.update(models.secrets())
+        secrets.update(self.launcher.secrets())
         if self.session.delegatedToken:
             secrets.add(self.session.delegatedToken)
         plan = self._plan

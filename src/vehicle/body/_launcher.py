@@ -156,6 +156,13 @@ class Launcher:
     mcpUrl: str | None = None
     _pi: PiCommand | None = field(default=None, init=False)
 
+    def secrets(self) -> list[str]:
+        """
+        The provider keys a child may be handed: what its words must never
+        show (L{vehicle.body.Conductor.scrub}).
+        """
+        return list(self.models.secrets())
+
     def pi(self) -> PiCommand:
         if self._pi is None:
             self._pi = findPi(self.piRoot)

@@ -19,7 +19,7 @@ from attrs import define, field
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from zope.interface import Interface
+from zope.interface import Attribute, Interface
 
 from vehicle.session._command import (
     Command,
@@ -62,8 +62,15 @@ def normalizeTitle(title: str | None) -> str | None:
 class IConductor(Interface):
     """
     What drives a session's body: the session hands it accepted commands
-    and asks it whether anything is under way.  Provided by the body room.
+    and asks it whether anything is under way; the host disposes of it and
+    snapshots it; a body's door asks it to meter model requests.  Provided
+    by the body room (L{vehicle.body.Conductor}).
     """
+
+    onSettled = Attribute(
+        "Callables (session, info) run after each settled run: the mirror "
+        "and public accounting follow runs there."
+    )
 
     def commandAccepted(command: Command) -> None:
         """
@@ -75,6 +82,17 @@ class IConductor(Interface):
         Is a run under way?
         """
 
+    def bodyState() -> str:
+        """
+        C{dormant}, C{starting}, C{live} or C{stopping}.
+        """
+
+    def meterModelRequest() -> str | None:
+        """
+        May the body's door forward one more model request?  L{None} if so,
+        else why not.
+        """
+
     def snapshot() -> Deferred:
         """
         Fire with C{{transcript, queue, tools, stats}} for C{inspect}.
@@ -83,6 +101,12 @@ class IConductor(Interface):
     def dispose(reason: str) -> Deferred:
         """
         Dispose of the body (if any); fire when it is gone.
+        """
+
+    def close() -> Deferred:
+        """
+        The host stops: deliver nothing more, dispose of the body, and
+        leave open commands open (the next start reports them).
         """
 
 
@@ -119,7 +143,7 @@ class Session:
     closed: bool = False
     roomPolicy: str = "suggest"
     chimes: dict[str, dict[str, Any]] = field(factory=dict)
-    conductor: Any = None
+    conductor: IConductor | None = None
     #: The newest delegation token from the owner's requests: memory only.
     delegatedToken: str | None = field(default=None, repr=False)
     _onDeleted: list[Callable[["Session"], None]] = field(factory=list)
