@@ -65,10 +65,11 @@ class Bodies:
         self.conductors.pop(session.sessionId, None)
 
     async def disposeFor(self, session: Session) -> None:
-        await session.conductor.dispose("deleted")
+        if session.conductor is not None:  # every session is attached, at creation
+            await session.conductor.dispose("deleted")
 
     async def snapshotFor(self, session: Session) -> dict[str, Any]:
-        extras = await session.conductor.snapshot()
+        extras = await session.conductor.snapshot() if session.conductor is not None else {}
         if self.mirror is not None:
             extras["mirror"] = self.mirror.state(session)
         return extras
