@@ -23,9 +23,7 @@ PACKAGE = SRC / "vehicle"
 #: that work, which removes them).  (importing module, imported module).
 #: Everywhere else the list is empty; nothing may be added to it.
 ALLOWED = frozenset({
-    # web reaches into session for the verbs, the capsule and the roles.
-    ("vehicle.web._app", "vehicle.session._drive"),
-    ("vehicle.web._app", "vehicle.session._capsule"),
+    # web reaches into session for the roles.
     ("vehicle.web._trust", "vehicle.session._values"),
     # session reaches into store's file layer.
     ("vehicle.session._registry", "vehicle.store._files"),
