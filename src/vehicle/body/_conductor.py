@@ -4,10 +4,11 @@ The conductor: maps a session's accepted commands onto its pi body, one
 pi operation at a time, and turns what pi says into the session's events
 and the commands' statuses.
 
-Commands are delivered strictly in order through one pump, so pi never
-sees a prompt while another is still starting (it would drop it).  The
-body is materialized on demand, disposed after the idle time, and revived
-from pi's own file by the next command.
+Commands are delivered strictly in order through one pump (L{Pump}), so
+pi never sees a prompt while another is still starting (it would drop it).
+The body is materialized on demand as one L{LiveBody}, dropped whole when
+it is gone (after the idle time, a shutdown, an exit), and revived from
+pi's own file by the next command.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any, Callable, ClassVar
 
 from attrs import define, field
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorTime
+from twisted.internet.interfaces import IProcessTransport, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from vehicle.body._launcher import BodyPaths, BodyPlan, Launcher, latestSessionFile
+from vehicle.body._live import LiveBody
+from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol
 from vehicle.body._sessionfile import readSession
 from vehicle.body._translate import Translator
@@ -76,6 +79,7 @@ class Conductor:
     Drives one session's body.
 
     @ivar state: C{dormant}, C{starting}, C{live} or C{stopping}.
+    @ivar body: the live pi process, if any (L{LiveBody}).
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -91,76 +95,87 @@ class Conductor:
     onSettled: list[Callable[[Session, dict[str, Any]], Any]] = field(factory=list)
     paths: BodyPaths | None = None
     state: str = "dormant"
-    protocol: PiProtocol | None = None
-    transport: IProcessTransport | None = None
-    translator: Translator = field(factory=Translator)
-    runActive: bool = False
-    _backlog: list[Command] = field(factory=list)
-    _queued: list[Command] = field(factory=list)
-    _runCommands: list[Command] = field(factory=list)
-    _pumping: bool = False
-    _idle: IDelayedCall | None = None
+    body: LiveBody | None = None
+    pump: Pump = field(init=False)
     _stopping: Deferred | None = None
-    _expectExit: bool = False
-    _abortRequested: bool = False
-    _plan: BodyPlan | None = None
-    _delivering: Command | None = None
     #: The host is stopping: deliver nothing more, start no body.
     closing: bool = False
-    _modelRequests: int = 0
-    #: The text pi was sent for each command (the model's, never the
-    #: session's record): how pi's user messages are matched to commands.
-    _rendered: dict[str, str] = field(factory=dict)
+
+    @pump.default
+    def _newPump(self) -> Pump:
+        return Pump(clock=self.clock, idleSeconds=self.idleSeconds)
+
+    # -- what the body is now ------------------------------------------------
+
+    @property
+    def protocol(self) -> PiProtocol | None:
+        return self.body.protocol if self.body is not None else None
+
+    @property
+    def transport(self) -> IProcessTransport | None:
+        return self.body.transport if self.body is not None else None
+
+    @property
+    def runActive(self) -> bool:
+        """
+        Is a run under way on the body?
+        """
+        return self.body is not None and self.body.run is not None
+
+    def _live(self) -> LiveBody | None:
+        """
+        The body, when it is live (not starting, not stopping).
+        """
+        return self.body if self.state == "live" else None
 
     # -- IConductor ---------------------------------------------------------
 
     def running(self) -> bool:
-        return self.runActive or bool(self._backlog) or bool(self._queued)
+        return (
+            self.runActive
+            or bool(self.pump.backlog)
+            or (self.body is not None and bool(self.body.queued))
+        )
 
     def bodyState(self) -> str:
         return self.state
 
     def commandAccepted(self, command: Command) -> None:
         kind = command.type
-        # The command the pump is delivering now is pi's already: only what
-        # waits behind it can be taken back without asking pi.
-        waitingStart = 1 if self._delivering is not None else 0
+        # Only what waits behind the command being delivered (pi's already)
+        # can be taken back without asking pi.
         if kind == "cancel":
-            target = command.targetCommandId
-            for waiting in self._backlog[waitingStart:]:
-                if waiting.commandId == target:
-                    # Never sent to pi: taking it out is bookkeeping.
-                    self._backlog.remove(waiting)
-                    self.session.setStatus(target, "cancelled", reason="cancelled")
-                    self.session.setStatus(command.commandId, "completed")
-                    return
+            target = [c for c in self.pump.waiting() if c.commandId == command.targetCommandId]
+            if target:
+                # Never sent to pi: taking it out is bookkeeping.
+                self._cancelled(target, "cancelled")
+                self.session.setStatus(command.commandId, "completed")
+                return
         if kind in ("abort", "shutdown"):
             # Everything not yet handed to pi is cancelled, not delivered.
-            for waiting in [c for c in self._backlog[waitingStart:] if c.hasText]:
-                self._backlog.remove(waiting)
-                self.session.setStatus(waiting.commandId, "cancelled", reason=kind)
-            self._backlog.insert(waitingStart, command)
+            self._cancelled([c for c in self.pump.waiting() if c.hasText], kind)
+            self.pump.add(command, first=True)
         else:
-            self._backlog.append(command)
-        self._pump()
+            self.pump.add(command)
+        self.pump.run(self._drain)
 
     def snapshot(self) -> Deferred:
         return Deferred.fromCoroutine(self._snapshot())
 
     async def _snapshot(self) -> dict[str, Any]:
         extras: dict[str, Any] = {
-            "queue": {
-                "steering": list(self.translator.queue.get("steering", [])),
-                "followUp": list(self.translator.queue.get("followUp", [])),
-            },
+            "queue": {"steering": [], "followUp": []},
             "transcript": self.transcript(),
             "tools": None,
             "stats": None,
         }
-        if self.state == "live" and self.protocol is not None:
-            extras["tools"] = list(self.translator.tools)
+        body = self.body
+        if body is not None:
+            extras["queue"] = body.snapshotQueue()
+        if self._live() is not None and body is not None:
+            extras["tools"] = list(body.translator.tools)
             try:
-                extras["stats"] = await self.protocol.request({"type": "get_session_stats"})
+                extras["stats"] = await body.protocol.request({"type": "get_session_stats"})
             except (PiCommandError, BodyExited):
                 pass
         return extras
@@ -185,19 +200,19 @@ class Conductor:
         """
         Stop the body (if any) and mark the session dormant.
         """
-        self._cancelIdle()
+        self.pump.cancelIdle()
         if self.state == "dormant":
             return succeed(None)
         if self._stopping is not None:
             return self._stopping
-        protocol = self.protocol
-        if protocol is None:
+        body = self.body
+        if body is None:
             # Still being planned: it will see the state and not start.
             self.state = "dormant"
             return succeed(None)
         self.state = "stopping"
-        self._expectExit = True
-        d = protocol.terminate(self.clock, graceSeconds=3)
+        body.expectExit = True
+        d = body.protocol.terminate(self.clock, graceSeconds=3)
 
         def gone(_: Any) -> None:
             self._stopping = None
@@ -211,27 +226,16 @@ class Conductor:
 
     # -- the pump -----------------------------------------------------------
 
-    def _pump(self) -> None:
-        if self._pumping:
-            return
-        self._pumping = True
-        d = Deferred.fromCoroutine(self._drain())
-
-        def done(result: Any) -> None:
-            self._pumping = False
-            return None
-
-        d.addBoth(self._logFailure).addBoth(done)
-
     def _logFailure(self, result: Any) -> Any:
         if hasattr(result, "getTraceback"):
             self._log.failure("The conductor of {sessionId} failed", result, sessionId=self.session.sessionId)
         return None
 
     async def _drain(self) -> None:
-        while self._backlog and not self.session.deleted and not self.closing:
-            command = self._backlog[0]
-            self._delivering = command
+        pump = self.pump
+        while pump.backlog and not self.session.deleted and not self.closing:
+            command = pump.backlog[0]
+            pump.delivering = command
             try:
                 await self._perform(command)
             except HostClosing:
@@ -251,13 +255,27 @@ class Conductor:
                 )
                 self._fail(command, "the host failed to deliver the command", code="internal")
             finally:
-                self._delivering = None
-                if command in self._backlog:
-                    self._backlog.remove(command)
+                pump.delivering = None
+                pump.take([command])
         self._armIdle()
 
     def _fail(self, command: Command, message: str, code: str | None = None) -> None:
         self.session.setStatus(command.commandId, "failed", error=self.scrub(message), code=code)
+
+    def _cancelled(self, commands: list[Command], reason: str) -> None:
+        """
+        Cancel, in one place: C{commands} are taken out of the backlog and
+        out of pi's queue as the host knows it, and the session is asked to
+        mark them cancelled.  (pi's own queue is cleared by the caller.)
+        """
+        self.pump.take(commands)
+        body = self.body
+        for command in commands:
+            if body is not None:
+                if command in body.queued:
+                    body.queued.remove(command)
+                body.rendered.pop(command.commandId, None)
+            self.session.setStatus(command.commandId, "cancelled", reason=reason)
 
     def scrub(self, text: str) -> str:
         """
@@ -265,27 +283,26 @@ class Conductor:
         host knows: provider keys, the body's door token, the delegation
         token.  Events are durable and watched; secrets are neither.
         """
-        secrets: set[str] = set()
-        secrets.update(self.launcher.secrets())
+        secrets: set[str] = set(self.launcher.secrets())
         if self.session.delegatedToken:
             secrets.add(self.session.delegatedToken)
-        plan = self._plan
-        if plan is not None and plan.providers:
-            secrets.update(
-                str(p.get("apiKey")) for p in plan.providers.values() if p.get("apiKey")
-            )
+        if self.body is not None:
+            secrets.update(self.body.secrets())
         for secret in sorted(secrets, key=len, reverse=True):
             if len(secret) >= 8:
                 text = text.replace(secret, "[redacted]")
         return text
 
-    async def _ensureBody(self) -> PiProtocol:
-        if self.state == "live" and self.protocol is not None:
-            return self.protocol
+    # -- making a body --------------------------------------------------------
+
+    async def _ensureBody(self) -> LiveBody:
+        live = self._live()
+        if live is not None:
+            return live
         if self._stopping is not None:
             await self._stopping
         self._refuseIfClosing()
-        self._cancelIdle()
+        self.pump.cancelIdle()
         self.state = "starting"
         try:
             plan = BodyPlan()
@@ -300,18 +317,20 @@ class Conductor:
             self.state = "dormant"
             self._cleanUp(plan)
             raise
-        self._plan = plan
         paths = BodyPaths.forSession(self.session.directory, plan.workDir)
         self.paths = paths
         revived = latestSessionFile(paths.piDir) is not None
-        self.translator = Translator(runCount=self.session.runsSoFar())
-        protocol = PiProtocol(self)
-        self.protocol = protocol
-        self._expectExit = False
+        body = LiveBody(
+            protocol=PiProtocol(self),
+            plan=plan,
+            paths=paths,
+            translator=Translator(runCount=self.session.runsSoFar()),
+        )
+        self.body = body
         meta = self.session.meta
         try:
-            self.transport = self.launcher.spawn(
-                protocol,
+            body.transport = self.launcher.spawn(
+                body.protocol,
                 paths=paths,
                 model=meta.model,
                 profile=meta.profile,
@@ -322,22 +341,22 @@ class Conductor:
                 mcpUrl=plan.mcpUrl or self.launcher.mcpUrl,
                 **({"extraFDs": plan.extraFDs} if plan.extraFDs else {}),
             )
-            state = await protocol.request({"type": "get_state"})
+            state = await body.protocol.request({"type": "get_state"})
         except BaseException:
-            if self.protocol is protocol and not protocol.hasEnded and self.transport is not None:
-                self._expectExit = True
-                protocol.terminate(self.clock, graceSeconds=1)
+            if self.body is body and not body.protocol.hasEnded and body.transport is not None:
+                body.expectExit = True
+                body.protocol.terminate(self.clock, graceSeconds=1)
             self._becomeDormant()
             raise
         self.state = "live"
-        self.translator.setTools(self.tools())
-        event: dict[str, Any] = {"kind": "rpc", "pid": getattr(self.transport, "pid", None)}
+        body.translator.setTools(self.tools())
+        event: dict[str, Any] = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
         if plan.box:
             event["box"] = plan.box
         self.session.emit("body.materialized", event)
         if revived:
             self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
-        return protocol
+        return body
 
     def _bootExtra(self, plan: BodyPlan) -> dict[str, Any] | None:
         extra = dict(plan.bootExtra or {})
@@ -364,9 +383,11 @@ class Conductor:
             self.paths = BodyPaths.forSession(self.session.directory)
         return self.paths
 
+    # -- the verbs ------------------------------------------------------------
+
     async def _perform(self, command: Command) -> None:
         kind = command.type
-        if kind in TEXT:
+        if kind in TEXT or kind == "accept_chime":
             await self._deliverText(command)
         elif kind == "abort":
             await self._abort(command)
@@ -374,71 +395,62 @@ class Conductor:
             await self._cancel(command)
         elif kind == "shutdown":
             await self._shutdown(command)
-        elif kind == "accept_chime":
-            await self._deliverText(command)
         else:
             self._fail(command, f"{kind} is not supported by this body")
 
     async def _deliverText(self, command: Command) -> None:
-        protocol = await self._ensureBody()
+        body = await self._ensureBody()
         message = renderText(command)
-        self._rendered[command.commandId] = message
-        if not self.runActive:
-            self.runActive = True
+        body.rendered[command.commandId] = message
+        if body.run is None:
             # A new run: the door's meter starts again (pi may compact the
             # context before the run's first request, and that counts too).
-            self._modelRequests = 0
-            self._runCommands = [command]
+            body.startRun(command)
             try:
-                data = await protocol.request({"type": "prompt", "message": message})
+                data = await body.protocol.request({"type": "prompt", "message": message})
             except BaseException:
-                self.runActive = False
-                self._runCommands = []
+                body.run = None
                 raise
             disposition = (data or {}).get("disposition", "started")
-            if disposition == "started":
-                self.session.setStatus(command.commandId, "delivered", disposition=disposition)
-            else:
+            self.session.setStatus(command.commandId, "delivered", disposition=disposition)
+            if disposition != "started":
                 # An extension handled it: no run comes of it.
-                self.runActive = False
-                self._runCommands = []
-                self.session.setStatus(command.commandId, "delivered", disposition=disposition)
+                body.run = None
                 self.session.setStatus(command.commandId, "completed")
             return
         verb = command.delivery or command.type
         request: dict[str, Any] = {"type": verb, "message": message}
         if verb == "prompt":
             request["streamingBehavior"] = "followUp"
-        self._queued.append(command)
+        body.queued.append(command)
         try:
-            data = await protocol.request(request)
+            data = await body.protocol.request(request)
         except BaseException:
-            if command in self._queued:
-                self._queued.remove(command)
+            if command in body.queued:
+                body.queued.remove(command)
             raise
         disposition = (data or {}).get("disposition", "queued")
-        if command in self._queued:
+        if command in body.queued:
             self.session.setStatus(command.commandId, "queued", disposition=disposition)
 
-    async def _clearQueue(self, protocol: PiProtocol, reason: str) -> list[Command]:
-        await protocol.request({"type": "clear_queue"})
-        cleared, self._queued = self._queued, []
-        for command in cleared:
-            self.session.setStatus(command.commandId, "cancelled", reason=reason)
+    async def _clearQueue(self, body: LiveBody, reason: str) -> list[Command]:
+        await body.protocol.request({"type": "clear_queue"})
+        cleared = list(body.queued)
+        self._cancelled(cleared, reason)
         return cleared
 
     async def _abort(self, command: Command) -> None:
-        if self.state == "live" and self.protocol is not None:
-            protocol = self.protocol
-            if self._queued or self.translator.queue.get("steering") or self.translator.queue.get(
+        body = self._live()
+        if body is not None:
+            if body.queued or body.translator.queue.get("steering") or body.translator.queue.get(
                 "followUp"
             ):
-                await self._clearQueue(protocol, "aborted")
-            if self.runActive:
-                self._abortRequested = True
+                await self._clearQueue(body, "aborted")
+            if body.run is not None:
+                body.abortRequested = True
                 slow = self.clock.callLater(5, self._abortSlow)
                 try:
-                    await protocol.request({"type": "abort"})
+                    await body.protocol.request({"type": "abort"})
                 finally:
                     if slow.active():
                         slow.cancel()
@@ -449,30 +461,31 @@ class Conductor:
 
     async def _cancel(self, command: Command) -> None:
         target = command.targetCommandId
-        waiting = [c for c in self._queued if c.commandId == target]
-        if not waiting or self.protocol is None or self.state != "live":
+        body = self._live()
+        targets = [c for c in body.queued if c.commandId == target] if body else []
+        if body is None or not targets:
             self._fail(command, f"command {target!r} is no longer in the queue", code="not_cancellable")
             return
-        protocol = self.protocol
-        keep = [c for c in self._queued if c.commandId != target]
-        await protocol.request({"type": "clear_queue"})
-        self._queued = []
-        self.session.setStatus(target, "cancelled", reason="cancelled")
+        keep = [c for c in body.queued if c.commandId != target]
+        await body.protocol.request({"type": "clear_queue"})
+        self._cancelled(targets, "cancelled")
         # pi has no dequeue: what stays goes back in its original order.
+        body.queued = []
         for other in keep:
             kind = other.delivery or other.type
             verb = "steer" if kind == "steer" else "follow_up"
-            self._queued.append(other)
-            await protocol.request({"type": verb, "message": self._rendered[other.commandId]})
+            body.queued.append(other)
+            await body.protocol.request({"type": verb, "message": body.rendered[other.commandId]})
         self.session.setStatus(command.commandId, "completed")
 
     async def _shutdown(self, command: Command) -> None:
-        if self.state == "live" and self.protocol is not None:
-            if self._queued:
-                await self._clearQueue(self.protocol, "shutdown")
-            if self.runActive:
-                self._abortRequested = True
-                await self.protocol.request({"type": "abort"})
+        body = self._live()
+        if body is not None:
+            if body.queued:
+                await self._clearQueue(body, "shutdown")
+            if body.run is not None:
+                body.abortRequested = True
+                await body.protocol.request({"type": "abort"})
         await self.dispose("shutdown")
         by = dict(command.by)
         self.session.releaseLeaseOf(by, "shutdown")
@@ -487,26 +500,27 @@ class Conductor:
         run, and no more than the run's turn budget: pi's own guard stops
         it before that, so only a tool calling the door itself is refused.
         """
-        if not self.runActive:
+        if self.body is None:
             return "no run is under way"
-        if self._modelRequests >= self.session.meta.maxTurns:
-            return "this run's turn budget is spent"
-        self._modelRequests += 1
-        return None
+        return self.body.meter(self.session.meta.maxTurns)
 
     # -- IBodySink ----------------------------------------------------------
 
     def piEvent(self, event: dict[str, Any]) -> None:
+        body = self.body
+        if body is None:
+            return
         kind = event.get("type")
         if kind == "agent_start":
-            if not self.translator.runOpen:
-                self._modelRequests = 0
-            self.runActive = True
-            self._cancelIdle()
+            if body.run is None:
+                body.startRun()
+            elif not body.translator.runOpen:
+                body.run.modelRequests = 0
+            self.pump.cancelIdle()
         elif kind == "message_end":
-            self._userMessage(event.get("message") or {})
+            self._userMessage(body, event.get("message") or {})
         settled: dict[str, Any] = {}
-        for hostEvent in self.translator.feed(event):
+        for hostEvent in body.translator.feed(event):
             if hostEvent.type == "ui.request":
                 self._answerUI(hostEvent.data)
             elif hostEvent.durable:
@@ -520,7 +534,7 @@ class Conductor:
         if kind == "agent_settled":
             self._settled(bool(event.get("aborted")), settled)
 
-    def _userMessage(self, message: dict[str, Any]) -> None:
+    def _userMessage(self, body: LiveBody, message: dict[str, Any]) -> None:
         if message.get("role") != "user":
             return
         parts = message.get("content")
@@ -530,37 +544,36 @@ class Conductor:
             text = "".join(
                 p.get("text", "") for p in parts or [] if isinstance(p, dict) and p.get("type") == "text"
             )
-        for command in self._queued:
-            if self._rendered.get(command.commandId) == text:
-                self._queued.remove(command)
-                self._runCommands.append(command)
-                self.session.setStatus(command.commandId, "delivered")
-                return
+        command = body.delivered(text)
+        if command is not None:
+            self.session.setStatus(command.commandId, "delivered")
 
     def _budgetStop(self) -> None:
-        if self.protocol is not None and self._queued:
-            d = self._clearQueue(self.protocol, "budget_exceeded")
-            Deferred.fromCoroutine(d).addErrback(self._logFailure)
+        body = self.body
+        if body is not None and body.queued:
+            Deferred.fromCoroutine(self._clearQueue(body, "budget_exceeded")).addErrback(
+                self._logFailure
+            )
 
     def _settled(self, aborted: bool, info: dict[str, Any] | None = None) -> None:
-        self.runActive = False
-        finished, self._runCommands = self._runCommands, []
-        for command in finished:
-            self._rendered.pop(command.commandId, None)
+        body = self.body
+        if body is None:
+            return
+        finished = body.endRun()
         status = "aborted" if aborted else "completed"
         for command in finished:
             self.session.setStatus(command.commandId, status)
-        self._abortRequested = False
-        leftovers = list(self._queued)
-        if leftovers and not aborted and self.protocol is not None:
+        body.abortRequested = False
+        leftovers = list(body.queued)
+        if leftovers and not aborted:
             # Still in pi's queue with no run to take them: start one.
             self.session.emit(
                 "queue.stranded", {"commandIds": [c.commandId for c in leftovers]}
             )
-            self._queued = []
-            Deferred.fromCoroutine(self._restart(leftovers)).addErrback(self._logFailure)
-        elif leftovers and aborted and self.protocol is not None:
-            Deferred.fromCoroutine(self._clearQueue(self.protocol, "aborted")).addErrback(
+            body.queued = []
+            Deferred.fromCoroutine(self._restart(body, leftovers)).addErrback(self._logFailure)
+        elif leftovers and aborted:
+            Deferred.fromCoroutine(self._clearQueue(body, "aborted")).addErrback(
                 self._logFailure
             )
         self._runSettleHooks({**(info or {}), "aborted": aborted})
@@ -573,23 +586,22 @@ class Conductor:
             except Exception:
                 self._log.failure("A settle hook failed")
 
-    async def _restart(self, leftovers: list[Command]) -> None:
-        assert self.protocol is not None
-        await self.protocol.request({"type": "clear_queue"})
+    async def _restart(self, body: LiveBody, leftovers: list[Command]) -> None:
+        await body.protocol.request({"type": "clear_queue"})
         for command in leftovers:
-            if self._abortRequested or self.closing or any(
-                c.type in ("abort", "shutdown") for c in self._backlog
+            if body.abortRequested or self.closing or any(
+                c.type in ("abort", "shutdown") for c in self.pump.backlog
             ):
                 # An abort came while pi's queue was being cleared: these
                 # are taken out, not delivered after it.
-                self.session.setStatus(command.commandId, "cancelled", reason="aborted")
+                self._cancelled([command], "aborted")
                 continue
             self.session.requeue(command.commandId)
-            self._backlog.append(command)
-        self._pump()
+            self.pump.add(command)
+        self.pump.run(self._drain)
 
     def _answerUI(self, request: dict[str, Any]) -> None:
-        if self.protocol is None:
+        if self.body is None:
             return
         answer: dict[str, Any] = {"type": "extension_ui_response", "id": request.get("id")}
         if request.get("method") == "input" and request.get("title") == "sophia.delegated-token":
@@ -602,13 +614,14 @@ class Conductor:
             answer["confirmed"] = False
         else:
             answer["cancelled"] = True
-        self.protocol.send(answer)
+        self.body.protocol.send(answer)
 
     def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
-        expected = self._expectExit
-        wasRunning = self.runActive
-        runId = self.translator.currentRunId
-        cost = self.translator.runCostUsd
+        body = self.body
+        expected = body is None or body.expectExit
+        wasRunning = body is not None and body.run is not None
+        runId = body.translator.currentRunId if body is not None else None
+        cost = body.translator.runCostUsd if body is not None else None
         tail = self.scrub(stderrTail)[-4096:]  # while the body's own token is known
         self._becomeDormant()
         if expected or self.session.deleted or self.closing:
@@ -626,7 +639,7 @@ class Conductor:
             # A run that ended with its body is still a settled run: its
             # cost is debited and the mirror catches up.
             self._runSettleHooks({"aborted": True, "seq": settled.get("seq"), "costUsd": cost})
-        waiting = {c.commandId for c in self._backlog[1:]}
+        waiting = {c.commandId for c in self.pump.backlog[1:]}
         for record in self.session.openCommands():
             if record["commandId"] in waiting:
                 continue
@@ -644,30 +657,21 @@ class Conductor:
                 result.addErrback(self._logFailure)
 
     def _becomeDormant(self) -> None:
-        plan, self._plan = self._plan, None
-        if plan is not None:
-            self._cleanUp(plan)
+        """
+        The body is gone: everything that lived with it goes at once.
+        """
+        body, self.body = self.body, None
+        if body is not None:
+            self._cleanUp(body.plan)
         self.state = "dormant"
-        self.protocol = None
-        self.transport = None
-        self.runActive = False
-        self._queued = []
-        self._runCommands = []
-        self._rendered = {}
 
     # -- idleness -----------------------------------------------------------
 
     def _armIdle(self) -> None:
-        self._cancelIdle()
+        self.pump.cancelIdle()
         if self.state == "live" and not self.running() and not self.session.deleted:
-            self._idle = self.clock.callLater(self.idleSeconds, self._idleFired)
-
-    def _cancelIdle(self) -> None:
-        if self._idle is not None and self._idle.active():
-            self._idle.cancel()
-        self._idle = None
+            self.pump.armIdle(self._idleFired)
 
     def _idleFired(self) -> None:
-        self._idle = None
         if self.state == "live" and not self.running():
             self.dispose("idle").addErrback(self._logFailure)
