@@ -26,16 +26,11 @@ from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol
 from vehicle.body._sessionfile import readSession
-from vehicle.body._translate import Translator
 from vehicle.errors import VehicleError
 from vehicle.session import Command, IConductor, Session
 
 
 TEXT = ("prompt", "follow_up", "steer")
-
-#: gardend's reader tools (their scopes end in C{.read}): all a session
-#: started by a viewer may call.
-READER_TOOLS = ("read_document", "list_documents", "get_workspace", "search_documents")
 
 #: The note pi-sophia adds for what the person had open (ids only).
 CONTEXT_NOTE_PREFIX = "\n\n[open in Garden: "
@@ -76,7 +71,16 @@ class HostClosing(Exception):
 @define(eq=False)
 class Conductor:
     """
-    Drives one session's body.
+    Drives one session's body: commands go out one at a time (the verbs),
+    pi's events come back (L{IBodySink}), and the body is made and let go.
+
+    Why one class of this size: the way out and the way back meet on the
+    same facts (a command sent to pi's queue is delivered when pi's user
+    message comes back; an abort clears what a settling run would restart;
+    an exit fails what was being delivered), and they interleave on the
+    reactor between each await.  The facts themselves are held by their
+    owners: the process and its run by L{LiveBody}, the backlog and the
+    idle timer by L{Pump}, a command's status by the session.
 
     @ivar state: C{dormant}, C{starting}, C{live} or C{stopping}.
     @ivar body: the live pi process, if any (L{LiveBody}).
@@ -317,30 +321,12 @@ class Conductor:
             self.state = "dormant"
             self._cleanUp(plan)
             raise
-        paths = BodyPaths.forSession(self.session.directory, plan.workDir)
-        self.paths = paths
-        revived = latestSessionFile(paths.piDir) is not None
-        body = LiveBody(
-            protocol=PiProtocol(self),
-            plan=plan,
-            paths=paths,
-            translator=Translator(runCount=self.session.runsSoFar()),
-        )
+        body = LiveBody.prepare(self.session, plan, self)
+        self.paths = body.paths
+        revived = latestSessionFile(body.paths.piDir) is not None
         self.body = body
-        meta = self.session.meta
         try:
-            body.transport = self.launcher.spawn(
-                body.protocol,
-                paths=paths,
-                model=meta.model,
-                profile=meta.profile,
-                budget={"maxTurns": meta.maxTurns, "maxCostUsd": meta.maxCostUsd},
-                providers=plan.providers,
-                wrap=plan.wrap,
-                bootExtra=self._bootExtra(plan),
-                mcpUrl=plan.mcpUrl or self.launcher.mcpUrl,
-                **({"extraFDs": plan.extraFDs} if plan.extraFDs else {}),
-            )
+            body.spawn(self.launcher, self.session.meta)
             state = await body.protocol.request({"type": "get_state"})
         except BaseException:
             if self.body is body and not body.protocol.hasEnded and body.transport is not None:
@@ -349,7 +335,6 @@ class Conductor:
             self._becomeDormant()
             raise
         self.state = "live"
-        body.translator.setTools(self.tools())
         event: dict[str, Any] = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
         if plan.box:
             event["box"] = plan.box
@@ -358,25 +343,9 @@ class Conductor:
             self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
         return body
 
-    def _bootExtra(self, plan: BodyPlan) -> dict[str, Any] | None:
-        extra = dict(plan.bootExtra or {})
-        if self.session.meta.access == "read" and (plan.mcpUrl or self.launcher.mcpUrl):
-            # The role at creation fixes the tools for the session's life.
-            extra["mcpReaders"] = list(READER_TOOLS)
-        if self.session.meta.graphs:
-            # A public conversation reads every public graph, and no other.
-            extra["graphs"] = {"own": self.session.meta.graphId,
-                               "public": list(self.session.meta.graphs)}
-        return extra or None
-
     def _refuseIfClosing(self) -> None:
         if self.closing or self.session.deleted or self.session.closed:
             raise HostClosing()
-
-    def tools(self) -> list[str]:
-        if self.session.meta.profile == "agent":
-            return ["read", "write", "edit", "bash"]
-        return []
 
     def _paths(self) -> BodyPaths:
         if self.paths is None:

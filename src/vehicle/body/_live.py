@@ -14,10 +14,39 @@ from typing import Any
 from attrs import define, field
 from twisted.internet.interfaces import IProcessTransport
 
-from vehicle.body._launcher import BodyPaths, BodyPlan
-from vehicle.body._rpc import PiProtocol
+from vehicle.body._launcher import BodyPaths, BodyPlan, Launcher
+from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._translate import Translator
-from vehicle.session import Command
+from vehicle.session import Command, Session, SessionMeta
+
+
+#: gardend's reader tools (their scopes end in C{.read}): all a session
+#: started by a viewer may call.
+READER_TOOLS = ("read_document", "list_documents", "get_workspace", "search_documents")
+
+
+def toolsFor(meta: SessionMeta) -> list[str]:
+    """
+    pi's built-in tools a body of this session has (an agent's only).
+    """
+    if meta.profile == "agent":
+        return ["read", "write", "edit", "bash"]
+    return []
+
+
+def bootExtra(meta: SessionMeta, plan: BodyPlan, mcpUrl: str | None) -> dict[str, Any] | None:
+    """
+    What the extension's boot config says beyond the plan's: the reader
+    tools of a session a viewer started, a public conversation's graphs.
+    """
+    extra = dict(plan.bootExtra or {})
+    if meta.access == "read" and mcpUrl:
+        # The role at creation fixes the tools for the session's life.
+        extra["mcpReaders"] = list(READER_TOOLS)
+    if meta.graphs:
+        # A public conversation reads every public graph, and no other.
+        extra["graphs"] = {"own": meta.graphId, "public": list(meta.graphs)}
+    return extra or None
 
 
 @define(eq=False)
@@ -57,6 +86,39 @@ class LiveBody:
     #: An abort was asked for: what pi still queues is taken out, not
     #: delivered after it.
     abortRequested: bool = False
+
+    @classmethod
+    def prepare(cls, session: Session, plan: BodyPlan, sink: IBodySink) -> "LiveBody":
+        """
+        The body C{plan} makes for C{session}, its events going to C{sink}:
+        everything but the child, which L{spawn} starts.
+        """
+        return cls(
+            protocol=PiProtocol(sink),
+            plan=plan,
+            paths=BodyPaths.forSession(session.directory, plan.workDir),
+            translator=Translator(runCount=session.runsSoFar()),
+        )
+
+    def spawn(self, launcher: Launcher, meta: SessionMeta) -> None:
+        """
+        Start the pi child (its boot config on fd 3).
+        """
+        plan = self.plan
+        mcpUrl = plan.mcpUrl or launcher.mcpUrl
+        self.transport = launcher.spawn(
+            self.protocol,
+            paths=self.paths,
+            model=meta.model,
+            profile=meta.profile,
+            budget={"maxTurns": meta.maxTurns, "maxCostUsd": meta.maxCostUsd},
+            providers=plan.providers,
+            wrap=plan.wrap,
+            bootExtra=bootExtra(meta, plan, mcpUrl),
+            mcpUrl=mcpUrl,
+            **({"extraFDs": plan.extraFDs} if plan.extraFDs else {}),
+        )
+        self.translator.setTools(toolsFor(meta))
 
     def startRun(self, command: Command | None = None) -> Run:
         """

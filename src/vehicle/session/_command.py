@@ -24,7 +24,7 @@ COMMAND_FIELDS = (
 
 
 def commandRecord(
-    commandId: str, body: Mapping[str, Any], by: Mapping[str, Any], at: str | None
+    commandId: str | None, body: Mapping[str, Any], by: Mapping[str, Any], at: str | None
 ) -> dict[str, Any]:
     """
     The session's record of a new command (L{CommandBook.records}): built

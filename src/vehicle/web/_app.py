@@ -17,8 +17,10 @@ from klein import Klein
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource
+from twisted.web.server import Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from vehicle import __version__
@@ -54,7 +56,7 @@ def answered(
     """
 
     @functools.wraps(route)
-    def respond(self: VehicleAPI, request: IRequest, **kw: Any) -> Deferred[bytes | None]:
+    def respond(self: VehicleAPI, request: Request, **kw: Any) -> Deferred[bytes | None]:
         return Deferred.fromCoroutine(self._answer(request, route(self, request, **kw)))
 
     return respond
@@ -90,7 +92,7 @@ class VehicleAPI:
 
     # -- trust, parse, answer ----------------------------------------------
 
-    async def _answer(self, request: IRequest, route: Awaitable[Answered]) -> bytes | None:
+    async def _answer(self, request: Request, route: Awaitable[Answered]) -> bytes | None:
         try:
             status, body = await route
         except Replayed as replayed:
@@ -112,7 +114,7 @@ class VehicleAPI:
         request.setHeader(b"cache-control", b"no-store")
         return encode(body)
 
-    def _caller(self, request: IRequest) -> Caller:
+    def _caller(self, request: Request) -> Caller:
         caller = authenticate(request, self.secret)
         if caller.public and self.public is None:
             # One rule for every route: a host without public sessions
@@ -120,7 +122,7 @@ class VehicleAPI:
             raise VehicleError("not_public", "public sessions are off on this host")
         return caller
 
-    def _parse(self, request: IRequest, schema: str) -> dict[str, Any]:
+    def _parse(self, request: Request, schema: str) -> dict[str, Any]:
         """
         The request JSON, validated against its schema (its C{requestId}
         is remembered for the error frame).
@@ -132,34 +134,34 @@ class VehicleAPI:
         return validate(schema, parsed)
 
     def _frame(
-        self, request: IRequest, result: dict[str, Any], replayed: bool = False
+        self, request: Request, result: dict[str, Any], replayed: bool = False
     ) -> dict[str, Any]:
         return frame(result["type"], _requestId(request), result["value"], replayed=replayed)
 
     # -- routes -------------------------------------------------------------
 
     @router.route("/health", methods=["GET"])
-    def health(self, request: IRequest) -> bytes:
+    def health(self, request: Request) -> bytes:
         request.setHeader(b"content-type", b"application/json")
         return encode(frame("health", None, {"ok": True, "version": __version__.public()}))
 
     @router.route("/sessions", methods=["POST"])
     @answered
-    async def create(self, request: IRequest) -> Answered:
+    async def create(self, request: Request) -> Answered:
         caller = self._caller(request)
         result = await self.drive.create(caller, self._parse(request, "create.request"))
         return 201, self._frame(request, result)
 
     @router.route("/sessions", methods=["GET"])
     @answered
-    async def listSessions(self, request: IRequest) -> Answered:
+    async def listSessions(self, request: Request) -> Answered:
         caller = self._caller(request)
         sessions = [s.summary() for s in self.registry.listFor(caller)]
         return 200, frame("session.list", None, {"sessions": sessions})
 
     @router.route("/sessions/<sessionId>", methods=["GET"])
     @answered
-    async def inspect(self, request: IRequest, sessionId: str) -> Answered:
+    async def inspect(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)
         value: dict[str, Any] = {
             "session": session.summary(),
@@ -178,7 +180,7 @@ class VehicleAPI:
 
     @router.route("/sessions/<sessionId>", methods=["PATCH"])
     @answered
-    async def rename(self, request: IRequest, sessionId: str) -> Answered:
+    async def rename(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.find(caller, sessionId)
         result = self.drive.rename(session, caller, self._parse(request, "rename.request"))
@@ -186,14 +188,14 @@ class VehicleAPI:
 
     @router.route("/sessions/<sessionId>", methods=["DELETE"])
     @answered
-    async def delete(self, request: IRequest, sessionId: str) -> Answered:
+    async def delete(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         result = await self.drive.delete(self.drive.find(caller, sessionId), caller)
         return 200, frame(result["type"], None, result["value"])
 
     @router.route("/sessions/<sessionId>/claim", methods=["POST"])
     @answered
-    async def claim(self, request: IRequest, sessionId: str) -> Answered:
+    async def claim(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.find(caller, sessionId)
         result = self.drive.claim(session, caller, self._parse(request, "claim.request"))
@@ -201,7 +203,7 @@ class VehicleAPI:
 
     @router.route("/sessions/<sessionId>/release", methods=["POST"])
     @answered
-    async def release(self, request: IRequest, sessionId: str) -> Answered:
+    async def release(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.find(caller, sessionId)
         result = self.drive.release(session, caller, self._parse(request, "release.request"))
@@ -209,7 +211,7 @@ class VehicleAPI:
 
     @router.route("/sessions/<sessionId>/commands", methods=["POST"])
     @answered
-    async def command(self, request: IRequest, sessionId: str) -> Answered:
+    async def command(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.find(caller, sessionId)
         status, result = await self.drive.command(
@@ -219,7 +221,7 @@ class VehicleAPI:
 
     @router.route("/sessions/<sessionId>/chimes", methods=["POST"])
     @answered
-    async def chime(self, request: IRequest, sessionId: str) -> Answered:
+    async def chime(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.findForChime(caller, sessionId)
         result = self.drive.chime(session, caller, self._parse(request, "chime.request"))
@@ -227,14 +229,14 @@ class VehicleAPI:
 
     @router.route("/sessions/<sessionId>/capsule", methods=["GET"])
     @answered
-    async def capsule(self, request: IRequest, sessionId: str) -> Answered:
+    async def capsule(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)
         transcript = (await self.snapshots.snapshotFor(session)).get("transcript") or []
         return 200, frame("session.capsule", None, makeCapsule(session, transcript))
 
     @router.route("/account", methods=["GET"])
     @answered
-    async def account(self, request: IRequest) -> Answered:
+    async def account(self, request: Request) -> Answered:
         caller = self._caller(request)
         if self.public is None:
             return 200, frame("account", None, {"kind": "member", "principal": caller.principal})
@@ -242,7 +244,7 @@ class VehicleAPI:
 
     @router.route("/account/grants", methods=["POST"])
     @answered
-    async def grant(self, request: IRequest) -> Answered:
+    async def grant(self, request: Request) -> Answered:
         caller = self._caller(request)
         if caller.public or caller.principal != "owner":
             raise VehicleError("forbidden", "only this Sophia's owner may grant credit")
@@ -254,9 +256,9 @@ class VehicleAPI:
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])
     @answered
-    async def events(self, request: IRequest, sessionId: str) -> Answered:
+    async def events(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)
-        since = _arg(request.args, b"since")
+        since = _arg(request.args or {}, b"since")
         if wantsEventStream(request.getHeader(b"accept")):
             lastId = request.getHeader(b"last-event-id")
             if lastId is not None and lastId.strip():
@@ -265,11 +267,11 @@ class VehicleAPI:
                 start = parseCursor(since, "since", session)
             await self._stream(request, session, start)
             return 200, {}
-        waitMs = parseWait(_arg(request.args, b"waitMs"))
+        waitMs = parseWait(_arg(request.args or {}, b"waitMs"))
         value = await longPoll(session, parseCursor(since, "since", session), waitMs, self.clock)
         return 200, frame("watch.completed", None, value)
 
-    async def _stream(self, request: IRequest, session: Session, since: int) -> None:
+    async def _stream(self, request: Request, session: Session, since: int) -> None:
         stream = EventStream(
             request=request,
             session=session,
@@ -289,11 +291,11 @@ class VehicleAPI:
     # -- errors outside the routes -----------------------------------------
 
     @router.handle_errors(NotFound)
-    def notFound(self, request: IRequest, failure: Any) -> bytes:
+    def notFound(self, request: IRequest, failure: Failure) -> bytes:
         return self._plainError(request, VehicleError("not_found", "no such route"))
 
     @router.handle_errors(MethodNotAllowed)
-    def notAllowed(self, request: IRequest, failure: Any) -> bytes:
+    def notAllowed(self, request: IRequest, failure: Failure) -> bytes:
         allowed = sorted(failure.value.valid_methods or ())
         return self._plainError(
             request,
@@ -306,13 +308,13 @@ class VehicleAPI:
         )
 
     @router.handle_errors(HTTPException)
-    def otherHttpError(self, request: IRequest, failure: Any) -> bytes:
+    def otherHttpError(self, request: IRequest, failure: Failure) -> bytes:
         # Whatever else the router refuses (a redirect it would make, a
         # request it cannot read) names no route of this host.
         return self._plainError(request, VehicleError("not_found", "no such route"))
 
     @router.handle_errors(Exception)
-    def unexpected(self, request: IRequest, failure: Any) -> bytes:
+    def unexpected(self, request: IRequest, failure: Failure) -> bytes:
         self._log.failure("Unexpected failure routing {uri}", failure, uri=request.uri)
         return self._plainError(
             request, VehicleError("internal", "the host failed to answer; nothing was changed")
@@ -337,7 +339,7 @@ class VehicleAPI:
             stream.stop()
 
 
-def _requestId(request: IRequest) -> str | None:
+def _requestId(request: Request) -> str | None:
     return getattr(request, "vehicleRequestId", None)
 
 

@@ -20,9 +20,11 @@ and then the connection is closed.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, cast
 
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITCPTransport
+from twisted.internet.protocol import connectionDone
+from twisted.python.failure import Failure
 from twisted.logger import Logger
 from twisted.web.http import RESPONSES, HTTPChannel
 from twisted.web.server import Site
@@ -76,7 +78,7 @@ class GuardedChannel(HTTPChannel):
     and answers every refusal of its own with the error frame.
     """
 
-    _log: ClassVar[Logger] = Logger()
+    _log = Logger()
     #: Seconds for a whole request to arrive (its line, headers and body).
     headerTimeout: float = 10.0
     clock: IReactorTime | None = None
@@ -166,7 +168,7 @@ class GuardedChannel(HTTPChannel):
         # Twisted's bare "400 Bad Request" for whatever it found malformed.
         self.refuse(VehicleError("invalid_request", "the request is not well-formed HTTP/1.1"))
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._cancelDeadline()
         super().connectionLost(reason)
 
@@ -215,7 +217,7 @@ class GuardedChannel(HTTPChannel):
         elif self.transport is not None:
             # Nothing of a request: an idle connection is simply closed.
             self._refused = True
-            self.transport.abortConnection()
+            cast(ITCPTransport, self.transport).abortConnection()
 
 
 def _uriTooLong() -> VehicleError:
@@ -264,13 +266,13 @@ class VehicleSite(Site):
         self.headerTimeout = headerTimeout
         self.clockForChannels = reactor
 
-    def buildProtocol(self, addr: Any) -> GuardedChannel:
+    def buildProtocol(self, addr: Any) -> GuardedChannel:  # type: ignore[override]
         channel = GuardedChannel()
         channel.factory = self
         channel.requestFactory = self.requestFactory
-        channel.site = self
-        channel.timeOut = self.timeOut
-        channel.callLater = self.clockForChannels.callLater  # type: ignore[method-assign]
+        channel.site = self  # type: ignore[attr-defined]
+        channel.timeOut = self.timeOut  # type: ignore[assignment]
+        channel.callLater = self.clockForChannels.callLater  # type: ignore[method-assign, assignment]
         channel.clock = self.clockForChannels
         channel.headerTimeout = self.headerTimeout
         return channel

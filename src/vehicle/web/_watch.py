@@ -16,7 +16,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
-from twisted.web.iweb import IRequest
+from twisted.web.server import Request
 from zope.interface import implementer
 
 from vehicle import PROTOCOL
@@ -156,7 +156,7 @@ class EventStream:
 
     _log: ClassVar[Logger] = Logger()
 
-    request: IRequest
+    request: Request
     session: Session
     since: int
     clock: IReactorTime
