@@ -101,13 +101,13 @@ class OperatingTests(SynchronousTestCase):
     def test_links(self) -> None:
         """
         Every relative link, and every repository path in backquotes that
-        names a docs/, protocol/, scripts/ or tests/ file, exists.
+        names a file of the repository (docs/, protocol/, src/, ...), exists.
         """
         for document in WATCHED:
             text = document.read_text("utf-8")
             for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
                 self.assertTrue((document.parent / target).exists(), f"{document.name}: {target}")
-            for target in re.findall(r"`((?:docs|protocol|scripts|tests|runtime|services)/[\w./-]+)`", text):
+            for target in re.findall(r"`((?:docs|protocol|scripts|tests|runtime|services|src)/[\w./-]+)`", text):
                 if "*" in target or "<" in target:
                     continue
                 self.assertTrue((ROOT / target).exists(), f"{document.name}: {target}")
