@@ -17,7 +17,7 @@ from vehicle import _local, _tap
 
 ROOT = Path(__file__).parent.parent
 OPERATING = ROOT / "docs" / "operating.md"
-WATCHED = [OPERATING, ROOT / "docs" / "ids.md", ROOT / "docs" / "configuration.md"]
+WATCHED = [OPERATING, ROOT / "docs" / "ids.md"]
 
 #: Where the host and the local run read their environment.
 READERS = [
