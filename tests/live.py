@@ -27,6 +27,7 @@ from vehicle.settings import Settings, defaultPiRoot
 from vehicle.testing import ScriptedModel
 from vehicle.web import VehicleSite
 
+from tests._headers import bytesNames
 from tests.harness import SECRET, identity
 from tests.schemas import assertValidEvent, assertValidFrame
 
@@ -127,7 +128,8 @@ class LiveHost:
         headers["content-type"] = "application/json"
         headers.update(extra)
         data = json.dumps(body).encode() if body is not None else None
-        response = await self.http.request(method, self.url + path, headers=headers, data=data)
+        response = await self.http.request(method, self.url + path, headers=bytesNames(headers),
+                                           data=data)
         content = await response.content()
         frame = json.loads(content)
         # Every answer a live test sees is held to the protocol's schemas.

@@ -26,6 +26,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer
 from zope.interface import implementer
 
+from tests._headers import bytesNames
 from tests.harness import SECRET, identity
 from tests.schemas import assertValidEvent, assertValidFrame
 
@@ -126,11 +127,11 @@ class CoreHost:
         await self.stop(sig)
         await self.start()
 
-    def headers(self, headers: dict[str, str] | None = None, **who: Any) -> dict[str, str]:
+    def headers(self, headers: dict[str, str] | None = None, **who: Any) -> dict[bytes, str]:
         out = identity(**who)
         out["content-type"] = "application/json"
         out.update(headers or {})
-        return out
+        return bytesNames(out)
 
     async def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
                    headers: dict[str, str] | None = None, **who: Any) -> tuple[int, dict[str, Any]]:

@@ -41,6 +41,7 @@ from vehicle.clients import (
 
 from vehicle.errors import STATUS
 
+from tests._headers import bytesNames
 from tests.harness import COMMAND_EXAMPLES, Harness, identity
 from tests.test_hardening import writePiFile
 from tests.test_sessionfile import HEADER, assistant, user
@@ -104,7 +105,7 @@ class FakeFrontDoor:
         )
         minted["content-type"] = "application/json"
         return self.harness.stub.request(
-            method, "http://host" + url[len(prefix):], headers=minted, data=data
+            method, "http://host" + url[len(prefix):], headers=bytesNames(minted), data=data
         )
 
 
