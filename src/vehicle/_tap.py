@@ -232,9 +232,9 @@ class _BodyRules:
     agent: AgentProfile
     runInThread: RunInThread
 
-    async def branch(self, source: Session, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    async def branch(self, source: Session, caller: Caller, request: dict[str, Any]) -> dict[str, Any]:
         return await branch(
-            self.registry, source, caller, body, self.agent.recordFolders, self.runInThread
+            self.registry, source, caller, request, self.agent.recordFolders, self.runInThread
         )
 
     async def dispose(self, session: Session) -> None:

@@ -41,7 +41,7 @@ async def branch(
     registry: Registry,
     source: Session,
     caller: Caller,
-    body: dict[str, Any],
+    request: dict[str, Any],
     recordFolders: Callable[[str, Path], dict[str, Any]] | None = None,
     runInThread: RunInThread | None = None,
 ) -> dict[str, Any]:
@@ -51,7 +51,7 @@ async def branch(
     small next to a reply); an agent's workspace, the one large step, by
     C{runInThread} (the reactor's thread pool; inline when none is given).
     """
-    kind = body["type"]
+    kind = request["type"]
     requireGraphPath(source, caller, "branch")
     if source.meta.profile == "agent" and caller.role != "owner":
         raise VehicleError(
@@ -61,7 +61,7 @@ async def branch(
     piFile = latestSessionFile(source.directory / "pi")
     if piFile is None:
         raise VehicleError("nothing_to_fork", "nothing has been said in this session yet")
-    entryId = body.get("entryId") if kind == "fork" else None
+    entryId = request.get("entryId") if kind == "fork" else None
     newId = registry.newSessionId()
     points = readSession(piFile).forkPoints()
     if entryId is not None and entryId not in {p["entryId"] for p in points}:
@@ -88,14 +88,14 @@ async def branch(
     # source's record follows; start writes it should the host be cut
     # between the two.
     try:
-        return await _build(registry, source, caller, body, recordFolders, kind, piFile,
+        return await _build(registry, source, caller, request, recordFolders, kind, piFile,
                             entryId, newId, inherited, meta, title, runInThread or inline)
     except OSError as e:
         raise storageError(e) from e
 
 
 async def _build(
-    registry: Registry, source: Session, caller: Caller, body: dict[str, Any],
+    registry: Registry, source: Session, caller: Caller, request: dict[str, Any],
     recordFolders: Callable[[str, Path], dict[str, Any]] | None, kind: str, piFile: Path,
     entryId: str | None, newId: str, inherited: str | None, meta: Any, title: str | None,
     runInThread: RunInThread,
@@ -143,7 +143,7 @@ async def _build(
             session.writeMeta()
         if source.deleted:
             raise notFound()
-        earlier = source.replay(body["requestId"], body, "commands")
+        earlier = source.replay(request["requestId"], request, "commands")
         if earlier is not None:
             # The same request, sent again while this one copied: it was
             # answered meanwhile, and this copy is not needed.
@@ -166,7 +166,7 @@ async def _build(
         raise
     try:
         registry.publish(
-            session, "branched", caller, body["requestId"], body, frame, "commands",
+            session, "branched", caller, request["requestId"], request, frame, "commands",
             {"source": source.sessionId},
         )
     finally:
@@ -174,7 +174,7 @@ async def _build(
             # Published (even if a sync after it failed): the source
             # remembers it, so a retry replays rather than branches again.
             source.commit(
-                "branch", caller, body["requestId"], body, frame,
+                "branch", caller, request["requestId"], request, frame,
                 branchEffects(kind, newId, entryId, caller),
             )
     return frame

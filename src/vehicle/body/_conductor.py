@@ -119,13 +119,6 @@ class Conductor:
     def transport(self) -> IProcessTransport | None:
         return self.body.transport if self.body is not None else None
 
-    @property
-    def runActive(self) -> bool:
-        """
-        Is a run under way on the body?
-        """
-        return self.body is not None and self.body.run is not None
-
     def _live(self) -> LiveBody | None:
         """
         The body, when it is live (not starting, not stopping).
@@ -136,7 +129,7 @@ class Conductor:
 
     def running(self) -> bool:
         return (
-            self.runActive
+            (self.body is not None and self.body.run is not None)
             or bool(self.pump.backlog)
             or (self.body is not None and bool(self.body.queued))
         )

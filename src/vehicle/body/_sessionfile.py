@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from attrs import field, frozen
 
 from vehicle.errors import VehicleError
+from vehicle.session import isoTimestamp
 
 
 #: The cap on a text field the host shows (transcript items, events), in
@@ -269,15 +270,13 @@ class BranchResult:
     selectedText: str | None
 
 
-def isoTimestamp(now: datetime) -> str:
+def _seconds(now: datetime) -> float:
     """
-    Format C{now} as pi does: UTC, milliseconds, C{Z}. A naive C{now} is
-    taken as UTC.
+    C{now} as seconds since the epoch; a naive C{now} is taken as UTC.
     """
     if now.tzinfo is None:
         now = now.replace(tzinfo=timezone.utc)
-    now = now.astimezone(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return now.timestamp()
 
 
 def _line(record: Mapping[str, Any]) -> bytes:
@@ -352,7 +351,7 @@ def branchSession(
         else:
             raise NothingToFork(entryId)
 
-    timestamp = isoTimestamp(now)
+    timestamp = isoTimestamp(_seconds(now))
     header = {
         "type": "session",
         "version": 3,

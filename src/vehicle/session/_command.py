@@ -24,7 +24,7 @@ COMMAND_FIELDS = (
 
 
 def commandRecord(
-    commandId: str | None, body: Mapping[str, Any], by: Mapping[str, Any], at: str | None
+    commandId: str | None, request: Mapping[str, Any], by: Mapping[str, Any], at: str | None
 ) -> dict[str, Any]:
     """
     The session's record of a new command (L{CommandBook.records}): built
@@ -32,8 +32,8 @@ def commandRecord(
     """
     record: dict[str, Any] = {
         "commandId": commandId,
-        "requestId": body.get("requestId"),
-        "type": body.get("type"),
+        "requestId": request.get("requestId"),
+        "type": request.get("type"),
         "status": "accepted",
         "disposition": None,
         "acceptedAt": at,
@@ -41,8 +41,8 @@ def commandRecord(
         "by": dict(by),
     }
     for key in COMMAND_FIELDS:
-        if key in body:
-            record[key] = body[key]
+        if key in request:
+            record[key] = request[key]
     return record
 
 
@@ -195,7 +195,7 @@ class CommandBook:
             return {**record["command"], "status": "accepted"}
         if record.get("kind") != "command":
             return None
-        body = record.get("body") or {}
-        commandId = body.get("commandId") or body.get("requestId")
+        request = record.get("body") or {}
+        commandId = request.get("commandId") or request.get("requestId")
         by = {"principal": record.get("principal"), "clientId": record.get("clientId")}
-        return commandRecord(commandId, body, by, record.get("at"))
+        return commandRecord(commandId, request, by, record.get("at"))

@@ -43,7 +43,7 @@ def answer(frameType: str, value: Any) -> Answer:
 def createSession(
     registry: Registry,
     caller: Caller,
-    body: dict[str, Any],
+    request: dict[str, Any],
     *,
     model: str,
     maxTurns: int,
@@ -58,8 +58,8 @@ def createSession(
     checked the replay, the graph and the model.
     """
     assert caller.graphId is not None
-    budget = body.get("budget") or {}
-    profile = body.get("profile", "chat")
+    budget = request.get("budget") or {}
+    profile = request.get("profile", "chat")
     meta = SessionMeta(
         sessionId=registry.newSessionId(),
         graphId=caller.graphId,
@@ -75,7 +75,7 @@ def createSession(
         funding=funding,
         graphs=graphs,
     )
-    claim = body.get("claim", True)
+    claim = request.get("claim", True)
 
     def frameFor(session: Session) -> Answer:
         session.delegatedToken = caller.delegatedToken
@@ -91,12 +91,12 @@ def createSession(
     _, result = registry.create(
         caller,
         meta,
-        title=body.get("title"),
+        title=request.get("title"),
         claim=claim,
-        ttlMs=body.get("ttlMs"),
+        ttlMs=request.get("ttlMs"),
         makeFolders=makeFolders if profile == "agent" else None,
-        requestId=body["requestId"],
-        body=body,
+        requestId=request["requestId"],
+        request=request,
         frameFor=frameFor,
     )
     return result
@@ -139,50 +139,50 @@ def checkDriver(session: Session, caller: Caller) -> None:
         )
 
 
-def claim(session: Session, caller: Caller, body: dict[str, Any], defaultTtlMs: int) -> Answer:
+def claim(session: Session, caller: Caller, request: dict[str, Any], defaultTtlMs: int) -> Answer:
     value, effects = session.leases.claimEffects(
-        caller, int(body.get("ttlMs", defaultTtlMs)), bool(body.get("takeover"))
+        caller, int(request.get("ttlMs", defaultTtlMs)), bool(request.get("takeover"))
     )
     result = answer("driver.claimed", value)
     result["value"]["session"] = session.summary(ahead=len(effects))
-    session.commit("claim", caller, body["requestId"], body, result, effects)
+    session.commit("claim", caller, request["requestId"], request, result, effects)
     return result
 
 
-def release(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+def release(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
     effects = session.leases.releaseEffects(caller)
     result = answer("driver.released", {"lease": None, "session": session.summary(ahead=len(effects))})
-    session.commit("release", caller, body["requestId"], body, result, effects)
+    session.commit("release", caller, request["requestId"], request, result, effects)
     return result
 
 
-def rename(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+def rename(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
     return session.rename(
-        caller, body, lambda ahead: answer("session.renamed", {"session": session.summary(ahead)})
+        caller, request, lambda ahead: answer("session.renamed", {"session": session.summary(ahead)})
     )
 
 
-def submitCommand(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
+def submitCommand(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
     """
     Accept one command: check rights and the lease, then hand it on.
     """
-    kind = body["type"]
+    kind = request["type"]
     if kind in LEASED_COMMANDS:
         checkDriver(session, caller)
         session.requireLease(caller)
     if kind == "cancel":
-        return _cancel(session, caller, body)
+        return _cancel(session, caller, request)
     if kind == "set_room_policy":
-        return _roomPolicy(session, caller, body)
+        return _roomPolicy(session, caller, request)
     if kind in ("accept_chime", "reject_chime"):
-        return _resolveChime(session, caller, body)
+        return _resolveChime(session, caller, request)
     return session.acceptCommand(
-        caller, body, lambda command: answer("command.accepted", {"command": dict(command)})
+        caller, request, lambda command: answer("command.accepted", {"command": dict(command)})
     )
 
 
 def chime(
-    session: Session, caller: Caller, body: dict[str, Any], immediate: bool = True
+    session: Session, caller: Caller, request: dict[str, Any], immediate: bool = True
 ) -> Answer:
     """
     A collaborator's attributed message, as the room's policy says:
@@ -192,9 +192,9 @@ def chime(
     chimeId = "chime-" + uuid.uuid4().hex[:12]
     record: dict[str, Any] = {
         "chimeId": chimeId,
-        "author": body["author"],
-        "delivery": body.get("delivery", "follow_up"),
-        "textBytes": len(body["text"].encode("utf-8")),
+        "author": request["author"],
+        "delivery": request.get("delivery", "follow_up"),
+        "textBytes": len(request["text"].encode("utf-8")),
         "by": caller.holder(),
         "receivedAt": isoTimestamp(session.clock.seconds()),
     }
@@ -208,7 +208,7 @@ def chime(
             {"chime": record, "reason": f"the room's policy is {policy}"},
         )
         session.commit(
-            "chime", caller, body["requestId"], body, result,
+            "chime", caller, request["requestId"], request, result,
             [("chime.resolved", {"chimeId": chimeId, "status": "rejected", "reason": policy})],
         )
         return result
@@ -224,15 +224,15 @@ def chime(
         commandBody = {
             "type": record["delivery"],
             "requestId": chimeId,
-            "text": body["text"],
-            "chimeAuthor": body["author"],
+            "text": request["text"],
+            "chimeAuthor": request["author"],
         }
         received = ("chime.received", {k: v for k, v in record.items()
                                        if k not in ("status", "commandId")})
         return session.acceptCommand(
             driver, commandBody,
             lambda command: answer("command.accepted", {"command": dict(command)}),
-            kind="chime", requester=caller, requestBody=body,
+            kind="chime", requester=caller, requestBody=request,
             before=[received],
             after=[("chime.resolved", {"chimeId": chimeId, "status": "accepted",
                                        "commandId": chimeId})],
@@ -240,35 +240,35 @@ def chime(
         )
     record["status"] = "pending"
     result = answer("chime.accepted", {"chime": record})
-    session.commit("chime", caller, body["requestId"], body, result, [received])
-    session.chimes[chimeId] = {**record, "text": body["text"]}
+    session.commit("chime", caller, request["requestId"], request, result, [received])
+    session.chimes[chimeId] = {**record, "text": request["text"]}
     return result
 
 
-def _resolveChime(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-    chime = session.chimes.get(body["chimeId"])
+def _resolveChime(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
+    chime = session.chimes.get(request["chimeId"])
     if chime is None or chime.get("status") != "pending":
         raise VehicleError(
             "chime_not_pending",
-            f"chime {body['chimeId']!r} is not pending",
-            {"chimeId": body["chimeId"]},
+            f"chime {request['chimeId']!r} is not pending",
+            {"chimeId": request["chimeId"]},
         )
-    if body["type"] == "reject_chime":
+    if request["type"] == "reject_chime":
         result = answer(
             "chime.rejected",
             {"chime": {**_public(chime), "status": "rejected"}, "reason": "the driver declined it"},
         )
         session.commit(
-            "policy", caller, body["requestId"], body, result,
+            "policy", caller, request["requestId"], request, result,
             [("chime.resolved", {"chimeId": chime["chimeId"], "status": "rejected",
                                  "by": caller.holder()})],
         )
         chime["status"] = "rejected"
         return result
-    commandId = body.get("commandId") or body["requestId"]
+    commandId = request.get("commandId") or request["requestId"]
     result = session.acceptCommand(
         caller,
-        body,
+        request,
         lambda command: answer("command.accepted", {"command": dict(command)}),
         extra={"text": chime["text"], "chimeAuthor": chime["author"], "delivery": chime["delivery"]},
         after=[("chime.resolved", {"chimeId": chime["chimeId"], "status": "accepted",
@@ -282,36 +282,36 @@ def _public(chime: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in chime.items() if k != "text"}
 
 
-def _cancel(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-    target = session.commands.get(body["targetCommandId"])
+def _cancel(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
+    target = session.commands.get(request["targetCommandId"])
     if target is None or target["status"] not in ("accepted", "queued") or "text" not in target:
         raise VehicleError(
             "not_cancellable",
-            f"command {body['targetCommandId']!r} is not waiting in the queue",
-            {"targetCommandId": body["targetCommandId"],
+            f"command {request['targetCommandId']!r} is not waiting in the queue",
+            {"targetCommandId": request["targetCommandId"],
              "status": target["status"] if target else None},
         )
     result = session.acceptCommand(
         caller,
-        body,
+        request,
         lambda command: answer(
-            "command.cancelled", {"command": dict(command), "cancelled": body["targetCommandId"]}
+            "command.cancelled", {"command": dict(command), "cancelled": request["targetCommandId"]}
         ),
     )
     if session.conductor is None:
         # Nothing was delivered anywhere: taking it out is just bookkeeping.
         session.setStatus(target["commandId"], "cancelled", reason="cancelled")
-        session.setStatus(body.get("commandId") or body["requestId"], "completed")
+        session.setStatus(request.get("commandId") or request["requestId"], "completed")
     return result
 
 
-def _roomPolicy(session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-    result = answer("room.policy", {"policy": body["policy"]})
+def _roomPolicy(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
+    result = answer("room.policy", {"policy": request["policy"]})
     session.commit(
-        "policy", caller, body["requestId"], body, result,
-        [("room.policy", {"policy": body["policy"], "by": caller.holder()})],
+        "policy", caller, request["requestId"], request, result,
+        [("room.policy", {"policy": request["policy"], "by": caller.holder()})],
     )
-    session.roomPolicy = body["policy"]
+    session.roomPolicy = request["policy"]
     return result
 
 
@@ -340,15 +340,15 @@ class Replayed(Exception):
         self.result = result
 
 
-def replay(session: Session, body: dict[str, Any], route: str) -> None:
+def replay(session: Session, request: dict[str, Any], route: str) -> None:
     """
     The replay step of a session's request, once for every verb.
 
     @raise Replayed: for a request already answered.
     @raise VehicleError: C{request_id_conflict} for its id with another body.
     """
-    if "requestId" in body:
-        found = session.replay(body["requestId"], body, route)
+    if "requestId" in request:
+        found = session.replay(request["requestId"], request, route)
         if found is not None:
             raise Replayed(found)
 
@@ -358,7 +358,7 @@ class PublicTurns(Protocol):
     What public mode says in a request (L{vehicle.public.Public}).
     """
 
-    def chooseDoor(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]: ...
+    def chooseDoor(self, caller: Caller, request: dict[str, Any]) -> dict[str, Any]: ...
 
     def checkTurn(self, session: Session, caller: Caller) -> None: ...
 
@@ -372,7 +372,7 @@ class AgentRules(Protocol):
     What the agent profile says in a request (L{vehicle.agent.AgentProfile}).
     """
 
-    async def checkCreate(self, caller: Caller, body: dict[str, Any]) -> str: ...
+    async def checkCreate(self, caller: Caller, request: dict[str, Any]) -> str: ...
 
     def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]: ...
 
@@ -387,7 +387,7 @@ class BodyRules(Protocol):
     a body let go before a delete.
     """
 
-    async def branch(self, source: Session, caller: Caller, body: dict[str, Any]) -> Answer: ...
+    async def branch(self, source: Session, caller: Caller, request: dict[str, Any]) -> Answer: ...
 
     async def dispose(self, session: Session) -> None: ...
 
@@ -434,40 +434,40 @@ class Drive:
             self.public.rememberKey(session, caller)
         return session
 
-    async def create(self, caller: Caller, body: dict[str, Any]) -> Answer:
+    async def create(self, caller: Caller, request: dict[str, Any]) -> Answer:
         if caller.graphId is None:
             raise VehicleError(
                 "graph_required",
                 "create a session through a graph's path (/g/<graph>/sessions)",
             )
-        if "graphId" in body and body["graphId"] != caller.graphId:
+        if "graphId" in request and request["graphId"] != caller.graphId:
             raise VehicleError(
                 "graph_mismatch",
                 "graphId names another graph than the path this request came through",
                 {"graphId": caller.graphId},
             )
-        self._replayCreation(caller, body)
+        self._replayCreation(caller, request)
         door: dict[str, Any] = {}
         if caller.public:
-            door = self._public().chooseDoor(caller, body)
+            door = self._public().chooseDoor(caller, request)
             model = door["model"]
         else:
-            model = self.chooseModel(body.get("model"))
+            model = self.chooseModel(request.get("model"))
         isolation = None
-        if body.get("profile") == "agent":
+        if request.get("profile") == "agent":
             if caller.role != "owner":
                 raise VehicleError(
                     "forbidden_profile",
                     "only the graph's owner may create an agent session",
                     {"role": caller.role},
                 )
-            isolation = await self.agent.checkCreate(caller, body)
+            isolation = await self.agent.checkCreate(caller, request)
             # The world may have changed while the box was probed.
-            self._replayCreation(caller, body)
+            self._replayCreation(caller, request)
         result = createSession(
             self.registry,
             caller,
-            body,
+            request,
             model=model,
             maxTurns=door.get("maxTurns", self.maxTurns),
             maxCostUsd=door.get("maxCostUsd", self.maxCostUsd),
@@ -481,8 +481,8 @@ class Drive:
             self.public.rememberKey(session, caller)
         return result
 
-    def _replayCreation(self, caller: Caller, body: dict[str, Any]) -> None:
-        found = self.registry.replayCreation(caller, body["requestId"], body)
+    def _replayCreation(self, caller: Caller, request: dict[str, Any]) -> None:
+        found = self.registry.replayCreation(caller, request["requestId"], request)
         if found is not None:
             raise Replayed(found)
 
@@ -491,23 +491,23 @@ class Drive:
             raise VehicleError("not_public", "public sessions are off on this host")
         return self.public
 
-    def claim(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-        replay(session, body, "claim")
+    def claim(self, session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
+        replay(session, request, "claim")
         checkDriver(session, caller)
-        return claim(session, caller, body, self.leaseTtlMs)
+        return claim(session, caller, request, self.leaseTtlMs)
 
-    def release(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-        replay(session, body, "release")
-        return release(session, caller, body)
+    def release(self, session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
+        replay(session, request, "release")
+        return release(session, caller, request)
 
-    def rename(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-        replay(session, body, "rename")
-        result = rename(session, caller, body)
+    def rename(self, session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
+        replay(session, request, "rename")
+        result = rename(session, caller, request)
         self.observer.renamed(session)
         return result
 
     async def command(
-        self, session: Session, caller: Caller, body: dict[str, Any]
+        self, session: Session, caller: Caller, request: dict[str, Any]
     ) -> tuple[int, Answer]:
         """
         A command: a branch (made by the body room from pi's file), or one
@@ -515,12 +515,12 @@ class Drive:
 
         @return: the HTTP status and the answer.
         """
-        replay(session, body, "commands")
-        kind = body["type"]
+        replay(session, request, "commands")
+        kind = request["type"]
         if kind in ("fork", "clone"):
             # Ownership is enough: the source is not touched.
-            return 201, await self.bodies.branch(session, caller, body)
-        startsBody = "text" in body or kind == "accept_chime"
+            return 201, await self.bodies.branch(session, caller, request)
+        startsBody = "text" in request or kind == "accept_chime"
         if (
             self.requireDelegation
             and (kind in TEXT_COMMANDS or kind == "accept_chime")
@@ -548,8 +548,8 @@ class Drive:
             checkDriver(session, caller)
             await self.agent.precheck(session)
             session = self.find(caller, session.sessionId)
-            replay(session, body, "commands")
-        result = submitCommand(session, caller, body)
+            replay(session, request, "commands")
+        result = submitCommand(session, caller, request)
         if turns is not None:
             turns.turnTaken(session, caller)
         return 202, result
@@ -564,8 +564,8 @@ class Drive:
             raise VehicleError("chimes_closed", "a public conversation takes no chimes")
         return session
 
-    def chime(self, session: Session, caller: Caller, body: dict[str, Any]) -> Answer:
-        replay(session, body, "chimes")
+    def chime(self, session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
+        replay(session, request, "chimes")
         # Under co-drive a chime becomes a command at once, unless that would
         # start a body that may not start now (no delegation token): then it
         # waits for the driver, as under suggest.
@@ -574,7 +574,7 @@ class Drive:
             and session.delegatedToken is None
             and session.bodyState() != "live"
         )
-        return chime(session, caller, body, immediate)
+        return chime(session, caller, request, immediate)
 
     async def delete(self, session: Session, caller: Caller) -> Answer:
         """

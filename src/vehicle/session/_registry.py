@@ -24,8 +24,7 @@ from vehicle.session._requests import (
 )
 from vehicle.session._session import Session, branchEffects, normalizeTitle
 from vehicle.session._values import Caller, SessionMeta
-from vehicle.store import DataDir, readJson
-from vehicle.store._files import files, removeTree
+from vehicle.store import DataDir, files, readJson, removeTree
 
 
 NOT_FOUND_MESSAGE = "no such session"
@@ -89,11 +88,11 @@ class Registry:
 
     # -- creation -----------------------------------------------------------
 
-    def replayCreation(self, caller: Caller, requestId: str, body: Any) -> dict[str, Any] | None:
+    def replayCreation(self, caller: Caller, requestId: str, request: Any) -> dict[str, Any] | None:
         # Per principal; the graph is part of the request (a create through
         # another graph's path is another request).
         return replayed(
-            self._creations.get((caller.principal, requestId)), requestId, body,
+            self._creations.get((caller.principal, requestId)), requestId, request,
             f"create:{caller.graphId}",
         )
 
@@ -155,7 +154,7 @@ class Registry:
         kind: str,
         caller: Caller,
         requestId: str,
-        body: Any,
+        request: Any,
         frame: dict[str, Any],
         route: str,
         extra: dict[str, Any] | None = None,
@@ -166,7 +165,7 @@ class Registry:
         and the folder is renamed into place.  Then it is served.
         """
         record = requestRecord(
-            kind, caller, requestId, body, frame, route, self.clock.seconds(), **(extra or {})
+            kind, caller, requestId, request, frame, route, self.clock.seconds(), **(extra or {})
         )
         final = self.dataDir.sessionDir(session.sessionId)
         try:
@@ -220,7 +219,7 @@ class Registry:
         meta: SessionMeta,
         *,
         requestId: str | None = None,
-        body: Any = None,
+        request: Any = None,
         frameFor: Callable[[Session], dict[str, Any]] | None = None,
         **options: Any,
     ) -> tuple[Session, dict[str, Any]]:
@@ -235,7 +234,7 @@ class Registry:
             raise storageError(e) from e
         frame = frameFor(session) if frameFor is not None else {}
         self.publish(
-            session, "create", caller, requestId or meta.sessionId, body or {}, frame,
+            session, "create", caller, requestId or meta.sessionId, request or {}, frame,
             f"create:{caller.graphId}",
         )
         return session, frame
@@ -364,11 +363,11 @@ class Registry:
         requestId = record.get("requestId")
         if source is None or not isinstance(requestId, str) or requestId in source._requests:
             return
-        body = record.get("body") or {}
+        request = record.get("body") or {}
         caller = Caller(principal=record["principal"], clientId=record["clientId"], role="viewer")
         source.commit(
-            "branch", caller, requestId, body, record["frame"],
-            branchEffects(body.get("type", "fork"), branch.sessionId, body.get("entryId"), caller),
+            "branch", caller, requestId, request, record["frame"],
+            branchEffects(request.get("type", "fork"), branch.sessionId, request.get("entryId"), caller),
         )
         self._log.info("Start: told {source} of its branch {branch}",
                        source=source.sessionId, branch=branch.sessionId)

@@ -28,18 +28,18 @@ ROUTE_OF = {
 }
 
 
-def fingerprint(body: Any, route: str | None = None) -> str:
+def fingerprint(request: Any, route: str | None = None) -> str:
     """
     A stable digest of a request (its route and body), to tell a replay
     from a conflict.
     """
-    subject = body if route is None else {"route": route, "body": body}
+    subject = request if route is None else {"route": route, "body": request}
     canonical = json.dumps(subject, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def replayed(
-    known: tuple[str, dict[str, Any]] | None, requestId: str, body: Any, route: str
+    known: tuple[str, dict[str, Any]] | None, requestId: str, request: Any, route: str
 ) -> dict[str, Any] | None:
     """
     The idempotency rule, in one place: a known request with the same body
@@ -51,7 +51,7 @@ def replayed(
     if known is None:
         return None
     digest, frame = known
-    if digest != fingerprint(body, route):
+    if digest != fingerprint(request, route):
         raise VehicleError(
             "request_id_conflict",
             f"requestId {requestId!r} was already used with a different body",
@@ -61,7 +61,7 @@ def replayed(
 
 
 def requestRecord(
-    kind: str, caller: Caller, requestId: str, body: Any, frame: dict[str, Any],
+    kind: str, caller: Caller, requestId: str, request: Any, frame: dict[str, Any],
     route: str, now: float, **extra: Any,
 ) -> dict[str, Any]:
     """
@@ -73,9 +73,9 @@ def requestRecord(
         "requestId": requestId,
         "principal": caller.principal,
         "clientId": caller.clientId,
-        "fingerprint": fingerprint(body, route),
+        "fingerprint": fingerprint(request, route),
         "at": isoTimestamp(now),
-        "body": body,
+        "body": request,
         "frame": frame,
         **extra,
     }

@@ -290,21 +290,21 @@ class Session:
 
     # -- idempotency ------------------------------------------------------
 
-    def replay(self, requestId: str, body: Any, route: str) -> dict[str, Any] | None:
+    def replay(self, requestId: str, request: Any, route: str) -> dict[str, Any] | None:
         """
         The original frame of an accepted request with this id and body,
         or L{None} when the id is new.
 
         @raise VehicleError: C{request_id_conflict} for another body.
         """
-        return replayed(self._requests.get(requestId), requestId, body, route)
+        return replayed(self._requests.get(requestId), requestId, request, route)
 
     def commit(
         self,
         kind: str,
         caller: Caller,
         requestId: str | None,
-        body: Any,
+        request: Any,
         frame: dict[str, Any],
         effects: list[tuple[str, dict[str, Any]]],
         command: dict[str, Any] | None = None,
@@ -330,7 +330,7 @@ class Session:
             self._guarded(self.reload)
         if requestId is not None:
             record = requestRecord(
-                kind, caller, requestId, body, frame, ROUTE_OF[kind], self.clock.seconds(),
+                kind, caller, requestId, request, frame, ROUTE_OF[kind], self.clock.seconds(),
                 cursor=self.cursor,
                 effects=[[eventType, data] for eventType, data in effects],
             )
@@ -405,17 +405,17 @@ class Session:
     # -- title ------------------------------------------------------------
 
     def rename(
-        self, caller: Caller, body: dict[str, Any], frameFor: Callable[[int], dict[str, Any]]
+        self, caller: Caller, request: dict[str, Any], frameFor: Callable[[int], dict[str, Any]]
     ) -> dict[str, Any]:
         """
         Rename: the event is the step (with the request's record when it
         has a C{requestId}); C{meta.json} follows, and is put right at
         start should the host be cut between the two.
         """
-        self.title = normalizeTitle(body["title"])
+        self.title = normalizeTitle(request["title"])
         frame = frameFor(1)
         self.commit(
-            "rename", caller, body.get("requestId"), body, frame,
+            "rename", caller, request.get("requestId"), request, frame,
             [("session.renamed", {"title": self.title})],
         )
         try:
@@ -457,7 +457,7 @@ class Session:
     def acceptCommand(
         self,
         caller: Caller,
-        body: dict[str, Any],
+        request: dict[str, Any],
         frameFor: Callable[[dict[str, Any]], dict[str, Any]],
         extra: dict[str, Any] | None = None,
         *,
@@ -478,10 +478,10 @@ class Session:
         request (C{kind}, C{requester}, C{requestBody}), the command being
         the driver's; C{frameOf} then makes the chimer's answer.
         """
-        commandId = body.get("commandId") or body["requestId"]
+        commandId = request.get("commandId") or request["requestId"]
         self.book.refuseKnown(commandId)
         command = commandRecord(
-            commandId, body, caller.holder(), isoTimestamp(self.clock.seconds())
+            commandId, request, caller.holder(), isoTimestamp(self.clock.seconds())
         )
         command.update(extra or {})
         frame = frameFor(command)
@@ -490,8 +490,8 @@ class Session:
         self.commit(
             kind,
             requester or caller,
-            (requestBody or body)["requestId"],
-            requestBody or body,
+            (requestBody or request)["requestId"],
+            requestBody or request,
             answerFrame,
             [*before, ("command.accepted", accepted), *after],
             command=dict(command),

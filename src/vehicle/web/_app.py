@@ -94,16 +94,16 @@ class VehicleAPI:
 
     async def _answer(self, request: Request, route: Awaitable[Answered]) -> bytes | None:
         try:
-            status, body = await route
+            status, answer = await route
         except Replayed as replayed:
-            status, body = 200, self._frame(request, replayed.result, replayed=True)
+            status, answer = 200, self._frame(request, replayed.result, replayed=True)
         except VehicleError as e:
-            status, body = e.httpStatus, errorFrame(e, _requestId(request))
+            status, answer = e.httpStatus, errorFrame(e, _requestId(request))
         except CancelledError:
             raise
         except Exception:
             self._log.failure("Unexpected failure answering {uri}", uri=request.uri)
-            status, body = 500, errorFrame(
+            status, answer = 500, errorFrame(
                 VehicleError("internal", "the host failed to answer; nothing was changed"),
                 _requestId(request),
             )
@@ -112,7 +112,7 @@ class VehicleAPI:
         request.setResponseCode(status)
         request.setHeader(b"content-type", b"application/json")
         request.setHeader(b"cache-control", b"no-store")
-        return encode(body)
+        return encode(answer)
 
     def _caller(self, request: Request) -> Caller:
         caller = authenticate(request, self.secret)
@@ -248,11 +248,11 @@ class VehicleAPI:
         caller = self._caller(request)
         if caller.public or caller.principal != "owner":
             raise VehicleError("forbidden", "only this Sophia's owner may grant credit")
-        body = self._parse(request, "grant.request")
+        sent = self._parse(request, "grant.request")
         if self.public is None:
             raise VehicleError("not_public", "public sessions are off on this host")
-        value = self.public.grant(caller, body)
-        return 200, frame("account.granted", body.get("requestId"), value)
+        value = self.public.grant(caller, sent)
+        return 200, frame("account.granted", sent.get("requestId"), value)
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])
     @answered

@@ -14,8 +14,7 @@ from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
 
 from vehicle.errors import VehicleError, encode, errorFrame
-from vehicle.session import Caller
-from vehicle.session._values import ROLES
+from vehicle.session import ROLES, Caller
 
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]{1,320}$")
