@@ -64,6 +64,37 @@ def acceptedData(record: Mapping[str, Any], caller: Caller) -> dict[str, Any]:
     }
 
 
+def followed(records: dict[str, dict[str, Any]], event: Mapping[str, Any]) -> None:
+    """
+    Rebuilding from the log: a C{command.<status>} event moves its command
+    in C{records} as L{CommandBook.setStatus} did when it was written.
+    """
+    kind, data = event["type"], event.get("data") or {}
+    if not kind.startswith("command.") or data.get("commandId") not in records:
+        return
+    command = records[data["commandId"]]
+    command["status"] = data.get("status", kind.split(".", 1)[1])
+    command["updatedAt"] = event["timestamp"]
+    for key in ("disposition", "error", "reason"):
+        if key in data:
+            command[key] = data[key]
+
+
+def adoptedPreview(
+    current: str | None, inherited: bool, record: Mapping[str, Any]
+) -> tuple[str | None, bool]:
+    """
+    The session's preview after a command is taken in: the first words
+    said (a branch's inherited preview gives way to them; a chime's words
+    are not the session's).
+
+    @return: the preview and whether it is still the inherited one.
+    """
+    if (current is None or inherited) and "text" in record and not record.get("chimeAuthor"):
+        return preview(record["text"]), False
+    return current, inherited
+
+
 def preview(text: str, limit: int = 160) -> str:
     """
     A session's preview: the first words of the first thing said.
@@ -171,18 +202,9 @@ class CommandBook:
 
     def follow(self, event: Mapping[str, Any]) -> None:
         """
-        Rebuilding from the log: a C{command.<status>} event moves its
-        command as L{setStatus} did when it was written.
+        Rebuilding from the log: see L{followed}.
         """
-        kind, data = event["type"], event.get("data") or {}
-        if not kind.startswith("command.") or data.get("commandId") not in self.records:
-            return
-        command = self.records[data["commandId"]]
-        command["status"] = data.get("status", kind.split(".", 1)[1])
-        command["updatedAt"] = event["timestamp"]
-        for key in ("disposition", "error", "reason"):
-            if key in data:
-                command[key] = data[key]
+        followed(self.records, event)
 
     @staticmethod
     def ofRequest(record: Mapping[str, Any]) -> dict[str, Any] | None:

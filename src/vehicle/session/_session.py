@@ -24,11 +24,12 @@ from zope.interface import Attribute, Interface
 from vehicle.session._command import (
     Command,
     CommandBook,
-    commandRecord,
     acceptedData,
-    preview,
+    adoptedPreview,
+    commandRecord,
 )
-from vehicle.session._lease import LeaseKeeper, leaseAfter
+from vehicle.session._lease import LeaseKeeper
+from vehicle.session._restore import derive, owedEvents
 from vehicle.session._requests import ROUTE_OF, openLogs, replayed, requestRecord, storageError
 from vehicle.session._watchers import Listener, Watchers
 from vehicle.session._values import (
@@ -393,13 +394,6 @@ class Session:
         events, eventRecords, commands, requestRecords = openLogs(self.directory)
         self._events, self._commandsLog = events, commands
         self.leases.drop()
-        self._history = []
-        self._requests = {}
-        self.book.records = {}
-        self.chimes = {}
-        self.preview = None
-        self.previewInherited = False
-        self.roomPolicy = "suggest"
         self.restore(eventRecords, requestRecords)
 
     # -- title ------------------------------------------------------------
@@ -571,90 +565,42 @@ class Session:
 
     def restore(self, events: list[dict[str, Any]], requests: list[dict[str, Any]]) -> None:
         """
-        Derive every piece of state from the two logs read back from disk:
-        first finish the events of a request whose record was written but
-        whose events were cut off (L{commit}), then rebuild.
+        Derive every piece of state from the two logs read back from disk
+        (L{vehicle.session._restore}): first write the events of a request
+        whose record was written but whose events were cut off (L{commit}).
         """
         events = list(events)
         requests = list(requests)
-        lastSeq = events[-1]["seq"] if events else 0
-        for record in requests:
-            effects, cursor = record.get("effects"), record.get("cursor")
-            if not isinstance(effects, list) or not isinstance(cursor, int):
-                continue
-            have = max(0, lastSeq - cursor)
-            for eventType, data in effects[have:]:
-                lastSeq += 1
-                event = {
-                    "seq": lastSeq,
-                    "type": eventType,
-                    "timestamp": record.get("at") or isoTimestamp(self.clock.seconds()),
-                    "sessionId": self.sessionId,
-                    "data": data,
-                }
-                self._events.append(event)
-                events.append(event)
-                self._log.info(
-                    "Session {sessionId}: finished {eventType} of request {requestId} "
-                    "(the host was cut after its record)",
-                    sessionId=self.sessionId, eventType=eventType,
-                    requestId=record.get("requestId"),
-                )
-        for record in requests:
-            command = CommandBook.ofRequest(record)
-            if command is not None:
-                self.adoptCommand(command)
-        self._rebuild(events, requests)
-
-    def _rebuild(self, events: list[dict[str, Any]], requests: list[dict[str, Any]]) -> None:
-        """
-        Every piece of state from the logs, by the rules that wrote them.
-        """
-        for record in requests:
-            if record.get("kind") == "chime":
-                chime = ((record.get("frame") or {}).get("value") or {}).get("chime") or {}
-                if chime.get("status") == "pending":
-                    self.chimes[chime["chimeId"]] = {**chime, "text": record["body"]["text"]}
-        lease: Lease | None = None
-        title = self.baseTitle
-        for event in events:
-            self._history.append(event)
-            lease = leaseAfter(lease, event)
-            self.book.follow(event)
-            kind, data = event["type"], event.get("data") or {}
-            if kind == "session.renamed":
-                title = data.get("title")
-            elif kind == "session.created" and self.preview is None and data.get("preview"):
-                self.preview = data["preview"]
-                self.previewInherited = True
-            elif kind == "room.policy":
-                self.roomPolicy = data.get("policy", self.roomPolicy)
-            elif kind == "chime.resolved" and data.get("chimeId") in self.chimes:
-                self.chimes[data["chimeId"]]["status"] = data.get("status")
-        self.title = title
-        self.leases.lease = lease
-        for record in requests:
-            # A session's own requests; the one that made it (a create, a
-            # branch) is its registry's or its source's to replay.
-            if (
-                isinstance(record.get("requestId"), str)
-                and "fingerprint" in record
-                and record.get("kind") not in ("create", "branched")
-            ):
-                self._requests[record["requestId"]] = (record["fingerprint"], record["frame"])
+        now = isoTimestamp(self.clock.seconds())
+        for event, record in owedEvents(events, requests, self.sessionId, now):
+            self._events.append(event)
+            events.append(event)
+            self._log.info(
+                "Session {sessionId}: finished {eventType} of request {requestId} "
+                "(the host was cut after its record)",
+                sessionId=self.sessionId, eventType=event["type"],
+                requestId=record.get("requestId"),
+            )
+        derived = derive(events, requests, self.baseTitle)
+        self._history = events
+        self._requests = derived.requests
+        self.book.records = derived.commands
+        self.chimes = derived.chimes
+        self.title = derived.title
+        self.preview, self.previewInherited = derived.preview, derived.previewInherited
+        self.roomPolicy = derived.roomPolicy
+        self.leases.lease = derived.lease
         self.leases.armTimer()
 
     def adoptCommand(self, command: dict[str, Any]) -> None:
         """
-        Take a command's record in (accepted now, or read back): the first
-        words said become the session's preview.
+        Take a new command's record in: its first words may become the
+        session's preview.
         """
         self.commands[command["commandId"]] = command
-        if (self.preview is None or self.previewInherited) and "text" in command and not command.get(
-            "chimeAuthor"
-        ):
-            self.preview = preview(command["text"])
-            self.previewInherited = False
+        self.preview, self.previewInherited = adoptedPreview(
+            self.preview, self.previewInherited, command
+        )
 
     def runsSoFar(self) -> int:
         """
