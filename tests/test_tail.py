@@ -248,8 +248,8 @@ class ReconnectTests(SynchronousTestCase):
         second.send(event(2), event(3), event(4, "session.deleted"))
         second.end()
         self.assertIsNone(self.successResultOf(d))
-        self.assertNotIn("Last-Event-ID", http.requests[0]["headers"])
-        self.assertEqual(http.requests[1]["headers"]["Last-Event-ID"], "2")
+        self.assertNotIn(b"Last-Event-ID", http.requests[0]["headers"])
+        self.assertEqual(http.requests[1]["headers"][b"Last-Event-ID"], "2")
         self.assertTrue(http.requests[1]["url"].endswith("/events?since=2"))
         self.assertEqual([line.split()[0] for line in out], ["1", "2", "3", "4"])
 

@@ -245,9 +245,11 @@ class Tail:
         @raise _NoStream: gardend answered with a 5xx.
         @raise TailFailed: gardend or the host refused the tail.
         """
-        headers = {**self.door.headers, "Accept": "text/event-stream"}
+        # Names in bytes, as Twisted keeps them (python -b: no str twin).
+        headers = {name.encode("ascii"): value for name, value in self.door.headers.items()}
+        headers[b"Accept"] = "text/event-stream"
         if self.connections:
-            headers["Last-Event-ID"] = str(self.lastSeq)
+            headers[b"Last-Event-ID"] = str(self.lastSeq)
         url = self.door.url(
             self.door.sessionPath(self.sessionId, "/events"), {"since": str(self.lastSeq)}
         )
