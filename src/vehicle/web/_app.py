@@ -133,6 +133,21 @@ class VehicleAPI:
             request.vehicleRequestId = parsed["requestId"]  # type: ignore[attr-defined]
         return validate(schema, parsed)
 
+    def _onSession(
+        self,
+        request: Request,
+        sessionId: str,
+        schema: str,
+        verb: Callable[[Session, Caller, dict[str, Any]], dict[str, Any]],
+    ) -> Answered:
+        """
+        A verb on one session: trust, find (C{not_found} before a bad
+        request), parse, then the drive step; answered C{200}.
+        """
+        caller = self._caller(request)
+        session = self.drive.find(caller, sessionId)
+        return 200, self._frame(request, verb(session, caller, self._parse(request, schema)))
+
     def _frame(
         self, request: Request, result: dict[str, Any], replayed: bool = False
     ) -> dict[str, Any]:
@@ -181,10 +196,7 @@ class VehicleAPI:
     @router.route("/sessions/<sessionId>", methods=["PATCH"])
     @answered
     async def rename(self, request: Request, sessionId: str) -> Answered:
-        caller = self._caller(request)
-        session = self.drive.find(caller, sessionId)
-        result = self.drive.rename(session, caller, self._parse(request, "rename.request"))
-        return 200, self._frame(request, result)
+        return self._onSession(request, sessionId, "rename.request", self.drive.rename)
 
     @router.route("/sessions/<sessionId>", methods=["DELETE"])
     @answered
@@ -196,18 +208,12 @@ class VehicleAPI:
     @router.route("/sessions/<sessionId>/claim", methods=["POST"])
     @answered
     async def claim(self, request: Request, sessionId: str) -> Answered:
-        caller = self._caller(request)
-        session = self.drive.find(caller, sessionId)
-        result = self.drive.claim(session, caller, self._parse(request, "claim.request"))
-        return 200, self._frame(request, result)
+        return self._onSession(request, sessionId, "claim.request", self.drive.claim)
 
     @router.route("/sessions/<sessionId>/release", methods=["POST"])
     @answered
     async def release(self, request: Request, sessionId: str) -> Answered:
-        caller = self._caller(request)
-        session = self.drive.find(caller, sessionId)
-        result = self.drive.release(session, caller, self._parse(request, "release.request"))
-        return 200, self._frame(request, result)
+        return self._onSession(request, sessionId, "release.request", self.drive.release)
 
     @router.route("/sessions/<sessionId>/commands", methods=["POST"])
     @answered
