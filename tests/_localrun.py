@@ -202,6 +202,27 @@ class LocalRun:
         self.process.signal(name)
         return await self.process.ended
 
+    async def reap(self) -> None:
+        """
+        After a test, whatever happened: Ctrl-C, and if the run is still
+        there after a while, kill it and every process under it (a killed
+        run cannot stop its parts itself).
+        """
+        if self.process.status is not None:
+            return
+        tree = [pid for pid, _ in childrenOf(self.process.pid)]
+        self.process.signal("INT")
+        for _ in range(200):
+            if self.process.status is not None:
+                return
+            await sleep(0.1)
+        for pid in [self.process.pid, *tree]:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        await self.process.ended
+
 
 class Ride:
     """

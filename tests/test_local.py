@@ -61,13 +61,8 @@ class _CloneCase(TestCase):
 
     def start(self, clone: Path, *args: str, **env: str) -> LocalRun:
         run = LocalRun(clone, list(args), personEnv(self.tmp, **env))
-        self.addCleanup(self._reap, run)
+        self.addCleanup(run.reap)
         return run
-
-    async def _reap(self, run: LocalRun) -> None:
-        if run.process.status is None:
-            run.process.signal("KILL")
-            await run.process.ended
 
     def assertNothingLeft(self, *paths: Path) -> None:
         left = processesUnder(*paths)

@@ -100,7 +100,7 @@ class ReadmeTranscriptTests(TestCase):
         port = 8700 if os.environ.get("VEHICLE_README_WRITE") else _freePort()
         run = LocalRun(clone, ["--port", str(port), "--data-dir", str(base / "data")],
                        personEnv(base / "tmp"))
-        self.addCleanup(lambda: run.process.signal("KILL"))
+        self.addCleanup(run.reap)
         await run.banner()
         line = run.rideLine()
         # The README's command is the banner's, with this run's key and port.
