@@ -179,6 +179,9 @@ def buildHost(
         ownKey=ownKey,
     )
     registry.onSession.append(bodies.attach)
+    if public is not None:
+        registry.observers.add(_PublicObserver(public))
+    registry.observers.add(_MirrorObserver(mirror))
     drive = Drive(
         registry=registry,
         chooseModel=models.choose,
@@ -187,7 +190,6 @@ def buildHost(
             registry=registry, bodies=bodies, agent=agent,
             runInThread=runInThread or _threadRunner(reactor),
         ),
-        observer=_MirrorObserver(mirror),
         maxTurns=settings.maxTurns,
         maxCostUsd=settings.maxCostUsd,
         leaseTtlMs=settings.leaseTtlMs,
@@ -244,16 +246,53 @@ class _BodyRules:
 @define(eq=False)
 class _MirrorObserver:
     """
-    The mirror as a session's observer (L{vehicle.session.SessionObserver}).
+    The mirror as an observer of sessions (L{vehicle.session.SessionObserver}).
     """
 
     mirror: Mirror
 
+    def created(self, session: Session) -> None:
+        self.mirror.attach(session)
+
     def renamed(self, session: Session) -> None:
         self.mirror.afterRename(session)
 
+    def settled(self, session: Session, info: dict[str, Any]) -> None:
+        self.mirror.afterSettle(session)
+
     def deleting(self, session: Session) -> dict[str, Any] | None:
-        return self.mirror.deleteInfo(session)
+        info = self.mirror.deleteInfo(session)
+        return {"mirror": info} if info else None
+
+    def deleted(self, session: Session) -> None:
+        self.mirror.forget(session)
+
+
+@define(eq=False)
+class _PublicObserver:
+    """
+    Public accounting as an observer of sessions: it follows a public
+    conversation from its creation (its runs through the conductor, its
+    delete through the session).
+    """
+
+    public: Public
+
+    def created(self, session: Session) -> None:
+        if session.meta.funding is not None:
+            self.public.attach(session, session.conductor)
+
+    def renamed(self, session: Session) -> None:
+        pass
+
+    def settled(self, session: Session, info: dict[str, Any]) -> None:
+        pass
+
+    def deleting(self, session: Session) -> dict[str, Any] | None:
+        return None
+
+    def deleted(self, session: Session) -> None:
+        pass
 
 
 @define(eq=False)

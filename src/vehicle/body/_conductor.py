@@ -547,6 +547,7 @@ class Conductor:
                 hook(self.session, info)
             except Exception:
                 self._log.failure("A settle hook failed")
+        self.session.settled(info)
 
     async def _restart(self, body: LiveBody, leftovers: list[Command]) -> None:
         await body.protocol.request({"type": "clear_queue"})

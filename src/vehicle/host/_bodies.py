@@ -50,16 +50,11 @@ class Bodies:
             conductor.planner = self.agent.plan
         if session.meta.funding == "byok" and self.ownKey is not None:
             conductor.planner = self.ownKey.plan
-        if self.public is not None and session.meta.funding is not None:
-            self.public.attach(session, conductor)
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
         session.whenDeleted(self._forget)
-        if self.mirror is not None:
-            mirror = self.mirror
-            mirror.attach(session)
-            conductor.onSettled.append(lambda s, info: mirror.afterSettle(s))
-            session.whenDeleted(mirror.forget)
+        # The mirror and public accounting follow the session as its
+        # observers (the tap adds them to the registry).
 
     def _forget(self, session: Session) -> None:
         self.conductors.pop(session.sessionId, None)

@@ -11,10 +11,10 @@ from vehicle.session._drive import (
     Drive,
     PublicTurns,
     Replayed,
-    SessionObserver,
     answer,
     requireGraphPath,
 )
+from vehicle.session._observers import Observers, SessionObserver
 from vehicle.session._registry import Registry, notFound
 from vehicle.session._requests import fingerprint, storageError
 from vehicle.session._session import (
@@ -74,5 +74,6 @@ __all__ = [
     "PublicTurns",
     "Replayed",
     "SessionObserver",
+    "Observers",
     "makeCapsule",
 ]

@@ -7,8 +7,8 @@ accepts (the session's one durable step) and returns an answer
 C{{"type", "value"}} that the web room wraps in a frame.  The verbs below
 (L{claim}, L{release}, L{submitCommand}, L{chime}, ...) are the rules of
 one session; L{Drive} joins them to the host's parts, handed down as
-interfaces (L{PublicTurns}, L{AgentRules}, L{BodyRules},
-L{SessionObserver}).
+interfaces (L{PublicTurns}, L{AgentRules}, L{BodyRules}); who follows a
+session's life is told by the session itself (L{Observers}).
 """
 
 from __future__ import annotations
@@ -392,17 +392,6 @@ class BodyRules(Protocol):
     async def dispose(self, session: Session) -> None: ...
 
 
-class SessionObserver(Protocol):
-    """
-    Who follows a session's life beyond the session room (the mirror):
-    told of a rename, and asked for its part of a delete's answer.
-    """
-
-    def renamed(self, session: Session) -> None: ...
-
-    def deleting(self, session: Session) -> dict[str, Any] | None: ...
-
-
 @define(eq=False)
 class Drive:
     """
@@ -414,7 +403,6 @@ class Drive:
     chooseModel: Callable[[str | None], str]
     agent: AgentRules
     bodies: BodyRules
-    observer: SessionObserver
     maxTurns: int = 12
     maxCostUsd: float = 0.25
     leaseTtlMs: int = 30 * 60 * 1000
@@ -502,9 +490,7 @@ class Drive:
 
     def rename(self, session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
         replay(session, request, "rename")
-        result = rename(session, caller, request)
-        self.observer.renamed(session)
-        return result
+        return rename(session, caller, request)
 
     async def command(
         self, session: Session, caller: Caller, request: dict[str, Any]
@@ -586,12 +572,9 @@ class Drive:
         await self.bodies.dispose(session)
         session = self.find(caller, sessionId)  # still ours, still there
         refuseIfRunning(session)
-        mirror = self.observer.deleting(session)
+        parts = self.registry.observers.deleting(session)
         trashedAs = self.registry.delete(caller, session)
-        value: dict[str, Any] = {"sessionId": sessionId, "trashedAs": trashedAs}
-        if mirror:
-            value["mirror"] = mirror
-        return answer("session.deleted", value)
+        return answer("session.deleted", {"sessionId": sessionId, "trashedAs": trashedAs, **parts})
 
 
 def refuseIfRunning(session: Session) -> None:

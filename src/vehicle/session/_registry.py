@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
+from vehicle.session._observers import Observers
 from vehicle.session._requests import (
     fingerprint,
     openLogs,
@@ -55,6 +56,9 @@ class Registry:
     #: Called with each session as it is created or loaded (the host wires
     #: conductors here).
     onSession: list[Callable[[Session], None]] = field(factory=list)
+    #: Who follows sessions' lives (the mirror, public accounting): told
+    #: of each session once its body is wired (L{onSession}).
+    observers: Observers = field(factory=Observers)
 
     # -- lookup -------------------------------------------------------------
 
@@ -242,8 +246,10 @@ class Registry:
     def _adopt(self, session: Session) -> None:
         self.sessions[session.sessionId] = session
         session.whenDeleted(self._forget)
+        session.observers = self.observers
         for hook in self.onSession:
             hook(session)
+        self.observers.created(session)
 
     def _forget(self, session: Session) -> None:
         self.sessions.pop(session.sessionId, None)

@@ -29,6 +29,7 @@ from vehicle.session._command import (
     commandRecord,
 )
 from vehicle.session._lease import LeaseKeeper
+from vehicle.session._observers import Observers
 from vehicle.session._restore import derive, owedEvents
 from vehicle.session._requests import ROUTE_OF, openLogs, replayed, requestRecord, storageError
 from vehicle.session._watchers import Listener, Watchers
@@ -148,6 +149,8 @@ class Session:
     #: The newest delegation token from the owner's requests: memory only.
     delegatedToken: str | None = field(default=None, repr=False)
     _onDeleted: list[Callable[["Session"], None]] = field(factory=list)
+    #: Who follows this session's life (its registry's L{Observers}).
+    observers: Observers = field(factory=Observers)
     #: The title C{meta.json} held when the session was opened: the title
     #: unless the log renamed it since.
     baseTitle: str | None = None
@@ -420,6 +423,7 @@ class Session:
                 "Session {sessionId}: meta.json could not be rewritten ({error}); "
                 "the title is kept in the log", sessionId=self.sessionId, error=str(e),
             )
+        self.observers.renamed(self)
         return frame
 
     def writeMeta(self) -> None:
@@ -554,6 +558,14 @@ class Session:
         self.directory = trashDir
         for callback in self._onDeleted:
             callback(self)
+        self.observers.deleted(self)
+
+    def settled(self, info: dict[str, Any]) -> None:
+        """
+        A run of this session settled (the body says so): its observers
+        follow (the mirror catches up).
+        """
+        self.observers.settled(self, info)
 
     def close(self) -> None:
         self.closed = True
