@@ -1,0 +1,189 @@
+"""
+The parts the session and the body were split into, each on its own: the
+lease's renewal rule, the observers' fan-out, the pump's backlog and the
+live body's run table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle.body._live import LiveBody
+from vehicle.body._pump import Pump
+from vehicle.session import Command, Lease, Observers
+from vehicle.session._lease import leaseAfter, renewedByUse
+
+
+def _event(kind: str, at: str, **data: Any) -> dict[str, Any]:
+    return {"type": kind, "timestamp": at, "data": data}
+
+
+ALICE = {"principal": "alice", "clientId": "tab-1"}
+LEASE = Lease(principal="alice", clientId="tab-1", ttlMs=60_000, claimedAt=0.0, renewedAt=0.0)
+
+
+class LeaseRuleTests(SynchronousTestCase):
+    """
+    One renewal rule, for live events and the log read back alike.
+    """
+
+    def test_holderRenews(self) -> None:
+        """
+        An event of the holder's mutation renews the lease at its time.
+        """
+        renewed = renewedByUse(LEASE, _event("command.accepted", "2026-12-01T00:00:10.000Z", by=ALICE))
+        self.assertIsNotNone(renewed)
+        assert renewed is not None
+        self.assertGreater(renewed.renewedAt, LEASE.renewedAt)
+
+    def test_othersAndDeleteDoNot(self) -> None:
+        """
+        Another client's event, or a delete, renews nothing.
+        """
+        other = {"principal": "alice", "clientId": "tab-2"}
+        at = "2026-12-01T00:00:10.000Z"
+        self.assertIs(renewedByUse(LEASE, _event("command.accepted", at, by=other)), LEASE)
+        self.assertIs(renewedByUse(LEASE, _event("session.deleted", at, by=ALICE)), LEASE)
+
+    def test_releasedEndsIt(self) -> None:
+        """
+        The holder's release ends the lease in the log's reading.
+        """
+        after = leaseAfter(LEASE, _event("lease.released", "2026-12-01T00:00:10.000Z", **ALICE))
+        self.assertIsNone(after)
+
+
+class _Recorder:
+    def __init__(self, fail: bool = False, part: dict[str, Any] | None = None) -> None:
+        self.seen: list[str] = []
+        self.fail = fail
+        self.part = part
+
+    def _note(self, what: str) -> None:
+        self.seen.append(what)
+        if self.fail:
+            raise RuntimeError(what)
+
+    def created(self, session: Any) -> None:
+        self._note("created")
+
+    def renamed(self, session: Any) -> None:
+        self._note("renamed")
+
+    def settled(self, session: Any, info: dict[str, Any]) -> None:
+        self._note("settled")
+
+    def deleting(self, session: Any) -> dict[str, Any] | None:
+        return self.part
+
+    def deleted(self, session: Any) -> None:
+        self._note("deleted")
+
+
+class ObserversTests(SynchronousTestCase):
+    """
+    Every observer is told, whatever another one does.
+    """
+
+    def test_failingObserverDoesNotStopTheOthers(self) -> None:
+        """
+        An observer that raises is logged; the next one is told all the same.
+        """
+        bad, good = _Recorder(fail=True), _Recorder()
+        observers = Observers()
+        observers.add(bad)
+        observers.add(good)
+        for tell in (observers.created, observers.renamed, observers.deleted):
+            tell(object())  # type: ignore[arg-type]
+        observers.settled(object(), {})  # type: ignore[arg-type]
+        self.assertEqual(good.seen, ["created", "renamed", "deleted", "settled"])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 4)
+
+    def test_deletingGathersParts(self) -> None:
+        """
+        The delete answer gets each observer's part, by its key.
+        """
+        observers = Observers()
+        observers.add(_Recorder(part={"mirror": {"documentId": "d"}}))
+        observers.add(_Recorder(part=None))
+        self.assertEqual(observers.deleting(object()), {"mirror": {"documentId": "d"}})  # type: ignore[arg-type]
+
+
+def _command(commandId: str, text: str | None = "hi") -> Command:
+    return Command(commandId=commandId, type="prompt", text=text)
+
+
+class PumpTests(SynchronousTestCase):
+    """
+    The backlog: what can still be taken back, and what goes first.
+    """
+
+    def test_deliveringIsNotWaiting(self) -> None:
+        """
+        The command being delivered is pi's already: only those behind it
+        wait, and an abort goes right behind it.
+        """
+        pump = Pump(clock=Clock(), idleSeconds=1)
+        one, two = _command("one"), _command("two")
+        pump.add(one)
+        pump.add(two)
+        pump.delivering = one
+        self.assertEqual(pump.waiting(), [two])
+        abort = Command(commandId="a", type="abort")
+        pump.add(abort, first=True)
+        self.assertEqual(pump.backlog, [one, abort, two])
+
+    def test_idleFires(self) -> None:
+        """
+        The idle timer fires once after the idle time, and cancelling it
+        stops it.
+        """
+        clock = Clock()
+        pump = Pump(clock=clock, idleSeconds=5)
+        fired: list[int] = []
+        pump.armIdle(lambda: fired.append(1))
+        clock.advance(5)
+        self.assertEqual(fired, [1])
+        pump.armIdle(lambda: fired.append(2))
+        pump.cancelIdle()
+        clock.advance(10)
+        self.assertEqual(fired, [1])
+
+
+class LiveBodyTests(SynchronousTestCase):
+    """
+    The run table of one pi process.
+    """
+
+    def _body(self) -> LiveBody:
+        return LiveBody(protocol=None, plan=None, paths=None, translator=None)  # type: ignore[arg-type]
+
+    def test_deliveredJoinsTheRun(self) -> None:
+        """
+        pi's user message with a queued command's rendered text delivers
+        that command into the run; the run's end forgets its texts.
+        """
+        body = self._body()
+        body.startRun(_command("p1"))
+        queued = _command("f1")
+        body.queued.append(queued)
+        body.rendered["f1"] = "more\n\n[open in Garden: d]"
+        self.assertIsNone(body.delivered("more"))
+        self.assertEqual(body.delivered("more\n\n[open in Garden: d]"), queued)
+        self.assertEqual(body.queued, [])
+        self.assertEqual([c.commandId for c in body.endRun()], ["p1", "f1"])
+        self.assertEqual(body.rendered, {})
+        self.assertIsNone(body.run)
+
+    def test_meter(self) -> None:
+        """
+        The door forwards only during a run, up to the turn budget.
+        """
+        body = self._body()
+        self.assertEqual(body.meter(2), "no run is under way")
+        body.startRun()
+        self.assertEqual([body.meter(2), body.meter(2)], [None, None])
+        self.assertEqual(body.meter(2), "this run's turn budget is spent")
