@@ -46,6 +46,24 @@ class BoundedRequest(Request):
             return
         self.content.write(data)
 
+    def process(self) -> None:
+        # A channel that cannot refuse on its own (a door's plain one) let
+        # the whole body come: it is still refused, whole, and never handed
+        # to a resource cut short.
+        if self._received > self.limit:
+            self._answer(413, tooLarge(self.limit))
+            return
+        super().process()
+
+    def _answer(self, status: int, error: VehicleError) -> None:
+        body = encode(errorFrame(error))
+        self.setResponseCode(status)
+        self.setHeader(b"content-type", b"application/json")
+        self.setHeader(b"cache-control", b"no-store")
+        self.setHeader(b"content-length", b"%d" % len(body))
+        self.write(body)
+        self.finish()
+
     def _handleStar(self) -> None:
         # "OPTIONS *" and its kind: the app answers (the secret first, then
         # no such route), not Twisted's empty page.
@@ -61,15 +79,7 @@ class BoundedRequest(Request):
         if self.startedWriting:
             self.finish()  # the answer was under way: end it where it is
             return reason
-        body = encode(errorFrame(
-            VehicleError("internal", "the host failed to answer; nothing was changed")
-        ))
-        self.setResponseCode(500)
-        self.setHeader(b"content-type", b"application/json")
-        self.setHeader(b"cache-control", b"no-store")
-        self.setHeader(b"content-length", b"%d" % len(body))
-        self.write(body)
-        self.finish()
+        self._answer(500, VehicleError("internal", "the host failed to answer; nothing was changed"))
         return reason
 
 
