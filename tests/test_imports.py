@@ -18,21 +18,6 @@ from twisted.trial.unittest import SynchronousTestCase
 SRC = Path(__file__).parent.parent / "src"
 PACKAGE = SRC / "vehicle"
 
-#: Imports still left inside the rooms being redesigned at the time of
-#: writing (issue 11, items 1-4: body, session, web and the tap belong to
-#: that work, which removes them).  (importing module, imported module).
-#: Everywhere else the list is empty; nothing may be added to it.
-ALLOWED = frozenset({
-    # web reaches into session for the roles.
-    ("vehicle.web._trust", "vehicle.session._values"),
-    # session reaches into store's file layer.
-    ("vehicle.session._registry", "vehicle.store._files"),
-})
-
-#: The rooms an allowed entry may come from.
-REDESIGNED = ("vehicle.body", "vehicle.session", "vehicle.web", "vehicle._tap")
-
-
 def moduleName(path: Path) -> str:
     """
     The dotted name of a module under C{src/}.
@@ -115,23 +100,15 @@ class FacesTests(SynchronousTestCase):
     def test_noPrivateImports(self) -> None:
         """
         Every import across packages goes through the other package's
-        C{__init__.py}; the only exceptions are L{ALLOWED}'s.
+        C{__init__.py}, with no exception.
         """
         found = []
         for name, path in everyModule():
             for line, target in violations(
                 name, path.read_text("utf-8"), package=path.name == "__init__.py"
             ):
-                if (name, target) not in ALLOWED:
-                    found.append(f"{path.relative_to(SRC.parent)}:{line}: {target}")
+                found.append(f"{path.relative_to(SRC.parent)}:{line}: {target}")
         self.assertEqual(found, [], "imports of another package's private modules")
-
-    def test_allowedOnlyInTheRedesignedRooms(self) -> None:
-        """
-        The allow-list names only modules of the rooms being redesigned.
-        """
-        for importer, _ in ALLOWED:
-            self.assertTrue(importer.startswith(REDESIGNED), importer)
 
     def test_modulesFound(self) -> None:
         """
