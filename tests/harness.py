@@ -19,6 +19,8 @@ from vehicle._tap import buildHost
 from vehicle.models import ModelCatalog
 from vehicle.settings import Settings
 
+from tests._headers import bytesNames
+
 
 SECRET = "test-secret-0123456789"
 
@@ -183,7 +185,7 @@ class Harness:
         if headers:
             hdrs.update(headers)
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        return self.stub.request(method, "http://host" + path, headers=hdrs, data=data)
+        return self.stub.request(method, "http://host" + path, headers=bytesNames(hdrs), data=data)
 
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
         d = self.request(method, path, body, **kw)
