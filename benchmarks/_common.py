@@ -1,6 +1,6 @@
 """
 What the benchmarks share: a stand-in for the trial TestCase that
-L{tests.live.LiveHost} wants, and a process's resident memory.
+L{tests.support.live.LiveHost} wants, and a process's resident memory.
 """
 
 from __future__ import annotations

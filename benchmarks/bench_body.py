@@ -28,7 +28,7 @@ from twisted.internet.task import react
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import BenchCase, rss  # noqa: E402
-from tests.live import LiveHost, SSEWatcher  # noqa: E402
+from tests.support.live import LiveHost, SSEWatcher  # noqa: E402
 from vehicle.body import (  # noqa: E402
     EXTENSION,
     PiProtocol,

@@ -34,7 +34,7 @@ from twisted.internet.task import react
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import BenchCase  # noqa: E402
-from tests.live import LiveHost  # noqa: E402
+from tests.support.live import LiveHost  # noqa: E402
 
 
 

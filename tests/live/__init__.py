@@ -1,0 +1,3 @@
+"""
+Live tests: real pi, bwrap, twistd, subprocesses and sockets.
+"""

@@ -1,0 +1,686 @@
+# -*- test-case-name: tests.live.test_agent -*-
+"""
+The agent profile through the host's routes: who may create and drive one,
+the isolation decision (with the probe simulated), tampered folders, what
+the summary and listing say, the plan each boxed body gets, and where a
+deleted agent's workspace goes.
+
+The host is the in-memory one of L{tests.support.harness} on a
+L{MemoryReactorClock}; the bwrap probe is answered by a fake spawner put in
+the L{AgentProfile} that C{buildHost} wired (C{HostService.host.agent}).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from twisted.internet.defer import succeed
+from twisted.internet.error import ProcessDone, ProcessTerminated
+from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+from treq.testing import StubTreq
+
+from vehicle.agent import BRIDGE_PORT, AgentProfile
+from vehicle.box import PROBE_ARGS
+
+from vehicle._tap import buildHost
+from vehicle.models import ModelCatalog
+from vehicle.settings import Settings
+
+from tests.support.harness import MODELS, SECRET, FakeLauncher, Harness
+from tests.support.live import LiveHost, settledEvent
+from tests.live.test_escape import bashMarker
+
+
+class _Port:
+    """
+    A listening port that stops like a real one (with a L{Deferred}).
+    """
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.stopped = False
+
+    def stopListening(self) -> Any:
+        self.stopped = True
+        return succeed(None)
+
+
+class Reactor(MemoryReactorClock):
+    """
+    A memory reactor whose Unix ports stop with a L{Deferred} (the door
+    awaits it).
+    """
+
+    def listenUNIX(self, address: str, factory: Any, backlog: int = 50,
+                   mode: int = 0o666, wantPID: int = 0) -> _Port:
+        self.unixServers.append((address, factory, backlog, mode, wantPID))
+        return _Port(address)
+
+
+class ProbeSpawner:
+    """
+    Answers the bwrap probe at once: exits 0, or with C{status} and
+    C{stderr}, or raises C{error} as a missing binary would.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str], dict[str, str]]] = []
+        self.status = 0
+        self.stderr = b""
+        self.error: OSError | None = None
+
+    def refuse(self, stderr: bytes, status: int = 1) -> None:
+        self.status, self.stderr, self.error = status, stderr, None
+
+    def missing(self) -> None:
+        self.error = FileNotFoundError(errno.ENOENT, "No such file or directory")
+
+    def allow(self) -> None:
+        self.status, self.stderr, self.error = 0, b"", None
+
+    def __call__(self, protocol: ProcessProtocol, executable: str,
+                 args: Sequence[str], env: Mapping[str, str]) -> Any:
+        if self.error is not None:
+            raise self.error
+        self.calls.append((executable, list(args), dict(env)))
+        transport = _ProbeTransport()
+        protocol.makeConnection(transport)  # type: ignore[arg-type]
+        if self.stderr:
+            protocol.errReceived(self.stderr)
+        if self.status == 0:
+            protocol.processEnded(Failure(ProcessDone(0)))
+        else:
+            protocol.processEnded(Failure(ProcessTerminated(self.status)))
+        return transport
+
+
+class _ProbeTransport:
+    def signalProcess(self, signal: str) -> None:
+        pass
+
+
+class RecordingLauncher(FakeLauncher):
+    """
+    L{FakeLauncher}, keeping what each body was spawned with.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kwargs: list[dict[str, Any]] = []
+
+    def spawn(self, protocol: Any, **kw: Any) -> Any:
+        self.kwargs.append(kw)
+        return super().spawn(protocol, **kw)
+
+
+class AgentHarness(Harness):
+    """
+    L{Harness} on a L{MemoryReactorClock}, with the probe answered by
+    L{ProbeSpawner}.
+    """
+
+    def __init__(self, testCase: SynchronousTestCase, **settings: Any) -> None:
+        self.spawner = ProbeSpawner()
+        # Absolute, as Settings.fromEnvironment makes it: the box refuses
+        # relative paths.
+        super().__init__(testCase, root=Path(testCase.mktemp()).absolute(), **settings)
+
+    def _start(self) -> None:
+        if not isinstance(self.clock, Reactor):
+            now = self.clock.seconds()
+            self.clock = Reactor()
+            self.clock.advance(now)
+        settings = Settings(
+            secret=SECRET, dataDir=self.root, listen="tcp:0:interface=127.0.0.1", **self.overrides
+        )
+        models = ModelCatalog(json.loads(json.dumps(MODELS["providers"])), "scripted/echo-1")
+        self.launcher = RecordingLauncher()
+        self.api, self.host = buildHost(settings, models, self.clock, launcher=self.launcher)
+        # buildHost wires one AgentProfile: the bodies' (HostService.host).
+        self.agent: AgentProfile = self.host.host.agent
+        self.agent.spawner = self.spawner
+        self.host.startService()
+        self.stub = StubTreq(self.api.resource())
+
+    def createAgent(self, requestId: str = "create-agent", **kw: Any) -> tuple[int, Any]:
+        who = {k: kw.pop(k) for k in list(kw) if k in ("principal", "graph", "role", "client")}
+        body = {"requestId": requestId, "profile": "agent", **kw}
+        return self.call("POST", "/sessions", body, **who)
+
+    def prompt(self, sessionId: str, requestId: str, **who: Any) -> tuple[int, Any]:
+        return self.call(
+            "POST", f"/sessions/{sessionId}/commands",
+            {"type": "prompt", "requestId": requestId, "text": "hello"}, **who,
+        )
+
+    def command(self, sessionId: str, commandId: str) -> dict[str, Any]:
+        code, frame = self.call("GET", f"/sessions/{sessionId}")
+        assert code == 200, frame
+        return next(c for c in frame["value"]["commands"] if c["commandId"] == commandId)
+
+    def commandIds(self, sessionId: str) -> list[str]:
+        code, frame = self.call("GET", f"/sessions/{sessionId}")
+        assert code == 200, frame
+        return [c["commandId"] for c in frame["value"]["commands"]]
+
+    def events(self, sessionId: str) -> list[dict[str, Any]]:
+        code, frame = self.call("GET", f"/sessions/{sessionId}/events?since=0")
+        assert code == 200, frame
+        return list(frame["value"]["events"])
+
+
+class CreationTests(SynchronousTestCase):
+    """
+    Who may make an agent session, and when the host refuses to.
+    """
+
+    def setUp(self) -> None:
+        self.host = AgentHarness(self)
+        self.addCleanup(self.host.stop)
+
+    def assertError(self, answer: tuple[int, Any], status: int, code: str) -> dict[str, Any]:
+        got, frame = answer
+        self.assertEqual((got, frame.get("type"), frame.get("code")), (status, "error", code), frame)
+        return frame
+
+    def test_ownerCreates(self) -> None:
+        """
+        The graph's owner gets an agent session boxed by bwrap, after one
+        probe of the box with the probe's own flags and environment (one
+        more than the host's probe at start-up, made the same way); its
+        workspace exists, private to the host.
+        """
+        self.assertEqual(len(self.host.spawner.calls), 1)
+        code, frame = self.host.createAgent()
+        self.assertEqual(code, 201, frame)
+        session = frame["value"]["session"]
+        self.assertEqual((session["profile"], session["isolation"]), ("agent", "bwrap"))
+        startup, creation = self.host.spawner.calls
+        for executable, args, env in (startup, creation):
+            self.assertEqual(args, [executable, *PROBE_ARGS])
+            self.assertEqual(env, {"PATH": "/usr/bin:/bin"})
+        workspace = self.host.root / "workspaces" / session["sessionId"]
+        self.assertTrue(workspace.is_dir())
+        self.assertEqual(workspace.stat().st_mode & 0o777, 0o700)
+
+    def test_notOwnerForbidden(self) -> None:
+        """
+        An editor or a viewer asking for an agent session gets
+        C{forbidden_profile} 403, and nothing is made (no session, no
+        workspace, no probe beyond the host's one at start-up).
+        """
+        startup = list(self.host.spawner.calls)
+        self.assertEqual(len(startup), 1)
+        for role in ("editor", "viewer"):
+            frame = self.assertError(
+                self.host.createAgent(f"create-{role}", role=role), 403, "forbidden_profile"
+            )
+            self.assertEqual(frame["details"], {"role": role})
+        code, frame = self.host.call("GET", "/sessions")
+        self.assertEqual(frame["value"]["sessions"], [])
+        self.assertEqual(os.listdir(self.host.root / "workspaces"), [])
+        self.assertEqual(self.host.spawner.calls, startup)
+
+    def test_editorMayCreateChat(self) -> None:
+        """
+        The same editor may still create a chat session: the refusal is
+        about the profile only.
+        """
+        session = self.host.create(role="editor")
+        self.assertEqual(session["profile"], "chat")
+        self.assertNotIn("isolation", session)
+
+    def test_bwrapMissing(self) -> None:
+        """
+        A host whose bwrap is missing refuses with C{isolation_unavailable}
+        503, saying so; nothing is made.
+        """
+        self.host.spawner.missing()
+        frame = self.assertError(self.host.createAgent(), 503, "isolation_unavailable")
+        self.assertIn("bwrap not found", frame["message"])
+        self.assertEqual(os.listdir(self.host.root / "workspaces"), [])
+        self.assertEqual(self.host.call("GET", "/sessions")[1]["value"]["sessions"], [])
+
+    def test_bwrapRefused(self) -> None:
+        """
+        A bwrap that cannot make its namespaces (AppArmor, a container)
+        gives C{isolation_unavailable} 503 with bwrap's own first line.
+        """
+        self.host.spawner.refuse(b"\nbwrap: setting up uid map: Permission denied\n")
+        frame = self.assertError(self.host.createAgent(), 503, "isolation_unavailable")
+        self.assertIn("bwrap: setting up uid map: Permission denied", frame["message"])
+
+    def test_probeAgainAfterRefusal(self) -> None:
+        """
+        The probe is not cached: once bwrap works again, the same request
+        creates the session.
+        """
+        self.host.spawner.missing()
+        self.assertError(self.host.createAgent("again"), 503, "isolation_unavailable")
+        self.host.spawner.allow()
+        code, frame = self.host.createAgent("again")
+        self.assertEqual(code, 201, frame)
+
+    def test_microvmRefused(self) -> None:
+        """
+        C{microvm} is refused as not implemented, without a probe.
+        """
+        host = AgentHarness(self, isolation="microvm")
+        self.addCleanup(host.stop)
+        frame = self.assertError(host.createAgent(), 503, "isolation_unavailable")
+        self.assertIn("not implemented", frame["message"])
+        self.assertEqual(host.spawner.calls, [])
+
+    def test_noneRefusedWithoutFlag(self) -> None:
+        """
+        C{none} is refused unless the operator set
+        C{VEHICLE_AGENT_UNISOLATED=1}; the message says how.
+        """
+        host = AgentHarness(self, isolation="none")
+        self.addCleanup(host.stop)
+        frame = self.assertError(host.createAgent(), 503, "isolation_unavailable")
+        self.assertIn("VEHICLE_AGENT_UNISOLATED", frame["message"])
+
+    def test_noneWithFlag(self) -> None:
+        """
+        With the operator's flag, C{none} is accepted and labelled so, with
+        no probe.
+        """
+        host = AgentHarness(self, isolation="none", agentUnisolated=True)
+        self.addCleanup(host.stop)
+        code, frame = host.createAgent()
+        self.assertEqual(code, 201, frame)
+        self.assertEqual(frame["value"]["session"]["isolation"], "none")
+        self.assertEqual(host.spawner.calls, [])
+
+    def test_seatbeltOffMac(self) -> None:
+        """
+        C{seatbelt} on Linux is refused: it needs macOS.
+        """
+        host = AgentHarness(self, isolation="seatbelt")
+        self.addCleanup(host.stop)
+        frame = self.assertError(host.createAgent(), 503, "isolation_unavailable")
+        self.assertIn("macOS", frame["message"])
+
+    def test_summaryAndListing(self) -> None:
+        """
+        The creation answer, C{inspect}, the listing and the capsule carry
+        C{profile} and C{isolation}; a chat session has no C{isolation};
+        host paths (the recorded folders) are not shown.
+        """
+        code, frame = self.host.createAgent()
+        agentId = frame["value"]["session"]["sessionId"]
+        chatId = self.host.create("create-chat")["sessionId"]
+        code, frame = self.host.call("GET", f"/sessions/{agentId}")
+        summary = frame["value"]["session"]
+        self.assertEqual((summary["profile"], summary["isolation"]), ("agent", "bwrap"))
+        self.assertNotIn("folders", summary)
+        self.assertNotIn(str(self.host.root), json.dumps(summary))
+        code, frame = self.host.call("GET", "/sessions")
+        listed = {s["sessionId"]: s for s in frame["value"]["sessions"]}
+        self.assertEqual(listed[agentId]["profile"], "agent")
+        self.assertEqual(listed[agentId]["isolation"], "bwrap")
+        self.assertEqual(listed[chatId]["profile"], "chat")
+        self.assertNotIn("isolation", listed[chatId])
+        code, frame = self.host.call("GET", f"/sessions/{agentId}/capsule")
+        self.assertEqual(code, 200, frame)
+        capsule = json.dumps(frame["value"])
+        self.assertIn('"profile": "agent"', capsule)
+        self.assertIn('"isolation": "bwrap"', capsule)
+
+
+class DrivingTests(SynchronousTestCase):
+    """
+    Driving an agent session: the owner only, and only a body in its box
+    on the folders the host made.
+    """
+
+    def setUp(self) -> None:
+        self.host = AgentHarness(self)
+        self.addCleanup(self.host.stop)
+        code, frame = self.host.createAgent()
+        assert code == 201, frame
+        self.sessionId = frame["value"]["session"]["sessionId"]
+        self.workspace = self.host.root / "workspaces" / self.sessionId
+        self.piDir = self.host.root / "sessions" / self.sessionId / "pi"
+
+    def test_promptAfterRoleDrop(self) -> None:
+        """
+        The owner, now only an editor, may not prompt: C{access_reduced}
+        403, and no body is started.
+        """
+        code, frame = self.host.prompt(self.sessionId, "p1", role="editor")
+        self.assertEqual((code, frame["code"]), (403, "access_reduced"), frame)
+        self.assertEqual(frame["details"], {"role": "editor"})
+        self.assertEqual(self.host.launcher.spawned, [])
+
+    def test_claimAfterRoleDrop(self) -> None:
+        """
+        Nor claim the lease (after releasing it as owner).
+        """
+        code, frame = self.host.call(
+            "POST", f"/sessions/{self.sessionId}/release", {"requestId": "r1"}
+        )
+        self.assertEqual(code, 200, frame)
+        code, frame = self.host.call(
+            "POST", f"/sessions/{self.sessionId}/claim", {"requestId": "c1"}, role="editor"
+        )
+        self.assertEqual((code, frame["code"]), (403, "access_reduced"), frame)
+
+    def test_ownerStillReads(self) -> None:
+        """
+        Reading is not driving: an editor still inspects the session.
+        """
+        code, frame = self.host.call("GET", f"/sessions/{self.sessionId}", role="editor")
+        self.assertEqual(code, 200, frame)
+
+    def test_boxedPlan(self) -> None:
+        """
+        The owner's prompt starts a body with the plan of a box: a fresh
+        probe (besides the route's check of the dormant body, which probes
+        too), the workspace as its working folder, a wrapper into bwrap,
+        providers that hold the door's token and the bridge's loopback
+        address (never the key or the provider's URL), and the bridge to
+        the door's socket in the boot config.
+        """
+        probes = len(self.host.spawner.calls)
+        code, frame = self.host.prompt(self.sessionId, "p1")
+        self.assertEqual(code, 202, frame)
+        self.assertEqual(len(self.host.spawner.calls), probes + 2)
+        [spawn] = self.host.launcher.spawned
+        door = self.host.agent.doors[self.sessionId]
+        kwargs = self.host.launcher.kwargs[-1]
+        self.assertEqual(kwargs["paths"].workDir, self.workspace)
+        self.assertEqual(kwargs["profile"], "agent")
+        providers = kwargs["providers"]
+        self.assertEqual(list(providers), ["scripted"])
+        self.assertEqual(providers["scripted"]["apiKey"], door.token)
+        self.assertEqual(providers["scripted"]["baseUrl"], f"http://127.0.0.1:{BRIDGE_PORT}/v1")
+        realKey = MODELS["providers"]["scripted"]["apiKey"]
+        self.assertNotIn(realKey, json.dumps(providers))
+        self.assertEqual(
+            kwargs["bootExtra"],
+            {"bridge": {"socket": str(door.socketPath), "port": BRIDGE_PORT, "token": door.token}},
+        )
+        self.assertIsNotNone(kwargs["wrap"])
+        self.assertEqual(self.host.clock.unixServers[-1][0], str(door.socketPath))
+        self.assertEqual(self.host.clock.unixServers[-1][3], 0o600)
+
+    def test_wrapper(self) -> None:
+        """
+        The wrapper puts pi inside bwrap with the body's folders bound, the
+        door's folder bound read-only, the home and data dir masked, and
+        gives bwrap itself only C{PATH}.
+        """
+        self.host.prompt(self.sessionId, "p1")
+        kwargs = self.host.launcher.kwargs[-1]
+        paths = kwargs["paths"]
+        paths.prepare()
+        door = self.host.agent.doors[self.sessionId]
+        argv, env = kwargs["wrap"](["/bin/node", "pi.js"], {"HOME": str(paths.home)}, paths)
+        self.assertEqual(env, {"PATH": "/usr/bin:/bin"})
+        self.assertEqual(argv[0], self.host.agent.bwrap)
+        self.assertEqual(argv[-3:], ["--", "/bin/node", "pi.js"])
+        text = " ".join(argv)
+        workspace = os.path.realpath(self.workspace)
+        piDir = os.path.realpath(self.piDir)
+        root = os.path.realpath(self.host.root)
+        socketDir = os.path.realpath(door.socketPath.parent)
+        self.assertIn(f"--bind {workspace} {workspace}", text)
+        self.assertIn(f"--bind {piDir} {piDir}", text)
+        self.assertIn(f"--ro-bind {socketDir} {socketDir}", text)
+        self.assertIn(f"--tmpfs {root}", text)
+        self.assertIn(f"--tmpfs {Path.home()}", text)
+        self.assertIn("--unshare-net", argv)
+        self.assertIn("--die-with-parent", argv)
+
+    def test_doorClosedWhenDormant(self) -> None:
+        """
+        When the body ends, its door is closed and forgotten.
+        """
+        self.host.prompt(self.sessionId, "p1")
+        door = self.host.agent.doors[self.sessionId]
+        port = door.port
+        self.host.launcher.spawned[-1].signalProcess("KILL")
+        self.assertNotIn(self.sessionId, self.host.agent.doors)
+        self.assertTrue(port.stopped)
+
+    def assertRefused(self, requestId: str, status: int, code: str) -> dict[str, Any]:
+        """
+        A prompt to the dormant body is refused at the route with C{status}
+        and C{code}: nothing is logged (no C{command.accepted}, no event at
+        all), the command is not in the snapshot, and no body or door is
+        started.
+
+        @return: the error frame.
+        """
+        before = self.host.events(self.sessionId)
+        got, frame = self.host.prompt(self.sessionId, requestId)
+        self.assertEqual(
+            (got, frame.get("type"), frame.get("code"), frame.get("requestId")),
+            (status, "error", code, requestId),
+            frame,
+        )
+        after = self.host.events(self.sessionId)
+        self.assertNotIn("command.accepted", [e["type"] for e in after])
+        self.assertEqual(after, before)
+        self.assertNotIn(requestId, self.host.commandIds(self.sessionId))
+        self.assertEqual(self.host.launcher.spawned, [])
+        self.assertNotIn(self.sessionId, self.host.agent.doors)
+        return frame
+
+    def assertAcceptedOnRetry(self, requestId: str) -> None:
+        """
+        The refused request was not remembered: the same C{requestId}, sent
+        again, is accepted and starts one body.
+        """
+        code, frame = self.host.prompt(self.sessionId, requestId)
+        self.assertEqual((code, frame.get("type")), (202, "command.accepted"), frame)
+        self.assertEqual(len(self.host.launcher.spawned), 1)
+        self.assertIn(requestId, self.host.commandIds(self.sessionId))
+
+    def test_probeBeforeEachBody(self) -> None:
+        """
+        A host whose box broke after creation starts no body: the prompt is
+        refused with C{isolation_unavailable} 503 and bwrap's reason; once
+        the box works again, the same request is accepted (the probe is not
+        cached).
+        """
+        self.host.spawner.refuse(b"bwrap: Creating new namespace failed: Operation not permitted\n")
+        frame = self.assertRefused("p1", 503, "isolation_unavailable")
+        self.assertIn("Operation not permitted", frame["message"])
+        self.host.spawner.allow()
+        self.assertAcceptedOnRetry("p1")
+
+    def assertTampered(self, folder: str, restore: Any = None) -> None:
+        """
+        A prompt now starts no body: it is refused at the route with
+        C{body_tampered} 409 naming C{folder}.  If C{restore} puts the
+        host's own folder back, the same request is then accepted.
+        """
+        frame = self.assertRefused("p-tampered", 409, "body_tampered")
+        self.assertIn(f"the agent's {folder} folder", frame["message"])
+        self.assertEqual(frame["details"], {"folder": folder})
+        if restore is not None:
+            restore()
+            self.assertAcceptedOnRetry("p-tampered")
+
+    def test_workspaceSymlink(self) -> None:
+        """
+        A workspace replaced by a symlink (to a folder the body should not
+        have) is C{body_tampered}.
+        """
+        elsewhere = Path(self.mktemp())
+        elsewhere.mkdir()
+        self.workspace.rename(self.workspace.with_name("moved-away"))
+        self.workspace.symlink_to(elsewhere.absolute())
+
+        def restore() -> None:
+            self.workspace.unlink()
+            self.workspace.with_name("moved-away").rename(self.workspace)
+
+        self.assertTampered("workspace", restore)
+
+    def test_workspaceReplaced(self) -> None:
+        """
+        A workspace replaced by another real folder (a new inode) is
+        C{body_tampered}.
+        """
+        self.workspace.rename(self.workspace.with_name("moved-away"))
+        self.workspace.mkdir(mode=0o700)
+
+        def restore() -> None:
+            self.workspace.rmdir()
+            self.workspace.with_name("moved-away").rename(self.workspace)
+
+        self.assertTampered("workspace", restore)
+
+    def test_workspaceGone(self) -> None:
+        """
+        A workspace that is gone is C{body_tampered} too (never recreated
+        silently): asked again, the host refuses again.
+        """
+        shutil.rmtree(self.workspace)
+        self.assertTampered("workspace")
+        self.assertFalse(self.workspace.exists())
+        self.assertTampered("workspace")
+        self.assertFalse(self.workspace.exists())
+
+    def test_piFolderSymlink(self) -> None:
+        """
+        The pi folder replaced by a symlink is C{body_tampered}.
+        """
+        self.piDir.rename(self.piDir.with_name("pi-away"))
+        self.piDir.symlink_to(self.piDir.with_name("pi-away"))
+
+        def restore() -> None:
+            self.piDir.unlink()
+            self.piDir.with_name("pi-away").rename(self.piDir)
+
+        self.assertTampered("pi", restore)
+
+    def test_deleteMovesWorkspaceToTrash(self) -> None:
+        """
+        Deleting an agent session moves its workspace into its trash
+        directory as C{workspace/}, contents and all.
+        """
+        (self.workspace / "notes.txt").write_text("kept\n")
+        (self.workspace / "sub").mkdir()
+        (self.workspace / "link").symlink_to("/etc/passwd")
+        code, frame = self.host.call("DELETE", f"/sessions/{self.sessionId}")
+        self.assertEqual(code, 200, frame)
+        trashed = self.host.root / "trash" / frame["value"]["trashedAs"]
+        self.assertFalse(self.workspace.exists())
+        self.assertEqual((trashed / "workspace" / "notes.txt").read_text(), "kept\n")
+        self.assertTrue((trashed / "workspace" / "sub").is_dir())
+        self.assertEqual(os.readlink(trashed / "workspace" / "link"), "/etc/passwd")
+        self.assertTrue((trashed / "deleted.json").exists())
+
+
+class LiveAgentTests(TestCase):
+    """
+    The same refusals with real pi bodies and the real probe.
+    """
+
+    timeout = 90
+
+    async def test_bwrapMissingForReal(self) -> None:
+        """
+        With the profile's bwrap path pointing nowhere, the real probe
+        fails and creation is refused with C{isolation_unavailable} 503.
+        """
+        host = await LiveHost(self).start()
+        host.host.host.agent.bwrap = "/nonexistent/bwrap"
+        code, frame = await host.call(
+            "POST", "/sessions", {"requestId": "c1", "profile": "agent"}
+        )
+        self.assertEqual((code, frame["code"]), (503, "isolation_unavailable"), frame)
+        self.assertIn("/nonexistent/bwrap", frame["message"])
+
+    async def test_tamperedBetweenPrompts(self) -> None:
+        """
+        A body cannot swap its own workspace (the tool's C{mv} of it
+        fails; the host sees the same folder); once the body is dormant and
+        the workspace is swapped for a symlink on the host, the next prompt
+        is refused with C{body_tampered} 409, accepts nothing and starts no
+        body.
+        """
+        host = await LiveHost(self).start()
+        sid = await host.create(profile="agent")
+        workspace = host.root / "workspaces" / sid
+        before = os.lstat(workspace)
+        command = "mv $PWD $PWD-moved; mkdir -p $PWD/../x; echo tried > tried.txt"
+        await host.command(sid, "prompt", "p1", text="swap " + bashMarker(command))
+        await host.waitFor(sid, settledEvent)
+        after = os.lstat(workspace)
+        self.assertEqual((after.st_dev, after.st_ino), (before.st_dev, before.st_ino))
+        self.assertEqual((workspace / "tried.txt").read_text(), "tried\n")
+        self.assertFalse(workspace.with_name(workspace.name + "-moved").exists())
+
+        code, frame = await host.command(sid, "shutdown", "stop")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        cursor = events[-1]["seq"]
+        elsewhere = Path(self.mktemp()).absolute()
+        elsewhere.mkdir()
+        workspace.rename(workspace.with_name("moved-away"))
+        workspace.symlink_to(elsewhere)
+        code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        code, frame = await host.command(sid, "prompt", "p2", text="again")
+        self.assertEqual((code, frame["code"]), (409, "body_tampered"), frame)
+        self.assertEqual(frame["details"], {"folder": "workspace"})
+        code, frame = await host.call("GET", f"/sessions/{sid}/events?since={cursor}")
+        self.assertEqual(code, 200, frame)
+        kinds = [e["type"] for e in frame["value"]["events"]]
+        self.assertNotIn("command.accepted", kinds)
+        self.assertNotIn("body.materialized", kinds)
+        code, frame = await host.call("GET", f"/sessions/{sid}")
+        self.assertNotIn("p2", [c["commandId"] for c in frame["value"]["commands"]])
+        self.assertEqual(host.registry().sessions[sid].conductor.state, "dormant")
+
+
+class SeatbeltTests(SynchronousTestCase):
+    """
+    On macOS the agent's box is seatbelt: wired here, tested as an argv and
+    a profile (it cannot run on Linux).
+    """
+
+    def test_seatbeltPlan(self) -> None:
+        """
+        With C{VEHICLE_ISOLATION=seatbelt} on darwin, no probe runs, the body
+        is wrapped in C{sandbox-exec} with every path a parameter and its own
+        C{TMPDIR}, and the bridge takes a free port (a seatbelt box shares the
+        host's loopback) in place of the 0 in the providers' URL.
+        """
+        host = AgentHarness(self, isolation="seatbelt")
+        self.addCleanup(host.stop)
+        host.agent.platform = "darwin"
+        probes = len(host.spawner.calls)
+        code, frame = host.createAgent()
+        self.assertEqual(code, 201, frame)
+        self.assertEqual(frame["value"]["session"]["isolation"], "seatbelt")
+        sessionId = frame["value"]["session"]["sessionId"]
+        code, frame = host.prompt(sessionId, "p1")
+        self.assertEqual(code, 202, frame)
+        self.assertEqual(len(host.spawner.calls), probes)
+        kwargs = host.launcher.kwargs[-1]
+        self.assertEqual(kwargs["bootExtra"]["bridge"]["port"], 0)
+        self.assertEqual(kwargs["providers"]["scripted"]["baseUrl"], "http://127.0.0.1:0/v1")
+        paths = kwargs["paths"]
+        argv, env = kwargs["wrap"](["/bin/node", "pi.js"], {"HOME": str(paths.home)}, paths)
+        self.assertEqual(argv[0], "/usr/bin/sandbox-exec")
+        self.assertEqual(argv[-3:], ["--", "/bin/node", "pi.js"])
+        profile = argv[argv.index("-p") + 1]
+        self.assertIn("(deny default)", profile)
+        self.assertNotIn(str(paths.workDir), profile)
+        self.assertIn(f"WORKSPACE={paths.workDir}", argv)
+        self.assertEqual(env["TMPDIR"], str(paths.piDir / "tmp"))

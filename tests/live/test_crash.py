@@ -1,0 +1,940 @@
+"""
+Crash injection: for every mutating route, the host (the real one, in
+memory: L{tests.support.harness.Harness}) is killed right after the k-th durable
+write (fsync) of one request, thrown away, and a new host is started on
+the same data directory; the same request (same C{requestId}, same body) is
+sent again.  The state must then be one of the two a whole request allows,
+each with its answer: the request done before the kill (the same as a run
+killed just after it: the retry replays), or not done at all (the same as
+a run killed just before it: the retry does it).  Never half: one effect,
+gapless seqs, no half-made folder, no trash entry without C{deleted.json},
+no temporary file, C{meta.json} agreeing with what is served.
+
+The same runs go under a simulated power loss (L{tests.support._crashfs}: only what
+was synced survives).  The default run cuts at the first and the last
+write of each route; C{VEHICLE_LONG_PROOFS=1} cuts at every one.
+
+Other rooms add their routes with L{scenario} (the public grants and turns:
+a setup and a request, as below).
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from attrs import field, frozen
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from tests.support._crashfs import Crash, CrashFiles
+from tests.support.harness import Harness
+from tests.unit.test_sessionfile import HEADER, assistant, encode, user
+
+
+LONG = os.environ.get("VEHICLE_LONG_PROOFS") == "1"
+
+#: Events a request's own step writes (the conductor's later news about
+#: bodies and runs is not the request's effect, and a restart reports the
+#: open commands interrupted).
+EFFECTS = frozenset({
+    "session.created", "session.forked", "session.cloned", "session.renamed",
+    "session.deleted", "lease.claimed", "lease.renewed", "lease.released",
+    "lease.revoked", "command.accepted", "room.policy", "chime.received",
+    "chime.resolved",
+})
+
+#: Fields that differ from run to run without meaning anything.
+VOLATILE = frozenset({
+    "timestamp", "at", "acceptedAt", "updatedAt", "claimedAt", "expiresAt",
+    "receivedAt", "createdAt", "deletedAt", "cursor",
+})
+
+_IDS = re.compile(r"^(s[0-9a-f]{32}|chime-[0-9a-f]{12})(-\d+)?$")
+
+Request = tuple[str, str, Any, dict[str, Any]]
+
+
+@frozen
+class Scenario:
+    """
+    One mutating request: C{setup} prepares a host and returns what the
+    request needs; C{request} makes C{(method, path, body, who)} of it.
+    C{lease}: compare who holds the lease (not for commands whose body
+    gives it back later).
+    """
+
+    name: str
+    setup: Callable[[Harness], dict[str, Any]]
+    request: Callable[[dict[str, Any]], Request]
+    lease: bool = True
+    #: The host's settings (L{Harness} overrides: public mode, ...).
+    settings: dict[str, Any] = field(factory=dict)
+    #: More state to compare, from the restarted host (a ledger's rows).
+    extra: Callable[[Harness], Any] | None = None
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(name: str, setup: Callable[[Harness], dict[str, Any]],
+             request: Callable[[dict[str, Any]], Request], lease: bool = True,
+             settings: dict[str, Any] | None = None,
+             extra: Callable[[Harness], Any] | None = None) -> None:
+    """
+    Add a route to the crash-injection driver (another room's routes too:
+    a public grant or turn needs C{settings} for public mode, and compares
+    its ledger with C{extra}).  Add the test with L{addCrashTests}.
+    """
+    SCENARIOS[name] = Scenario(name, setup, request, lease, settings or {}, extra)
+
+
+def _session(h: Harness, **kw: Any) -> dict[str, Any]:
+    return {"sid": h.create(**kw)["sessionId"]}
+
+
+def _withPi(h: Harness, **kw: Any) -> dict[str, Any]:
+    ctx = _session(h, **kw)
+    directory = h.api.registry.sessions[ctx["sid"]].directory
+    piFile = directory / "pi" / "2026-11-30T07-00-50-130Z_01a22b41.jsonl"
+    piFile.touch(mode=0o600)  # pi's own file, as pi makes it
+    piFile.write_bytes(encode([
+        HEADER,
+        user("aaaa0001", None, 1, "first question"),
+        assistant("aaaa0002", "aaaa0001", 2, [{"type": "text", "text": "first answer"}]),
+        user("aaaa0003", "aaaa0002", 3, "second question"),
+        assistant("aaaa0004", "aaaa0003", 4, [{"type": "text", "text": "second answer"}]),
+    ]))
+    return ctx
+
+
+def _command(kind: str, **body: Any) -> Callable[[dict[str, Any]], Request]:
+    def request(ctx: dict[str, Any]) -> Request:
+        extra = {k: (v(ctx) if callable(v) else v) for k, v in body.items()}
+        return ("POST", f"/sessions/{ctx['sid']}/commands",
+                {"requestId": f"r-{kind}", "type": kind, **extra}, {})
+    return request
+
+
+def _withChime(h: Harness) -> dict[str, Any]:
+    ctx = _session(h)
+    code, frame = h.call("POST", f"/sessions/{ctx['sid']}/chimes",
+                         {"requestId": "chime-setup", "author": "Bob", "text": "try this"},
+                         principal="bob")
+    assert code == 202, frame
+    ctx["chimeId"] = frame["value"]["chime"]["chimeId"]
+    return ctx
+
+
+def _withPolicy(policy: str) -> Callable[[Harness], dict[str, Any]]:
+    def setup(h: Harness) -> dict[str, Any]:
+        ctx = _session(h)
+        code, frame = h.call("POST", f"/sessions/{ctx['sid']}/commands",
+                             {"requestId": "policy-setup", "type": "set_room_policy",
+                              "policy": policy})
+        assert code == 202, frame
+        return ctx
+    return setup
+
+
+def _withQueue(h: Harness) -> dict[str, Any]:
+    ctx = _session(h)
+    for n in (1, 2):
+        code, frame = h.call("POST", f"/sessions/{ctx['sid']}/commands",
+                             {"requestId": f"p{n}", "type": "prompt", "text": f"question {n}"})
+        assert code == 202, frame
+    return ctx
+
+
+def _chime(ctx: dict[str, Any]) -> Request:
+    return ("POST", f"/sessions/{ctx['sid']}/chimes",
+            {"requestId": "r-chime", "author": "Bob", "text": "look here"}, {"principal": "bob"})
+
+
+scenario("create", lambda h: {"sid": None},
+         lambda ctx: ("POST", "/sessions", {"requestId": "r-create", "title": "A title"}, {}))
+scenario("claim", lambda h: _session(h, claim=False),
+         lambda ctx: ("POST", f"/sessions/{ctx['sid']}/claim", {"requestId": "r-claim"}, {}))
+scenario("takeover", _session,
+         lambda ctx: ("POST", f"/sessions/{ctx['sid']}/claim",
+                      {"requestId": "r-take", "takeover": True}, {"client": "tab-2"}))
+scenario("release", _session,
+         lambda ctx: ("POST", f"/sessions/{ctx['sid']}/release", {"requestId": "r-release"}, {}))
+scenario("rename", _session,
+         lambda ctx: ("PATCH", f"/sessions/{ctx['sid']}", {"requestId": "r-rename",
+                                                          "title": "A new  name"}, {}))
+scenario("delete", _session,
+         lambda ctx: ("DELETE", f"/sessions/{ctx['sid']}", None, {}))
+for _kind in ("prompt", "follow_up", "steer"):
+    scenario(_kind, _session, _command(_kind, text="hello there"))
+scenario("abort", _session, _command("abort"), lease=False)
+scenario("shutdown", _session, _command("shutdown"), lease=False)
+scenario("cancel", _withQueue, _command("cancel", targetCommandId="p2"), lease=False)
+scenario("set_room_policy", _session, _command("set_room_policy", policy="observe"))
+scenario("accept_chime", _withChime, _command("accept_chime", chimeId=lambda c: c["chimeId"]))
+scenario("reject_chime", _withChime, _command("reject_chime", chimeId=lambda c: c["chimeId"]))
+scenario("chime", _session, _chime)
+scenario("chime_co_drive", _withPolicy("co-drive"), _chime)
+scenario("chime_observed", _withPolicy("observe"), _chime)
+scenario("fork", _withPi, _command("fork", entryId="aaaa0003"))
+scenario("clone", _withPi, _command("clone"))
+
+
+class Normalizer:
+    """
+    Replaces the ids a run makes up (sessions, chimes) by their order of
+    appearance, and drops times: two runs that did the same compare equal.
+    """
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: self(v) for k, v in sorted(value.items()) if k not in VOLATILE}
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        if isinstance(value, str):
+            match = _IDS.match(value)
+            if match:
+                base = self.names.setdefault(match.group(1), f"<id{len(self.names) + 1}>")
+                return base + (match.group(2) or "")
+        return value
+
+
+def send(h: Harness, request: Request) -> tuple[int, dict[str, Any]] | None:
+    """
+    Send one request; L{None} when the host was killed while answering it.
+    """
+    method, path, body, who = request
+    try:
+        d = h.request(method, path, body, **who)
+        h.stub.flush()
+    except Crash:
+        return None
+    results: list[Any] = []
+    d.addBoth(results.append)
+    if not results or not hasattr(results[0], "code"):
+        return None
+    response = results[0]
+    content: list[Any] = []
+    response.content().addBoth(content.append)
+    if not content or not isinstance(content[0], bytes):
+        return None
+    try:
+        return response.code, json.loads(content[0])
+    except ValueError:
+        return None  # the dead host's last words
+
+
+def outcome(answer: tuple[int, dict[str, Any]] | None) -> Any:
+    if answer is None:
+        return None
+    code, frame = answer
+    return (code, frame.get("type"), frame.get("code"))
+
+
+class Run:
+    """
+    One run of a scenario: set up, send the request with a cut at sync
+    C{k} ("before": kill before it; L{None}: kill just after it), kill,
+    start a new host, send it again, look.
+    """
+
+    def __init__(self, case: SynchronousTestCase, s: Scenario, cut: int | str | None,
+                 mode: str) -> None:
+        self.case = case
+        root = Path(case.mktemp())
+        root.mkdir(parents=True)
+        files = CrashFiles(root, mode)
+        files.install(case.patch)
+        case.addCleanup(files.uninstall)
+        h = Harness(case, root, **s.settings)
+        ctx = s.setup(h)
+        request = s.request(ctx)
+        files.arm(None if cut in (None, "before") else cut)
+        self.first = None if cut == "before" else send(h, request)
+        self.syncs = files.syncs
+        self.cutInside = files.crashed
+        files.kill()
+        files.revive()
+        gc.collect()
+        case.flushLoggedErrors(Crash)
+        self.host = Harness(case, root, **s.settings)
+        self.after = outcome(send(self.host, request))
+        self.state = look(case, self.host, s)
+        self.files = files
+        self.host.stop()
+
+
+def look(case: SynchronousTestCase, h: Harness, s: Scenario) -> Any:
+    """
+    The state a person (and the disk) would see, normalized; checks what
+    must hold whatever the outcome.
+    """
+    norm = Normalizer()
+    root = h.root
+    code, listing = h.call("GET", "/sessions")
+    assert code == 200, listing
+    sessions = []
+    for summary in listing["value"]["sessions"]:
+        sid = summary["sessionId"]
+        code, frame = h.call("GET", f"/sessions/{sid}/events?since=0")
+        events = frame["value"]["events"]
+        case.assertEqual([e["seq"] for e in events], list(range(1, len(events) + 1)),
+                         "the seqs have a gap or a duplicate")
+        code, snap = h.call("GET", f"/sessions/{sid}")
+        value = snap["value"]
+        meta = json.loads((root / "sessions" / sid / "meta.json").read_text())
+        case.assertEqual(meta["title"], value["session"]["title"],
+                         "meta.json and the title served differ")
+        sessions.append(norm({
+            "id": sid,
+            "title": value["session"]["title"],
+            "roomPolicy": value["session"]["roomPolicy"],
+            "lease": (value["session"]["lease"] or {}).get("clientId") if s.lease else None,
+            "commands": sorted((c["commandId"], c["type"], c.get("text")) for c in value["commands"]),
+            "chimes": sorted(c["author"] for c in value["chimes"]),
+            "effects": [(e["type"], e["data"]) for e in events if e["type"] in EFFECTS
+                        and (e["data"].get("reason") != "shutdown")],
+        }))
+    sessions.sort(key=lambda x: json.dumps(x, sort_keys=True))
+    extra = norm(s.extra(h)) if s.extra is not None else None
+    trash = []
+    for entry in sorted(os.listdir(root / "trash")):
+        path = root / "trash" / entry
+        case.assertTrue((path / "deleted.json").is_file(), f"trash/{entry} has no deleted.json")
+        lines = (path / "events.jsonl").read_text().splitlines()
+        trash.append([json.loads(x)["type"] for x in lines
+                      if json.loads(x)["type"] in EFFECTS])
+    for entry in os.listdir(root / "sessions"):
+        case.assertFalse(entry.startswith("."), f"a half-made folder is left: {entry}")
+        case.assertTrue((root / "sessions" / entry / "meta.json").is_file())
+    for entry in os.listdir(root / "workspaces"):
+        case.assertTrue((root / "sessions" / entry).is_dir(), f"an orphan workspace: {entry}")
+    for directory, _, names in os.walk(root):
+        if "/home" in directory or "/agent" in directory:
+            continue
+        for name in names:
+            case.assertFalse(name.endswith(".tmp"), f"a temporary file is left: {directory}/{name}")
+            case.assertFalse(".broken" in name and "public" not in directory,
+                             f"a torn log: {directory}/{name}")
+    return {"sessions": sessions, "trash": trash, "extra": extra}
+
+
+class CrashDriver(SynchronousTestCase):
+    """
+    The driver: L{drive} runs one scenario, killed at each of its durable
+    writes (the first and the last in the default run; all with
+    C{VEHICLE_LONG_PROOFS=1}).  Another room subclasses it, registers its
+    routes with L{scenario} and gives the subclass their tests with
+    L{addCrashTests}; C{mode = "power"} runs them under a power cut.
+    """
+
+    mode = "kill"
+    _log = Logger()
+
+    def drive(self, name: str) -> None:
+        s = SCENARIOS[name]
+        done = Run(self, s, None, self.mode)
+        notDone = Run(self, s, "before", self.mode)
+        self.assertFalse(done.cutInside)
+        self.assertGreater(done.syncs, 0, f"{name} wrote nothing durable")
+        allowed = {
+            "done": (done.after, done.state),
+            "not done": (notDone.after, notDone.state),
+        }
+        cuts = range(1, done.syncs + 1) if LONG else sorted({1, done.syncs})
+        for k in cuts:
+            cut = Run(self, s, k, self.mode)
+            self.assertTrue(cut.cutInside, f"{name}: no sync {k} of {done.syncs}")
+            matches = [label for label, (after, state) in allowed.items()
+                       if (cut.after, cut.state) == (after, state)]
+            if not matches:
+                self.fail(
+                    f"{name}, {self.mode} after sync {k} of {done.syncs}: the retry answered "
+                    f"{cut.after}, and the state is neither the request done nor not done:\n"
+                    + "\n".join(
+                        f"against {label} (answer {after}):\n" + _diff(state, cut.state)
+                        for label, (after, state) in allowed.items()
+                    )
+                )
+        self._log.info(
+            "crash figures: {name} {mode}: {cut} of {syncs} boundaries cut, {retries} retries",
+            name=name, mode=self.mode, cut=len(cuts), syncs=done.syncs, retries=len(cuts) + 2,
+        )
+
+
+def _diff(expected: Any, actual: Any) -> str:
+    """
+    The lines that differ between two states, as a unified diff.
+    """
+    import difflib
+
+    return "\n".join(difflib.unified_diff(
+        json.dumps(expected, indent=1, sort_keys=True).splitlines(),
+        json.dumps(actual, indent=1, sort_keys=True).splitlines(),
+        "expected", "after the cut", lineterm="", n=2,
+    ))
+
+
+def addCrashTests(cls: type, names: Any = None) -> None:
+    """
+    Give C{cls} (a L{CrashDriver}) a test for each scenario named (all by
+    default).
+    """
+    for name in names if names is not None else SCENARIOS:
+        def test(self: CrashDriver, name: str = name) -> None:
+            self.drive(name)
+        test.__doc__ = f"{name}: cut at its durable writes, restarted, retried: all or nothing."
+        setattr(cls, f"test_{name}", test)
+
+
+class CrashTests(CrashDriver):
+    """
+    Every route of the session room, killed at its durable writes.
+    """
+
+
+addCrashTests(CrashTests, list(SCENARIOS))
+
+
+class PowerLossTests(CrashTests):
+    """
+    The same, but the kill is a power cut: what was not synced is lost
+    (a file's data without its sync, an entry without its directory's).
+    """
+
+    mode = "power"
+
+
+class RestartTests(SynchronousTestCase):
+    """
+    Whatever a kind of record changed is there again after a restart: the
+    state is derived from the logs, never from memory.
+    """
+
+    def setUp(self) -> None:
+        self.h = Harness(self)
+        self.sid = self.h.create()["sessionId"]
+
+    def command(self, requestId: str, kind: str, **body: Any) -> tuple[int, dict[str, Any]]:
+        return self.h.call("POST", f"/sessions/{self.sid}/commands",
+                           {"requestId": requestId, "type": kind, **body})
+
+    def snapshot(self) -> dict[str, Any]:
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(code, 200, frame)
+        return frame["value"]
+
+    def test_roomPolicy(self) -> None:
+        """
+        The room's policy survives a restart.
+        """
+        self.assertEqual(self.command("p", "set_room_policy", policy="co-drive")[0], 202)
+        self.h.restart()
+        self.assertEqual(self.snapshot()["session"]["roomPolicy"], "co-drive")
+
+    def test_completedCommand(self) -> None:
+        """
+        A command's final status (as its body reported it) survives a
+        restart; it is not reported interrupted.
+        """
+        self.assertEqual(self.command("c1", "prompt", text="hi")[0], 202)
+        session = self.h.api.registry.sessions[self.sid]
+        session.setStatus("c1", "completed", disposition="started")
+        self.h.restart()
+        [command] = self.snapshot()["commands"]
+        self.assertEqual((command["status"], command["disposition"]), ("completed", "started"))
+
+    def test_acceptedChimeText(self) -> None:
+        """
+        An accepted chime's command keeps its text and author across a
+        restart (the record holds the command whole).
+        """
+        code, frame = self.h.call("POST", f"/sessions/{self.sid}/chimes",
+                                  {"requestId": "ch", "author": "Bob", "text": "try this"},
+                                  principal="bob")
+        chimeId = frame["value"]["chime"]["chimeId"]
+        self.assertEqual(self.command("acc", "accept_chime", chimeId=chimeId)[0], 202)
+        self.h.restart()
+        [command] = self.snapshot()["commands"]
+        self.assertEqual((command["text"], command["chimeAuthor"]), ("try this", "Bob"))
+        self.assertEqual(self.snapshot()["chimes"], [])
+
+    def test_runIdsGoOn(self) -> None:
+        """
+        A body revived after a restart numbers its runs on from the log:
+        run ids stay unique for the session's whole life.
+        """
+        runs = []
+        for n in (1, 2):
+            self.assertEqual(self.command(f"p{n}", "prompt", text="hi")[0], 202)
+            self.h.launcher.reply({"type": "agent_start"})
+            session = self.h.api.registry.sessions[self.sid]
+            runs += [e["data"]["runId"] for e in session.eventsAfter(0)[0]
+                     if e["type"] == "run.started"]
+            self.h.restart()
+        self.assertEqual(sorted(set(runs)), ["run-1", "run-2"])
+
+    def test_fingerprintIgnoresKeyOrder(self) -> None:
+        """
+        A retry whose JSON keys come in another order is the same request:
+        a replay, not a conflict.
+        """
+        body = b'{"requestId": "k1", "type": "prompt", "text": "hi", "contextRefs": ["a"]}'
+        again = b'{"contextRefs": ["a"], "text": "hi", "type": "prompt", "requestId": "k1"}'
+        for raw in (body, again):
+            d = self.h.request("POST", f"/sessions/{self.sid}/commands", raw=raw)
+            self.h.stub.flush()
+            response = self.successResultOf(d)
+            frame = json.loads(self.successResultOf(response.content()))
+        self.assertEqual((response.code, frame["type"], frame.get("replayed")),
+                         (200, "command.accepted", True))
+
+    def test_answerShowsItsEvents(self) -> None:
+        """
+        A claim's, a release's and a rename's answer show the session after
+        the events the request wrote (its cursor names the last of them),
+        and so does their replay.
+        """
+        for method, path, body in (
+            ("POST", "/claim", {"requestId": "k"}),
+            ("PATCH", "", {"requestId": "n", "title": "x"}),
+            ("POST", "/release", {"requestId": "r"}),
+        ):
+            code, frame = self.h.call(method, f"/sessions/{self.sid}{path}", body)
+            code, events = self.h.call("GET", f"/sessions/{self.sid}/events?since=0")
+            self.assertEqual(frame["value"]["session"]["cursor"], events["value"]["cursor"], path)
+            code, again = self.h.call(method, f"/sessions/{self.sid}{path}", body)
+            self.assertEqual(again["value"]["session"]["cursor"], events["value"]["cursor"], path)
+
+    def test_titleFollowsTheLog(self) -> None:
+        """
+        A rename is kept in the log; a C{meta.json} left behind (a host cut
+        between the two) is put right at start.
+        """
+        meta = self.h.root / "sessions" / self.sid / "meta.json"
+        before = meta.read_bytes()
+        code, _ = self.h.call("PATCH", f"/sessions/{self.sid}", {"title": "New"})
+        self.assertEqual(code, 200)
+        meta.write_bytes(before)
+        self.h.restart()
+        self.assertEqual(self.snapshot()["session"]["title"], "New")
+        self.assertEqual(json.loads(meta.read_text())["title"], "New")
+
+
+class StartSweepTests(SynchronousTestCase):
+    """
+    Start removes or finishes what a dead host left half made, and logs
+    one line for each.
+    """
+
+    def test_sweep(self) -> None:
+        h = Harness(self)
+        sid = h.create()["sessionId"]
+        other = h.create("c2")["sessionId"]
+        h.stop()
+        root = h.root
+        (root / "sessions" / ".new-sabc" / "pi").mkdir(parents=True)
+        (root / "sessions" / "sold" / "pi").mkdir(parents=True)  # an older host's cut create
+        (root / "sessions" / sid / ".meta.json.0123456789ab.tmp").write_text("{}")
+        (root / "trash" / "sgone").mkdir()  # an empty reservation
+        (root / "trash" / "shalf").mkdir()  # an older host's cut delete
+        (root / "trash" / "shalf" / "events.jsonl").write_text("")
+        (root / "workspaces" / "snever").mkdir()
+        lines: list[str] = []
+        from twisted.logger import globalLogPublisher
+
+        def observe(event: dict[str, Any]) -> None:
+            if "what" in event:
+                lines.append(event["what"])
+
+        globalLogPublisher.addObserver(observe)
+        self.addCleanup(globalLogPublisher.removeObserver, observe)
+        h = Harness(self, root)
+        self.assertEqual(len(lines), 7, lines)
+        self.assertEqual(sorted(os.listdir(root / "sessions")), sorted([sid, other]))
+        self.assertEqual(os.listdir(root / "sessions" / sid).count(".meta.json.0123456789ab.tmp"), 0)
+        self.assertEqual(sorted(os.listdir(root / "trash")), ["shalf", "sold"])
+        self.assertTrue((root / "trash" / "shalf" / "deleted.json").is_file())
+        self.assertTrue((root / "trash" / "sold" / "deleted.json").is_file())
+        self.assertEqual(os.listdir(root / "workspaces"), [])
+        self.assertEqual(len(h.api.registry.sessions), 2)
+
+
+def openDescriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class DiskFailureTests(SynchronousTestCase):
+    """
+    A full disk or an I/O error, on an append or an atomic rewrite: the
+    request gets a clear error frame (C{storage_unavailable}, 503), nothing
+    acknowledged is lost, and the host serves on.
+    """
+
+    def setUp(self) -> None:
+        self.root = Path(self.mktemp())
+        self.root.mkdir(parents=True)
+        self.files = CrashFiles(self.root)
+        self.files.install(self.patch)
+        self.addCleanup(self.files.uninstall)
+        self.h = Harness(self, self.root)
+        self.sid = self.h.create()["sessionId"]
+        self.other = self.h.create("c2")["sessionId"]
+
+    def refusedForDisk(self, answer: tuple[int, dict[str, Any]]) -> None:
+        code, frame = answer
+        self.assertEqual((code, frame["type"], frame["code"]), (503, "error", "storage_unavailable"),
+                         frame)
+        self.assertIn("disk", frame["message"])
+        self.flushLoggedErrors()
+
+    def policy(self, sid: str, requestId: str, policy: str) -> tuple[int, dict[str, Any]]:
+        return self.h.call("POST", f"/sessions/{sid}/commands",
+                           {"requestId": requestId, "type": "set_room_policy", "policy": policy})
+
+    def servesOn(self) -> None:
+        """
+        The other session takes requests; this one too, once the disk works.
+        """
+        self.assertEqual(self.policy(self.other, "o1", "mute")[0], 202)
+        self.assertEqual(self.policy(self.sid, "again", "observe")[0], 202)
+        self.h.restart()
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(frame["value"]["session"]["roomPolicy"], "observe")
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}/events?since=0")
+        events = frame["value"]["events"]
+        self.assertEqual([e["seq"] for e in events], list(range(1, len(events) + 1)))
+
+    def test_appendNoSpace(self) -> None:
+        """
+        The record's append fails with ENOSPC: refused, nothing kept, the
+        lease and policy as before.
+        """
+        self.files.fail("write", errno.ENOSPC)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(frame["value"]["session"]["roomPolicy"], "suggest")
+        self.assertEqual(frame["value"]["session"]["lease"]["clientId"], "alice")
+        self.servesOn()
+
+    def test_appendIOError(self) -> None:
+        """
+        The record's append fails with EIO: the same.
+        """
+        self.files.fail("write", errno.EIO)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        self.servesOn()
+
+    def test_syncFails(self) -> None:
+        """
+        The record's sync fails: it is never retried; the session is read
+        back from disk and the request refused.  What the disk kept decides:
+        a retry replays or is taken afresh, never twice.
+        """
+        self.files.fail("fsync", errno.EIO)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        code, frame = self.policy(self.sid, "p1", "co-drive")
+        self.assertIn(code, (200, 202))
+        self.h.restart()
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}/events?since=0")
+        self.assertEqual([e["type"] for e in frame["value"]["events"]].count("room.policy"), 1)
+
+    def test_eventAppendFails(self) -> None:
+        """
+        The record is written, its event's append fails: refused, and the
+        event is finished from the record when the session is read back
+        (so a retry replays what was kept).
+        """
+        self.files.fail("write", errno.ENOSPC, after=1)
+        self.refusedForDisk(self.policy(self.sid, "p1", "co-drive"))
+        code, frame = self.policy(self.sid, "p1", "co-drive")
+        self.assertEqual((code, frame.get("replayed")), (200, True))
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}")
+        self.assertEqual(frame["value"]["session"]["roomPolicy"], "co-drive")
+
+    def test_bodyNewsFails(self) -> None:
+        """
+        An event outside any request (a body's news) that the disk refuses
+        leaves the log refusing appends; the next request reads the session
+        back from disk first, and is taken.
+        """
+        session = self.h.api.registry.sessions[self.sid]
+        self.files.fail("write", errno.EIO)
+        self.assertRaises(OSError, session.emit, "body.notice", {"message": "hello"})
+        self.assertEqual(self.policy(self.sid, "p1", "co-drive")[0], 202)
+        self.servesOn()
+
+    def test_createRewriteFails(self) -> None:
+        """
+        A create whose C{meta.json} cannot be written (the atomic rewrite's
+        rename fails): refused, no half-made folder, no temporary file.
+        """
+        self.files.fail("replace", errno.ENOSPC)
+        self.refusedForDisk(self.h.call("POST", "/sessions", {"requestId": "new"}))
+        self.assertEqual(sorted(os.listdir(self.root / "sessions")), sorted([self.sid, self.other]))
+        self.assertEqual(self.h.call("POST", "/sessions", {"requestId": "new"})[0], 201)
+        self.servesOn()
+
+    def test_createPublishedSyncFails(self) -> None:
+        """
+        A create whose folder was renamed into place but whose directory
+        sync failed: refused, yet served, so the retry replays it (one
+        session, never two).
+        """
+        self.files.fail("fsync", errno.EIO, after=8)
+        self.refusedForDisk(self.h.call("POST", "/sessions", {"requestId": "new"}))
+        code, frame = self.h.call("POST", "/sessions", {"requestId": "new"})
+        self.assertEqual((code, frame.get("replayed")), (200, True))
+        self.assertEqual(len(os.listdir(self.root / "sessions")), 3)
+        self.h.restart()
+        self.assertEqual(len(self.h.call("GET", "/sessions")[1]["value"]["sessions"]), 3)
+
+    def test_createNoSpace(self) -> None:
+        """
+        A create that cannot write its first record: refused, nothing left.
+        """
+        self.files.fail("write", errno.ENOSPC)
+        self.refusedForDisk(self.h.call("POST", "/sessions", {"requestId": "new"}))
+        self.assertEqual(sorted(os.listdir(self.root / "sessions")), sorted([self.sid, self.other]))
+        self.servesOn()
+
+    def test_forkNoSpace(self) -> None:
+        """
+        A fork whose branch cannot be written: refused, no half-made
+        folder, the source as it was; the retry makes one branch.
+        """
+        ctx = _withPi(self.h, requestId="c3")
+        self.files.fail("write", errno.ENOSPC, after=2)
+        fork = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+        self.refusedForDisk(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork))
+        self.assertFalse([e for e in os.listdir(self.root / "sessions") if e.startswith(".")])
+        self.assertEqual(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork)[0], 201)
+        self.assertEqual(len(os.listdir(self.root / "sessions")), 4)
+        self.servesOn()
+
+    def test_forkPublishedSyncFails(self) -> None:
+        """
+        A branch renamed into place whose directory sync failed: refused,
+        yet recorded on its source, so the retry replays it.
+        """
+        ctx = _withPi(self.h, requestId="c3")
+        self.files.fail("fsync", errno.EIO, after=8)
+        fork = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+        self.refusedForDisk(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork))
+        code, frame = self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork)
+        self.assertEqual((code, frame.get("replayed")), (200, True))
+        self.assertEqual(len(os.listdir(self.root / "sessions")), 4)
+
+    def test_deleteNoSpace(self) -> None:
+        """
+        A delete that cannot reserve its trash name: refused, the session
+        untouched.
+        """
+        self.files.fail("mkdir", errno.ENOSPC)
+        self.refusedForDisk(self.h.call("DELETE", f"/sessions/{self.sid}"))
+        self.assertEqual(os.listdir(self.root / "trash"), [])
+        self.servesOn()
+
+    def test_renameRewriteFails(self) -> None:
+        """
+        A rename whose C{meta.json} rewrite fails is still done (the log
+        holds it) and C{meta.json} is put right at the next start.
+        """
+        self.files.fail("replace", errno.EIO)
+        code, frame = self.h.call("PATCH", f"/sessions/{self.sid}", {"title": "Kept"})
+        self.assertEqual((code, frame["value"]["session"]["title"]), (200, "Kept"))
+        self.h.restart()
+        meta = json.loads((self.root / "sessions" / self.sid / "meta.json").read_text())
+        self.assertEqual(meta["title"], "Kept")
+        self.flushLoggedErrors()
+
+
+class HygieneTests(SynchronousTestCase):
+    """
+    File modes under a permissive umask, and no descriptor left open.
+    """
+
+    def test_modesUnderUmaskZero(self) -> None:
+        """
+        With umask 0, nothing the host makes in its data dir is readable
+        or writable by anyone but its user.
+        """
+        old = os.umask(0)
+        self.addCleanup(os.umask, old)
+        h = Harness(self)
+        sid = _withPi(h)["sid"]
+        h.call("PATCH", f"/sessions/{sid}", {"title": "t"})
+        h.call("POST", f"/sessions/{sid}/commands", {"requestId": "f", "type": "fork",
+                                                     "entryId": "aaaa0003"})
+        h.call("POST", f"/sessions/{sid}/commands", {"requestId": "p", "type": "prompt",
+                                                     "text": "hi"})
+        victim = h.create("c3")["sessionId"]
+        h.call("DELETE", f"/sessions/{victim}")
+        h.restart()
+        loose = []
+        for directory, dirs, names in os.walk(h.root):
+            for name in dirs + names:
+                mode = os.lstat(os.path.join(directory, name)).st_mode
+                if mode & 0o077:
+                    loose.append(f"{directory}/{name} {oct(mode & 0o777)}")
+        self.assertEqual(loose, [])
+
+    def test_noDescriptorLeak(self) -> None:
+        """
+        Creating, using, failing, deleting and stopping leave no descriptor
+        open.
+        """
+        root = Path(self.mktemp())
+        before = openDescriptors()
+        h = Harness(self, root)
+        sid = h.create()["sessionId"]
+        h.call("PATCH", f"/sessions/{sid}", {"title": "t"})
+        files = CrashFiles(root)
+        files.install(self.patch)
+        files.fail("write", errno.ENOSPC)
+        h.call("POST", f"/sessions/{sid}/claim", {"requestId": "c"})
+        h.call("POST", "/sessions", {"requestId": "new"})
+        files.uninstall()
+        self.flushLoggedErrors()
+        h.call("DELETE", f"/sessions/{sid}")
+        h.create("c2")
+        h.restart()
+        h.stop()
+        gc.collect()
+        self.assertEqual(openDescriptors(), before)
+
+
+class LiveRunIdTests(TestCase):
+    """
+    With real pi: a body revived after a restart numbers its runs on.
+    """
+
+    timeout = 120
+
+    async def test_runIdsUniqueAcrossRevival(self) -> None:
+        """
+        A prompt, a restart (the body is gone), another prompt: the second
+        run is C{run-2}, not a second C{run-1}, so a debit keyed by the run
+        (C{run:<session>:<run>}) can never collide.
+        """
+        from tests.support.live import LiveHost, settledEvent
+
+        host = await LiveHost(self).start()
+        sid = await host.create()
+        code, frame = await host.command(sid, "prompt", "p1", text="hello there")
+        self.assertEqual(code, 202, frame)
+        await host.waitFor(sid, settledEvent)
+        await host.restart()
+        cursor = len(host.events(sid))
+        code, frame = await host.command(sid, "prompt", "p2", text="and again")
+        self.assertEqual(code, 202, frame)
+        await host.waitFor(sid, settledEvent, since=cursor)
+        runs = [e["data"]["runId"] for e in host.events(sid) if e["type"] == "run.started"]
+        self.assertEqual(runs, ["run-1", "run-2"])
+
+
+class BranchTwiceTests(SynchronousTestCase):
+    """
+    A branch that finds its request answered meanwhile (the same fork
+    sent twice at once) drops its copy.
+    """
+
+    def test_answeredMeanwhile(self) -> None:
+        from vehicle.body import branch
+        from vehicle.session import Caller
+
+        h = Harness(self)
+        sid = _withPi(h)["sid"]
+        body = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+        code, first = h.call("POST", f"/sessions/{sid}/commands", body)
+        self.assertEqual(code, 201)
+        registry = h.api.registry
+        caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g1")
+        again = self.successResultOf(Deferred.fromCoroutine(
+            branch(registry, registry.sessions[sid], caller, body)))
+        self.assertEqual(again["value"]["session"]["sessionId"],
+                         first["value"]["session"]["sessionId"])
+        self.assertEqual(len(os.listdir(h.root / "sessions")), 2)
+
+
+class RebuildEqualsLiveTests(SynchronousTestCase):
+    """
+    Reading a session back from its logs gives the state the live session
+    holds, after any sequence of requests (a Hypothesis property).
+    """
+
+    def test_property(self) -> None:
+        from hypothesis import HealthCheck, given, settings
+        from hypothesis import strategies as st
+
+        from vehicle.session import Registry
+
+        ops = st.lists(st.sampled_from([
+            "claim", "takeover", "release", "rename", "policy-suggest", "policy-co-drive",
+            "policy-observe", "chime", "accept", "reject", "prompt", "cancel", "abort",
+            "body-settles",
+        ]), max_size=12)
+
+        @settings(max_examples=25, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+        @given(ops)
+        def check(sequence: list[str]) -> None:
+            h = Harness(self)
+            sid = h.create()["sessionId"]
+            chimes: list[str] = []
+            for n, op in enumerate(sequence):
+                rid = f"r{n}"
+                path = f"/sessions/{sid}"
+                if op in ("claim", "takeover"):
+                    h.call("POST", path + "/claim", {"requestId": rid, "takeover": op == "takeover"},
+                           client="tab-2" if op == "takeover" else None)
+                elif op == "release":
+                    h.call("POST", path + "/release", {"requestId": rid})
+                elif op == "rename":
+                    h.call("PATCH", path, {"requestId": rid, "title": f"title {n}"})
+                elif op.startswith("policy-"):
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "set_room_policy",
+                                                        "policy": op[7:]})
+                elif op == "chime":
+                    code, frame = h.call("POST", path + "/chimes",
+                                         {"requestId": rid, "author": "Bob", "text": f"idea {n}"},
+                                         principal="bob")
+                    if frame["type"] == "chime.accepted":
+                        chimes.append(frame["value"]["chime"]["chimeId"])
+                elif op in ("accept", "reject") and chimes:
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": f"{op}_chime",
+                                                        "chimeId": chimes[-1]})
+                elif op == "prompt":
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "prompt",
+                                                        "text": f"question {n}"})
+                elif op == "cancel":
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "cancel",
+                                                        "targetCommandId": f"r{n - 1}"})
+                elif op == "abort":
+                    h.call("POST", path + "/commands", {"requestId": rid, "type": "abort"})
+                elif op == "body-settles":
+                    # What a body reports: the oldest open command ends.
+                    session = h.api.registry.sessions[sid]
+                    for command in session.openCommands()[:1]:
+                        session.setStatus(command["commandId"], "failed", disposition="started",
+                                          error="the model failed", reason="model_error")
+            live = h.api.registry.sessions[sid]
+            fresh, _ = Registry(dataDir=h.api.registry.dataDir, clock=h.clock)._load(sid)
+            try:
+                for name in ("title", "roomPolicy", "lease", "commands", "chimes", "preview",
+                             "_requests", "_history"):
+                    self.assertEqual(getattr(fresh, name), getattr(live, name), (name, sequence))
+            finally:
+                fresh.close()
+                h.stop()
+
+        check()

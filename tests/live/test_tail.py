@@ -1,0 +1,585 @@
+"""
+Tests for C{vehicle tail} (L{vehicle.clients}): the SSE parser and the line format, bounded
+reconnection on a fake clock, and the tail of a live host behind the gardend
+stand-in, resuming after a drop with no gap and no repeat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import json
+
+from twisted.internet import reactor
+from twisted.internet.defer import CancelledError, Deferred, fail, succeed
+from twisted.internet.error import ConnectionLost, ConnectionRefusedError
+from twisted.internet.task import Clock
+from twisted.python import usage
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.web.client import ResponseFailed, ResponseNeverReceived
+
+from vehicle import PROTOCOL
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET, Site
+
+from vehicle.clients import (
+    Door,
+    clientHTTP,
+    SSEParser,
+    Tail,
+    TailAll,
+    TailFailed,
+    TailOptions,
+    formatEvent,
+    typeMatches,
+)
+
+from tests.support.live import LiveHost, sleep, startStandIn
+
+
+MASTER = "master-tail-test"
+
+
+class FormatTests(SynchronousTestCase):
+    """
+    L{SSEParser} and L{formatEvent}.
+    """
+
+    def test_parser(self) -> None:
+        """
+        Messages split across chunks are put together; comments are
+        skipped; several data lines are joined; CRLF is accepted.
+        """
+        messages: list[dict[str, str]] = []
+        parser = SSEParser(messages.append)
+        parser.feed(b": connected\n\nid: 1\nevent: a\nda")
+        parser.feed(b"ta: {}\n\r\n: keepalive\n\nevent: b\ndata: x\ndata: y\n\n")
+        self.assertEqual(
+            messages,
+            [{"id": "1", "event": "a", "data": "{}"}, {"event": "b", "data": "x\ny"}],
+        )
+
+    def test_compactLine(self) -> None:
+        """
+        C{<seq> <type> key=value...}: one-word strings bare, everything else
+        as JSON, long values cut.
+        """
+        line = formatEvent(
+            {
+                "seq": 7,
+                "type": "command.completed",
+                "data": {"commandId": "p1", "text": "two words", "n": 3, "ok": True,
+                         "tools": ["a"], "long": "x" * 500},
+            }
+        )
+        self.assertTrue(
+            line.startswith('7 command.completed commandId=p1 text="two words" n=3 ok=true '
+                            'tools=["a"] long=xxx'),
+            line,
+        )
+        self.assertLess(len(line), 300)
+
+
+def sse(event: dict[str, Any]) -> bytes:
+    """
+    One event as the host streams it.
+    """
+    head = f"id: {event['seq']}\n" if "seq" in event else ""
+    return (head + f"event: {event['type']}\ndata: {json.dumps(event)}\n\n").encode()
+
+
+def event(seq: int, kind: str = "session.renamed", sessionId: str = "s1") -> dict[str, Any]:
+    return {"protocol": PROTOCOL, "seq": seq, "type": kind, "sessionId": sessionId,
+            "timestamp": "2026-01-01T00:00:00Z", "data": {}}
+
+
+class FakeStream:
+    """
+    A 200 SSE answer the test feeds and ends (or cuts).
+    """
+
+    code = 200
+
+    def __init__(self) -> None:
+        self.collector: Any = None
+        self.stopped = False
+        self.done: Deferred = Deferred()
+        self.original = self
+        self._transport = self
+
+    def collect(self, collector: Any) -> Deferred:
+        self.collector = collector
+        return self.done
+
+    def send(self, *events: dict[str, Any]) -> None:
+        for one in events:
+            self.collector(sse(one))
+
+    def end(self) -> None:
+        self.done.callback(None)
+
+    def cut(self) -> None:
+        self.done.errback(ResponseFailed([Failure(ConnectionLost())]))
+
+    def stopProducing(self) -> None:
+        self.stopped = True
+        if not self.done.called:
+            self.cut()
+
+
+class FakeAnswer:
+    """
+    An answer with a body (a refusal, a list).
+    """
+
+    def __init__(self, code: int, body: Any) -> None:
+        self.code = code
+        self.body = json.dumps(body).encode()
+
+    def content(self) -> Deferred:
+        return succeed(self.body)
+
+
+class FakeHTTP:
+    """
+    An HTTP client answering from a script: each request takes the next
+    answer (a L{FakeStream}, a L{FakeAnswer}, or an exception to fail
+    with); or C{route(method, url)} makes one.  Records each request.
+    """
+
+    def __init__(self, clock: Clock, *answers: Any, route: Any = None) -> None:
+        self.clock = clock
+        self.answers = list(answers)
+        self.route = route
+        self.requests: list[dict[str, Any]] = []
+
+    def request(self, method: str, url: str, headers: Any = None, **kw: Any) -> Deferred:
+        self.requests.append({"at": self.clock.seconds(), "method": method, "url": url,
+                              "headers": dict(headers or {})})
+        answer = self.route(method, url) if self.route is not None else self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            return fail(answer)
+        return succeed(answer)
+
+
+REFUSED = ConnectionRefusedError()
+UNAVAILABLE = FakeAnswer(502, {"ok": False, "error": {"code": "service_unavailable",
+                                                        "message": "the service did not answer"}})
+
+
+class ReconnectTests(SynchronousTestCase):
+    """
+    L{Tail}'s reconnection, on a fake clock: it follows until stopped,
+    backing off (capped) between failed reconnections, one line per drop.
+    """
+
+    def tail(self, http: FakeHTTP, clock: Clock, **kw: Any) -> tuple[Tail, list[str], list[str]]:
+        out: list[str] = []
+        warnings: list[str] = []
+        tail = Tail(door=Door(http=http, gardend="http://g", graph="g1"), sessionId="s1",
+                    clock=clock, write=out.append, warn=warnings.append, **kw)
+        return tail, out, warnings
+
+    def test_retryCountResetsAfterAGoodConnection(self) -> None:
+        """
+        C{maxRetries} counts failed reconnections since the last good
+        connection: with C{maxRetries=2}, a failure, a good connection, then
+        two failures in a row: it gives up only then (three failures in
+        all).
+        """
+        clock = Clock()
+        first, second = FakeStream(), FakeStream()
+        http = FakeHTTP(clock, first, REFUSED, second, REFUSED, UNAVAILABLE, FakeStream())
+        tail, out, warnings = self.tail(http, clock, maxRetries=2)
+        d = Deferred.fromCoroutine(tail.run())
+        first.send(event(1))
+        first.cut()
+        clock.advance(0.5)
+        clock.advance(1.0)
+        second.send(event(2))
+        second.end()
+        clock.advance(0.5)
+        self.assertNoResult(d)
+        clock.advance(1.0)
+        failure = self.failureResultOf(d, TailFailed)
+        self.assertIn("gave up after 2 failed reconnections", str(failure.value))
+        self.assertIn("502 service_unavailable", str(failure.value))
+        self.assertEqual(len(http.requests), 5)
+        self.assertEqual(out, ["1 session.renamed\n", "2 session.renamed\n"])
+        self.assertEqual(len(warnings), 2, warnings)  # one per drop
+
+    def test_backoffIsCapped(self) -> None:
+        """
+        Failed reconnections wait 0.5, 1, 2, 4 s, then at most C{maxBackoff}
+        (5 s) each, for ever by default.
+        """
+        clock = Clock()
+        stream = FakeStream()
+        http = FakeHTTP(clock, stream, *[REFUSED] * 8, FakeStream())
+        tail, out, warnings = self.tail(http, clock)
+        d = Deferred.fromCoroutine(tail.run())
+        stream.end()
+        for _ in range(200):
+            clock.advance(0.25)
+        self.assertNoResult(d)
+        times = [r["at"] for r in http.requests]
+        self.assertEqual([b - a for a, b in zip(times, times[1:])],
+                         [0.5, 1, 2, 4, 5, 5, 5, 5, 5])
+        self.assertEqual(len(warnings), 1, warnings)
+        self.assertIn("connection lost after seq 0 (the stream ended); reconnecting", warnings[0])
+        d.cancel()
+        self.failureResultOf(d, CancelledError)
+
+    def test_resumesAfterTheLastSeq(self) -> None:
+        """
+        A reconnection asks for what follows the last seq seen, with
+        C{Last-Event-ID} and C{since}; an event sent again is not printed
+        again.
+        """
+        clock = Clock()
+        first, second = FakeStream(), FakeStream()
+        http = FakeHTTP(clock, first, second)
+        tail, out, _ = self.tail(http, clock)
+        d = Deferred.fromCoroutine(tail.run())
+        first.send(event(1), event(2))
+        first.cut()
+        clock.advance(0.5)
+        second.send(event(2), event(3), event(4, "session.deleted"))
+        second.end()
+        self.assertIsNone(self.successResultOf(d))
+        self.assertNotIn(b"Last-Event-ID", http.requests[0]["headers"])
+        self.assertEqual(http.requests[1]["headers"][b"Last-Event-ID"], "2")
+        self.assertTrue(http.requests[1]["url"].endswith("/events?since=2"))
+        self.assertEqual([line.split()[0] for line in out], ["1", "2", "3", "4"])
+
+    def test_refusedAtTheStartEnds(self) -> None:
+        """
+        Nothing listening at the start is not waited for: L{TailFailed} at
+        once, exit code 3, and nothing on the clock.
+        """
+        clock = Clock()
+        http = FakeHTTP(clock, REFUSED)
+        tail, _, warnings = self.tail(http, clock)
+        failure = self.failureResultOf(Deferred.fromCoroutine(tail.run()), TailFailed)
+        self.assertEqual(failure.value.exitCode, 3)
+        self.assertIn("connection refused", str(failure.value))
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_tlsFailureEnds(self) -> None:
+        """
+        A TLS failure is never retried, even after a good connection.
+        """
+        from OpenSSL.SSL import Error as SSLError
+
+        clock = Clock()
+        stream = FakeStream()
+        bad = ResponseNeverReceived([Failure(SSLError([("SSL routines", "", "certificate verify failed")]))])
+        http = FakeHTTP(clock, stream, bad)
+        tail, _, _ = self.tail(http, clock)
+        d = Deferred.fromCoroutine(tail.run())
+        stream.end()
+        clock.advance(0.5)
+        failure = self.failureResultOf(d, TailFailed)
+        self.assertIn("TLS failure with g: certificate verify failed", str(failure.value))
+
+    def test_hostAwayAtTheStartIsWaitedFor(self) -> None:
+        """
+        A 5xx from gardend (the host is away) is retried, saying so once.
+        """
+        clock = Clock()
+        stream = FakeStream()
+        http = FakeHTTP(clock, UNAVAILABLE, UNAVAILABLE, stream)
+        tail, out, warnings = self.tail(http, clock)
+        d = Deferred.fromCoroutine(tail.run())
+        clock.advance(0.5)
+        clock.advance(1.0)
+        stream.send(event(1, "session.deleted"))
+        stream.end()
+        self.successResultOf(d)
+        self.assertEqual(warnings, ["gardend answered 502 service_unavailable: the service did "
+                                    "not answer; retrying"])
+
+    def test_refusalEnds(self) -> None:
+        """
+        gardend's or the host's refusal ends the tail with its frame.
+        """
+        clock = Clock()
+        http = FakeHTTP(clock, FakeAnswer(401, {"ok": False, "error": {
+            "code": "unauthorized", "message": "a master key or client token is required"}}))
+        tail, _, _ = self.tail(http, clock)
+        failure = self.failureResultOf(Deferred.fromCoroutine(tail.run()), TailFailed)
+        self.assertEqual(failure.value.frame["code"], "unauthorized")
+
+    def test_silentStreamIsReconnected(self) -> None:
+        """
+        A stream silent for C{idleSeconds} (the host pings every 15 s) is
+        taken for dead: cut, and resumed.
+        """
+        clock = Clock()
+        first, second = FakeStream(), FakeStream()
+        http = FakeHTTP(clock, first, second)
+        tail, _, warnings = self.tail(http, clock, idleSeconds=45)
+        Deferred.fromCoroutine(tail.run()).addErrback(lambda f: None)
+        clock.advance(30)
+        first.collector(b": keepalive\n\n")
+        clock.advance(30)
+        self.assertEqual(len(http.requests), 1)
+        clock.advance(15)
+        clock.advance(0.5)
+        self.assertEqual(len(http.requests), 2)
+        self.assertIn("nothing came for 45s", warnings[0])
+
+    def test_typeFilter(self) -> None:
+        """
+        Only the types matching a pattern are printed; the others still
+        move the cursor, so a resume neither repeats nor skips.
+        """
+        clock = Clock()
+        stream = FakeStream()
+        tail, out, _ = self.tail(FakeHTTP(clock, stream), clock, types=("run.*", "lease.claimed"))
+        Deferred.fromCoroutine(tail.run()).addErrback(lambda f: None)
+        stream.send(event(1, "session.created"), event(2, "lease.claimed"), event(3, "run.started"),
+                    event(4, "command.completed"), event(5, "run.settled"),
+                    {"type": "message.delta", "data": {"text": "x"}})
+        self.assertEqual(out, ["2 lease.claimed\n", "3 run.started\n", "5 run.settled\n"])
+        self.assertEqual(tail.lastSeq, 5)
+        self.assertTrue(typeMatches((), "anything"))
+        self.assertFalse(typeMatches(("run.*",), "runner"))
+
+    def test_options(self) -> None:
+        """
+        C{--gardend} (with a scheme), C{--graph} and one of C{--session} and
+        C{--all} are required; C{--type} repeats; C{--since} and
+        C{--max-retries} are whole numbers.
+        """
+        options = TailOptions()
+        options.parseOptions(["--gardend", "http://g", "--graph", "g1", "--session", "s1",
+                              "--since", "4", "--json", "--type", "run.*", "--type", "lease.*",
+                              "--max-retries", "3"])
+        self.assertEqual((options["since"], options["json"], options["type"], options["max-retries"]),
+                         (4, True, ["run.*", "lease.*"], 3))
+        for argv in (["--gardend", "http://g"],
+                     ["--gardend", "g.example", "--graph", "g", "--session", "s"],
+                     ["--gardend", "http://g", "--graph", "g", "--session", "s", "--all"],
+                     ["--gardend", "http://g", "--graph", "g", "--session", "s", "--since", "-1"],
+                     ["--gardend", "http://g", "--graph", "g", "--all", "--deltas"]):
+            self.assertRaises(usage.UsageError, TailOptions().parseOptions, argv)
+
+
+def sessionList(*ids: str, cursor: int = 0) -> FakeAnswer:
+    return FakeAnswer(200, {"protocol": PROTOCOL, "type": "session.list", "requestId": None,
+                            "value": {"sessions": [{"sessionId": i, "cursor": cursor} for i in ids]}})
+
+
+class TailAllTests(SynchronousTestCase):
+    """
+    L{TailAll}: every session the list shows, new ones as they appear.
+    """
+
+    def test_picksUpNewSessions(self) -> None:
+        """
+        The sessions listed at the start are followed from their cursor;
+        one that appears later is followed from its first event; each
+        line names its session; a session's drop is its own.
+        """
+        clock = Clock()
+        listed = ["a"]
+        streams: dict[str, list[FakeStream]] = {}
+
+        def route(method: str, url: str) -> Any:
+            if url.endswith("/sessions"):
+                return sessionList(*listed, cursor=7)
+            sid = url.split("/sessions/")[1].split("/")[0]
+            stream = FakeStream()
+            streams.setdefault(sid, []).append(stream)
+            return stream
+
+        http = FakeHTTP(clock, route=route)
+        door = Door(http=http, gardend="http://g", graph="g1")
+        out: list[str] = []
+        warnings: list[str] = []
+        follower = TailAll(
+            door=door, clock=clock, warn=warnings.append,
+            makeTail=lambda sid, since: Tail(door=door, sessionId=sid, clock=clock,
+                                             write=out.append, warn=warnings.append,
+                                             lastSeq=since, label=sid, patient=True),
+        )
+        d = Deferred.fromCoroutine(follower.run())
+        self.assertEqual(list(streams), ["a"])
+        self.assertTrue(http.requests[1]["url"].endswith("/sessions/a/events?since=7"))
+        streams["a"][0].send(event(8, sessionId="a"))
+        listed.append("b")
+        clock.advance(2)
+        self.assertEqual(list(streams), ["a", "b"])
+        self.assertTrue(http.requests[-1]["url"].endswith("/sessions/b/events?since=0"))
+        streams["b"][0].send(event(1, "session.created", "b"))
+        streams["a"][0].cut()
+        clock.advance(0.5)
+        self.assertEqual(len(streams["a"]), 2)
+        streams["a"][1].send(event(9, "session.deleted", "a"))
+        streams["a"][1].end()
+        listed.remove("a")
+        clock.advance(2)
+        self.assertEqual(len(streams["a"]), 2)
+        self.assertEqual(out, ["a 8 session.renamed\n", "b 1 session.created\n",
+                               "a 9 session.deleted\n"])
+        self.assertEqual(len(warnings), 1)
+        self.assertTrue(warnings[0].startswith("a: connection lost after seq 8"), warnings)
+        d.cancel()
+        self.failureResultOf(d, CancelledError)
+        self.assertEqual(clock.getDelayedCalls(), [])
+        # Stopping closed the streams it followed, and said nothing.
+        self.assertTrue(streams["b"][0].stopped)
+        self.assertEqual(len(warnings), 1, warnings)
+
+    def test_hostAwayAtTheStart(self) -> None:
+        """
+        A 5xx for the first list (the host is away) is waited for, said
+        once; the sessions are followed once it answers.
+        """
+        clock = Clock()
+        stream = FakeStream()
+        http = FakeHTTP(clock, UNAVAILABLE, UNAVAILABLE, sessionList("a"), stream)
+        warnings: list[str] = []
+        door = Door(http=http, gardend="http://g", graph="g1")
+        follower = TailAll(door=door, clock=clock, warn=warnings.append,
+                           makeTail=lambda sid, since: Tail(door=door, sessionId=sid, clock=clock,
+                                                            write=lambda text: None, lastSeq=since))
+        d = Deferred.fromCoroutine(follower.run())
+        clock.advance(2)
+        clock.advance(2)
+        self.assertEqual(list(follower.tails), ["a"])
+        self.assertEqual(warnings, ["cannot list the sessions: the service did not answer; retrying"])
+        d.cancel()
+        self.failureResultOf(d, CancelledError)
+
+    def test_firstListRefused(self) -> None:
+        """
+        A list refused at the start ends the tail with the refusal.
+        """
+        clock = Clock()
+        http = FakeHTTP(clock, REFUSED)
+        follower = TailAll(door=Door(http=http, gardend="http://g", graph="g1"), clock=clock,
+                           makeTail=lambda sid, since: None)  # type: ignore[arg-type,return-value]
+        failure = self.failureResultOf(Deferred.fromCoroutine(follower.run()), TailFailed)
+        self.assertEqual(failure.value.exitCode, 3)
+
+
+class LiveTailTests(TestCase):
+    """
+    The tail against a live host (real pi) behind the gardend stand-in.
+    """
+
+    timeout = 60
+
+    async def test_resumesAfterADrop(self) -> None:
+        """
+        The tail prints each event once, in order, with deltas inline; when
+        the stream is cut mid-run it reconnects with C{Last-Event-ID} and
+        goes on from the next event: the printed seqs are 1..N with no gap
+        and no repeat, ending at C{session.deleted}, where the tail stops.
+        """
+        stand = startStandIn(self, masterKey=MASTER)
+        host = await LiveHost(self).start()
+        stand.setServiceUrl(host.url)
+        who = {"principal": "owner", "client": "tab-1"}
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, **who)
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+
+        output: list[str] = []
+        tail = Tail(
+            door=Door(http=host.http, gardend=stand.url, graph="g1",
+                      headers={"Authorization": f"Bearer {MASTER}"}),
+            sessionId=sid,
+            clock=reactor,
+            write=output.append,
+            deltas=True,
+            backoff=0.05,
+        )
+        done = Deferred.fromCoroutine(tail.run())
+
+        async def until(predicate: Any, what: str) -> None:
+            for _ in range(300):
+                if predicate():
+                    return
+                await sleep(0.05)
+            self.fail(f"never: {what}; printed {''.join(output)!r}")
+
+        await until(lambda: "lease.claimed" in "".join(output), "the replay")
+        await host.call("PATCH", f"/sessions/{sid}", {"title": "Cows"}, **who)
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "[[SLOW]] count"}, **who)
+        await until(lambda: "slow-2" in "".join(output), "the deltas")
+        # Cut the stream at the host, mid-run.
+        self.assertEqual(len(host.api.streams), 1)
+        for stream in list(host.api.streams):
+            stream.request.transport.loseConnection()
+        await until(lambda: tail.connections >= 2, "a second connection")
+        await host.waitFor(sid, lambda e: e["type"] == "command.completed", **who)
+        await until(lambda: "run.settled" in "".join(output), "run.settled")
+        code, frame = await host.call("DELETE", f"/sessions/{sid}", **who)
+        self.assertEqual(code, 200, frame)
+        await done
+
+        text = "".join(output)
+        lines = [line for line in text.split("\n") if line[:1].isdigit()]
+        seqs = [int(line.split(" ", 1)[0]) for line in lines]
+        self.assertEqual(seqs, list(range(1, len(seqs) + 1)), text)
+        self.assertTrue(lines[-1].split(" ")[1] == "session.deleted", text)
+        types = [line.split(" ")[1] for line in lines]
+        for expected in ("session.created", "lease.claimed", "session.renamed", "run.started",
+                         "run.settled", "command.completed"):
+            self.assertIn(expected, types)
+        self.assertIn("title=Cows", text)
+        self.assertIn("\n    slow-0 slow-1 slow-2", text)  # deltas inline, indented
+        # The second connection resumed from the last seq printed.
+        resumed = [r for r in stand.requestsSeen if "last-event-id" in r["headers"]]
+        self.assertEqual(len(resumed), tail.connections - 1)
+        lastBefore = int(resumed[0]["headers"]["last-event-id"])
+        self.assertIn(lastBefore, seqs[:-1])
+        for request in resumed:
+            self.assertTrue(request["path"].endswith(f"since={request['headers']['last-event-id']}"))
+        self.flushLoggedErrors()
+
+    async def test_silentStreamIsCut(self) -> None:
+        """
+        Over a real connection, a stream that goes silent (headers and one
+        comment, then nothing) is cut after C{idleSeconds} and asked again
+        after the last seq.
+        """
+        seen: list[Any] = []
+
+        class Silent(Resource):
+            isLeaf = True
+
+            def render_GET(self, request: Any) -> Any:
+                seen.append(request.getHeader(b"last-event-id"))
+                request.setHeader(b"content-type", b"text/event-stream")
+                request.write(b": connected\n\n")
+                if len(seen) == 1:
+                    request.write(sse(event(1)))
+                return NOT_DONE_YET
+
+        port = reactor.listenTCP(0, Site(Silent()), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        http, pool = clientHTTP(reactor)
+        self.addCleanup(pool.closeCachedConnections)
+        output: list[str] = []
+        warnings: list[str] = []
+        tail = Tail(door=Door(http=http, gardend=f"http://127.0.0.1:{port.getHost().port}",
+                              graph="g1"),
+                    sessionId="s1", clock=reactor, write=output.append, warn=warnings.append,
+                    idleSeconds=0.5, backoff=0.05)
+        done = Deferred.fromCoroutine(tail.run())
+        for _ in range(100):
+            if len(seen) >= 2:
+                break
+            await sleep(0.05)
+        done.cancel()
+        await done.addErrback(lambda f: f.trap(CancelledError))
+        await sleep(0.1)  # the host's side of the closed connection sees its end
+        self.assertEqual(seen[:2], [None, b"1"])
+        self.assertEqual(output, ["1 session.renamed\n"])
+        self.assertEqual(warnings[0], "connection lost after seq 1 (nothing came for 0.5s); reconnecting")

@@ -1,0 +1,3 @@
+"""
+Helpers shared by the unit and the live tests (no tests here).
+"""

@@ -1,0 +1,3 @@
+"""
+Unit tests: no process, no socket, no real sleep; they run in seconds.
+"""

@@ -1,0 +1,873 @@
+"""
+Tests for L{vehicle.body._conductor.Conductor} with a fake pi: a real
+session on a temp data dir and a L{MemoryReactorClock}, the harness's
+L{FakeLauncher} for bodies, and pi's records fed in by hand.  Every event
+the conductor makes is held to C{event.schema.json}.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.error import ProcessDone, ProcessTerminated
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle.body._conductor import Conductor
+from vehicle.session import Caller, Registry
+from vehicle.session import _drive as drive
+from vehicle.store import DataDir
+
+from tests.support.harness import FakeLauncher, FakePiTransport
+from tests.support.schemas import assertValidEvent
+
+
+ALICE = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
+
+USAGE = {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 15,
+         "cost": {"total": 0.001}}
+
+STATE = {"model": {"id": "echo-1"}, "isStreaming": False, "messageCount": 0,
+         "pendingMessageCount": 0}
+
+
+class FakePi:
+    """
+    The pi side of the newest fake body: what the host asked, and answers.
+    """
+
+    def __init__(self, launcher: FakeLauncher) -> None:
+        self.launcher = launcher
+        self.answered: set[str] = set()
+
+    @property
+    def transport(self) -> FakePiTransport:
+        return self.launcher.spawned[-1]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """
+        Every request the host wrote to this body (not UI answers).
+        """
+        return [r for r in self.transport.written if r.get("type") != "extension_ui_response"]
+
+    def kinds(self) -> list[str]:
+        return [r["type"] for r in self.requests()]
+
+    def uiAnswers(self) -> list[dict[str, Any]]:
+        return [r for r in self.transport.written if r.get("type") == "extension_ui_response"]
+
+    def pending(self, kind: str) -> dict[str, Any]:
+        """
+        The oldest unanswered request of this kind.
+        """
+        for record in self.requests():
+            if record["type"] == kind and record["id"] not in self.answered:
+                return record
+        raise AssertionError(f"no pending {kind!r} request; the host wrote {self.kinds()}")
+
+    def answer(self, kind: str, data: Any = None, success: bool = True, error: str = "") -> None:
+        request = self.pending(kind)
+        self.answered.add(request["id"])
+        response: dict[str, Any] = {"type": "response", "id": request["id"], "command": kind,
+                                    "success": success}
+        if success and data is not None:
+            response["data"] = data
+        if not success:
+            response["error"] = error
+        self.send(response)
+
+    def send(self, record: dict[str, Any]) -> None:
+        self.launcher.reply(record)
+
+    # pi's records for one run, as pi writes them
+
+    def agentStart(self) -> None:
+        self.send({"type": "agent_start"})
+
+    def user(self, text: str) -> None:
+        self.send({"type": "message_end",
+                   "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
+
+    def assistant(self, text: str = "Sure.", stopReason: str = "stop") -> None:
+        self.send({"type": "message_update",
+                   "assistantMessageEvent": {"type": "text_delta", "delta": text}})
+        self.send({"type": "message_end",
+                   "message": {"role": "assistant", "content": [{"type": "text", "text": text}],
+                               "usage": USAGE, "stopReason": stopReason}})
+
+    def settle(self, aborted: bool = False) -> None:
+        self.send({"type": "agent_end", "willRetry": False})
+        self.send({"type": "agent_settled", "aborted": aborted})
+
+    def exit(self, exitCode: int | None = 1, signal: int | None = None, stderr: bytes = b"") -> None:
+        protocol = self.transport.protocol
+        if stderr:
+            protocol.errReceived(stderr)
+        if exitCode == 0:
+            protocol.processEnded(Failure(ProcessDone(None)))
+        else:
+            protocol.processEnded(Failure(ProcessTerminated(exitCode, signal, None)))
+
+
+class ConductorTestCase(SynchronousTestCase):
+    """
+    One session, its conductor, a fake pi and a clock.
+    """
+
+    idleSeconds = 600.0
+
+    def setUp(self) -> None:
+        self.clock = MemoryReactorClock()
+        self.clock.advance(1_796_000_000)
+        dataDir = DataDir(Path(self.mktemp()))
+        dataDir.ensure()
+        self.registry = Registry(dataDir=dataDir, clock=self.clock)
+        frame = drive.createSession(
+            self.registry, ALICE, {"requestId": "create-1"},
+            model="scripted/echo-1", maxTurns=12, maxCostUsd=0.25,
+        )
+        self.session = self.registry.sessions[frame["value"]["session"]["sessionId"]]
+        self.addCleanup(self.registry.close)
+        self.launcher = FakeLauncher()
+        self.conductor = Conductor(
+            session=self.session, launcher=self.launcher, clock=self.clock,
+            idleSeconds=self.idleSeconds,
+        )
+        self.session.conductor = self.conductor
+        self.pi = FakePi(self.launcher)
+        self.seen: list[dict[str, Any]] = []
+
+        def check(event: dict[str, Any]) -> None:
+            assertValidEvent(self, event)
+            self.seen.append(event)
+
+        self.session.subscribe(check)
+
+    # -- driving ------------------------------------------------------------
+
+    def submit(self, kind: str, requestId: str, **fields: Any) -> dict[str, Any]:
+        return drive.submitCommand(
+            self.session, ALICE, {"type": kind, "requestId": requestId, **fields}
+        )
+
+    def status(self, commandId: str) -> str:
+        return str(self.session.commands[commandId]["status"])
+
+    def command(self, commandId: str) -> dict[str, Any]:
+        return self.session.commands[commandId]
+
+    def durable(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.seen if "seq" in e and (kind is None or e["type"] == kind)]
+
+    def data(self, kind: str) -> list[dict[str, Any]]:
+        return [e["data"] for e in self.durable(kind)]
+
+    def statusEvents(self, commandId: str) -> list[str]:
+        return [e["type"] for e in self.durable()
+                if e["type"].startswith("command.") and e["data"].get("commandId") == commandId]
+
+    def running(self, text: str = "hello") -> None:
+        """
+        A prompt C{p1} whose run has started.
+        """
+        self.submit("prompt", "p1", text=text)
+        self.pi.answer("get_state", STATE)
+        self.pi.answer("prompt", {"disposition": "started"})
+        self.pi.agentStart()
+        self.pi.user(text)
+
+    def queue(self, kind: str, requestId: str, text: str, **fields: Any) -> None:
+        """
+        A text command sent to pi while the run goes on, and queued there.
+        """
+        self.submit(kind, requestId, text=text, **fields)
+        verb = "follow_up" if kind == "prompt" else kind
+        if kind == "prompt":
+            self.assertEqual(self.pi.pending("prompt")["streamingBehavior"], "followUp")
+            verb = "prompt"
+        self.pi.answer(verb, {"disposition": "queued"} if kind == "prompt" else None)
+        self.assertEqual(self.status(requestId), "queued")
+
+
+class PromptTests(ConductorTestCase):
+    """
+    A prompt's way through the body.
+    """
+
+    def test_lifecycle(self) -> None:
+        """
+        A prompt on a dormant session starts a body, asks pi C{get_state}
+        then C{prompt}, and moves C{accepted -> delivered -> completed};
+        the run's events carry its id, tools, turns and cost.
+        """
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(self.status("p1"), "accepted")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.pi.kinds(), ["get_state"])
+        self.assertEqual(self.conductor.bodyState(), "starting")
+
+        self.pi.answer("get_state", STATE)
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt"])
+        self.assertEqual(self.pi.pending("prompt")["message"], "hello")
+        self.assertNotIn("streamingBehavior", self.pi.pending("prompt"))
+        self.assertEqual(self.data("body.materialized"), [{"kind": "rpc", "pid": 4242}])
+        self.assertEqual(self.data("session.revived"), [])
+        self.assertEqual(self.status("p1"), "accepted")
+
+        self.pi.answer("prompt", {"disposition": "started"})
+        self.assertEqual(self.status("p1"), "delivered")
+        self.assertEqual(self.command("p1")["disposition"], "started")
+        self.assertTrue(self.session.running())
+
+        self.pi.agentStart()
+        self.pi.user("hello")
+        self.pi.assistant("Hi there.")
+        self.pi.settle()
+        self.assertEqual(self.status("p1"), "completed")
+        self.assertEqual(self.statusEvents("p1"),
+                         ["command.accepted", "command.delivered", "command.completed"])
+        self.assertEqual(self.data("run.started"), [{"runId": "run-1", "tools": []}])
+        self.assertEqual(self.data("run.settled"), [
+            {"runId": "run-1", "aborted": False, "stopReason": "stop", "turns": 1,
+             "costUsd": 0.001}])
+        self.assertFalse(self.session.running())
+        self.assertEqual(self.conductor.bodyState(), "live")
+        # The text delta went to watchers only, never to the log.
+        deltas = [e for e in self.seen if e["type"] == "message.delta"]
+        self.assertEqual([d["data"]["text"] for d in deltas], ["Hi there."])
+        self.assertNotIn("message.delta", [e["type"] for e in self.session.eventsAfter(0)[0]])
+
+    def test_secondPromptReusesTheBody(self) -> None:
+        """
+        A prompt after a settled run goes to the same live body: no new
+        spawn, no second C{get_state}.
+        """
+        self.running()
+        self.pi.settle()
+        self.submit("prompt", "p2", text="again")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt", "prompt"])
+        self.assertEqual(self.pi.pending("prompt")["message"], "again")
+
+    def test_handledByAnExtension(self) -> None:
+        """
+        A prompt pi answers C{handled} is delivered and completed at once:
+        no run comes of it.
+        """
+        self.submit("prompt", "p1", text="/something")
+        self.pi.answer("get_state", STATE)
+        self.pi.answer("prompt", {"disposition": "handled"})
+        self.assertEqual(self.status("p1"), "completed")
+        self.assertEqual(self.command("p1")["disposition"], "handled")
+        self.assertFalse(self.session.running())
+
+    def test_refusedPromptFails(self) -> None:
+        """
+        A prompt pi refuses fails with pi's words, and the next command is
+        still delivered.
+        """
+        self.submit("prompt", "p1", text="hello")
+        self.pi.answer("get_state", STATE)
+        self.pi.answer("prompt", success=False, error="No model selected")
+        self.assertEqual(self.status("p1"), "failed")
+        self.assertEqual(self.command("p1")["error"], "No model selected")
+        self.assertFalse(self.session.running())
+        self.submit("prompt", "p2", text="again")
+        self.assertEqual(self.pi.pending("prompt")["message"], "again")
+
+    def test_oneAtATime(self) -> None:
+        """
+        While the body starts, later commands wait: one spawn, and nothing
+        but C{get_state} reaches pi.
+        """
+        self.submit("prompt", "p1", text="one")
+        self.submit("follow_up", "f1", text="two")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.pi.kinds(), ["get_state"])
+        self.pi.answer("get_state", STATE)
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt"])
+        self.pi.answer("prompt", {"disposition": "started"})
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt", "follow_up"])
+
+
+class QueueTests(ConductorTestCase):
+    """
+    Text commands while a run goes on become pi's queue.
+    """
+
+    def test_publicRecordHoldsNoModelText(self) -> None:
+        """
+        The text the model is sent (with its C{[open in Garden: …]} note) is
+        the conductor's own: the session's record of the command, which the
+        snapshot shows, holds the person's words and their refs only, while
+        the command waits in pi's queue and after it was delivered.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more", contextRefs=["doc-1"])
+        record = self.command("f1")
+        self.assertNotIn("rendered", record)
+        self.assertNotIn("[open in Garden", json.dumps(record))
+        self.pi.user("more\n\n[open in Garden: doc-1]")
+        self.assertEqual(self.status("f1"), "delivered")
+        self.assertNotIn("[open in Garden", json.dumps(self.session.commands))
+
+    def test_followUpAndSteerMatchedToTheirDelivery(self) -> None:
+        """
+        C{follow_up} and C{steer} while running are sent as pi's
+        C{follow_up} and C{steer}, and a C{prompt} as a C{prompt} with
+        C{streamingBehavior: followUp}; each is C{delivered} when pi's user
+        message with its text (and its context note) ends, in pi's order,
+        and all complete with the run.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more", contextRefs=["doc-1"])
+        self.queue("steer", "s1", "turn left")
+        self.queue("prompt", "p2", "and then")
+        sent = [(r["type"], r["message"]) for r in self.pi.requests()[2:]]
+        self.assertEqual(sent, [
+            ("follow_up", "more\n\n[open in Garden: doc-1]"),
+            ("steer", "turn left"),
+            ("prompt", "and then"),
+        ])
+        self.assertEqual(self.statusEvents("f1"), ["command.accepted"])
+
+        self.pi.assistant("first answer")
+        self.pi.user("turn left")
+        self.assertEqual(self.status("s1"), "delivered")
+        self.assertEqual(self.status("f1"), "queued")
+        self.pi.assistant("left it is")
+        self.pi.user("more\n\n[open in Garden: doc-1]")
+        self.assertEqual(self.status("f1"), "delivered")
+        self.pi.user("and then")
+        self.assertEqual(self.status("p2"), "delivered")
+        self.pi.assistant("done")
+        self.pi.settle()
+        for commandId in ("p1", "f1", "s1", "p2"):
+            self.assertEqual(self.status(commandId), "completed", commandId)
+        self.assertEqual(self.statusEvents("s1"),
+                         ["command.accepted", "command.delivered", "command.completed"])
+        self.assertEqual(self.data("queue.stranded"), [])
+
+    def test_userMessageNotQueuedChangesNothing(self) -> None:
+        """
+        A user message whose text no queued command has (pi's own) moves
+        no command.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more")
+        self.pi.user("something else")
+        self.assertEqual(self.status("f1"), "queued")
+
+    def test_queueUpdated(self) -> None:
+        """
+        pi's C{queue_update} is kept for C{inspect} and announced.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more")
+        self.pi.send({"type": "queue_update", "steering": [], "followUp": ["more"]})
+        self.assertEqual(self.data("queue.updated"), [{"steering": [], "followUp": ["more"]}])
+        d = self.conductor.snapshot()
+        self.pi.answer("get_session_stats", {"tokens": {"total": 15}})
+        snapshot = self.successResultOf(d)
+        self.assertEqual(snapshot["queue"], {"steering": [], "followUp": ["more"]})
+        self.assertEqual(snapshot["stats"], {"tokens": {"total": 15}})
+        self.assertEqual(snapshot["tools"], [])
+
+    def test_strandedAreDeliveredAgain(self) -> None:
+        """
+        A run that settles (not aborted) with commands still in pi's queue
+        announces C{queue.stranded}, clears pi's queue and delivers them
+        again, in order, as the next run's prompts.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more")
+        self.queue("steer", "s1", "also this")
+        self.pi.assistant("done")
+        self.pi.settle()
+        self.assertEqual(self.status("p1"), "completed")
+        self.assertEqual(self.data("queue.stranded"), [{"commandIds": ["f1", "s1"]}])
+        self.assertEqual(self.pi.kinds()[-1], "clear_queue")
+        self.pi.answer("clear_queue", {"steering": ["also this"], "followUp": ["more"]})
+        self.assertEqual(self.pi.pending("prompt")["message"], "more")
+        self.assertNotIn("streamingBehavior", self.pi.pending("prompt"))
+        self.pi.answer("prompt", {"disposition": "started"})
+        self.assertEqual(self.status("f1"), "delivered")
+        self.pi.agentStart()
+        self.pi.user("more")
+        # The second is queued behind the new run, as pi's follow-up.
+        self.assertEqual(self.pi.pending("steer")["message"], "also this")
+        self.pi.answer("steer")
+        self.pi.user("also this")
+        self.assertEqual(self.status("s1"), "delivered")
+        self.pi.assistant("ok")
+        self.pi.settle()
+        self.assertEqual(self.status("f1"), "completed")
+        self.assertEqual(self.status("s1"), "completed")
+
+
+class AbortTests(ConductorTestCase):
+    """
+    C{abort}: pi's queue cleared, then the run stopped.
+    """
+
+    def test_clearQueueThenAbort(self) -> None:
+        """
+        C{abort} while running sends C{clear_queue} and then C{abort}; the
+        queued commands are cancelled, those not yet handed to pi too, the
+        run's prompt ends C{aborted} and the abort C{completed}.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more")
+        self.submit("follow_up", "f2", text="even more")   # on its way to pi
+        self.submit("follow_up", "f3", text="and more")    # waits behind it
+        self.submit("abort", "a1")
+        self.assertEqual(self.status("f3"), "cancelled")
+        self.assertEqual(self.command("f3")["reason"], "abort")
+        self.pi.answer("follow_up")
+        self.assertEqual(self.pi.kinds()[-1], "clear_queue")
+        self.pi.answer("clear_queue", {"steering": [], "followUp": ["more", "even more"]})
+        for commandId in ("f1", "f2"):
+            self.assertEqual(self.status(commandId), "cancelled", commandId)
+        self.assertEqual(self.command("f1")["reason"], "aborted")
+        self.assertNotIn("command.delivered", self.statusEvents("f2"))
+        self.assertEqual(self.pi.kinds().count("follow_up"), 2)
+        self.assertEqual(self.pi.kinds()[-2:], ["clear_queue", "abort"])
+        self.assertEqual(self.status("a1"), "accepted")
+        # pi answers an abort only once the run has settled.
+        self.pi.send({"type": "message_end", "message": {
+            "role": "assistant", "content": [], "usage": USAGE, "stopReason": "aborted"}})
+        self.pi.settle(aborted=True)
+        self.pi.answer("abort")
+        self.assertEqual(self.status("p1"), "aborted")
+        self.assertEqual(self.status("a1"), "completed")
+        self.assertEqual(self.data("run.settled")[-1]["aborted"], True)
+        self.assertEqual(self.data("queue.stranded"), [])
+        self.assertFalse(self.session.running())
+
+    def test_abortWithEmptyQueue(self) -> None:
+        """
+        With nothing queued, C{abort} sends only C{abort}.
+        """
+        self.running()
+        self.submit("abort", "a1")
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt", "abort"])
+
+    def test_abortWhileIdle(self) -> None:
+        """
+        C{abort} with no run and no body has nothing to stop: it completes
+        without starting a body.
+        """
+        self.submit("abort", "a1")
+        self.assertEqual(self.status("a1"), "completed")
+        self.assertEqual(self.launcher.spawned, [])
+
+    def test_abortSlow(self) -> None:
+        """
+        When pi has not answered an abort after 5 s on the clock,
+        C{abort.slow} says so (once); the abort completes when pi answers.
+        """
+        self.running()
+        self.submit("abort", "a1")
+        self.clock.advance(4.9)
+        self.assertEqual(self.data("abort.slow"), [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.data("abort.slow"), [{"afterMs": 5000}])
+        self.clock.advance(30)
+        self.assertEqual(len(self.data("abort.slow")), 1)
+        self.pi.settle(aborted=True)
+        self.pi.answer("abort")
+        self.assertEqual(self.status("a1"), "completed")
+
+    def test_abortAnsweredInTime(self) -> None:
+        """
+        An abort answered within 5 s makes no C{abort.slow}, ever.
+        """
+        self.running()
+        self.submit("abort", "a1")
+        self.clock.advance(1)
+        self.pi.settle(aborted=True)
+        self.pi.answer("abort")
+        self.clock.advance(60)
+        self.assertEqual(self.data("abort.slow"), [])
+
+
+class CancelTests(ConductorTestCase):
+    """
+    C{cancel}: one queued command taken back out.
+    """
+
+    def test_cancelQueuedRequeuesTheRestInOrder(self) -> None:
+        """
+        Cancelling a command in pi's queue sends C{clear_queue}, then sends
+        the others again in their order and kind; only the target is
+        cancelled, and the others are still matched to their delivery.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "one")
+        self.queue("follow_up", "f2", "two")
+        self.queue("steer", "s3", "three")
+        self.queue("prompt", "p4", "four")
+        before = len(self.pi.requests())
+        self.submit("cancel", "c1", targetCommandId="f2")
+        self.assertEqual(self.pi.kinds()[before:], ["clear_queue"])
+        self.pi.answer("clear_queue", {"steering": ["three"], "followUp": ["one", "two", "four"]})
+        self.assertEqual(self.status("f2"), "cancelled")
+        self.assertEqual(self.command("f2")["reason"], "cancelled")
+        self.pi.answer("follow_up")
+        self.pi.answer("steer")
+        self.pi.answer("follow_up")
+        resent = [(r["type"], r["message"]) for r in self.pi.requests()[before + 1:]]
+        self.assertEqual(resent, [("follow_up", "one"), ("steer", "three"), ("follow_up", "four")])
+        self.assertEqual(self.status("c1"), "completed")
+        for commandId in ("f1", "s3", "p4"):
+            self.assertIn(self.status(commandId), ("accepted", "queued"), commandId)
+        self.pi.user("three")
+        self.pi.user("one")
+        self.pi.user("four")
+        self.pi.settle()
+        self.assertEqual([self.status(c) for c in ("f1", "s3", "p4")], ["completed"] * 3)
+        self.assertEqual(self.status("f2"), "cancelled")
+
+    def test_cancelBeforeItReachesPi(self) -> None:
+        """
+        A command still waiting in the host's own backlog is taken out
+        without a word to pi.
+        """
+        self.running()
+        self.submit("follow_up", "f1", text="one")   # its request is pending
+        self.submit("follow_up", "f2", text="two")   # waits behind it
+        self.submit("cancel", "c1", targetCommandId="f2")
+        self.assertEqual(self.status("f2"), "cancelled")
+        self.assertEqual(self.status("c1"), "completed")
+        self.pi.answer("follow_up")
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt", "follow_up"])
+
+    def test_cancelNoLongerQueued(self) -> None:
+        """
+        A cancel whose target pi has delivered meanwhile fails
+        C{not_cancellable}; the target is untouched.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "one")
+        self.submit("follow_up", "f2", text="two")   # the pump is busy with it
+        self.submit("cancel", "c1", targetCommandId="f1")
+        self.pi.user("one")                          # pi delivers f1 first
+        self.pi.answer("follow_up")
+        self.assertEqual(self.status("c1"), "failed")
+        self.assertEqual(self.command("c1")["code"], "not_cancellable")
+        self.assertEqual(self.status("f1"), "delivered")
+        self.assertNotIn("clear_queue", self.pi.kinds())
+
+    def test_cancelWhileBeingDelivered(self) -> None:
+        """
+        A cancel of the prompt being handed to a body that is still
+        starting tells the truth: either the prompt is cancelled and never
+        reaches pi, or it runs and the cancel fails C{not_cancellable}.
+        """
+        self.submit("prompt", "p1", text="hello")
+        self.submit("cancel", "c1", targetCommandId="p1")
+        self.pi.answer("get_state", STATE)
+        if self.status("p1") == "cancelled":
+            self.assertNotIn("prompt", self.pi.kinds())
+            self.assertEqual(self.status("c1"), "completed")
+        else:
+            self.pi.answer("prompt", {"disposition": "started"})
+            self.assertEqual(self.status("p1"), "delivered")
+            self.assertEqual(self.status("c1"), "failed")
+            self.assertEqual(self.command("c1")["code"], "not_cancellable")
+
+
+
+class BudgetTests(ConductorTestCase):
+    """
+    The extension's budget stop.
+    """
+
+    def test_budgetStopCancelsQueued(self) -> None:
+        """
+        pi's C{sophia.budget} notice becomes C{budget.exceeded} (with the
+        run's id) and cancels the queued commands (C{budget_exceeded});
+        the run settles aborted.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more")
+        report = {"reason": "max_turns", "turns": 12, "costUsd": 0.01, "maxTurns": 12,
+                  "maxCostUsd": 0.25}
+        self.pi.send({"type": "extension_ui_request", "id": "ui-1", "method": "notify",
+                      "message": "sophia.budget " + json.dumps(report), "notifyType": "warning"})
+        self.assertEqual(self.data("budget.exceeded"), [{**report, "runId": "run-1"}])
+        self.assertEqual(self.pi.kinds()[-1], "clear_queue")
+        self.pi.answer("clear_queue", {"steering": [], "followUp": ["more"]})
+        self.assertEqual(self.status("f1"), "cancelled")
+        self.assertEqual(self.command("f1")["reason"], "budget_exceeded")
+        self.pi.settle(aborted=True)
+        self.assertEqual(self.status("p1"), "aborted")
+        self.assertEqual(self.data("run.settled")[-1]["aborted"], True)
+        self.assertEqual(self.pi.uiAnswers(), [])
+        self.assertEqual(self.pi.kinds().count("clear_queue"), 1)
+
+    def test_budgetStopWithEmptyQueue(self) -> None:
+        """
+        With nothing queued the budget stop asks pi nothing more.
+        """
+        self.running()
+        before = self.pi.kinds()
+        report = {"reason": "max_cost", "turns": 2, "costUsd": 0.3, "maxTurns": 12,
+                  "maxCostUsd": 0.25}
+        self.pi.send({"type": "extension_ui_request", "id": "ui-1", "method": "notify",
+                      "message": "sophia.budget " + json.dumps(report), "notifyType": "warning"})
+        self.assertEqual(self.pi.kinds(), before)
+        self.assertEqual(self.data("budget.exceeded")[0]["reason"], "max_cost")
+
+
+class BodyExitTests(ConductorTestCase):
+    """
+    A body that dies unasked.
+    """
+
+    def test_exitMidRun(self) -> None:
+        """
+        A body that dies mid-run: C{body.exited} (exit code, signal, the
+        tail of stderr), C{run.settled} with C{body_exited}, and every open
+        command C{failed} with code C{body_exited}; the next prompt makes
+        a new body.
+        """
+        self.running()
+        self.queue("follow_up", "f1", "more")
+        self.pi.exit(exitCode=1, stderr=b"x" * 5000 + b"fatal: out of memory\n")
+        exited = self.data("body.exited")
+        self.assertEqual(len(exited), 1)
+        self.assertEqual(exited[0]["exitCode"], 1)
+        self.assertIsNone(exited[0]["signal"])
+        self.assertTrue(exited[0]["stderrTail"].endswith("fatal: out of memory\n"))
+        self.assertLessEqual(len(exited[0]["stderrTail"]), 4096)
+        self.assertEqual(self.data("run.settled"),
+                         [{"runId": "run-1", "aborted": True, "stopReason": "body_exited", "costUsd": 0.0}])
+        for commandId in ("p1", "f1"):
+            self.assertEqual(self.status(commandId), "failed", commandId)
+            self.assertEqual(self.command(commandId)["code"], "body_exited")
+        self.assertEqual(self.conductor.bodyState(), "dormant")
+        self.assertFalse(self.session.running())
+        self.submit("prompt", "p2", text="again")
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertEqual(self.pi.kinds(), ["get_state"])
+
+    def test_killedBySignal(self) -> None:
+        """
+        A body killed by a signal says which, with no exit code; with no
+        run under way there is no C{run.settled}.
+        """
+        self.running()
+        self.pi.settle()
+        self.pi.exit(exitCode=None, signal=9)
+        self.assertEqual(self.data("body.exited"),
+                         [{"exitCode": None, "signal": 9, "stderrTail": ""}])
+        self.assertEqual(len(self.data("run.settled")), 1)
+
+    def test_exitWhileStarting(self) -> None:
+        """
+        A body that dies before answering C{get_state} fails the command
+        it was starting for.
+        """
+        self.submit("prompt", "p1", text="hello")
+        self.pi.exit(exitCode=2, stderr=b"pi: bad config\n")
+        self.assertEqual(self.status("p1"), "failed")
+        self.assertEqual(self.data("body.exited")[0]["stderrTail"], "pi: bad config\n")
+        self.assertEqual(self.data("run.settled"), [])
+        self.assertEqual(self.conductor.bodyState(), "dormant")
+
+
+class IdleTests(ConductorTestCase):
+    """
+    A body with nothing to do is disposed after the idle time.
+    """
+
+    idleSeconds = 60.0
+
+    def test_idleDormancy(self) -> None:
+        """
+        After C{idleSeconds} on the clock with no run, the body's stdin is
+        closed and, once pi has ended, C{body.dormant} says C{idle} (and no
+        C{body.exited}); the next prompt revives a new body.
+        """
+        self.running()
+        self.clock.advance(1000)   # a long run is never idle
+        self.assertEqual(self.conductor.bodyState(), "live")
+        self.pi.settle()
+        self.clock.advance(59)
+        self.assertEqual(self.conductor.bodyState(), "live")
+        self.assertNotIn(0, self.pi.transport.closed)
+        self.clock.advance(1)
+        self.assertEqual(self.conductor.bodyState(), "stopping")
+        self.assertIn(0, self.pi.transport.closed)
+        self.pi.exit(exitCode=0)
+        self.assertEqual(self.data("body.dormant"), [{"reason": "idle"}])
+        self.assertEqual(self.data("body.exited"), [])
+        self.assertEqual(self.conductor.bodyState(), "dormant")
+        self.submit("prompt", "p2", text="again")
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_idleTermThenKill(self) -> None:
+        """
+        A body that ignores the end of its stdin is sent C{TERM} 3 s later.
+        """
+        self.running()
+        self.pi.settle()
+        self.clock.advance(60)
+        self.clock.advance(3)
+        self.assertEqual(self.pi.transport.signals, ["TERM"])
+        self.assertEqual(self.data("body.dormant"), [{"reason": "idle"}])
+
+    def test_activityRearmsTheTimer(self) -> None:
+        """
+        A new command before the idle time ends keeps the body; the timer
+        starts again when that run settles.
+        """
+        self.running()
+        self.pi.settle()
+        self.clock.advance(50)
+        self.submit("prompt", "p2", text="again")
+        self.pi.answer("prompt", {"disposition": "started"})
+        self.pi.agentStart()
+        self.clock.advance(50)
+        self.pi.settle()
+        self.clock.advance(59)
+        self.assertEqual(self.conductor.bodyState(), "live")
+        self.clock.advance(1)
+        self.assertEqual(self.conductor.bodyState(), "stopping")
+
+
+class ExtensionUITests(ConductorTestCase):
+    """
+    The extension's UI requests, answered by the host.
+    """
+
+    def ask(self, **request: Any) -> dict[str, Any]:
+        self.pi.send({"type": "extension_ui_request", **request})
+        answers = self.pi.uiAnswers()
+        self.assertTrue(answers, "no answer was written")
+        return answers[-1]
+
+    def test_delegatedTokenAnswered(self) -> None:
+        """
+        C{input} titled C{sophia.delegated-token} is answered with the
+        session's newest token, which is in no event.
+        """
+        self.running()
+        self.session.delegatedToken = "tok-first"
+        self.session.delegatedToken = "tok-newest-0123"
+        answer = self.ask(id="ui-1", method="input", title="sophia.delegated-token",
+                          placeholder='{"toolName":"x"}')
+        self.assertEqual(answer, {"type": "extension_ui_response", "id": "ui-1",
+                                  "value": "tok-newest-0123"})
+        self.assertNotIn("tok-newest-0123", json.dumps(self.session.eventsAfter(0)[0]))
+
+    def test_delegatedTokenMissingCancelled(self) -> None:
+        """
+        Without a token the request is cancelled (the tool call then fails
+        cleanly).
+        """
+        self.running()
+        answer = self.ask(id="ui-2", method="input", title="sophia.delegated-token")
+        self.assertEqual(answer, {"type": "extension_ui_response", "id": "ui-2",
+                                  "cancelled": True})
+
+    def test_otherRequestsCancelled(self) -> None:
+        """
+        Any other dialog is declined: C{input}/C{select}/C{editor}
+        cancelled, C{confirm} not confirmed; none is logged as an event.
+        """
+        self.running()
+        self.session.delegatedToken = "tok-x"
+        for n, method in enumerate(("input", "select", "editor")):
+            answer = self.ask(id=f"ui-{n}", method=method, title="Pick one")
+            self.assertEqual(answer, {"type": "extension_ui_response", "id": f"ui-{n}",
+                                      "cancelled": True})
+        answer = self.ask(id="ui-c", method="confirm", title="Really?")
+        self.assertEqual(answer, {"type": "extension_ui_response", "id": "ui-c",
+                                  "confirmed": False})
+        self.assertNotIn("ui.request", [e["type"] for e in self.seen])
+
+    def test_fireAndForgetUnanswered(self) -> None:
+        """
+        C{notify} becomes C{body.notice}; C{setStatus} and its kind get no
+        answer at all.
+        """
+        self.running()
+        self.pi.send({"type": "extension_ui_request", "id": "n1", "method": "notify",
+                      "message": "heads up", "notifyType": "info"})
+        self.pi.send({"type": "extension_ui_request", "id": "n2", "method": "setStatus",
+                      "statusKey": "k", "statusText": "busy"})
+        self.assertEqual(self.pi.uiAnswers(), [])
+        self.assertEqual(self.data("body.notice"), [{"message": "heads up", "notifyType": "info"}])
+
+
+class ClosingTests(ConductorTestCase):
+    """
+    When the host stops, nothing more is delivered or started.
+    """
+
+    def test_closeWithCommandsWaiting(self) -> None:
+        """
+        With one prompt on its way (the body still starting) and one behind
+        it, closing disposes the body, starts no other, and leaves both
+        commands open for the next start to report interrupted.
+        """
+        self.submit("prompt", "p1", text="one")
+        self.submit("prompt", "p2", text="two")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.pi.pending("get_state")
+        d = self.conductor.close()
+        self.clock.advance(10)
+        self.successResultOf(d)
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual((self.status("p1"), self.status("p2")), ("accepted", "accepted"))
+        self.assertEqual(self.conductor.state, "dormant")
+        self.assertNotIn("command.failed", [e["type"] for e in self.durable()])
+
+
+class ScrubTests(ConductorTestCase):
+    """
+    pi's own words reach events without the host's secrets.
+    """
+
+    def test_stderrAndErrorsScrubbed(self) -> None:
+        """
+        The delegation token quoted in pi's stderr or in a failed command's
+        error is redacted in C{body.exited} and C{command.failed}.
+        """
+        self.session.delegatedToken = "gdt1.secret-token-value"
+        self.submit("prompt", "p1", text="one")
+        self.pi.answer("get_state", {})
+        self.pi.answer("prompt", success=False, error="refused gdt1.secret-token-value")
+        self.assertEqual(self.command("p1")["error"], "refused [redacted]")
+        self.submit("prompt", "p2", text="two")
+        self.pi.exit(exitCode=1, stderr=b"boom: gdt1.secret-token-value\n")
+        [exited] = self.data("body.exited")
+        self.assertNotIn("secret-token-value", exited["stderrTail"])
+        self.assertIn("[redacted]", exited["stderrTail"])
+
+
+class SettleHookTests(ConductorTestCase):
+    """
+    A run that ends with its body still runs the settle hooks.
+    """
+
+    def test_bodyDeathRunsHooks(self) -> None:
+        """
+        When the body dies mid-run, the hooks (the ledger's debit, the
+        mirror) get the settled run, with what it cost so far.
+        """
+        seen: list[dict[str, Any]] = []
+        self.conductor.onSettled.append(lambda session, info: seen.append(info))
+        self.running()
+        self.pi.assistant("partial")
+        self.pi.exit(exitCode=None, signal=9)
+        [info] = seen
+        self.assertTrue(info["aborted"])
+        self.assertGreater(info["costUsd"], 0)
+        [settled] = self.durable("run.settled")
+        self.assertEqual(info["seq"], settled["seq"])

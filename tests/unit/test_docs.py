@@ -1,0 +1,113 @@
+"""
+The operator's documents stay true to the code: every environment variable
+the host and the local run read, and every option of C{twistd vehicle} and
+C{scripts/run}, is in C{docs/operating.md} with its default; the links in
+the documents this module watches lead to files that exist.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle import _local, _tap
+
+
+ROOT = Path(__file__).parent.parent.parent
+OPERATING = ROOT / "docs" / "operating.md"
+WATCHED = [OPERATING, ROOT / "docs" / "ids.md"]
+
+#: Where the host and the local run read their environment.
+READERS = [
+    ROOT / "src" / "vehicle" / p
+    for p in ("settings.py", "models.py", "_tap.py", "_local.py")
+]
+
+#: Read by the local run only to pass on to its children as they are.
+PASSED_THROUGH = {"HOME", "LANG", "PATH"}
+
+_READ = re.compile(
+    r'(?:environ|env)(?:\.get\(|\[)\s*"([A-Z][A-Z0-9_]+)"'
+    r'|_(?:int|float|flag)\(\s*env,\s*"([A-Z][A-Z0-9_]+)"'
+)
+
+
+def variablesRead(text: str) -> set[str]:
+    """
+    The environment variables C{text} (Python source) reads by name.
+    """
+    return {a or b for a, b in _READ.findall(text)} - PASSED_THROUGH
+
+
+def rowOf(document: str, name: str) -> str | None:
+    """
+    The first table row of C{document} that names C{name} in its first
+    cell, or L{None}.
+    """
+    for line in document.splitlines():
+        if line.startswith("|"):
+            first = line.split("|")[1]
+            if name in first:
+                return line
+    return None
+
+
+class OperatingTests(SynchronousTestCase):
+    """
+    C{docs/operating.md} against the code.
+    """
+
+    def test_everyVariable(self) -> None:
+        """
+        Every variable read by the settings, the models, the plugin and
+        the local run has a row of its own in a table.
+        """
+        document = OPERATING.read_text("utf-8")
+        read = set()
+        for path in READERS:
+            read |= variablesRead(path.read_text("utf-8"))
+        self.assertIn("VEHICLE_PUBLIC_RUN_MAX_COST_USD", read)  # read over two lines
+        missing = sorted(name for name in read if rowOf(document, f"`{name}`") is None)
+        self.assertEqual(missing, [])
+
+    def test_missingVariableIsNoticed(self) -> None:
+        """
+        A variable the code reads and the document does not name is found.
+        """
+        read = variablesRead('x = env.get("VEHICLE_NOT_DOCUMENTED")')
+        self.assertEqual(read, {"VEHICLE_NOT_DOCUMENTED"})
+        self.assertIsNone(rowOf(OPERATING.read_text("utf-8"), "`VEHICLE_NOT_DOCUMENTED`"))
+
+    def test_everyOption(self) -> None:
+        """
+        Every option of C{twistd vehicle} and of C{scripts/run} has a row
+        naming it, and the row gives the option's default.
+        """
+        document = OPERATING.read_text("utf-8")
+        for options in (_tap.Options, _local.Options):
+            for name, short, default, *_ in options.optParameters:
+                row = rowOf(document, f"`--{name}")
+                self.assertIsNotNone(row, f"--{name}")
+                if default is not None:
+                    self.assertIn(f"`{default}`", row, f"--{name}'s default")
+            for name, short, *_ in getattr(options, "optFlags", []):
+                row = rowOf(document, f"`--{name}`")
+                self.assertIsNotNone(row, f"--{name}")
+                if short:
+                    self.assertIn(f"`-{short}`", row)
+
+    def test_links(self) -> None:
+        """
+        Every relative link, and every repository path in backquotes that
+        names a file of the repository (docs/, protocol/, src/, ...), exists.
+        """
+        for document in WATCHED:
+            text = document.read_text("utf-8")
+            for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+                self.assertTrue((document.parent / target).exists(), f"{document.name}: {target}")
+            for target in re.findall(r"`((?:docs|protocol|scripts|tests|runtime|services|src)/[\w./-]+)`", text):
+                if "*" in target or "<" in target:
+                    continue
+                self.assertTrue((ROOT / target).exists(), f"{document.name}: {target}")

@@ -1,0 +1,149 @@
+"""
+Package faces: a package's private modules (C{_x.py}) are its own.  Every
+module under C{src/vehicle} is read with L{ast}; an import of
+C{vehicle.X._y} (or C{from vehicle.X import _y}) from outside package
+C{vehicle.X} fails, so every room reaches another only through what that
+room's C{__init__.py} exports.  A private module of C{vehicle} itself
+(C{vehicle._http}) is shared by every room inside it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from twisted.trial.unittest import SynchronousTestCase
+
+
+SRC = Path(__file__).parent.parent.parent / "src"
+PACKAGE = SRC / "vehicle"
+
+def moduleName(path: Path) -> str:
+    """
+    The dotted name of a module under C{src/}.
+    """
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def isPackage(name: str) -> bool:
+    return (SRC.joinpath(*name.split(".")) / "__init__.py").exists()
+
+
+def owner(target: str) -> str | None:
+    """
+    The package whose private module C{target} is, or L{None} when
+    C{target} is public (no part of its name below C{vehicle} starts with
+    an underscore; C{__main__} and the like are not private).
+    """
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if i > 0 and part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def imported(module: str, source: str, package: bool = False) -> list[tuple[int, str]]:
+    """
+    Every module C{source} imports, with its line: C{import a.b},
+    C{from a.b import c} (C{a.b}, and C{a.b.c} when that names a module),
+    relative imports resolved against C{module}.
+    """
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".")
+                if not package:
+                    here = here[:-1]
+                here = here[: len(here) - (node.level - 1)]
+                base = ".".join(here + ([base] if base else []))
+            found.append((node.lineno, base))
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                path = SRC.joinpath(*candidate.split("."))
+                if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+                    found.append((node.lineno, candidate))
+    return found
+
+
+def violations(module: str, source: str, package: bool = False) -> list[tuple[int, str]]:
+    """
+    The imports in C{source} (the text of C{module}) of another package's
+    private modules.
+    """
+    out = []
+    for line, target in imported(module, source, package):
+        if not target.startswith("vehicle."):
+            continue
+        room = owner(target)
+        if room is None or module == room or module.startswith(room + "."):
+            continue
+        out.append((line, target))
+    return out
+
+
+def everyModule() -> list[tuple[str, Path]]:
+    return [(moduleName(p), p) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+class FacesTests(SynchronousTestCase):
+    """
+    No module imports another package's private modules.
+    """
+
+    def test_noPrivateImports(self) -> None:
+        """
+        Every import across packages goes through the other package's
+        C{__init__.py}, with no exception.
+        """
+        found = []
+        for name, path in everyModule():
+            for line, target in violations(
+                name, path.read_text("utf-8"), package=path.name == "__init__.py"
+            ):
+                found.append(f"{path.relative_to(SRC.parent)}:{line}: {target}")
+        self.assertEqual(found, [], "imports of another package's private modules")
+
+    def test_modulesFound(self) -> None:
+        """
+        The walk reads the package (a walk that read nothing would pass).
+        """
+        names = {name for name, _ in everyModule()}
+        self.assertIn("vehicle._tap", names)
+        self.assertIn("vehicle.body._conductor", names)
+        self.assertGreater(len(names), 50)
+
+    def test_forms(self) -> None:
+        """
+        Each form of import is seen: C{from vehicle.X._y import}, C{import
+        vehicle.X._y}, C{from vehicle.X import _y}, and a relative import.
+        A package's own private modules and C{vehicle}'s are allowed.
+        """
+        self.assertEqual(
+            violations("vehicle.host._bodies", "from vehicle.body._conductor import Conductor"),
+            [(1, "vehicle.body._conductor")],
+        )
+        self.assertEqual(
+            violations("vehicle.mirror._mirror", "import vehicle.body._launcher"),
+            [(1, "vehicle.body._launcher")],
+        )
+        self.assertEqual(
+            violations("vehicle.web._app", "from vehicle.session import _drive as drive"),
+            [(1, "vehicle.session._drive")],
+        )
+        self.assertEqual(
+            violations("vehicle.web._app", "from ..session import _drive"),
+            [(1, "vehicle.session._drive")],
+        )
+        self.assertEqual(
+            violations("vehicle.body._conductor", "from vehicle.body._launcher import Launcher"),
+            [],
+        )
+        self.assertEqual(violations("vehicle.mirror._mirror", "from vehicle._http import httpClient"), [])
+        self.assertEqual(violations("vehicle.mirror._mirror", "from vehicle.body import readSession"), [])

@@ -1,0 +1,302 @@
+"""
+Tests for L{vehicle.web._watch}'s SSE stream, through L{StubTreq} and
+through a real request on a L{StringTransport}: replay from C{since} and
+C{Last-Event-ID}, live follow, keepalives on the clock, the end at delete,
+and a slow (paused) client that catches up with no gap and no duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from treq import collect
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle.session import Caller
+
+from tests.support.harness import Harness
+from tests.support.schemas import assertValidEvent, assertValidFrame
+from tests.unit.test_limits import RawConnection
+
+
+TAB1 = {"client": "tab-1"}
+
+
+def parse(raw: bytes) -> tuple[list[dict[str, Any]], list[str]]:
+    """
+    SSE messages (with C{id}, C{event} and the decoded C{data}) and comments.
+    """
+    messages, comments = [], []
+    for block in raw.split(b"\n\n"):
+        if not block.strip():
+            continue
+        lines = block.decode("utf-8").split("\n")
+        if lines[0].startswith(":"):
+            comments.append(lines[0][1:].strip())
+            continue
+        message: dict[str, Any] = {}
+        for line in lines:
+            name, _, value = line.partition(": ")
+            message[name] = value
+        message["data"] = json.loads(message["data"])
+        messages.append(message)
+    return messages, comments
+
+
+class Stream:
+    """
+    One SSE response through L{StubTreq}, its bytes collected as they come.
+    """
+
+    def __init__(self, test: "StreamTestCase", sid: str, query: str = "",
+                 lastEventId: str | None = None, **who: Any) -> None:
+        self.test = test
+        headers = {"accept": "text/event-stream"}
+        if lastEventId is not None:
+            headers["last-event-id"] = lastEventId
+        d = test.h.request("GET", f"/sessions/{sid}/events{query}", headers=headers, **who)
+        test.h.stub.flush()
+        self.response = test.successResultOf(d)
+        self.raw = b""
+        self.done = collect(self.response, self._got)
+        test.h.stub.flush()
+
+    def _got(self, data: bytes) -> None:
+        self.raw += data
+
+    def read(self) -> tuple[list[dict[str, Any]], list[str]]:
+        self.test.h.stub.flush()
+        messages, comments = parse(self.raw)
+        for message in messages:
+            self.test.assertEqual(message["data"]["protocol"], "sophia.vehicle-ride.v2")
+            assertValidEvent(self.test, message["data"])
+            self.test.assertEqual(message["event"], message["data"]["type"])
+            if "seq" in message["data"]:
+                self.test.assertEqual(int(message["id"]), message["data"]["seq"])
+            else:
+                self.test.assertNotIn("id", message)
+        return messages, comments
+
+    def ids(self) -> list[int]:
+        return [int(m["id"]) for m in self.read()[0] if "id" in m]
+
+
+class StreamTestCase(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.h = Harness(self)
+        self.addCleanup(self.h.stop)
+        self.sid = self.h.create(client="tab-1")["sessionId"]
+        self.session = self.h.api.registry.sessions[self.sid]
+        self.alice = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
+
+    def renew(self, times: int = 1) -> None:
+        """
+        Write C{times} durable events (the holder's own claims).
+        """
+        for _ in range(times):
+            self.session.claim(self.alice, 60_000, False)
+
+
+class SSETests(StreamTestCase):
+    """
+    The stream through L{StubTreq}.
+    """
+
+    def test_headers(self) -> None:
+        """
+        The answer is C{text/event-stream}, not cached.
+        """
+        stream = Stream(self, self.sid)
+        self.assertEqual(stream.response.code, 200)
+        self.assertEqual(stream.response.headers.getRawHeaders("content-type"),
+                         ["text/event-stream; charset=utf-8"])
+        self.assertEqual(stream.response.headers.getRawHeaders("cache-control"), ["no-cache"])
+
+    def test_replayFromSince(self) -> None:
+        """
+        It replays the events after C{since}, each as C{id}/C{event}/C{data}.
+        """
+        self.renew(3)
+        stream = Stream(self, self.sid, "?since=2")
+        self.assertEqual(stream.ids(), [3, 4, 5])
+        self.assertEqual(Stream(self, self.sid).ids(), [1, 2, 3, 4, 5])
+
+    def test_replayFromLastEventId(self) -> None:
+        """
+        C{Last-Event-ID} (a reconnecting client) is the cursor, over
+        C{since}.
+        """
+        self.renew(3)
+        stream = Stream(self, self.sid, "?since=0", lastEventId="4")
+        self.assertEqual(stream.ids(), [5])
+
+    def test_badCursor(self) -> None:
+        """
+        A C{Last-Event-ID} or C{since} that is not a seq of this session is
+        an error frame, not a stream.
+        """
+        for query, last in (("?since=x", None), ("", "abc"), ("", "99"), ("?since=-1", None)):
+            code, frame = self.h.call("GET", f"/sessions/{self.sid}/events{query}",
+                                      headers={"accept": "text/event-stream",
+                                               **({"last-event-id": last} if last else {})})
+            assertValidFrame(self, frame)
+            self.assertEqual((code, frame["code"]), (400, "invalid_request"))
+
+    def test_liveFollow(self) -> None:
+        """
+        After the replay it follows live, in order.
+        """
+        stream = Stream(self, self.sid)
+        self.assertEqual(stream.ids(), [1, 2])
+        self.renew(2)
+        code, _ = self.h.call("PATCH", f"/sessions/{self.sid}", {"title": "t"})
+        self.assertEqual(stream.ids(), [1, 2, 3, 4, 5])
+        self.assertEqual(stream.read()[0][-1]["event"], "session.renamed")
+        self.assertNoResult(stream.done)
+
+    def test_ephemeralDeltas(self) -> None:
+        """
+        A C{message.delta} reaches live watchers without an C{id}; it is not
+        in the log.
+        """
+        stream = Stream(self, self.sid)
+        self.session.broadcast("message.delta", {"runId": "run-1", "text": "Hel"})
+        self.renew()
+        messages, _ = stream.read()
+        self.assertEqual([m["event"] for m in messages][-2:], ["message.delta", "lease.renewed"])
+        self.assertNotIn("id", messages[-2])
+        code, frame = self.h.call("GET", f"/sessions/{self.sid}/events")
+        self.assertNotIn("message.delta", [e["type"] for e in frame["value"]["events"]])
+
+    def test_keepalive(self) -> None:
+        """
+        A comment keepalive is sent every 15 s of the clock.
+        """
+        stream = Stream(self, self.sid)
+        before = stream.read()[1].count("keepalive")
+        self.h.clock.advance(14.9)
+        self.assertEqual(stream.read()[1].count("keepalive"), before)
+        self.h.clock.advance(0.1)
+        self.assertEqual(stream.read()[1].count("keepalive"), before + 1)
+        self.h.clock.advance(15)
+        self.assertEqual(stream.read()[1].count("keepalive"), before + 2)
+
+    def test_deleteEndsTheStream(self) -> None:
+        """
+        C{session.deleted} is the last message; then the stream ends.
+        """
+        stream = Stream(self, self.sid)
+        other = Stream(self, self.sid, "?since=1")
+        code, _ = self.h.call("DELETE", f"/sessions/{self.sid}")
+        self.assertEqual(code, 200)
+        for s in (stream, other):
+            self.h.stub.flush()
+            self.successResultOf(s.done)
+            messages, _ = s.read()
+            self.assertEqual(messages[-1]["event"], "session.deleted")
+        self.assertEqual(self.h.api.streams, set())
+        self.h.clock.advance(60)  # no keepalive timer is left behind
+
+    def test_reconnectNoGapNoDuplicate(self) -> None:
+        """
+        A client that reconnects with its last id sees every later event
+        once.
+        """
+        first = Stream(self, self.sid)
+        self.renew(2)
+        seen = first.ids()
+        self.renew(3)  # missed by nobody: the next connection replays them
+        again = Stream(self, self.sid, lastEventId=str(seen[-1]))
+        self.renew(1)
+        self.assertEqual(seen + again.ids(), list(range(1, 9)))
+
+    def test_hostStopEndsStreams(self) -> None:
+        """
+        Stopping the host ends every stream.
+        """
+        stream = Stream(self, self.sid)
+        self.h.api.stopStreams()
+        self.h.stub.flush()
+        self.successResultOf(stream.done)
+
+
+class SlowClientTests(StreamTestCase):
+    """
+    A real request on a L{StringTransport}: the transport pauses the
+    stream, as TCP back-pressure would.
+    """
+
+    def open(self, since: int = 0) -> RawConnection:
+        conn = RawConnection(self.h)
+        conn.send(conn.head("GET", f"/sessions/{self.sid}/events?since={since}",
+                            extra={"accept": "text/event-stream"}))
+        self.assertEqual(conn.status(), 200)
+        return conn
+
+    def ids(self, conn: RawConnection) -> list[int]:
+        messages, _ = parse(conn.body())
+        for message in messages:
+            assertValidEvent(self, message["data"])
+        return [int(m["id"]) for m in messages if "id" in m]
+
+    def test_pausedGetsNothingThenCatchesUp(self) -> None:
+        """
+        While the transport is paused nothing is written (not even a
+        keepalive); when it resumes the client catches up from the log, in
+        order, with no gap and no duplicate.
+        """
+        conn = self.open()
+        self.assertEqual(self.ids(conn), [1, 2])
+        conn.transport.producer.pauseProducing()
+        size = len(conn.output())
+        self.renew(5)
+        self.session.broadcast("message.delta", {"runId": "run-1", "text": "lost while paused"})
+        self.h.clock.advance(31)
+        self.assertEqual(len(conn.output()), size)
+        conn.transport.producer.resumeProducing()
+        self.renew(1)
+        self.assertEqual(self.ids(conn), list(range(1, 9)))
+
+    def test_slowClientHoldsUpNobody(self) -> None:
+        """
+        While one client is paused, another stream and a long-poll get every
+        event at once.
+        """
+        slow = self.open()
+        slow.transport.producer.pauseProducing()
+        fast = self.open()
+        d = self.h.request("GET", f"/sessions/{self.sid}/events?since=2&waitMs=30000")
+        self.h.stub.flush()
+        self.renew(3)
+        self.h.stub.flush()
+        self.assertEqual(self.ids(fast), [1, 2, 3, 4, 5])
+        frame = json.loads(self.successResultOf(self.successResultOf(d).content()))
+        self.assertEqual([e["seq"] for e in frame["value"]["events"]], [3])
+        self.assertEqual(self.ids(slow), [1, 2])
+
+    def test_pausedManyCatchesUpInPages(self) -> None:
+        """
+        A client paused across more than a page of events (500) catches up
+        over several turns of the reactor, still gapless.
+        """
+        conn = self.open()
+        conn.transport.producer.pauseProducing()
+        self.renew(1200)
+        conn.transport.producer.resumeProducing()
+        for _ in range(5):
+            self.h.clock.advance(0)
+        self.assertEqual(self.ids(conn), list(range(1, 1203)))
+
+    def test_disconnectForgetsTheClient(self) -> None:
+        """
+        A client that goes away is unsubscribed: nothing more is written and
+        its timers stop.
+        """
+        conn = self.open()
+        self.assertEqual(len(self.h.api.streams), 1)
+        conn.lose()
+        self.assertEqual(self.h.api.streams, set())
+        self.assertEqual(self.session.watchers.listening(), 0)
+        self.renew(2)
+        self.h.clock.advance(60)
