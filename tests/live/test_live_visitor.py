@@ -22,7 +22,7 @@ from vehicle.gardend import Config, StandIn
 from vehicle.settings import PublicSettings
 
 from tests.support.harness import SECRET
-from tests.live.test_ride import _Rider
+from tests.live.test_ride_live import _Rider
 from tests.support.live import LiveHost, requirePi, sleep
 from tests.support.schemas import assertValidFrame
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.support.harness import Harness
-from tests.live.test_crash import CrashDriver, addCrashTests, scenario
+from tests.unit.test_crash import CrashDriver, addCrashTests, scenario
 from tests.unit.test_public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
 
 

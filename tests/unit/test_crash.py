@@ -19,7 +19,6 @@ a setup and a request, as below).
 """
 
 from __future__ import annotations
-
 import errno
 import gc
 import json
@@ -27,12 +26,10 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Callable
-
 from attrs import field, frozen
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
-from twisted.trial.unittest import SynchronousTestCase, TestCase
-
+from twisted.trial.unittest import SynchronousTestCase
 from tests.support._crashfs import Crash, CrashFiles
 from tests.support.harness import Harness
 from tests.unit.test_sessionfile import HEADER, assistant, encode, user
@@ -811,35 +808,6 @@ class HygieneTests(SynchronousTestCase):
         h.stop()
         gc.collect()
         self.assertEqual(openDescriptors(), before)
-
-
-class LiveRunIdTests(TestCase):
-    """
-    With real pi: a body revived after a restart numbers its runs on.
-    """
-
-    timeout = 120
-
-    async def test_runIdsUniqueAcrossRevival(self) -> None:
-        """
-        A prompt, a restart (the body is gone), another prompt: the second
-        run is C{run-2}, not a second C{run-1}, so a debit keyed by the run
-        (C{run:<session>:<run>}) can never collide.
-        """
-        from tests.support.live import LiveHost, settledEvent
-
-        host = await LiveHost(self).start()
-        sid = await host.create()
-        code, frame = await host.command(sid, "prompt", "p1", text="hello there")
-        self.assertEqual(code, 202, frame)
-        await host.waitFor(sid, settledEvent)
-        await host.restart()
-        cursor = len(host.events(sid))
-        code, frame = await host.command(sid, "prompt", "p2", text="and again")
-        self.assertEqual(code, 202, frame)
-        await host.waitFor(sid, settledEvent, since=cursor)
-        runs = [e["data"]["runId"] for e in host.events(sid) if e["type"] == "run.started"]
-        self.assertEqual(runs, ["run-1", "run-2"])
 
 
 class BranchTwiceTests(SynchronousTestCase):
