@@ -4,9 +4,12 @@ The live half of L{tests.unit.test_agent}: L{LiveAgentTests}
 """
 
 from __future__ import annotations
+
 import os
 from pathlib import Path
+
 from twisted.trial.unittest import TestCase
+
 from tests.support.live import LiveHost, settledEvent
 from tests.live.test_escape import bashMarker
 

@@ -4,18 +4,22 @@ The live half of L{tests.unit.test_box}: L{RealBoxTests}
 """
 
 from __future__ import annotations
+
 import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+
 from twisted.internet import reactor as globalReactor
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ProcessDone
 from twisted.internet.protocol import Factory, ProcessProtocol, Protocol
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
+
 from vehicle.box import BoxSpec, ProbeResult, bwrapArgv, canonicalSpec, probeBwrap
+
 from tests.unit.test_box import BWRAP, INSIDE
 
 

@@ -4,6 +4,7 @@ The live half of L{tests.unit.test_crash}: L{LiveRunIdTests}
 """
 
 from __future__ import annotations
+
 from twisted.trial.unittest import TestCase
 
 

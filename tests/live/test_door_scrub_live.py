@@ -4,11 +4,13 @@ The live half of L{tests.unit.test_door_scrub}: L{StreamedErrorDoorTests}, L{Ech
 """
 
 from __future__ import annotations
+
 import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
 from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -16,10 +18,12 @@ from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.resource import Resource
 from twisted.web.server import Site
+
 from vehicle.box import _proxy
 from vehicle.box._proxy import ModelDoor, Upstream, doorsClosed
 from vehicle.testing import ScriptedModel
 from vehicle.testing._model import StreamedError
+
 from tests.live.test_proxy import _UnixEndpoints
 from tests.unit.test_door_scrub import KEY, _escaped
 

@@ -4,9 +4,11 @@ The live half of L{tests.unit.test_gardend}: L{FrontDoorTests}, L{OfficialSDKTes
 """
 
 from __future__ import annotations
+
 import asyncio
 import json
 from typing import Any, ClassVar
+
 from attrs import define, field
 from klein import Klein
 from treq.client import HTTPClient
@@ -17,7 +19,9 @@ from twisted.internet.protocol import Protocol
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.server import Site
+
 from vehicle.gardend import Config, StandIn
+
 from tests.unit.test_gardend import (
     ACCOUNT_TOKEN,
     MASTER,

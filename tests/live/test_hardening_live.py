@@ -4,9 +4,12 @@ The live half of L{tests.unit.test_hardening}: L{LiveHardeningTests}
 """
 
 from __future__ import annotations
+
 import json
 import os
+
 from twisted.trial.unittest import TestCase
+
 from tests.support.live import LiveHost, settledEvent
 from tests.support.schemas import assertValidEvent
 

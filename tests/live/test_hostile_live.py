@@ -4,14 +4,18 @@ The live half of L{tests.unit.test_hostile}: L{LoopbackTests}
 """
 
 from __future__ import annotations
+
 import json
 from typing import Any
+
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 from twisted.internet.protocol import Protocol
 from twisted.trial.unittest import TestCase
+
 from vehicle.web import MAX_BODY_BYTES, VehicleSite
 from vehicle.web._limits import REQUEST_LINE_LIMIT
+
 from tests.support.harness import Harness
 from tests.support.schemas import assertValidFrame
 

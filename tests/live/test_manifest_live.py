@@ -4,14 +4,18 @@ The live half of L{tests.unit.test_manifest}: L{StandInLaunchTests}
 """
 
 from __future__ import annotations
+
 import json
 import os
 from pathlib import Path
+
 from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
+
 from vehicle.gardend import Config, Manifest, StandIn
+
 from tests.support._localrun import REPO, sleep
 from tests.support.live import requirePi
 from tests.unit.test_manifest import MANIFEST, _manifest

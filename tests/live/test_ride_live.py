@@ -4,15 +4,18 @@ The live half of L{tests.unit.test_ride}: L{RideProcessTests}
 """
 
 from __future__ import annotations
+
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
+
 from tests.support.live import LiveHost, requirePi, startStandIn
 from tests.unit.test_ride import MODEL_KEY
 

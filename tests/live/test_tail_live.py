@@ -4,13 +4,17 @@ The live half of L{tests.unit.test_tail}: L{LiveTailTests}
 """
 
 from __future__ import annotations
+
 from typing import Any
+
 from twisted.internet import reactor
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.trial.unittest import TestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
+
 from vehicle.clients import Door, clientHTTP, Tail
+
 from tests.support.live import LiveHost, sleep, startStandIn
 from tests.unit.test_tail import MASTER, event, sse
 

@@ -4,17 +4,11 @@ one line.
 """
 
 from __future__ import annotations
-
 import json
 from pathlib import Path
-
-from twisted.trial.unittest import SynchronousTestCase, TestCase
-
+from twisted.trial.unittest import SynchronousTestCase
 import vehicle
 from vehicle._cli import PI_PACKAGE, RUNTIME_PI, pinnedPiVersion, versionText
-from vehicle.settings import defaultPiRoot
-
-from tests.support._clients import runClient
 
 
 def _folder(testCase: SynchronousTestCase) -> Path:
@@ -89,41 +83,3 @@ class VersionTextTests(SynchronousTestCase):
         self.assertIsNotNone(pinned)
         assert pinned is not None
         self.assertEqual(pinned[1], str(RUNTIME_PI / "package-lock.json"))
-
-
-class ConsoleScriptTests(TestCase):
-    """
-    C{.venv/bin/vehicle}, as a person runs it.
-    """
-
-    timeout = 60
-
-    async def test_version(self) -> None:
-        """
-        C{vehicle --version}: two lines, exit 0; pi's version is the one
-        installed in the venv (or the pin's, said so, when it is not).
-        """
-        client = await runClient(self, "--version")
-        self.assertEqual(client.ended.result, 0, client.errorText)
-        self.assertEqual(client.errorText, "")
-        first, second = client.lines
-        self.assertEqual(first, f"vehicle {vehicle.__version__.public()}")
-        package = defaultPiRoot().joinpath(*PI_PACKAGE, "package.json")
-        if package.exists():
-            version = json.loads(package.read_text())["version"]
-            self.assertEqual(second, f"pi {version} (installed in {defaultPiRoot()})")
-        else:
-            self.assertIn("not installed", second)
-
-    async def test_usageIsOneLine(self) -> None:
-        """
-        A usage error is one line naming the subcommand and its --help,
-        exit 2.
-        """
-        client = await runClient(self, "tail", "--gardend", "http://127.0.0.1:1", "--graph", "g")
-        self.assertEqual(client.ended.result, 2)
-        self.assertEqual(client.errorLines, [
-            "vehicle tail: give exactly one of --session and --all (see vehicle tail --help)"])
-        client = await runClient(self)
-        self.assertEqual(client.ended.result, 2)
-        self.assertEqual(len(client.errorLines), 1, client.errorText)
