@@ -39,7 +39,8 @@ from vehicle.gardend import Config, StandIn
 from vehicle.testing import ScriptedModel
 
 from tests.support._mcp_variant import useVariant
-from tests.live.test_pi_smoke import PI_ROOT, Record, _model, _Pi, spawnPi
+from tests.live.test_pi_smoke_live import _Pi, spawnPi
+from tests.unit.test_pi_smoke import PI_ROOT, Record, _model
 
 
 GRAPH = "g1"

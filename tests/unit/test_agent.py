@@ -11,12 +11,14 @@ the L{AgentProfile} that C{buildHost} wired (C{HostService.host.agent}).
 """
 
 from __future__ import annotations
+
 import errno
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
 from twisted.internet.defer import succeed
 from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.protocol import ProcessProtocol
@@ -24,11 +26,13 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from treq.testing import StubTreq
+
 from vehicle.agent import BRIDGE_PORT, AgentProfile
 from vehicle.box import PROBE_ARGS
 from vehicle._tap import buildHost
 from vehicle.models import ModelCatalog
 from vehicle.settings import Settings
+
 from tests.support.harness import MODELS, SECRET, FakeLauncher, Harness
 
 

@@ -6,6 +6,7 @@ command in a box built by L{bwrapArgv} whose effects are checked on the host.
 """
 
 from __future__ import annotations
+
 import errno
 import os
 import re
@@ -15,6 +16,7 @@ import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
@@ -23,6 +25,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+
 from vehicle.box import (
     PROBE_ARGS,
     PROBE_ENV,

@@ -4,9 +4,12 @@ one line.
 """
 
 from __future__ import annotations
+
 import json
 from pathlib import Path
+
 from twisted.trial.unittest import SynchronousTestCase
+
 import vehicle
 from vehicle._cli import PI_PACKAGE, RUNTIME_PI, pinnedPiVersion, versionText
 

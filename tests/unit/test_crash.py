@@ -19,6 +19,7 @@ a setup and a request, as below).
 """
 
 from __future__ import annotations
+
 import errno
 import gc
 import json
@@ -26,10 +27,12 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Callable
+
 from attrs import field, frozen
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.trial.unittest import SynchronousTestCase
+
 from tests.support._crashfs import Crash, CrashFiles
 from tests.support.harness import Harness
 from tests.unit.test_sessionfile import HEADER, assistant, encode, user

@@ -6,8 +6,11 @@ point, then the door in front of the scripted model echoing the key.
 """
 
 from __future__ import annotations
+
 import json
+
 from twisted.trial.unittest import SynchronousTestCase
+
 from vehicle.box._proxy import KeyScrubber
 
 

@@ -6,13 +6,16 @@ mode's visitors and accounts).
 """
 
 from __future__ import annotations
+
 import json
 from pathlib import Path
 from typing import Any
+
 from treq.testing import StubTreq
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
+
 from vehicle.gardend import Config, ConfigError, DelegationRefused, Delegations, StandIn
 from vehicle.gardend.__main__ import Options
 

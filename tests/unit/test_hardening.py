@@ -8,14 +8,18 @@ carries on across a takeover.
 """
 
 from __future__ import annotations
+
 import json
 from pathlib import Path
 from typing import Any
+
 from jsonschema import Draft202012Validator
 from twisted.trial.unittest import SynchronousTestCase
+
 from vehicle.body._launch import bootConfig
 from vehicle.session._capsule import ASSISTANT_TEXT_BYTES, LAST_COMMANDS, LAST_ITEMS, MILESTONES
 from vehicle.settings import Settings, SettingsError
+
 from tests.support.harness import MODELS, SECRET, Harness
 from tests.support.schemas import registry, schemas
 from tests.unit.test_conductor import STATE, FakePi

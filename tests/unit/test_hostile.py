@@ -12,18 +12,22 @@ C{HYPOTHESIS_PROFILE}) raises their count.
 """
 
 from __future__ import annotations
+
 import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
+
 from vehicle.errors import STATUS
 from vehicle.web import MAX_BODY_BYTES
 from vehicle.web._frames import MAX_DEPTH, MAX_NUMBER_CHARS
 from vehicle.web._limits import HEADERS_LIMIT, REQUEST_LINE_LIMIT
+
 from tests.support._fuzz import examples, mutated, requestSchema, valid
 from tests.support.harness import Harness
 from tests.support.schemas import assertValidFrame, problems

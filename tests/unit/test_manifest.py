@@ -5,16 +5,20 @@ stand-in starting the real host from the project's own manifest.
 """
 
 from __future__ import annotations
+
 import json
 from pathlib import Path
 from typing import Any
+
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
+
 from vehicle.gardend import ChildProcess, Manifest, ManifestError, describeStatus, waitHealthy
 from vehicle.gardend._manifest import INJECTED
+
 from tests.support._localrun import REPO
 
 MANIFEST = REPO / "services" / "vehicle" / "service.json"

@@ -6,17 +6,20 @@ real console script against a live host behind the gardend stand-in.
 """
 
 from __future__ import annotations
+
 import json
 import stat
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
 from treq.testing import StubTreq
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import StringTransport
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.resource import Resource
+
 from vehicle import PROTOCOL
 from vehicle._cli import Options as CLIOptions
 from vehicle.clients import (
@@ -32,6 +35,7 @@ from vehicle.clients import (
     resolveCredentials,
 )
 from vehicle.errors import STATUS
+
 from tests.support._headers import bytesNames
 from tests.support.harness import COMMAND_EXAMPLES, Harness, identity
 from tests.unit.test_hardening import writePiFile

@@ -5,8 +5,10 @@ stand-in, resuming after a drop with no gap and no repeat.
 """
 
 from __future__ import annotations
+
 from typing import Any
 import json
+
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError
 from twisted.internet.task import Clock
@@ -14,6 +16,7 @@ from twisted.python import usage
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
+
 from vehicle import PROTOCOL
 from vehicle.clients import (
     Door,
