@@ -26,7 +26,7 @@ from tests.support.live import requirePi
 from tests.support.schemas import assertValidFrame
 
 README = REPO / "README.md"
-START = "<!-- transcript: checked by tests/test_readme.py -->"
+START = "<!-- transcript: checked by tests/live/test_readme.py -->"
 END = "<!-- /transcript -->"
 
 _TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
