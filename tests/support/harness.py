@@ -172,11 +172,20 @@ class Harness:
         del environ
 
     def restart(self) -> None:
-        self.host.stopService()
+        self._stopHost()
         self._start()
 
     def stop(self) -> None:
+        self._stopHost()
+
+    def _stopHost(self) -> None:
         self.host.stopService()
+        # On a memory reactor the doors' sockets never finish closing, so
+        # the stop never reaches the run folder: let it go here, as the
+        # host does once they have closed.
+        agent = getattr(self.host.host, "agent", None)
+        if agent is not None:
+            agent.removeRunDir()
 
     def request(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
                 headers: dict[str, str] | None = None, **who: Any):

@@ -25,6 +25,8 @@ import gc
 import json
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -339,6 +341,14 @@ class CrashDriver(SynchronousTestCase):
 
     mode = "kill"
     _log = Logger()
+
+    def setUp(self) -> None:
+        # A host thrown away as if killed leaves its doors' run folder, as a
+        # killed host does; a later host of this same process cannot sweep
+        # it (its pid is alive). Keep them in a short folder of this test's.
+        runs = tempfile.mkdtemp(prefix="vc-")
+        self.addCleanup(shutil.rmtree, runs, True)
+        self.patch(tempfile, "tempdir", runs)
 
     def drive(self, name: str) -> None:
         s = SCENARIOS[name]
