@@ -21,9 +21,11 @@ from vehicle.store import (
     CorruptLog,
     DataDir,
     JsonlLog,
+    OsFiles,
     fsyncDirectory,
     readJson,
     writeAtomic,
+    useFiles,
     writeJsonAtomic,
 )
 from vehicle.store import _jsonl
@@ -903,3 +905,57 @@ class PowerCutTests(SynchronousTestCase):
         self.cut()
         self.assertEqual(os.listdir(data.sessions), ["abc"])
         self.assertEqual((data.sessionDir("abc") / "meta.json").read_bytes(), b"{}")
+
+
+class _OpenRecorder(OsFiles):
+    """
+    The real layer, noting the flags of every C{open}.
+    """
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, int]] = []
+
+    def open(self, path: Any, flags: int, mode: int = 0o777) -> int:
+        self.opened.append((str(path), flags))
+        return super().open(path, flags, mode)
+
+
+class OpenFlagsTests(SynchronousTestCase):
+    """
+    What the store opens it opens close-on-exec (a pi child or a tool
+    must never inherit a descriptor of the host's), a new file exclusively
+    (never one another process placed), and a directory as a directory.
+    """
+
+    def record(self) -> _OpenRecorder:
+        recorder = _OpenRecorder()
+        previous = useFiles(recorder)
+        self.addCleanup(useFiles, previous)
+        return recorder
+
+    def test_atomicRewrite(self) -> None:
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        recorder = self.record()
+        writeAtomic(directory / "meta.json", b"{}")
+        temp = [f for p, f in recorder.opened if p.endswith(".tmp")]
+        folder = [f for p, f in recorder.opened if p == str(directory)]
+        self.assertEqual(len(temp), 1, recorder.opened)
+        self.assertEqual(len(folder), 1, recorder.opened)
+        for flag in (os.O_CLOEXEC, os.O_EXCL, os.O_CREAT, os.O_WRONLY):
+            self.assertTrue(temp[0] & flag, f"temp file opened without {flag:#o}")
+        for flag in (os.O_CLOEXEC, os.O_DIRECTORY):
+            self.assertTrue(folder[0] & flag, f"directory opened without {flag:#o}")
+        self.assertEqual(folder[0] & os.O_ACCMODE, os.O_RDONLY)
+
+    def test_logAppend(self) -> None:
+        path = Path(self.mktemp())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        recorder = self.record()
+        log, _ = JsonlLog.open(path)
+        log.append({"a": 1})
+        log.close()
+        logs = [f for p, f in recorder.opened if p == str(path)]
+        self.assertTrue(logs, recorder.opened)
+        for flags in logs:
+            self.assertTrue(flags & os.O_CLOEXEC, "the log opened without O_CLOEXEC")
