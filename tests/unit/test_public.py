@@ -5,9 +5,12 @@ Public sessions through the routes: the doors, the limits, the ledger and
 
 from __future__ import annotations
 
+import errno
+
 import json
 
 from vehicle.settings import PublicSettings
+from vehicle.store import OsFiles, useFiles
 
 from tests.unit.test_web import RouteTestCase
 
@@ -156,6 +159,31 @@ class PublicTests(RouteTestCase):
         self.assertTrue(first["value"]["granted"])
         self.assertFalse(again["value"]["granted"])
         self.assertEqual(again["value"]["balanceUsd"], 2.0)
+
+    def test_grantOnAFullDisk(self) -> None:
+        """
+        A grant the disk will not take is C{storage_unavailable}, not an
+        internal error, and nothing of it counts; the same grant goes
+        through once the disk takes it again.
+        """
+        ledger = self.h.host.host.public.ledger
+
+        class Full(OsFiles):
+            def write(self, fd: int, data: Any) -> int:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        previous = useFiles(Full())
+        body = {"principal": "cognito:123", "amountUsd": 2.0, "source": "purchase",
+                "idempotencyKey": "pay-9"}
+        try:
+            frame = self.refused("storage_unavailable", "POST", "/account/grants", body,
+                                 principal="owner")
+        finally:
+            useFiles(previous)
+        self.assertEqual(frame["details"], {"errno": "ENOSPC"})
+        self.assertEqual(ledger.balance("cognito:123"), 0)
+        self.assertTrue(self.ok("POST", "/account/grants", body, principal="owner")["value"]["granted"])
+        self.assertEqual(ledger.balance("cognito:123"), 2.0)
 
     def test_publicTakesNoChimes(self) -> None:
         """

@@ -21,7 +21,7 @@ from typing import Any
 from attrs import define, field
 from twisted.internet.interfaces import IReactorTime
 
-from vehicle.session import isoTimestamp
+from vehicle.session import isoTimestamp, storageError
 from vehicle.store import JsonlLog
 
 
@@ -46,6 +46,7 @@ class Ledger:
     path: Path
     clock: IReactorTime
     _log: JsonlLog | None = None
+    _refused: bool = False
     granted: dict[str, float] = field(factory=lambda: defaultdict(float))
     spent: dict[str, float] = field(factory=lambda: defaultdict(float))
     turns: dict[tuple[str, str], int] = field(factory=lambda: defaultdict(int))
@@ -62,6 +63,20 @@ class Ledger:
         self._log, rows = JsonlLog.open(self.path)
         for row in rows:
             self._fold(row)
+
+    def _reopenLog(self) -> None:
+        """
+        Open the log afresh after the disk refused a row: what it holds is
+        what was folded (a refused row never was; a torn one is cut as the
+        log opens), so its rows are not folded again.
+        """
+        assert self._log is not None
+        try:
+            self._log.close()
+        except OSError:
+            pass
+        self._log, _ = JsonlLog.open(self.path)
+        self._refused = False
 
     def close(self) -> None:
         if self._log is not None:
@@ -95,7 +110,16 @@ class Ledger:
     def _append(self, row: dict[str, Any], day: str | None = None) -> dict[str, Any]:
         assert self._log is not None, "the ledger is not open"
         row = {**row, "day": day or self.today(), "at": isoTimestamp(self.clock.seconds())}
-        self._log.append(row)
+        try:
+            if self._refused:
+                self._reopenLog()
+            self._log.append(row)
+        except OSError as e:
+            # The disk refused the row: it does not count, and the request
+            # says so in the table's words (never an internal error). The
+            # log is opened afresh before the next row.
+            self._refused = True
+            raise storageError(e) from e
         self._fold(row)
         return row
 
