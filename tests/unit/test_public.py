@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 
 import json
+from typing import Any
 
 from vehicle.settings import PublicSettings
 from vehicle.store import OsFiles, useFiles
