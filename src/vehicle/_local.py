@@ -36,6 +36,7 @@ from vehicle.gardend import (
     ServiceFailed,
     StandIn,
     describeStatus,
+    freeLoopbackPort,
     waitHealthy,
 )
 from vehicle._logs import quiet, quietObserver
@@ -95,14 +96,6 @@ def masterKey(dataDir: Path, environ: dict[str, str] | Any) -> tuple[str, str]:
         kept = "local-" + secrets.token_urlsafe(18)
         writeAtomic(path, (kept + "\n").encode("ascii"), mode=0o600)
     return kept, str(path)
-
-
-def _freePort() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _called(child: ChildProcess) -> str:
@@ -224,7 +217,7 @@ class LocalRun:
             baseEnv["OPENROUTER_API_KEY"] = realKey
             which = f"the real model {model}"
         else:
-            port = _freePort()
+            port = freeLoopbackPort()
             child = ChildProcess(name="model", logPath=self.logs / "model.log",
                                  clock=self.reactor, echo=self.echo)
             child.spawn(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,6 +38,7 @@ from vehicle.gardend import Config, StandIn
 from vehicle.testing import ScriptedModel
 
 from tests.support._mcp_variant import useVariant
+from tests.support.live import freePort
 from tests.live.test_pi_smoke_live import _Pi, spawnPi
 from tests.unit.test_pi_smoke import PI_ROOT, Record, _model
 
@@ -485,7 +485,7 @@ class GraphToolsTests(TestCase):
         )
         await door.listen()
         self.addCleanup(door.close)
-        bridgePort = _freePort()
+        bridgePort = freePort()
         boot = json.loads(
             bootConfig(
                 providers={"sophia": _model(f"http://127.0.0.1:{bridgePort}/v1", door.token)},
@@ -570,11 +570,3 @@ class GraphToolsTests(TestCase):
         arguments = {"server": "graph", "uri": uri}
         return f"please [[TOOL:read_mcp_resource {json.dumps(arguments)}]]"
 
-
-def _freePort() -> int:
-    probe = socket.socket()
-    try:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-    finally:
-        probe.close()

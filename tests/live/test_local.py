@@ -26,15 +26,8 @@ from tests.support._localrun import (
     cleanClone,
     personEnv,
     processesUnder,
-    sleep,
 )
-from tests.support.live import requirePi
-
-
-def _freePort() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.live import freePort, requirePi, sleep
 
 
 def _portFree(port: int) -> bool:
@@ -80,7 +73,7 @@ class LocalRunTests(_CloneCase):
     async def test_conversationStopAndStartAgain(self) -> None:
         clone = await self.clone()
         data = self.base / "data"
-        port = _freePort()
+        port = freePort()
         run = self.start(clone, "--port", str(port), "--data-dir", str(data))
         banner = await run.banner()
         self.assertIn(f"http://127.0.0.1:{port}/services/vehicle/g/demo", banner)
@@ -176,7 +169,7 @@ class FailureTests(_CloneCase):
         """
         clone = await self.clone()
         data = self.base / "data"
-        run = self.start(clone, "--port", str(_freePort()), "--data-dir", str(data))
+        run = self.start(clone, "--port", str(freePort()), "--data-dir", str(data))
         await run.banner()
         models = [pid for pid, cmd in childrenOf(run.process.pid) if "vehicle.testing" in cmd]
         self.assertEqual(len(models), 1, childrenOf(run.process.pid))
@@ -218,7 +211,7 @@ class FailureTests(_CloneCase):
         def host() -> Process:
             p = Process().spawn(
                 [twistd, "-n", "--pidfile=", "vehicle", "--listen",
-                 f"tcp:{_freePort()}:interface=127.0.0.1", "--data-dir", str(data)],
+                 f"tcp:{freePort()}:interface=127.0.0.1", "--data-dir", str(data)],
                 cwd=self.tmp, env=env)
             self.addCleanup(lambda: p.signal("KILL"))
             return p

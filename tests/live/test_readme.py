@@ -21,8 +21,8 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from tests.support._localrun import REPO, LocalRun, Ride, cleanClone, personEnv, sleep
-from tests.support.live import requirePi
+from tests.support._localrun import REPO, LocalRun, Ride, cleanClone, personEnv
+from tests.support.live import freePort, requirePi, sleep
 from tests.support.schemas import assertValidFrame
 
 README = REPO / "README.md"
@@ -97,7 +97,7 @@ class ReadmeTranscriptTests(TestCase):
         (base / "tmp").mkdir()
         clone = await cleanClone(base / "vehicle")
         # Written on the default port, as the README's reader sees it.
-        port = 8700 if os.environ.get("VEHICLE_README_WRITE") else _freePort()
+        port = 8700 if os.environ.get("VEHICLE_README_WRITE") else freePort()
         run = LocalRun(clone, ["--port", str(port), "--data-dir", str(base / "data")],
                        personEnv(base / "tmp"))
         self.addCleanup(run.reap)
@@ -138,10 +138,3 @@ class ReadmeTranscriptTests(TestCase):
         self.assertEqual([normal(json.loads(l)) for l in got],
                          [normal(json.loads(l)) for l in lines])
 
-
-def _freePort() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -14,17 +14,14 @@ from typing import Any, Callable
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
-from twisted.internet.task import deferLater
+
+from tests.support.live import sleep
 
 #: The repository these tests run from.
 REPO = Path(__file__).resolve().parent.parent.parent
 
 #: What ends scripts/run's banner.
 BANNER_END = "Ctrl-C stops everything."
-
-
-def sleep(seconds: float) -> Deferred:
-    return deferLater(reactor, seconds, lambda: None)
 
 
 async def _git(*args: str, cwd: Path, stdin: bytes = b"") -> bytes:

@@ -24,7 +24,7 @@ from vehicle.gardend._manifest import (
     describeStatus,
     waitHealthy,
 )
-from vehicle.gardend._standin import ServiceFailed, StandIn
+from vehicle.gardend._standin import ServiceFailed, StandIn, freeLoopbackPort
 from vehicle.gardend._store import FolderStore, ToolError
 
 __all__ = [
@@ -48,5 +48,6 @@ __all__ = [
     "StandIn",
     "ToolError",
     "describeStatus",
+    "freeLoopbackPort",
     "waitHealthy",
 ]

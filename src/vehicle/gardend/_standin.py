@@ -128,7 +128,7 @@ class StandIn:
         @return: the running service; its C{ended} fires when it exits.
         @raise ServiceFailed: when it exits or stays unhealthy first.
         """
-        port = _freeLoopbackPort()
+        port = freeLoopbackPort()
         injected = {
             "PORT": str(port),
             "DATA_DIR": str(dataDir),
@@ -220,7 +220,7 @@ class ServiceFailed(Exception):
         self.child = child
 
 
-def _freeLoopbackPort() -> int:
+def freeLoopbackPort() -> int:
     """
     A loopback port free right now (gardend picks the service's port).
     """
