@@ -47,6 +47,7 @@ from vehicle.box import (
     seatbeltProfile,
 )
 from vehicle.box import _folders
+from vehicle.store import _atomic
 
 
 BWRAP = "/usr/bin/bwrap"
@@ -940,6 +941,41 @@ class CopyTreeTests(SynchronousTestCase):
         self.assertEqual(list((self.dst / "empty").iterdir()), [])
         (self.src / "a" / "b").chmod(0o755)
         (self.dst / "a" / "b").chmod(0o755)
+
+    def test_everyPartIsSynced(self) -> None:
+        """
+        On return every copied file and folder was synced, and the new
+        folder's name in its parent too: a branch announced after the copy
+        keeps its workspace through a power cut.
+        """
+        (self.src / "a" / "b").mkdir(parents=True)
+        (self.src / "a" / "b" / "deep.txt").write_text("deep")
+        (self.src / "top.txt").write_text("top")
+        (self.src / "link").symlink_to("top.txt")
+        synced: list[str] = []
+        realFsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+            realFsync(fd)
+
+        self.patch(_folders.os, "fsync", fsync)
+        self.patch(_atomic.os, "fsync", fsync)
+        copyTree(self.src, self.dst)
+        expected = {
+            str(self.dst / "a" / "b" / "deep.txt"),
+            str(self.dst / "top.txt"),
+            str(self.dst / "a" / "b"),
+            str(self.dst / "a"),
+            str(self.dst),
+            str(self.dst.parent),
+        }
+        self.assertEqual(expected - set(synced), set())
+        # A folder is synced after what is in it.
+        self.assertLess(
+            synced.index(str(self.dst / "a" / "b")), synced.index(str(self.dst / "a"))
+        )
+        self.assertLess(synced.index(str(self.dst)), synced.index(str(self.dst.parent)))
 
     def test_linksCopiedAsLinks(self) -> None:
         """

@@ -18,6 +18,7 @@ from pathlib import Path
 from attrs import field, frozen
 
 from vehicle.box._spec import BoxSpecError
+from vehicle.store import fsyncDirectory
 
 
 @frozen(kw_only=True)
@@ -114,6 +115,9 @@ def _copyFile(name: str, srcDir: int, dstDir: int) -> None:
                     view = view[os.write(dst, view) :]
             os.fchmod(dst, st.st_mode & _MODE_MASK)
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            # The branch is announced once the copy returns: what it holds
+            # must outlive a power cut from then on.
+            os.fsync(dst)
         finally:
             os.close(dst)
     finally:
@@ -153,6 +157,7 @@ def _copyDirectory(srcDir: int, dstDir: int) -> None:
                     os.utime(
                         childDst, ns=(childSt.st_atime_ns, childSt.st_mtime_ns)
                     )
+                    os.fsync(childDst)
                 finally:
                     os.close(childDst)
             finally:
@@ -174,7 +179,9 @@ def copyTree(src: Path, dst: Path) -> None:
 
     @param src: an existing directory, not a symlink.
     @param dst: a path that does not exist yet; its parent is created if
-        needed. On failure nothing is left at C{dst}.
+        needed. On failure nothing is left at C{dst}. On return every file
+        and folder of the copy, and its name in the parent, has been
+        synced to disk.
     @raise FileExistsError: when C{dst} exists.
     @raise BoxSpecError: when C{src} is missing, a symlink or not a folder.
     @raise OSError: for any other failure to read or write.
@@ -197,8 +204,10 @@ def copyTree(src: Path, dst: Path) -> None:
                 _copyDirectory(srcFd, dstFd)
                 os.fchmod(dstFd, st.st_mode & _MODE_MASK)
                 os.utime(dstFd, ns=(st.st_atime_ns, st.st_mtime_ns))
+                os.fsync(dstFd)
             finally:
                 os.close(dstFd)
+            fsyncDirectory(dst.parent)
         except BaseException:
             _removePartial(dst)
             raise
