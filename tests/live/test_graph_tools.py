@@ -2,7 +2,7 @@
 Tests for the graph tools in the body: the project's pi extension with an MCP
 endpoint in its boot config.
 
-Real, pinned pi (C{.venv/pi}) launched with L{vehicle.body._launch}, the real
+Real, pinned pi (C{.venv/pi}) launched with L{vehicle.body._picommand}, the real
 gardend stand-in (L{vehicle.gardend.StandIn}) on loopback, and the scripted
 model. The test plays the host: it answers pi's C{sophia.delegated-token} UI
 requests with tokens from L{StandIn.mintDelegation} (or cancels them), and a
@@ -25,7 +25,7 @@ from twisted.web.iweb import IRequest
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import Site
 
-from vehicle.body._launch import (
+from vehicle.body._picommand import (
     AGENT_TOOLS,
     GRAPH_TOOL_PREFIX,
     PiNotInstalled,

@@ -17,7 +17,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SkipTest, TestCase
 
-from vehicle.body._launch import (
+from vehicle.body._picommand import (
     AGENT_TOOLS,
     BUILTIN_TOOLS,
     SOPHIA_EXTENSION,

@@ -21,7 +21,7 @@ from twisted.internet.task import deferLater
 from twisted.trial.unittest import SkipTest, TestCase
 
 from vehicle._tap import buildHost
-from vehicle.body._launch import PiNotInstalled, findPi
+from vehicle.body._picommand import PiNotInstalled, findPi
 from vehicle.models import ModelCatalog
 from vehicle.settings import Settings, defaultPiRoot
 from vehicle.testing import ScriptedModel

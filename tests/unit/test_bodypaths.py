@@ -11,7 +11,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.body._launcher import BodyPaths, latestSessionFile
+from vehicle.body._spawner import BodyPaths, latestSessionFile
 from vehicle.body._sessionfile import readSession
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.body._launch import bootConfig
+from vehicle.body._picommand import bootConfig
 from vehicle.session._capsule import ASSISTANT_TEXT_BYTES, LAST_COMMANDS, LAST_ITEMS, MILESTONES
 from vehicle.settings import Settings, SettingsError
 

@@ -1,5 +1,5 @@
 """
-Tests for L{vehicle.body._launch} and the project's pi extension.
+Tests for L{vehicle.body._picommand} and the project's pi extension.
 
 L{LaunchTests} check the pure launch functions. L{PiSmokeTests} (in
 L{tests.live.test_pi_smoke_live}) spawn the real,
@@ -16,7 +16,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.body._launch import (
+from vehicle.body._picommand import (
     AGENT_TOOLS,
     MCP_EXTENSION,
     PiCommand,

@@ -5,8 +5,8 @@ and the reader of its session files (transcript, active branch, fork/clone).
 
 from vehicle.body._branching import RunInThread, branch, inline
 from vehicle.body._conductor import Conductor, stripContextNote
-from vehicle.body._launch import agentSettings, bootConfig, findPi, piArgv, piEnvironment
-from vehicle.body._launcher import (
+from vehicle.body._picommand import agentSettings, bootConfig, findPi, piArgv, piEnvironment
+from vehicle.body._spawner import (
     EXTENSION,
     BodyPaths,
     BodyPlan,

@@ -21,7 +21,7 @@ from twisted.internet.interfaces import IProcessTransport, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from vehicle.body._launcher import BodyPaths, BodyPlan, Launcher, latestSessionFile
+from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, latestSessionFile
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol

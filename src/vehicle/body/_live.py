@@ -14,7 +14,7 @@ from typing import Any
 from attrs import define, field
 from twisted.internet.interfaces import IProcessTransport
 
-from vehicle.body._launcher import BodyPaths, BodyPlan, Launcher
+from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher
 from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._translate import Translator
 from vehicle.session import Command, Session, SessionMeta

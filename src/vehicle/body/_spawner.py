@@ -1,8 +1,10 @@
-# -*- test-case-name: tests.test_conductor -*-
+# -*- test-case-name: tests.unit.test_conductor,tests.unit.test_bodypaths -*-
 """
-Spawning a session's pi child: its folders under the session's C{pi/}, its
-argv and explicit environment, and the boot config (provider keys and the
-run budget) written once to its fd 3 and closed.
+The spawner of bodies (L{Launcher}): a session's pi child started from its
+plan (L{BodyPlan}) in its folders under the session's C{pi/} (L{BodyPaths}),
+with the argv and explicit environment of L{vehicle.body._picommand}, and
+the boot config (provider keys and the run budget) written once to its fd 3
+and closed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from twisted.internet.interfaces import IProcessTransport, IReactorProcess
 from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 
-from vehicle.body._launch import (
+from vehicle.body._picommand import (
     AGENT_TOOLS,
     PiCommand,
     agentSettings,

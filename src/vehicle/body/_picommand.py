@@ -1,9 +1,11 @@
-# -*- test-case-name: tests.test_pi_smoke,tests.test_graph_tools -*-
+# -*- test-case-name: tests.unit.test_pi_smoke,tests.live.test_graph_tools -*-
 """
-How a pi child is launched: where pi and its Node are, its argv, its environment.
+The command line of one pi child: where pi and its Node are (L{PiCommand}),
+its argv, its environment, its agent settings and its boot config.
 
-Pure functions (bar L{findPi}'s look at the install) that the body calls; the
-secrets travel only in L{bootConfig}'s bytes, written to the child's fd 3.
+Pure functions (bar L{findPi}'s look at the install) that the spawner
+(L{vehicle.body._spawner.Launcher}) calls; the secrets travel only in
+L{bootConfig}'s bytes, written to the child's fd 3.
 """
 
 from __future__ import annotations
