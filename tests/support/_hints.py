@@ -1,0 +1,42 @@
+"""
+The annotations of a module resolve to types: what mypy reads, checked at
+run time too (they are strings under C{from __future__ import annotations},
+so nothing else would notice one that is not a type).
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from types import ModuleType
+
+from twisted.trial.unittest import SynchronousTestCase
+
+
+def annotated(module: ModuleType) -> list[object]:
+    """
+    The functions and classes C{module} defines, and the classes' methods.
+    """
+    found: list[object] = []
+    for value in vars(module).values():
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        if inspect.isfunction(value):
+            found.append(value)
+        elif inspect.isclass(value):
+            found.append(value)
+            found.extend(v for v in vars(value).values() if inspect.isfunction(v))
+    return found
+
+
+def assertAnnotationsResolve(case: SynchronousTestCase, module: ModuleType) -> None:
+    """
+    Every annotation in C{module} evaluates to a type.
+    """
+    things = annotated(module)
+    case.assertTrue(things)
+    for thing in things:
+        try:
+            typing.get_type_hints(thing)
+        except Exception as e:
+            case.fail(f"{module.__name__}: the annotations of {thing!r} do not resolve: {e!r}")

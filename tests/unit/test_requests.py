@@ -1,0 +1,208 @@
+"""
+Tests for L{vehicle.session._requests}: a request's fingerprint and the
+idempotency rule (a retry replays, another body on the same requestId is a
+conflict), the record that remembers a request, the refusal of a request the
+disk would not take, and a session's two logs (spec, "Idempotency"; issue
+10, section 2).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle.errors import VehicleError
+from vehicle.session import _requests
+from vehicle.session._requests import (
+    ROUTE_OF,
+    fingerprint,
+    openLogs,
+    replayed,
+    requestRecord,
+    storageError,
+)
+from vehicle.session._values import Caller, isoTimestamp
+from vehicle.store import CorruptLog
+
+from tests.support._hints import assertAnnotationsResolve
+
+
+BODY = {"requestId": "r1", "type": "prompt", "text": "hello", "options": {"b": 1, "a": [2, 3]}}
+#: The same body as a client might send it again: its keys in another order.
+REORDERED = json.loads('{"options": {"a": [2, 3], "b": 1}, "text": "hello", "type": "prompt", '
+                       '"requestId": "r1"}')
+
+
+def openFds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class FingerprintTests(SynchronousTestCase):
+    """
+    A fingerprint is the same for the same request whatever the order of its
+    JSON keys, and differs for another body or another route.
+    """
+
+    def test_keyOrderDoesNotMatter(self) -> None:
+        self.assertEqual(list(REORDERED), ["options", "text", "type", "requestId"])
+        self.assertEqual(fingerprint(REORDERED), fingerprint(BODY))
+        self.assertEqual(fingerprint(REORDERED, "commands"), fingerprint(BODY, "commands"))
+
+    def test_canonicalDigest(self) -> None:
+        """
+        The digest is SHA-256 of the compact JSON with sorted keys; with a
+        route, of the route and the body together.
+        """
+        canonical = json.dumps(BODY, sort_keys=True, separators=(",", ":"))
+        self.assertEqual(fingerprint(BODY), hashlib.sha256(canonical.encode()).hexdigest())
+        self.assertEqual(
+            fingerprint(BODY, "claim"), fingerprint({"route": "claim", "body": BODY})
+        )
+
+    def test_routeAndBodyCount(self) -> None:
+        self.assertNotEqual(fingerprint(BODY, "commands"), fingerprint(BODY))
+        self.assertNotEqual(fingerprint(BODY, "commands"), fingerprint(BODY, "chimes"))
+        self.assertNotEqual(fingerprint(BODY), fingerprint({**BODY, "text": "hello!"}))
+
+    def test_routes(self) -> None:
+        """
+        Every kind of remembered request names the route it came by.
+        """
+        self.assertEqual(ROUTE_OF["command"], "commands")
+        self.assertEqual(ROUTE_OF["chime"], "chimes")
+        self.assertEqual(ROUTE_OF["create"], "create")
+
+
+class ReplayedTests(SynchronousTestCase):
+    """
+    L{replayed}: nothing known goes on; the same body replays; another body
+    or another route is C{request_id_conflict}.
+    """
+
+    frame = {"type": "result", "ok": True, "value": {"commandId": "c1"}}
+
+    def known(self) -> tuple[str, dict[str, Any]]:
+        return (fingerprint(BODY, "commands"), self.frame)
+
+    def test_unknown(self) -> None:
+        self.assertIsNone(replayed(None, "r1", BODY, "commands"))
+
+    def test_sameBodyReplays(self) -> None:
+        self.assertIs(replayed(self.known(), "r1", BODY, "commands"), self.frame)
+
+    def test_reorderedRetryReplays(self) -> None:
+        self.assertIs(replayed(self.known(), "r1", REORDERED, "commands"), self.frame)
+
+    def test_otherBodyConflicts(self) -> None:
+        error = self.assertRaises(
+            VehicleError, replayed, self.known(), "r1", {**BODY, "text": "bye"}, "commands"
+        )
+        self.assertEqual(error.code, "request_id_conflict")
+        self.assertEqual(error.details, {"requestId": "r1"})
+        self.assertIn("'r1'", error.message)
+
+    def test_otherRouteConflicts(self) -> None:
+        error = self.assertRaises(VehicleError, replayed, self.known(), "r1", BODY, "chimes")
+        self.assertEqual(error.code, "request_id_conflict")
+
+
+class RecordTests(SynchronousTestCase):
+    """
+    L{requestRecord} keeps who sent a request, its fingerprint on its route,
+    its body, its answer and anything extra.
+    """
+
+    def test_record(self) -> None:
+        caller = Caller(principal="alice", clientId="tab-1", role="owner")
+        frame = {"type": "result", "ok": True}
+        record = requestRecord(
+            "command", caller, "r1", BODY, frame, "commands", 1_796_000_000.25,
+            cursor=4, effects=[["command.accepted", {}]],
+        )
+        self.assertEqual(record, {
+            "kind": "command",
+            "requestId": "r1",
+            "principal": "alice",
+            "clientId": "tab-1",
+            "fingerprint": fingerprint(BODY, "commands"),
+            "at": isoTimestamp(1_796_000_000.25),
+            "body": BODY,
+            "frame": frame,
+            "cursor": 4,
+            "effects": [["command.accepted", {}]],
+        })
+        self.assertIs(replayed((record["fingerprint"], frame), "r1", REORDERED, "commands"), frame)
+
+
+class StorageErrorTests(SynchronousTestCase):
+    """
+    A request the disk would not take is C{storage_unavailable}, with the
+    error's words and its errno's name.
+    """
+
+    def test_noSpace(self) -> None:
+        error = storageError(OSError(errno.ENOSPC, "No space left on device"))
+        self.assertEqual(error.code, "storage_unavailable")
+        self.assertEqual(error.details, {"errno": "ENOSPC"})
+        self.assertIn("its disk (No space left on device); try again later", error.message)
+
+    def test_noErrno(self) -> None:
+        """
+        An error without an errno or words is named as it is.
+        """
+        error = storageError(OSError("the log is closed"))
+        self.assertEqual(error.details, {"errno": None})
+        self.assertIn("its disk (the log is closed); try again later", error.message)
+
+
+class OpenLogsTests(SynchronousTestCase):
+    """
+    L{openLogs} opens (or makes) a session's event log and request log and
+    reads both back; when the second cannot be opened, the first is closed.
+    """
+
+    def test_makesAndReadsBack(self) -> None:
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        events, eventRecords, commands, records = openLogs(directory)
+        self.assertEqual((eventRecords, records), ([], []))
+        events.append({"seq": 1, "type": "session.created"})
+        commands.append({"kind": "command", "requestId": "r1"})
+        events.close()
+        commands.close()
+        events, eventRecords, commands, records = openLogs(directory)
+        self.addCleanup(events.close)
+        self.addCleanup(commands.close)
+        self.assertEqual(eventRecords, [{"seq": 1, "type": "session.created"}])
+        self.assertEqual(records, [{"kind": "command", "requestId": "r1"}])
+        self.assertEqual(events.path, directory / "events.jsonl")
+        self.assertEqual(commands.path, directory / "commands.jsonl")
+
+    def test_eventsAreNumbered(self) -> None:
+        """
+        The event log is read with its sequence numbers checked.
+        """
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        (directory / "events.jsonl").write_text('{"seq":1}\n{"seq":3}\n')
+        self.assertRaises(CorruptLog, openLogs, directory)
+
+    def test_secondFailsFirstIsClosed(self) -> None:
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        (directory / "commands.jsonl").mkdir()
+        before = openFds()
+        self.assertRaises(OSError, openLogs, directory)
+        self.assertEqual(openFds(), before)
+        self.assertTrue((directory / "events.jsonl").exists())
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_resolve(self) -> None:
+        assertAnnotationsResolve(self, _requests)
