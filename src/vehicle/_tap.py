@@ -180,7 +180,7 @@ def buildHost(
     )
     registry.onSession.append(bodies.attach)
     if public is not None:
-        registry.observers.add(_PublicObserver(public))
+        registry.observers.add(public)
     registry.observers.add(_MirrorObserver(mirror))
     drive = Drive(
         registry=registry,
@@ -266,33 +266,6 @@ class _MirrorObserver:
 
     def deleted(self, session: Session) -> None:
         self.mirror.forget(session)
-
-
-@define(eq=False)
-class _PublicObserver:
-    """
-    Public accounting as an observer of sessions: it follows a public
-    conversation from its creation (its runs through the conductor, its
-    delete through the session).
-    """
-
-    public: Public
-
-    def created(self, session: Session) -> None:
-        if session.meta.funding is not None:
-            self.public.attach(session, session.conductor)
-
-    def renamed(self, session: Session) -> None:
-        pass
-
-    def settled(self, session: Session, info: dict[str, Any]) -> None:
-        pass
-
-    def deleting(self, session: Session) -> dict[str, Any] | None:
-        return None
-
-    def deleted(self, session: Session) -> None:
-        pass
 
 
 @define(eq=False)

@@ -1,5 +1,5 @@
 """
-Tests for L{vehicle.body._conductor.Conductor} with a fake pi: a real
+Tests for L{vehicle.body.Conductor} (its life, delivery and settlement) with a fake pi: a real
 session on a temp data dir and a L{MemoryReactorClock}, the harness's
 L{FakeLauncher} for bodies, and pi's records fed in by hand.  Every event
 the conductor makes is held to C{event.schema.json}.
@@ -851,18 +851,62 @@ class ScrubTests(ConductorTestCase):
         self.assertIn("[redacted]", exited["stderrTail"])
 
 
-class SettleHookTests(ConductorTestCase):
+class SettledObserver:
     """
-    A run that ends with its body still runs the settle hooks.
+    A session observer that keeps what each settled run told it.
     """
 
-    def test_bodyDeathRunsHooks(self) -> None:
+    def __init__(self) -> None:
+        self.settles: list[dict[str, Any]] = []
+
+    def created(self, session: Any) -> None:
+        pass
+
+    def renamed(self, session: Any) -> None:
+        pass
+
+    def settled(self, session: Any, info: dict[str, Any]) -> None:
+        self.settles.append(info)
+
+    def deleting(self, session: Any) -> None:
+        return None
+
+    def deleted(self, session: Any) -> None:
+        pass
+
+
+class SettledTests(ConductorTestCase):
+    """
+    The session's observers hear of every settled run, with what public
+    accounting debits (C{seq}, C{costUsd}, C{aborted}).
+    """
+
+    def observe(self) -> list[dict[str, Any]]:
+        observer = SettledObserver()
+        self.registry.observers.add(observer)
+        return observer.settles
+
+    def test_settledRunObserved(self) -> None:
         """
-        When the body dies mid-run, the hooks (the ledger's debit, the
+        A run that settles tells the observers once, with the seq of its
+        C{run.settled} event and its cost.
+        """
+        seen = self.observe()
+        self.running()
+        self.pi.assistant("done")
+        self.pi.settle()
+        [info] = seen
+        self.assertFalse(info["aborted"])
+        self.assertGreater(info["costUsd"], 0)
+        [settled] = self.durable("run.settled")
+        self.assertEqual(info["seq"], settled["seq"])
+
+    def test_bodyDeathObserved(self) -> None:
+        """
+        When the body dies mid-run, the observers (the ledger's debit, the
         mirror) get the settled run, with what it cost so far.
         """
-        seen: list[dict[str, Any]] = []
-        self.conductor.onSettled.append(lambda session, info: seen.append(info))
+        seen = self.observe()
         self.running()
         self.pi.assistant("partial")
         self.pi.exit(exitCode=None, signal=9)

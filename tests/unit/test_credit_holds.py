@@ -17,7 +17,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.public import Ledger
-from vehicle.public import _public
+from vehicle.public import _accounting
 from vehicle.session import Caller
 
 from tests.support.harness import FakeLauncher, FakePiTransport
@@ -327,7 +327,7 @@ class HoldTests(RouteTestCase):
         """
         The settled runs are found however many events a session has.
         """
-        self.patch(_public, "RECOVER_PAGE", 2)
+        self.patch(_accounting, "RECOVER_PAGE", 2)
         self.test_restartChargesASettledRunOnce()
 
     def test_turnNotCountedIsCountedAtStart(self) -> None:

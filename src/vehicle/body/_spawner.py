@@ -161,7 +161,7 @@ class Launcher:
     def secrets(self) -> list[str]:
         """
         The provider keys a child may be handed: what its words must never
-        show (L{vehicle.body.Conductor.scrub}).
+        show (L{vehicle.body._life.BodyLife.scrub}).
         """
         return list(self.models.secrets())
 

@@ -17,7 +17,7 @@ from attrs import define, field
 from twisted.internet.defer import Deferred, gatherResults
 
 from vehicle.agent import AgentProfile
-from vehicle.body import Conductor, Launcher
+from vehicle.body import Conductor, Launcher, Planner
 from vehicle.box import doorsClosed
 from vehicle.mirror import Mirror
 from vehicle.public import OwnKeyBodies, Public
@@ -40,16 +40,18 @@ class Bodies:
     conductors: dict[str, Conductor] = field(factory=dict)
 
     def attach(self, session: Session) -> None:
+        planner: Planner | None = None
+        if session.meta.profile == "agent" and self.agent is not None:
+            planner = self.agent.plan
+        if session.meta.funding == "byok" and self.ownKey is not None:
+            planner = self.ownKey.plan
         conductor = Conductor(
             session=session,
             launcher=self.launcher,
             clock=self.clock,
             idleSeconds=self.idleSeconds,
+            planner=planner,
         )
-        if session.meta.profile == "agent" and self.agent is not None:
-            conductor.planner = self.agent.plan
-        if session.meta.funding == "byok" and self.ownKey is not None:
-            conductor.planner = self.ownKey.plan
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
         session.whenDeleted(self._forget)

@@ -15,14 +15,11 @@ from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
-from vehicle.public._ledger import Ledger, holdKey, turnKey
-from vehicle.session import TEXT_COMMANDS, Caller, Session
-from vehicle.session import FINAL_STATUSES, OPEN_STATUSES
+from vehicle.public._accounting import Accounting
+from vehicle.public._ledger import Ledger
+from vehicle.session import OPEN_STATUSES, Caller, Session
 from vehicle.settings import PublicSettings
 
-
-#: How many of a session's events are read at a time when it is taken up.
-RECOVER_PAGE = 1000
 
 OUT_OF_CREDIT = (
     "out of credit: paste your OpenRouter key (send it as X-Model-Key) to keep talking"
@@ -32,7 +29,10 @@ OUT_OF_CREDIT = (
 @define(eq=False)
 class Public:
     """
-    The public doors and their ledger.
+    The public doors and their ledger: who may open a conversation and
+    take a turn, and C{/account}.  It follows every public conversation's
+    life as a session observer; what its runs cost is kept by its
+    L{Accounting}.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -42,9 +42,11 @@ class Public:
     models: ModelCatalog
     #: sessionId -> the newest key its owner sent (memory only).
     _keys: dict[str, str] = field(factory=dict, repr=False)
-    #: The credit conversations this host holds: a hold of any other is
-    #: left from one that is gone (deleted, or not loaded at start).
-    _attached: set[str] = field(factory=set)
+    accounting: Accounting = field(init=False)
+
+    @accounting.default
+    def _newAccounting(self) -> Accounting:
+        return Accounting(ledger=self.ledger)
 
     # -- the doors ----------------------------------------------------------
 
@@ -130,7 +132,7 @@ class Public:
         # command ends, so runs not yet started count too; a run is checked
         # before it starts, so the balance may end below zero by at most
         # one run's budget.
-        self._releaseStrays()
+        self.accounting.releaseStrays()
         if self.ledger.balance(caller.principal) - self.ledger.held(caller.principal) <= 0:
             raise VehicleError("out_of_credit", OUT_OF_CREDIT)
         if self.ledger.poolToday() + self.ledger.held() >= self.settings.creditDailyCapUsd:
@@ -207,113 +209,26 @@ class Public:
     def keyFor(self, session: Session) -> str | None:
         return self._keys.get(session.sessionId)
 
-    def forget(self, session: Session) -> None:
-        self._keys.pop(session.sessionId, None)
-        self._attached.discard(session.sessionId)
-        for key in self.ledger.holdsOf(session.sessionId):
-            self.ledger.release(key, "deleted")
+    # -- a public conversation's life (a L{vehicle.session.SessionObserver}) --
 
-    # -- runs -----------------------------------------------------------------
+    def created(self, session: Session) -> None:
+        if session.meta.funding is not None:
+            self.accounting.follow(session)
 
-    def attach(self, session: Session, conductor: Any) -> None:
-        """
-        Follow a public conversation: debit its runs, end its holds when
-        their commands end, and settle what a host that stopped left open
-        (a turn not counted, a run not debited, a hold not ended).
-        """
-        conductor.onSettled.append(self.afterSettle)
-        session.whenDeleted(self.forget)
-        self._countMissingTurns(session)
-        if session.meta.funding != "credit":
-            return
-        self._attached.add(session.sessionId)
-        session.subscribe(lambda event: self._noticed(session, event))
-        self._recover(session)
+    def renamed(self, session: Session) -> None:
+        pass
 
-    def _noticed(self, session: Session, event: dict[str, Any]) -> None:
-        """
-        A command that ended (completed, aborted, failed, cancelled or
-        interrupted) ends its hold: its run, if it had one, is debited by
-        its own cost at settle.
-        """
-        data = event.get("data") or {}
-        if (
-            "seq" in event
-            and event.get("type", "").startswith("command.")
-            and data.get("status") in FINAL_STATUSES
-            and data.get("commandId")
-        ):
-            self.ledger.release(holdKey(session.sessionId, data["commandId"]), data["status"])
+    def settled(self, session: Session, info: dict[str, Any]) -> None:
+        if session.meta.funding is not None:
+            self.accounting.settled(session, info)
 
-    def _recover(self, session: Session) -> None:
-        """
-        When a credit session is taken up (at start), no run of it is under
-        way: a settled run whose debit was never written is charged now,
-        and every hold still open is released.  Both are idempotent by key,
-        so a second start does nothing more.
-        """
-        since = 0
-        while True:
-            events, more = session.eventsAfter(since, limit=RECOVER_PAGE)
-            for event in events:
-                if event.get("type") == "run.settled":
-                    self.afterSettle(
-                        session, {**(event.get("data") or {}), "seq": event.get("seq")}
-                    )
-            if not more or not events:
-                break
-            since = events[-1]["seq"]
-        for key in self.ledger.holdsOf(session.sessionId):
-            command = session.commands.get(key.removeprefix(holdKey(session.sessionId, ""))) or {}
-            status = command.get("status")
-            self.ledger.release(
-                key, status if status in FINAL_STATUSES else "host_restarted"
-            )
+    def deleting(self, session: Session) -> dict[str, Any] | None:
+        return None
 
-    def _countMissingTurns(self, session: Session) -> None:
-        """
-        A public conversation's text commands are its turns, each counted by
-        a ledger row written right after the command's record: a row missing
-        (the host stopped between the two) is written now.  Rows written
-        before turns named their command are counted by number.
-        """
-        turns = [c for c in session.commands.values() if c.get("type") in TEXT_COMMANDS]
-        missing = len(turns) - self.ledger.sessionTurns[session.sessionId]
-        for command in reversed(turns):
-            if missing <= 0:
-                break
-            if turnKey(session.sessionId, command["commandId"]) in self.ledger.keys:
-                continue
-            accepted = command.get("acceptedAt")
-            self.ledger.turn(
-                session.meta.principal, session.sessionId, session.meta.funding or "",
-                command["commandId"],
-                day=accepted[:10] if isinstance(accepted, str) else None,
-            )
-            missing -= 1
-
-    def _releaseStrays(self) -> None:
-        """
-        Holds of conversations this host no longer has (deleted, or not
-        loaded at start) speak for nothing: release them.
-        """
-        for key, (_, _, sessionId) in list(self.ledger.holds.items()):
-            if sessionId not in self._attached:
-                self.ledger.release(key, "session_gone")
-
-    def afterSettle(self, session: Session, info: dict[str, Any]) -> None:
-        """
-        A credit run is debited what it cost (pi's usage).
-        """
-        if session.meta.funding != "credit":
-            return
-        cost = float(info.get("costUsd") or 0.0)
-        if cost <= 0 or info.get("seq") is None:
-            return
-        self.ledger.debit(
-            session.meta.principal, cost, f"run:{session.sessionId}:{info['seq']}",
-            session.sessionId,
-        )
+    def deleted(self, session: Session) -> None:
+        if session.meta.funding is not None:
+            self._keys.pop(session.sessionId, None)
+            self.accounting.forget(session)
 
     # -- /account -------------------------------------------------------------
 

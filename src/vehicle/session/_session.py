@@ -19,7 +19,7 @@ from attrs import define, field
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from zope.interface import Attribute, Interface
+from zope.interface import Interface
 
 from vehicle.session._command import (
     Command,
@@ -68,11 +68,6 @@ class IConductor(Interface):
     snapshots it; a body's door asks it to meter model requests.  Provided
     by the body room (L{vehicle.body.Conductor}).
     """
-
-    onSettled = Attribute(
-        "Callables (session, info) run after each settled run: the mirror "
-        "and public accounting follow runs there."
-    )
 
     def commandAccepted(command: Command) -> None:
         """
