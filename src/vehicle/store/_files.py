@@ -12,8 +12,8 @@ call time, so a test that patches C{os.write} still reaches it.
 
 from __future__ import annotations
 
+import fcntl
 import os
-import sys
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,9 +21,11 @@ from typing import Any, Protocol
 class Files(Protocol):
     """
     What the store asks of the file system.  Paths are L{Path} or C{str}.
+    The default C{mode} is C{0o777} for C{open} (as C{os.open}), C{0o700}
+    for C{mkdir} (exactly, whatever the umask).
     """
 
-    def open(self, path: Any, flags: int, mode: int = 0o777) -> int: ...
+    def open(self, path: Any, flags: int, mode: int = ...) -> int: ...
     def write(self, fd: int, data: Any) -> int: ...
     def fsync(self, fd: int) -> None: ...
     def ftruncate(self, fd: int, size: int) -> None: ...
@@ -31,9 +33,14 @@ class Files(Protocol):
     def close(self, fd: int) -> None: ...
     def replace(self, source: Any, target: Any) -> None: ...
     def rename(self, source: Any, target: Any) -> None: ...
-    def mkdir(self, path: Any, mode: int = 0o700) -> None: ...
+    def mkdir(self, path: Any, mode: int = ...) -> None: ...
     def rmdir(self, path: Any) -> None: ...
     def unlink(self, path: Any) -> None: ...
+
+
+#: macOS's full sync (its C{fsync} reaches only the drive's cache); L{None}
+#: where the system has none (Linux, whose C{fsync} is the full one).
+_FULLFSYNC: int | None = getattr(fcntl, "F_FULLFSYNC", None)
 
 
 class OsFiles:
@@ -49,16 +56,13 @@ class OsFiles:
         return os.write(fd, data)
 
     def fsync(self, fd: int) -> None:
-        if sys.platform == "darwin":  # pragma: no cover (Linux CI)
-            import fcntl
-
-            fullFsync = getattr(fcntl, "F_FULLFSYNC", None)
-            if fullFsync is not None:
-                try:
-                    fcntl.fcntl(fd, fullFsync)
-                    return
-                except OSError:
-                    pass
+        if _FULLFSYNC is not None:
+            try:
+                fcntl.fcntl(fd, _FULLFSYNC)
+                return
+            except OSError:
+                # Not every file system takes it: the plain sync then.
+                pass
         os.fsync(fd)
 
     def ftruncate(self, fd: int, size: int) -> None:
@@ -88,14 +92,14 @@ class OsFiles:
         os.unlink(path)
 
 
-_current: list[Files] = [OsFiles()]
+_current: Files = OsFiles()
 
 
 def files() -> Files:
     """
     The file layer the store uses now.
     """
-    return _current[0]
+    return _current
 
 
 def useFiles(layer: Files) -> Files:
@@ -103,8 +107,8 @@ def useFiles(layer: Files) -> Files:
     Put C{layer} under the store; return the one it replaces (a test puts
     that back when it is done).
     """
-    previous = _current[0]
-    _current[0] = layer
+    global _current
+    previous, _current = _current, layer
     return previous
 
 
