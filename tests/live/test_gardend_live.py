@@ -185,7 +185,7 @@ class FrontDoorTests(TestCase):
             "POST", "/services/vehicle/sessions?limit=2", MASTER, **spoofed
         )
         self.assertEqual((response.code, body), (201, b'{"ok": true}'))
-        self.assertEqual(response.headers.getRawHeaders("x-host"), ["yes"])
+        self.assertEqual(response.headers.getRawHeaders(b"x-host"), [b"yes"])
         (seen,) = self.host.seen
         self.assertEqual(
             (seen["method"], seen["uri"], seen["body"]),
@@ -299,7 +299,7 @@ class FrontDoorTests(TestCase):
         )
         self.assertEqual(response.code, 200)
         self.assertEqual(
-            response.headers.getRawHeaders("content-type"), ["text/event-stream"]
+            response.headers.getRawHeaders(b"content-type"), [b"text/event-stream"]
         )
         chunks = _Chunks()
         response.deliverBody(chunks)

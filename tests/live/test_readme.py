@@ -76,7 +76,7 @@ class ReadmeTranscriptTests(TestCase):
         for _ in range(300):
             response = await http.get(
                 f"{url}/sessions/{sessionId}/events?since=0",
-                headers={"authorization": f"Bearer {key}"},
+                headers={b"authorization": f"Bearer {key}".encode()},
             )
             events = json.loads(await response.content())["value"]["events"]
             settled = any(e["type"] == "run.settled" for e in events)

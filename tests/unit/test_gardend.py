@@ -404,7 +404,7 @@ class MCPTests(SynchronousTestCase):
         """
         response = self.successResultOf(self.stub.get("http://gardend/mcp"))
         self.assertEqual(response.code, 405)
-        self.assertEqual(response.headers.getRawHeaders("allow"), ["POST"])
+        self.assertEqual(response.headers.getRawHeaders(b"allow"), [b"POST"])
 
     def test_offline(self) -> None:
         """

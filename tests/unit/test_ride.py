@@ -79,7 +79,11 @@ class FakeFrontDoor:
         self.seen: list[dict[str, Any]] = []
 
     def request(self, method: str, url: str, headers: Any = None, data: Any = None, **kw: Any) -> Any:
-        headers = dict(headers or {})
+        # Names as the ride sends them (bytes), read here as text.
+        headers = {
+            (name.decode("latin-1") if isinstance(name, bytes) else name): value
+            for name, value in (headers or {}).items()
+        }
         split = urlsplit(url)
         self.seen.append(
             {

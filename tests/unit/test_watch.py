@@ -109,9 +109,9 @@ class SSETests(StreamTestCase):
         """
         stream = Stream(self, self.sid)
         self.assertEqual(stream.response.code, 200)
-        self.assertEqual(stream.response.headers.getRawHeaders("content-type"),
-                         ["text/event-stream; charset=utf-8"])
-        self.assertEqual(stream.response.headers.getRawHeaders("cache-control"), ["no-cache"])
+        self.assertEqual(stream.response.headers.getRawHeaders(b"content-type"),
+                         [b"text/event-stream; charset=utf-8"])
+        self.assertEqual(stream.response.headers.getRawHeaders(b"cache-control"), [b"no-cache"])
 
     def test_replayFromSince(self) -> None:
         """

@@ -224,6 +224,14 @@ class Door:
         """
         return f"/sessions/{quote(sessionId, safe='')}{rest}"
 
+    def requestHeaders(self, extra: Mapping[bytes, str]) -> dict[bytes, str]:
+        """
+        The headers of one request: L{headers} and C{extra}, every name as
+        bytes, as Twisted keeps them (a str name beside the same name in
+        bytes is compared with it: a C{BytesWarning} under C{python -b}).
+        """
+        return {**{name.encode("ascii"): value for name, value in self.headers.items()}, **extra}
+
     async def call(
         self,
         method: str,
@@ -237,10 +245,12 @@ class Door:
         (C{unauthorized}, C{forbidden}, ...), a gardend that does not answer
         is C{unreachable}, an answer that is not a frame is C{bad_answer}.
         """
-        headers = {**self.headers, "Accept": "application/json"}
+        # Header names as bytes, as Twisted keeps them (str names mixed in
+        # are compared with bytes ones: a BytesWarning under python -b).
+        headers = self.requestHeaders({b"Accept": "application/json"})
         data = None
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers[b"Content-Type"] = "application/json"
             data = json.dumps(body, separators=(",", ":")).encode("utf-8")
         try:
             response = await self.http.request(

@@ -246,8 +246,7 @@ class Tail:
         @raise TailFailed: gardend or the host refused the tail.
         """
         # Names in bytes, as Twisted keeps them (python -b: no str twin).
-        headers = {name.encode("ascii"): value for name, value in self.door.headers.items()}
-        headers[b"Accept"] = "text/event-stream"
+        headers = self.door.requestHeaders({b"Accept": "text/event-stream"})
         if self.connections:
             headers[b"Last-Event-ID"] = str(self.lastSeq)
         url = self.door.url(
