@@ -90,6 +90,33 @@ def tlsPolicy(caFile: str | None) -> BrowserLikePolicyForHTTPS:
     return BrowserLikePolicyForHTTPS(trustRoot=trustRootFromCertificates(certificates))
 
 
+class GardendOptions(usage.Options):
+    """
+    What every client of the host asks on its command line: where gardend
+    is, which graph, who is calling (a token from a file or
+    C{$VEHICLE_TOKEN}, or a visitor) and which CAs to trust.  A subclass adds
+    its own options and calls this C{postOptions} first.
+    """
+
+    optFlags: list[list[str | None]] = [
+        ["anonymous", None, "Act as a visitor (no Authorization), even with a token."],
+    ]
+    optParameters: list[list[Any]] = [
+        ["gardend", None, None, "gardend's URL."],
+        ["graph", None, None, "The graph the session lives on."],
+        ["visitor-id", None, None, "A visitor's X-Visitor-Id (default: the one kept in "
+         "~/.local/state/vehicle/visitor-id)."],
+        ["key-file", None, None, "A file holding the bearer token (default: $VEHICLE_TOKEN)."],
+        ["ca-file", None, None, "Trust only the CA certificates in this PEM file for https."],
+    ]
+
+    def postOptions(self) -> None:
+        checkGardendURL(self["gardend"])
+        if not self["graph"]:
+            raise usage.UsageError("--graph is required")
+        tlsPolicy(self["ca-file"])  # a --ca-file that cannot be used is refused here
+
+
 def clientHTTP(reactor: Any, caFile: str | None = None, persistent: bool = False) -> tuple[HTTPClient, HTTPConnectionPool]:
     """
     The clients' treq client and its pool: IP literals straight to TCP,

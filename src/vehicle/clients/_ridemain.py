@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.stdio import StandardIO
 from twisted.python import usage
 
-from vehicle.clients._client import checkGardendURL, clientHTTP, tlsPolicy
+from vehicle.clients._client import GardendOptions, clientHTTP
 from vehicle.clients._door import (
     TOKEN_ENV,
     CredentialError,
@@ -48,7 +48,7 @@ def checkVariableName(name: str | None) -> None:
         )
 
 
-class RideOptions(usage.Options):
+class RideOptions(GardendOptions):
     """
     C{vehicle ride --gardend URL --graph G (--new | --session ID) ...}.
 
@@ -64,29 +64,20 @@ class RideOptions(usage.Options):
 
     optFlags = [
         ["new", None, "Create a session and ride it."],
-        ["anonymous", None, "Ride as a visitor (no Authorization), even with a token."],
         ["watch-only", None, "With --session: only read and watch; never claim the lease."],
     ]
     optParameters = [
-        ["gardend", None, None, "gardend's URL."],
-        ["graph", None, None, "The graph the session lives on."],
         ["session", None, None, "Ride this session (claims its lease when free)."],
         ["profile", None, None, "With --new: chat (default) or agent."],
         ["model", None, None, "With --new: provider/model."],
         ["title", None, None, "With --new: the session's title."],
         ["client-id", None, None, "This ride's x-vehicle-client-id (default: a fresh one)."],
-        ["visitor-id", None, None, "A visitor's X-Visitor-Id (default: the one kept in "
-         "~/.local/state/vehicle/visitor-id)."],
         ["model-key-env", None, None, "The variable holding your model key "
          "(default: VEHICLE_MODEL_KEY)."],
-        ["key-file", None, None, "A file holding the bearer token (default: $VEHICLE_TOKEN)."],
-        ["ca-file", None, None, "Trust only the CA certificates in this PEM file for https."],
     ]
 
     def postOptions(self) -> None:
-        checkGardendURL(self["gardend"])
-        if not self["graph"]:
-            raise usage.UsageError("--graph is required")
+        super().postOptions()
         if bool(self["new"]) == bool(self["session"]):
             raise usage.UsageError("give exactly one of --new and --session")
         if not self["new"]:
@@ -98,7 +89,6 @@ class RideOptions(usage.Options):
         if self["watch-only"] and self["new"]:
             raise usage.UsageError("--watch-only goes with --session (a new session is claimed)")
         checkVariableName(self["model-key-env"])
-        tlsPolicy(self["ca-file"])  # a --ca-file that cannot be used is refused here
 
     def newSession(self) -> NewSession | None:
         if not self["new"]:

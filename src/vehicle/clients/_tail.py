@@ -21,7 +21,7 @@ from twisted.internet.task import deferLater
 from twisted.python import usage
 from twisted.python.failure import Failure
 
-from vehicle.clients._client import checkGardendURL, clientHTTP, describeFailure, tlsPolicy
+from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
 from vehicle.clients._door import CredentialError, Door, asFrame, credentialsFor
 from vehicle.clients._ridemain import boundedWait, explainRefusal, sayOnStderr
 from vehicle.clients._stdio import StdioLines
@@ -470,7 +470,7 @@ class TailAll:
         running.addBoth(ended)
 
 
-class TailOptions(usage.Options):
+class TailOptions(GardendOptions):
     """
     C{vehicle tail --gardend URL --graph G (--session ID | --all) ...}.
     """
@@ -484,20 +484,14 @@ class TailOptions(usage.Options):
     optFlags = [
         ["json", None, "Print each event's frame as JSON."],
         ["deltas", None, "Print message deltas (inline text; with --json, their frames)."],
-        ["anonymous", None, "Tail as a visitor (no Authorization)."],
         ["all", None, "Follow every session of the graph you can see, new ones as they come."],
     ]
     optParameters = [
-        ["gardend", None, None, "gardend's URL."],
-        ["graph", None, None, "The session's graph."],
         ["session", None, None, "The session to follow."],
         ["since", None, None, "Start after this seq (default 0; with --all, each session's "
          "cursor).", int],
         ["max-retries", None, None, "Give up after this many failed reconnections in a row "
          "(default: never).", int],
-        ["visitor-id", None, None, "A visitor's X-Visitor-Id."],
-        ["key-file", None, None, "A file holding the bearer token (default: $VEHICLE_TOKEN)."],
-        ["ca-file", None, None, "Trust only the CA certificates in this PEM file for https."],
     ]
 
     def __init__(self) -> None:
@@ -512,9 +506,7 @@ class TailOptions(usage.Options):
         self["type"].append(pattern)
 
     def postOptions(self) -> None:
-        checkGardendURL(self["gardend"])
-        if not self["graph"]:
-            raise usage.UsageError("--graph is required")
+        super().postOptions()
         if bool(self["all"]) == bool(self["session"]):
             raise usage.UsageError("give exactly one of --session and --all")
         if self["all"] and self["deltas"] and not self["json"]:
@@ -522,7 +514,6 @@ class TailOptions(usage.Options):
         for name in ("since", "max-retries"):
             if self[name] is not None and self[name] < 0:
                 raise usage.UsageError(f"--{name} is at least 0")
-        tlsPolicy(self["ca-file"])  # a --ca-file that cannot be used is refused here
 
 
 async def runTail(
