@@ -8,7 +8,9 @@ every kind of row it writes (spec, "Public sessions"; issue 10, section 1).
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from vehicle.public import Ledger
 from vehicle.public import _accounting
 from vehicle.session import Caller
+from vehicle.store import OsFiles, useFiles
 
 from tests.support.harness import FakeLauncher, FakePiTransport
 from tests.unit.test_conductor import STATE, FakePi
@@ -215,6 +218,47 @@ class HoldTests(RouteTestCase):
         [release] = self.rows("release")
         self.assertEqual(release["reason"], "completed")
         self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
+        count = len(self.rows())
+        self.h.restart()
+        self.assertEqual(len(self.rows()), count)
+
+    def test_ledgerRefusedAfterTheTurn(self) -> None:
+        """
+        A ledger whose disk refuses the rows that follow an accepted turn
+        (its hold and turn) and a settled run (its debit and release) does
+        not undo either: the turn is answered C{command.accepted}, the hold
+        and the charge count in memory, other requests are served; the
+        restart after the disk is back writes each missing row once, and
+        the account is the same as before.
+        """
+        class LedgerFull(OsFiles):
+            def write(self, fd: int, data: Any) -> int:
+                if os.readlink(f"/proc/self/fd/{fd}").endswith("ledger.jsonl"):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return super().write(fd, data)
+
+        sid, other = self.sessions(2)
+        ledger = self.h.api.public.ledger
+        rowsBefore = len(self.rows())
+        previous = useFiles(LedgerFull())
+        try:
+            code, frame = self.prompt(sid, "p1", **WHO)
+            self.assertEqual((code, frame["type"]), (202, "command.accepted"))
+            self.assertAlmostEqual(ledger.held(PRINCIPAL), PUBLIC.runMaxCostUsd)
+            self.assertEqual(ledger.turnsToday(PRINCIPAL), 1)
+            BodyOf(self.h.launcher, 0).run("hello", costUsd=0.004)
+            self.assertAlmostEqual(ledger.held(PRINCIPAL), 0.0)
+            self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
+            self.assertEqual(len(self.rows()), rowsBefore)
+            # Another conversation is served meanwhile.
+            self.assertEqual(self.prompt(other, "p1", **WHO)[0], 202)
+        finally:
+            useFiles(previous)
+        self.h.restart()
+        self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
+        self.assertEqual(len(self.rows("debit")), 1)
+        self.assertEqual(len(self.rows("turn")), 2)
+        self.assertEqual(self.h.api.public.ledger.holds, {})
         count = len(self.rows())
         self.h.restart()
         self.assertEqual(len(self.rows()), count)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from attrs import define, field
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 
 from vehicle.session import isoTimestamp, storageError
 from vehicle.store import JsonlLog
@@ -42,6 +43,8 @@ class Ledger:
     """
     Credit and turns of public callers.
     """
+
+    _logger: ClassVar[Logger] = Logger()
 
     path: Path
     clock: IReactorTime
@@ -107,7 +110,20 @@ class Ledger:
         elif kind == "release":
             self.holds.pop(row.get("hold", ""), None)
 
-    def _append(self, row: dict[str, Any], day: str | None = None) -> dict[str, Any]:
+    def _append(
+        self, row: dict[str, Any], day: str | None = None, afterTheFact: bool = False
+    ) -> dict[str, Any]:
+        """
+        Write C{row} and count it.
+
+        @param afterTheFact: the row follows an effect already durable
+            elsewhere (a command accepted, a run settled): a disk that
+            refuses it must not undo that effect's answer, so the row
+            counts in memory all the same, and start rebuilds it from the
+            sessions' logs (turns counted, settled runs charged, open holds
+            released).  Otherwise (a grant) a refused row counts for
+            nothing and the request is answered C{storage_unavailable}.
+        """
         assert self._log is not None, "the ledger is not open"
         row = {**row, "day": day or self.today(), "at": isoTimestamp(self.clock.seconds())}
         try:
@@ -115,11 +131,15 @@ class Ledger:
                 self._reopenLog()
             self._log.append(row)
         except OSError as e:
-            # The disk refused the row: it does not count, and the request
-            # says so in the table's words (never an internal error). The
-            # log is opened afresh before the next row.
+            # The log is opened afresh before the next row.
             self._refused = True
-            raise storageError(e) from e
+            if not afterTheFact:
+                raise storageError(e) from e
+            self._logger.warn(
+                "the ledger could not write a {kind} row ({error}); it counts until "
+                "the host restarts, which rebuilds it from the sessions' logs",
+                kind=row["type"], error=e.strerror or e,
+            )
         self._fold(row)
         return row
 
@@ -148,7 +168,8 @@ class Ledger:
             return False
         self._append(
             {"type": "debit", "principal": principal, "amountUsd": amountUsd,
-             "key": key, "session": session}
+             "key": key, "session": session},
+            afterTheFact=True,
         )
         return True
 
@@ -166,7 +187,7 @@ class Ledger:
             row["key"] = turnKey(session, command)
             if row["key"] in self.keys:
                 return False
-        self._append(row, day)
+        self._append(row, day, afterTheFact=True)
         return True
 
     def hold(self, principal: str, amountUsd: float, session: str, command: str) -> bool:
@@ -179,7 +200,8 @@ class Ledger:
             return False
         self._append(
             {"type": "hold", "principal": principal, "amountUsd": amountUsd,
-             "key": key, "session": session, "command": command}
+             "key": key, "session": session, "command": command},
+            afterTheFact=True,
         )
         return True
 
@@ -195,7 +217,8 @@ class Ledger:
         self._append(
             {"type": "release", "principal": principal, "hold": key,
              "key": "release:" + key.removeprefix("hold:"), "session": session,
-             "reason": reason}
+             "reason": reason},
+            afterTheFact=True,
         )
         return True
 
