@@ -15,6 +15,7 @@ from typing import Any
 
 from attrs import define, field
 from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.interfaces import IReactorTime
 
 from vehicle.agent import AgentProfile
 from vehicle.body import Conductor, Launcher, Planner
@@ -31,7 +32,7 @@ class Bodies:
     """
 
     launcher: Launcher
-    clock: Any
+    clock: IReactorTime
     idleSeconds: float
     agent: AgentProfile | None = None
     mirror: Mirror | None = None

@@ -1,17 +1,18 @@
 # -*- test-case-name: tests.test_public -*-
 """
 Public sessions: who may open a conversation and on which door (their own
-key, or an account's credit), the limits of every public turn, the credit
-that runs spend (each accepted credit turn holds its run's budget until its
-command ends), and C{/account}.  Keys callers bring live in memory only.
+key, or an account's credit), the limits of every public turn (each
+accepted credit turn holds its run's budget until its command ends), and
+C{/account}.  What runs spend is kept by L{Accounting}, which hears of each
+public conversation's life through L{Public}, a session observer.  Keys
+callers bring live in memory only.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from attrs import define, field
-from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
@@ -34,8 +35,6 @@ class Public:
     life as a session observer; what its runs cost is kept by its
     L{Accounting}.
     """
-
-    _log: ClassVar[Logger] = Logger()
 
     settings: PublicSettings
     ledger: Ledger
