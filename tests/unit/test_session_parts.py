@@ -6,6 +6,8 @@ live body's run table.
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
 from typing import Any
 
 from twisted.internet.task import Clock
@@ -13,8 +15,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
-from vehicle.session import Command, Lease, Observers
+from vehicle.errors import VehicleError
+from vehicle.session import Caller, Command, Journal, Lease, Observers
 from vehicle.session._lease import leaseAfter, renewedByUse
+from vehicle.session._room import Room
 
 
 def _event(kind: str, at: str, **data: Any) -> dict[str, Any]:
@@ -22,6 +26,7 @@ def _event(kind: str, at: str, **data: Any) -> dict[str, Any]:
 
 
 ALICE = {"principal": "alice", "clientId": "tab-1"}
+ALICE_CALLER = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
 LEASE = Lease(principal="alice", clientId="tab-1", ttlMs=60_000, claimedAt=0.0, renewedAt=0.0)
 
 
@@ -187,3 +192,111 @@ class LiveBodyTests(SynchronousTestCase):
         body.startRun()
         self.assertEqual([body.meter(2), body.meter(2)], [None, None])
         self.assertEqual(body.meter(2), "this run's turn budget is spent")
+
+
+class RoomTests(SynchronousTestCase):
+    """
+    The room holds chimes for the driver; only a pending one can be resolved.
+    """
+
+    def test_heldThenResolved(self) -> None:
+        """
+        A held chime waits (with its words) until it is accepted; then it is
+        no longer pending.
+        """
+        room = Room()
+        room.hold({"chimeId": "c1", "status": "pending", "author": "bob"}, "hello")
+        chime = room.pending("c1")
+        assert chime is not None
+        self.assertEqual(chime["text"], "hello")
+        self.assertEqual([c["chimeId"] for c in room.waiting()], ["c1"])
+        room.resolve("c1", "accepted")
+        self.assertIsNone(room.pending("c1"))
+        self.assertEqual(room.waiting(), [])
+        self.assertIsNone(room.pending("nobody"))
+
+
+class _Owner:
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.derived: list[Any] = []
+        self.forgot = 0
+
+    def told(self, event: dict[str, Any]) -> None:
+        self.seqs.append(event["seq"])
+
+    def forgetting(self) -> None:
+        self.forgot += 1
+
+    def restored(self, derived: Any) -> None:
+        self.derived.append(derived)
+
+
+class JournalTests(SynchronousTestCase):
+    """
+    The journal writes a request's record and its events, and reads them
+    back as they were.
+    """
+
+    def setUp(self) -> None:
+        self.directory = Path(self.mktemp())
+        self.directory.mkdir()
+        self.clock = Clock()
+        self.clock.advance(1_000_000)
+
+    def open(self) -> tuple[Journal, list[dict[str, Any]], list[dict[str, Any]]]:
+        journal, events, requests = Journal.open("s1", self.directory, self.clock, None)
+        self.addCleanup(journal.close)
+        return journal, events, requests
+
+    def test_commitThenReadBack(self) -> None:
+        """
+        A committed request is remembered for replay and its events are
+        numbered from 1 and told to the owner; a journal opened afresh on
+        the same folder restores the same history and requests.
+        """
+        journal, _, _ = self.open()
+        owner = _Owner()
+        journal.owner = owner
+        frame = {"type": "room.policy", "value": {"policy": "mute"}}
+        journal.commit("policy", ALICE_CALLER, "r1", {"policy": "mute"}, frame,
+                       [("room.policy", {"policy": "mute"}), ("run.started", {"runId": "run-7"})])
+        self.assertEqual(owner.seqs, [1, 2])
+        self.assertEqual(journal.cursor, 2)
+        self.assertEqual(journal.replay("r1", {"policy": "mute"}, "commands"), frame)
+        self.assertEqual(journal.runsSoFar(), 7)
+        journal.close()
+        again, events, requests = self.open()
+        reader = _Owner()
+        again.owner = reader
+        again.restore(events, requests)
+        self.assertEqual(again.history, journal.history)
+        self.assertEqual(again.requests, journal.requests)
+        self.assertEqual(reader.derived[0].roomPolicy, "mute")
+
+    def test_closedKeepsNothing(self) -> None:
+        """
+        After close, late news is dropped: not written, not told.
+        """
+        journal, _, _ = self.open()
+        owner = _Owner()
+        journal.owner = owner
+        journal.close()
+        journal.emit("mirror.written", {})
+        self.assertEqual((journal.history, owner.seqs), ([], []))
+
+    def test_refusedWriteReadsBack(self) -> None:
+        """
+        A write the disk refuses answers C{storage_unavailable}, and the
+        journal reads its logs back: the owner forgets, then is restored.
+        """
+        journal, _, _ = self.open()
+        owner = _Owner()
+        journal.owner = owner
+
+        def refuse(*args: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        error = self.assertRaises(VehicleError, journal.guarded, refuse)
+        self.assertEqual(error.code, "storage_unavailable")
+        self.assertEqual((owner.forgot, len(owner.derived)), (1, 1))

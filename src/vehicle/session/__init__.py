@@ -1,6 +1,7 @@
 """
-The session room: the aggregate, its lease and idempotency, the command
-state machine and the registry of sessions.
+The session room: the aggregate and its parts (the journal, the lease, the
+command state machine, the room), the registry of sessions and its maker,
+and the drive step.
 """
 
 from vehicle.session._command import Command, preview as previewOf
@@ -14,13 +15,15 @@ from vehicle.session._drive import (
     answer,
     requireGraphPath,
 )
+from vehicle.session._journal import Journal
+from vehicle.session._lineage import branchEffects
+from vehicle.session._maker import Maker
 from vehicle.session._observers import Observers, SessionObserver
 from vehicle.session._registry import Registry, notFound
 from vehicle.session._requests import fingerprint, storageError
 from vehicle.session._session import (
     MAX_WAIT_MS,
     WATCH_LIMIT,
-    branchEffects,
     IConductor,
     Session,
     normalizeTitle,
@@ -52,7 +55,9 @@ __all__ = [
     "WATCH_LIMIT",
     "Caller",
     "Command",
+    "Journal",
     "Lease",
+    "Maker",
     "Registry",
     "Session",
     "SessionMeta",

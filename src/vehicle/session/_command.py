@@ -7,7 +7,7 @@ keeps its own facts about it in its own fields.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from attrs import define, field, frozen
 from twisted.internet.interfaces import IReactorTime
@@ -143,18 +143,83 @@ class Command:
         return self.text is not None
 
 
+Effects = list[tuple[str, dict[str, Any]]]
+
+
+class Committer(Protocol):
+    """
+    The session's one durable step of a request (L{Journal.commit}).
+    """
+
+    def __call__(
+        self, kind: str, caller: Caller, requestId: str | None, request: Any,
+        frame: dict[str, Any], effects: Effects, command: dict[str, Any] | None = None,
+    ) -> None: ...
+
+
 @define(eq=False)
 class CommandBook:
     """
     The command state machine of one session: the records of its commands
-    (what the snapshot shows), moved on only here.
+    (what the snapshot shows), built once (L{accept}) and moved on only
+    here.
 
     @ivar emit: writes one of the session's durable events.
+    @ivar commit: the session's durable step of a request.
+    @ivar accepted: told of each command accepted, once it is durable
+        (the session: its preview, its body).
     """
 
     clock: IReactorTime
     emit: Callable[[str, dict[str, Any]], Any]
+    commit: Committer
+    accepted: Callable[[dict[str, Any]], None]
     records: dict[str, dict[str, Any]] = field(factory=dict)
+
+    def accept(
+        self,
+        caller: Caller,
+        request: dict[str, Any],
+        frameFor: Callable[[dict[str, Any]], dict[str, Any]],
+        extra: dict[str, Any] | None = None,
+        *,
+        kind: str = "command",
+        requester: Caller | None = None,
+        requestBody: dict[str, Any] | None = None,
+        before: Effects = (),  # type: ignore[assignment]
+        after: Effects = (),  # type: ignore[assignment]
+        frameOf: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """
+        Accept a new command in one durable step (L{commit}): the request's
+        record, holding the command whole, then C{command.accepted} (and
+        whatever events C{before} and C{after} add: a chime's).  Returns
+        the answer's frame, built by C{frameFor} from the command.
+
+        A chime that becomes a command is remembered as the chimer's
+        request (C{kind}, C{requester}, C{requestBody}), the command being
+        the driver's; C{frameOf} then makes the chimer's answer.
+        """
+        commandId = request.get("commandId") or request["requestId"]
+        self.refuseKnown(commandId)
+        command = commandRecord(
+            commandId, request, caller.holder(), isoTimestamp(self.clock.seconds())
+        )
+        command.update(extra or {})
+        frame = frameFor(command)
+        answerFrame = frameOf(command) if frameOf is not None else frame
+        self.commit(
+            kind,
+            requester or caller,
+            (requestBody or request)["requestId"],
+            requestBody or request,
+            answerFrame,
+            [*before, ("command.accepted", acceptedData(command, caller)), *after],
+            command=dict(command),
+        )
+        self.records[commandId] = command
+        self.accepted(command)
+        return answerFrame
 
     def open(self) -> list[dict[str, Any]]:
         """

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from attrs import define
+from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
 from vehicle.session._registry import Registry
-from vehicle.session._session import Session
+from vehicle.session._session import Session, normalizeTitle
 from vehicle.session._values import (
     LEASED_COMMANDS,
     OPEN_STATUSES,
@@ -34,6 +35,8 @@ from vehicle.session._values import (
 
 
 Answer = dict[str, Any]
+
+_log = Logger()
 
 
 def answer(frameType: str, value: Any) -> Answer:
@@ -88,7 +91,7 @@ def createSession(
             },
         )
 
-    _, result = registry.create(
+    _, result = registry.maker.create(
         caller,
         meta,
         title=request.get("title"),
@@ -157,9 +160,27 @@ def release(session: Session, caller: Caller, request: dict[str, Any]) -> Answer
 
 
 def rename(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
-    return session.rename(
-        caller, request, lambda ahead: answer("session.renamed", {"session": session.summary(ahead)})
+    """
+    Rename: the event is the step (with the request's record when it has a
+    C{requestId}); C{meta.json} follows, and is put right at start should
+    the host be cut between the two.
+    """
+    session.title = normalizeTitle(request["title"])
+    result = answer("session.renamed", {"session": session.summary(1)})
+    session.commit(
+        "rename", caller, request.get("requestId"), request, result,
+        [("session.renamed", {"title": session.title})],
     )
+    try:
+        session.writeMeta()
+    except OSError as e:
+        # The title is durable in the log; meta.json is put right at start.
+        _log.warn(
+            "Session {sessionId}: meta.json could not be rewritten ({error}); "
+            "the title is kept in the log", sessionId=session.sessionId, error=str(e),
+        )
+    session.observers.renamed(session)
+    return result
 
 
 def submitCommand(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
@@ -169,14 +190,14 @@ def submitCommand(session: Session, caller: Caller, request: dict[str, Any]) -> 
     kind = request["type"]
     if kind in LEASED_COMMANDS:
         checkDriver(session, caller)
-        session.requireLease(caller)
+        session.leases.require(caller)
     if kind == "cancel":
         return _cancel(session, caller, request)
     if kind == "set_room_policy":
         return _roomPolicy(session, caller, request)
     if kind in ("accept_chime", "reject_chime"):
         return _resolveChime(session, caller, request)
-    return session.acceptCommand(
+    return session.book.accept(
         caller, request, lambda command: answer("command.accepted", {"command": dict(command)})
     )
 
@@ -198,7 +219,7 @@ def chime(
         "by": caller.holder(),
         "receivedAt": isoTimestamp(session.clock.seconds()),
     }
-    policy = session.roomPolicy
+    policy = session.room.policy
     lease = session.currentLease()
     received = ("chime.received", {k: v for k, v in record.items() if k != "status"})
     if policy in ("observe", "mute"):
@@ -229,7 +250,7 @@ def chime(
         }
         received = ("chime.received", {k: v for k, v in record.items()
                                        if k not in ("status", "commandId")})
-        return session.acceptCommand(
+        return session.book.accept(
             driver, commandBody,
             lambda command: answer("command.accepted", {"command": dict(command)}),
             kind="chime", requester=caller, requestBody=request,
@@ -241,13 +262,13 @@ def chime(
     record["status"] = "pending"
     result = answer("chime.accepted", {"chime": record})
     session.commit("chime", caller, request["requestId"], request, result, [received])
-    session.chimes[chimeId] = {**record, "text": request["text"]}
+    session.room.hold(record, request["text"])
     return result
 
 
 def _resolveChime(session: Session, caller: Caller, request: dict[str, Any]) -> Answer:
-    chime = session.chimes.get(request["chimeId"])
-    if chime is None or chime.get("status") != "pending":
+    chime = session.room.pending(request["chimeId"])
+    if chime is None:
         raise VehicleError(
             "chime_not_pending",
             f"chime {request['chimeId']!r} is not pending",
@@ -263,10 +284,10 @@ def _resolveChime(session: Session, caller: Caller, request: dict[str, Any]) -> 
             [("chime.resolved", {"chimeId": chime["chimeId"], "status": "rejected",
                                  "by": caller.holder()})],
         )
-        chime["status"] = "rejected"
+        session.room.resolve(chime["chimeId"], "rejected")
         return result
     commandId = request.get("commandId") or request["requestId"]
-    result = session.acceptCommand(
+    result = session.book.accept(
         caller,
         request,
         lambda command: answer("command.accepted", {"command": dict(command)}),
@@ -274,7 +295,7 @@ def _resolveChime(session: Session, caller: Caller, request: dict[str, Any]) -> 
         after=[("chime.resolved", {"chimeId": chime["chimeId"], "status": "accepted",
                                    "commandId": commandId, "by": caller.holder()})],
     )
-    chime["status"] = "accepted"
+    session.room.resolve(chime["chimeId"], "accepted")
     return result
 
 
@@ -291,7 +312,7 @@ def _cancel(session: Session, caller: Caller, request: dict[str, Any]) -> Answer
             {"targetCommandId": request["targetCommandId"],
              "status": target["status"] if target else None},
         )
-    result = session.acceptCommand(
+    result = session.book.accept(
         caller,
         request,
         lambda command: answer(
@@ -311,7 +332,7 @@ def _roomPolicy(session: Session, caller: Caller, request: dict[str, Any]) -> An
         "policy", caller, request["requestId"], request, result,
         [("room.policy", {"policy": request["policy"], "by": caller.holder()})],
     )
-    session.roomPolicy = request["policy"]
+    session.room.policy = request["policy"]
     return result
 
 
@@ -525,7 +546,7 @@ class Drive:
         )
         if turns is not None:
             checkDriver(session, caller)
-            session.requireLease(caller)
+            session.leases.require(caller)
             turns.checkTurn(session, caller)
         if startsBody and session.bodyState() == "dormant":
             # Refuse now, with the protocol's status, rather than accept a
@@ -573,7 +594,7 @@ class Drive:
         session = self.find(caller, sessionId)  # still ours, still there
         refuseIfRunning(session)
         parts = self.registry.observers.deleting(session)
-        trashedAs = self.registry.delete(caller, session)
+        trashedAs = self.registry.maker.delete(caller, session)
         return answer("session.deleted", {"sessionId": sessionId, "trashedAs": trashedAs, **parts})
 
 

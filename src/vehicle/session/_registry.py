@@ -1,7 +1,9 @@
-# -*- test-case-name: tests.test_session -*-
+# -*- test-case-name: tests.unit.test_web,tests.unit.test_crash -*-
 """
-The registry of sessions: creates them, finds them for a caller, lists them,
-rebuilds every one from disk at start, and deletes them into the trash.
+The registry of sessions: the sessions this host serves, found for a
+caller, listed, and rebuilt from disk at start.  How a session's folder is
+made and published, or moved to the trash, is its maker's (L{Maker}); the
+registry hands those verbs on and serves what the maker publishes.
 """
 
 from __future__ import annotations
@@ -10,22 +12,18 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-from attrs import define, evolve, field
+from attrs import define, field
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
+from vehicle.session._lineage import finishBranch
+from vehicle.session._maker import Maker
 from vehicle.session._observers import Observers
-from vehicle.session._requests import (
-    fingerprint,
-    openLogs,
-    replayed,
-    requestRecord,
-    storageError,
-)
-from vehicle.session._session import Session, branchEffects, normalizeTitle
+from vehicle.session._requests import fingerprint, replayed
+from vehicle.session._session import Session
 from vehicle.session._values import Caller, SessionMeta
-from vehicle.store import DataDir, files, readJson, removeTree
+from vehicle.store import DataDir, readJson
 
 
 NOT_FOUND_MESSAGE = "no such session"
@@ -37,6 +35,16 @@ def notFound() -> VehicleError:
     same body either way.
     """
     return VehicleError("not_found", NOT_FOUND_MESSAGE)
+
+
+def visibleTo(session: Session, caller: Caller) -> bool:
+    """
+    Only the owner reads, drives, renames or deletes a session, and a
+    request bound to another graph never sees it.
+    """
+    if session.deleted or caller.principal != session.meta.principal:
+        return False
+    return caller.graphId is None or caller.graphId == session.meta.graphId
 
 
 @define(eq=False)
@@ -59,6 +67,12 @@ class Registry:
     #: Who follows sessions' lives (the mirror, public accounting): told
     #: of each session once its body is wired (L{onSession}).
     observers: Observers = field(factory=Observers)
+    maker: Maker = field(init=False)
+
+    @maker.default
+    def _newMaker(self) -> Maker:
+        return Maker(dataDir=self.dataDir, clock=self.clock, home=self,
+                     defaultLeaseTtlMs=self.defaultLeaseTtlMs)
 
     # -- lookup -------------------------------------------------------------
 
@@ -68,7 +82,7 @@ class Registry:
         session as for someone else's.
         """
         session = self.sessions.get(sessionId)
-        if session is None or not session.visibleTo(caller):
+        if session is None or not visibleTo(session, caller):
             raise notFound()
         return session
 
@@ -86,11 +100,9 @@ class Registry:
         The caller's sessions on the bound graph (every graph unbound), most
         recently active first.
         """
-        mine = [s for s in self.sessions.values() if s.visibleTo(caller)]
+        mine = [s for s in self.sessions.values() if visibleTo(s, caller)]
         mine.sort(key=lambda s: (s.updatedAt, s.cursor), reverse=True)
         return mine
-
-    # -- creation -----------------------------------------------------------
 
     def replayCreation(self, caller: Caller, requestId: str, request: Any) -> dict[str, Any] | None:
         # Per principal; the graph is part of the request (a create through
@@ -103,6 +115,8 @@ class Registry:
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex
 
+    # -- the maker's verbs a branch uses (L{vehicle.body.branch}) ------------
+
     def prepare(
         self,
         caller: Caller,
@@ -110,138 +124,40 @@ class Registry:
         *,
         title: str | None,
         claim: bool,
-        ttlMs: int | None = None,
         createdEvent: dict[str, Any] | None = None,
-        makeFolders: Callable[[str, Path], dict[str, Any]] | None = None,
     ) -> Session:
         """
-        Build a new session's folder aside (C{sessions/.new-<id>/}): its
-        meta, its logs with C{session.created} and, unless C{claim} is
-        false, the creating client's lease.  Nobody sees it until
-        L{publish} renames it into place; a host cut before that leaves a
-        folder start removes.
+        A new session's folder built aside (L{Maker.prepare}).
         """
-        building = self.dataDir.buildingDir(meta.sessionId)
-        layer = files()
-        layer.mkdir(building, 0o700)
-        try:
-            layer.mkdir(building / "pi", 0o700)
-            layer.mkdir(building / "work", 0o700)
-            if makeFolders is not None:
-                final = str(self.dataDir.sessionDir(meta.sessionId))
-                folders = {
-                    name: {**identity, "path": str(identity["path"]).replace(str(building), final, 1)}
-                    for name, identity in makeFolders(meta.sessionId, building).items()
-                }
-                meta = evolve(meta, folders=folders)
-            session = self._open(meta, building, normalizeTitle(title))
-            try:
-                session.writeMeta()
-                session.emit(
-                    "session.created",
-                    {"by": caller.holder(), "profile": meta.profile, "model": meta.model,
-                     **(createdEvent or {})},
-                )
-                if claim:
-                    session.claim(caller, ttlMs or self.defaultLeaseTtlMs, takeover=False)
-            except BaseException:
-                session.close()
-                raise
-        except BaseException:
-            self.abandon(meta.sessionId)
-            raise
-        return session
+        return self.maker.prepare(caller, meta, title=title, claim=claim, createdEvent=createdEvent)
 
     def publish(
-        self,
-        session: Session,
-        kind: str,
-        caller: Caller,
-        requestId: str,
-        request: Any,
-        frame: dict[str, Any],
-        route: str,
-        extra: dict[str, Any] | None = None,
+        self, session: Session, kind: str, caller: Caller, requestId: str, request: Any,
+        frame: dict[str, Any], route: str, extra: dict[str, Any] | None = None,
     ) -> None:
         """
-        The new session's one durable step: its record (the request that
-        made it, with the answer) is written in the folder built aside,
-        and the folder is renamed into place.  Then it is served.
+        The folder built aside published, then served (L{Maker.publish}).
         """
-        record = requestRecord(
-            kind, caller, requestId, request, frame, route, self.clock.seconds(), **(extra or {})
-        )
-        final = self.dataDir.sessionDir(session.sessionId)
-        try:
-            session.appendRecord(record)
-            session.close()
-            self.dataDir.publish(session.sessionId)
-        except BaseException as e:
-            session.close()
-            if final.is_dir():
-                # Renamed into place; only the sync after it failed.  It
-                # is served (start would load it), so a retry replays.
-                self._served(session, final, kind, caller, requestId, record)
-            else:
-                self._abandonQuietly(session.sessionId)
-            if isinstance(e, OSError):
-                raise storageError(e) from e
-            raise
-        self._served(session, final, kind, caller, requestId, record)
-
-    def _served(
-        self, session: Session, directory: Path, kind: str, caller: Caller, requestId: str,
-        record: dict[str, Any],
-    ) -> None:
-        session.reopenAt(directory)
-        if kind == "create":
-            self._creations[(caller.principal, requestId)] = (record["fingerprint"], record["frame"])
-        self._adopt(session)
+        self.maker.publish(session, kind, caller, requestId, request, frame, route, extra)
 
     def abandon(self, sessionId: str) -> None:
         """
-        Remove a folder built aside that will not be published (and an
-        agent's workspace made for it): it was never announced.
+        A folder built aside removed unannounced (L{Maker.abandon}).
         """
-        building = self.dataDir.buildingDir(sessionId)
-        if building.is_dir():
-            removeTree(building)
-        workspace = self.dataDir.workspaceDir(sessionId)
-        if workspace.is_dir() and not self.dataDir.sessionDir(sessionId).exists():
-            removeTree(workspace)
+        self.maker.abandon(sessionId)
 
-    def _abandonQuietly(self, sessionId: str) -> None:
-        try:
-            self.abandon(sessionId)
-        except Exception as e:  # noqa: BLE001 - start removes it anyway
-            self._log.warn("Could not remove the half-made session {sessionId}: {error}",
-                           sessionId=sessionId, error=str(e))
+    # -- serving --------------------------------------------------------------
 
-    def create(
-        self,
-        caller: Caller,
-        meta: SessionMeta,
-        *,
-        requestId: str | None = None,
-        request: Any = None,
-        frameFor: Callable[[Session], dict[str, Any]] | None = None,
-        **options: Any,
-    ) -> tuple[Session, dict[str, Any]]:
+    def served(self, session: Session, record: dict[str, Any]) -> None:
         """
-        Make a session in one step (L{prepare} with C{options}, then
-        L{publish} with the creating request's record); returns it and the
-        answer's frame.
+        The maker published C{session} by C{record}: serve it (a create is
+        remembered for its replay).
         """
-        try:
-            session = self.prepare(caller, meta, **options)
-        except OSError as e:
-            raise storageError(e) from e
-        frame = frameFor(session) if frameFor is not None else {}
-        self.publish(
-            session, "create", caller, requestId or meta.sessionId, request or {}, frame,
-            f"create:{caller.graphId}",
-        )
-        return session, frame
+        if record["kind"] == "create":
+            self._creations[(record["principal"], record["requestId"])] = (
+                record["fingerprint"], record["frame"]
+            )
+        self._adopt(session)
 
     def _adopt(self, session: Session) -> None:
         self.sessions[session.sessionId] = session
@@ -257,52 +173,6 @@ class Registry:
             value = frame.get("value") or {}
             if (value.get("session") or {}).get("sessionId") == session.sessionId:
                 del self._creations[key]
-
-    # -- deletion -----------------------------------------------------------
-
-    def delete(self, caller: Caller, session: Session) -> str:
-        """
-        Move the session's directory to the trash; returns its trash name.
-        The caller has already refused a running session and disposed the body.
-
-        A name is reserved in the trash; C{session.deleted} naming it is the
-        one durable step; the move follows, and start finishes it should
-        the host be cut in between.
-        """
-        try:
-            trashedAs = self.dataDir.reserveTrash(session.sessionId)
-        except OSError as e:
-            raise storageError(e) from e
-        event = session.markDeleted(trashedAs, caller)
-        try:
-            self._finishDelete(session, event)
-        except OSError as e:
-            self._log.error(
-                "Session {sessionId} is deleted; moving it to the trash failed ({error}) "
-                "and is finished at the next start",
-                sessionId=session.sessionId, error=str(e),
-            )
-        session.trashed(self.dataDir.trashDir(trashedAs))
-        return trashedAs
-
-    def _finishDelete(self, session: Session, event: dict[str, Any]) -> None:
-        data = event.get("data") or {}
-        sessionId = session.sessionId
-        self.dataDir.finishTrash(
-            sessionId,
-            data["trashedAs"],
-            {
-                "sessionId": sessionId,
-                "graphId": session.meta.graphId,
-                "deletedAt": event["timestamp"],
-                "by": data.get("by"),
-                "restore": (
-                    "stop the service, move this directory back to "
-                    f"sessions/{sessionId}/, start it, and restore the "
-                    "mirrored document from the workspace's Trash"
-                ),
-            },
-        )
 
     # -- start --------------------------------------------------------------
 
@@ -329,7 +199,7 @@ class Registry:
                     error=str(e),
                 )
                 continue
-            last = session._history[-1] if session._history else None
+            last = session.journal.last()
             if (
                 last is not None
                 and last["type"] == "session.deleted"
@@ -340,75 +210,41 @@ class Registry:
                 # has none, and is served again).
                 session.close()
                 reserved.discard(last["data"]["trashedAs"])
-                try:
-                    self._finishDelete(session, last)
-                except Exception as e:  # noqa: BLE001
-                    self._log.error("Start: could not finish deleting {sessionId}: {error}",
-                                    sessionId=sessionId, error=str(e))
-                else:
-                    self._log.info("Start: finished deleting {sessionId} (trash/{name})",
-                                   sessionId=sessionId, name=last["data"].get("trashedAs"))
+                self._finishCutDelete(session, last)
                 continue
             self._adopt(session)
             branches += [(session, r) for r in records if r.get("kind") == "branched"]
         for line in self.dataDir.sweepTrash():
             self._log.info("Start: {what}", what=line)
         for branchSession, record in branches:
-            self._finishBranch(branchSession, record)
+            finishBranch(self.sessions, branchSession, record)
         for session in list(self.sessions.values()):
             for command in session.openCommands():
                 session.setStatus(command["commandId"], "interrupted", reason="host_restarted")
 
-    def _finishBranch(self, branch: Session, record: dict[str, Any]) -> None:
-        """
-        A branch published by a host cut before its source's record: the
-        source learns of it now (the request's record and
-        C{session.forked}/C{session.cloned}), so a retry replays it.
-        """
-        source = self.sessions.get(record.get("source") or "")
-        requestId = record.get("requestId")
-        if source is None or not isinstance(requestId, str) or requestId in source._requests:
-            return
-        request = record.get("body") or {}
-        caller = Caller(principal=record["principal"], clientId=record["clientId"], role="viewer")
-        source.commit(
-            "branch", caller, requestId, request, record["frame"],
-            branchEffects(request.get("type", "fork"), branch.sessionId, request.get("entryId"), caller),
-        )
-        self._log.info("Start: told {source} of its branch {branch}",
-                       source=source.sessionId, branch=branch.sessionId)
-
-    def _open(self, meta: SessionMeta, directory: Path, title: str | None) -> Session:
-        """
-        A session over its directory's logs (made when missing).
-        """
-        events, _, commands, _ = openLogs(directory)
-        return Session(
-            meta=meta,
-            directory=directory,
-            clock=self.clock,
-            title=title,
-            events=events,
-            commandsLog=commands,
-            baseTitle=title,
-        )
+    def _finishCutDelete(self, session: Session, last: dict[str, Any]) -> None:
+        sessionId = session.sessionId
+        try:
+            self.maker.finishDelete(session, last)
+        except Exception as e:  # noqa: BLE001
+            self._log.error("Start: could not finish deleting {sessionId}: {error}",
+                            sessionId=sessionId, error=str(e))
+        else:
+            self._log.info("Start: finished deleting {sessionId} (trash/{name})",
+                           sessionId=sessionId, name=last["data"].get("trashedAs"))
 
     def _load(self, sessionId: str) -> tuple[Session, list[dict[str, Any]]]:
+        """
+        One session read back from its folder, with its request records.
+        """
         directory = self.dataDir.sessionDir(sessionId)
         metaJSON = readJson(directory / "meta.json")
         meta = SessionMeta.fromJSON(metaJSON)
-        events, eventRecords, commands, requestRecords = openLogs(directory)
-        session = Session(
-            meta=meta,
-            directory=directory,
-            clock=self.clock,
-            title=metaJSON.get("title"),
-            events=events,
-            commandsLog=commands,
-            baseTitle=metaJSON.get("title"),
+        session, eventRecords, requestRecords = Session.open(
+            meta, directory, self.clock, metaJSON.get("title")
         )
         try:
-            session.restore(eventRecords, requestRecords)
+            session.journal.restore(eventRecords, requestRecords)
         except BaseException:
             session.close()
             raise
@@ -418,8 +254,9 @@ class Registry:
                     fingerprint(record["body"], f"create:{meta.graphId}"),
                     record["frame"],
                 )
+        last = session.journal.last()
         if session.title != metaJSON.get("title") and not (
-            session._history and session._history[-1]["type"] == "session.deleted"
+            last is not None and last["type"] == "session.deleted"
         ):
             # meta.json follows the log: put right what a cut rename left.
             session.writeMeta()

@@ -1,10 +1,10 @@
-# -*- test-case-name: tests.test_session -*-
+# -*- test-case-name: tests.unit.test_web,tests.unit.test_crash,tests.unit.test_session_parts -*-
 """
-The session aggregate: one conversation's meta, title and durable logs, and
-the one durable step of a request (L{Session.commit}) and its undoing
-(L{Session.reload}).  Its parts live beside it: the lease (L{_lease}), the
-command state machine (L{_command}), the request log and idempotency rule
-(L{_requests}), the watchers (L{_watchers}).
+The session aggregate: one conversation's meta and title, joined to its
+parts: the journal (L{_journal}: the two logs, the one durable step of a
+request and reading back after a refused write), the lease (L{_lease}), the
+command state machine (L{_command}), the room (L{_room}: its policy and
+chimes) and the watchers (L{_watchers}).
 
 It knows nothing of HTTP or of pi: the web room calls it with a L{Caller},
 and the body's conductor (see L{IConductor}) is handed accepted commands.
@@ -21,26 +21,15 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from zope.interface import Interface
 
-from vehicle.session._command import (
-    Command,
-    CommandBook,
-    acceptedData,
-    adoptedPreview,
-    commandRecord,
-)
+from vehicle.session._command import Command, CommandBook, Committer, adoptedPreview
+from vehicle.session._journal import Journal
 from vehicle.session._lease import LeaseKeeper
 from vehicle.session._observers import Observers
-from vehicle.session._restore import derive, owedEvents
-from vehicle.session._requests import ROUTE_OF, openLogs, replayed, requestRecord, storageError
+from vehicle.session._restore import Derived
+from vehicle.session._room import Room
 from vehicle.session._watchers import Listener, Watchers
-from vehicle.session._values import (
-    Caller,
-    Lease,
-    SessionMeta,
-    isoTimestamp,
-    parseTimestamp,
-)
-from vehicle.store import JsonlLog, writeJsonAtomic
+from vehicle.session._values import Caller, Lease, SessionMeta, isoTimestamp
+from vehicle.store import writeJsonAtomic
 
 
 #: How many events one watch answer carries at most (spec, "Watch").
@@ -110,45 +99,31 @@ class IConductor(Interface):
 @define(eq=False)
 class Session:
     """
-    One conversation.  Mutations are synchronous on the reactor thread, so a
-    request is checked, logged and acknowledged without interleaving.
-
-    Why one class of this size: a request's record and its events are one
-    synced step, and a failed write reads everything back from disk
-    (L{reload}, L{restore}).  What that step writes and what reading back
-    derives (the log, the requests remembered, the commands, the lease, the
-    chimes, the title and preview) must change together, so they are held
-    here; each rule itself lives in its part (L{LeaseKeeper},
-    L{CommandBook}, L{Watchers}, L{replayed}), and this class only joins
-    them.
+    One conversation: its meta and title, and the parts that hold the rest,
+    each with its own rules: the logs and the durable step (L{Journal}),
+    the lease (L{LeaseKeeper}), the commands (L{CommandBook}), the room
+    (L{Room}) and the watchers (L{Watchers}).  This class joins them: what
+    the logs say when read back goes to each part (L{restored}), and a
+    durable event goes to the lease and the watchers (L{told}).
     """
 
     _log: ClassVar[Logger] = Logger()
 
     meta: SessionMeta
-    directory: Path
     clock: IReactorTime
     title: str | None
-    _events: JsonlLog
-    _commandsLog: JsonlLog
-    _history: list[dict[str, Any]] = field(factory=list)
-    _requests: dict[str, tuple[str, dict[str, Any]]] = field(factory=dict)
+    journal: Journal
     preview: str | None = None
     #: The preview is a branch's inherited one, until it says something.
     previewInherited: bool = False
     deleted: bool = False
-    closed: bool = False
-    roomPolicy: str = "suggest"
-    chimes: dict[str, dict[str, Any]] = field(factory=dict)
+    room: Room = field(factory=Room)
     conductor: IConductor | None = None
     #: The newest delegation token from the owner's requests: memory only.
     delegatedToken: str | None = field(default=None, repr=False)
     _onDeleted: list[Callable[["Session"], None]] = field(factory=list)
     #: Who follows this session's life (its registry's L{Observers}).
     observers: Observers = field(factory=Observers)
-    #: The title C{meta.json} held when the session was opened: the title
-    #: unless the log renamed it since.
-    baseTitle: str | None = None
     leases: LeaseKeeper = field(init=False)
     book: CommandBook = field(init=False)
     watchers: Watchers = field(init=False)
@@ -159,18 +134,53 @@ class Session:
 
     @book.default
     def _newCommandBook(self) -> CommandBook:
-        return CommandBook(clock=self.clock, emit=self.emit)
-
-    @property
-    def commands(self) -> dict[str, dict[str, Any]]:
-        """
-        The records of the session's commands, by id (L{CommandBook}).
-        """
-        return self.book.records
+        return CommandBook(clock=self.clock, emit=self.emit, commit=self.journal.commit,
+                           accepted=self.accepted)
 
     @watchers.default
     def _newWatchers(self) -> Watchers:
         return Watchers(self.meta.sessionId)
+
+    def __attrs_post_init__(self) -> None:
+        self.journal.owner = self
+
+    @classmethod
+    def open(
+        cls, meta: SessionMeta, directory: Path, clock: IReactorTime, title: str | None
+    ) -> tuple["Session", list[dict[str, Any]], list[dict[str, Any]]]:
+        """
+        A session over its folder's logs (made when missing), with the
+        records read back from them (for L{Journal.restore}); C{title} is
+        what C{meta.json} holds.
+        """
+        journal, events, requests = Journal.open(meta.sessionId, directory, clock, title)
+        return cls(meta=meta, clock=clock, title=title, journal=journal), events, requests
+
+    # -- identity and the parts' faces ------------------------------------
+
+    @property
+    def sessionId(self) -> str:
+        return self.meta.sessionId
+
+    @property
+    def directory(self) -> Path:
+        return self.journal.directory
+
+    @property
+    def closed(self) -> bool:
+        return self.journal.closed
+
+    @property
+    def commands(self) -> dict[str, dict[str, Any]]:
+        return self.book.records
+
+    @property
+    def chimes(self) -> dict[str, dict[str, Any]]:
+        return self.room.chimes
+
+    @property
+    def roomPolicy(self) -> str:
+        return self.room.policy
 
     @property
     def lease(self) -> Lease | None:
@@ -180,99 +190,60 @@ class Session:
         """
         return self.leases.lease
 
-    # -- identity -------------------------------------------------------
+    # What the crash tests compare between a live session and one read
+    # back from disk.
+    @property
+    def _history(self) -> list[dict[str, Any]]:
+        return self.journal.history
 
     @property
-    def sessionId(self) -> str:
-        return self.meta.sessionId
+    def _requests(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        return self.journal.requests
 
-    def visibleTo(self, caller: Caller) -> bool:
-        """
-        Only the owner reads, drives, renames or deletes a session, and a
-        request bound to another graph never sees it.
-        """
-        if self.deleted or caller.principal != self.meta.principal:
-            return False
-        return caller.graphId is None or caller.graphId == self.meta.graphId
-
-    # -- events -----------------------------------------------------------
+    # -- events (the journal writes them, the watchers carry them) ---------
 
     @property
     def cursor(self) -> int:
-        return self._history[-1]["seq"] if self._history else 0
+        return self.journal.cursor
 
     @property
     def updatedAt(self) -> float:
-        if self._history:
-            return parseTimestamp(self._history[-1]["timestamp"])
-        return self.meta.createdAt
+        at = self.journal.lastAt()
+        return self.meta.createdAt if at is None else at
 
     def emit(self, eventType: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
         """
-        Append a durable event (written and synced before anyone sees it),
-        then tell the watchers.
+        Append a durable event (L{Journal.emit}); the lease and the
+        watchers follow it (L{told}).
         """
-        if self.closed:
-            # The host is stopping: late news (a mirror pass) is not kept.
-            self._log.warn(
-                "Dropped {eventType} for {sessionId}: the session is closed",
-                eventType=eventType, sessionId=self.sessionId,
-            )
-            return {"type": eventType, "data": data or {}}
-        event = {
-            "seq": self.cursor + 1,
-            "type": eventType,
-            "timestamp": isoTimestamp(self.clock.seconds()),
-            "sessionId": self.sessionId,
-            "data": data or {},
-        }
-        self._events.append(event)
-        self._history.append(event)
+        return self.journal.emit(eventType, data)
+
+    def told(self, event: dict[str, Any]) -> None:
         self.leases.observe(event)
         self.watchers.publish(event)
-        return event
 
     def broadcast(self, eventType: str, data: dict[str, Any]) -> None:
         """
         Send an ephemeral event (C{message.delta}) to live watchers only.
         """
-        self.watchers.publish(
-            {
-                "type": eventType,
-                "timestamp": isoTimestamp(self.clock.seconds()),
-                "sessionId": self.sessionId,
-                "data": data,
-            }
-        )
+        self.watchers.broadcast(eventType, data, isoTimestamp(self.clock.seconds()))
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """
-        Call C{listener} with every event from now on (L{Watchers.subscribe}).
-        """
         return self.watchers.subscribe(listener)
 
     def eventsAfter(self, since: int, limit: int = WATCH_LIMIT) -> tuple[list[dict[str, Any]], bool]:
-        """
-        The durable events with C{seq > since}, at most C{limit}, and
-        whether more may exist.
-        """
-        start = max(0, since)
-        chunk = self._history[start : start + limit]
-        return chunk, start + limit < len(self._history)
+        return self.journal.eventsAfter(since, limit)
 
     def nextEvent(self) -> Deferred:
-        """
-        A Deferred fired at the next durable event (L{Watchers.nextEvent}).
-        """
         return self.watchers.nextEvent()
+
+    def runsSoFar(self) -> int:
+        return self.journal.runsSoFar()
 
     # -- lease (the rules are L{LeaseKeeper}'s) ---------------------------
 
     def currentLease(self) -> Lease | None:
         return self.leases.current()
-
-    def requireLease(self, caller: Caller) -> None:
-        self.leases.require(caller)
 
     def claim(self, caller: Caller, ttlMs: int, takeover: bool) -> dict[str, Any]:
         """
@@ -287,139 +258,41 @@ class Session:
     def releaseLeaseOf(self, holder: Mapping[str, Any], reason: str) -> None:
         self.leases.releaseOf(holder, reason)
 
-    # -- idempotency ------------------------------------------------------
+    # -- the durable step (the journal's) ---------------------------------
 
     def replay(self, requestId: str, request: Any, route: str) -> dict[str, Any] | None:
-        """
-        The original frame of an accepted request with this id and body,
-        or L{None} when the id is new.
+        return self.journal.replay(requestId, request, route)
 
-        @raise VehicleError: C{request_id_conflict} for another body.
+    @property
+    def commit(self) -> Committer:
         """
-        return replayed(self._requests.get(requestId), requestId, request, route)
-
-    def commit(
-        self,
-        kind: str,
-        caller: Caller,
-        requestId: str | None,
-        request: Any,
-        frame: dict[str, Any],
-        effects: list[tuple[str, dict[str, Any]]],
-        command: dict[str, Any] | None = None,
-    ) -> None:
+        The one durable step of an accepted request (L{Journal.commit}).
         """
-        The one durable step of an accepted request: its record (its
-        C{requestId}, fingerprint, answer, the command it makes and the
-        events it implies) is one synced line of C{commands.jsonl}; its
-        events follow.  A host cut between the two finishes the events at
-        start (L{restore}), so a request answered is a request done, and a
-        request whose record is missing was never answered.
-
-        Without a C{requestId} (a rename may have none) nothing is
-        remembered and the first event is the step.
-
-        @raise VehicleError: C{storage_unavailable} when the record cannot
-            be written; the session is then read back from disk, so nothing
-            of the refused request stays in memory.
-        """
-        if self._events.failed or self._commandsLog.failed:
-            # An earlier write (the body's news, say) failed: read the
-            # session back from disk before taking anything new.
-            self._guarded(self.reload)
-        if requestId is not None:
-            record = requestRecord(
-                kind, caller, requestId, request, frame, ROUTE_OF[kind], self.clock.seconds(),
-                cursor=self.cursor,
-                effects=[[eventType, data] for eventType, data in effects],
-            )
-            if command is not None:
-                record["command"] = command
-            self._guarded(self._commandsLog.append, record)
-            self._requests[requestId] = (record["fingerprint"], frame)
-        for eventType, data in effects:
-            self._guarded(self.emit, eventType, data)
-
-    def appendRecord(self, record: dict[str, Any]) -> None:
-        """
-        Append a request's record as it is (a new session's first, written
-        before its folder is published).
-        """
-        self._commandsLog.append(record)
+        return self.journal.commit
 
     def reopenAt(self, directory: Path) -> None:
         """
-        Go on at C{directory}, where the session's folder was renamed to
-        (published): its logs are opened there afresh.
+        Go on at C{directory}, where the folder was published.
         """
-        events, _, commands, _ = openLogs(directory)
-        self.directory = directory
-        self._events, self._commandsLog = events, commands
-        self.closed = False
+        self.journal.reopenAt(directory)
         self.leases.armTimer()
 
-    def _guarded(self, write: Callable[..., Any], *args: Any) -> Any:
-        """
-        Do one durable write; when the disk refuses it (no space, an I/O
-        error, an earlier failed sync), read the session back from disk
-        (a failed fsync is never retried: the log is opened afresh) and
-        refuse the request with a clear frame.
-        """
-        try:
-            return write(*args)
-        except OSError as e:
-            self._log.error(
-                "Session {sessionId}: a durable write failed ({error}); reading it back from disk",
-                sessionId=self.sessionId, error=str(e),
-            )
-            try:
-                self.reload()
-            except Exception as again:  # noqa: BLE001 - reported, the host serves on
-                self._log.error(
-                    "Session {sessionId} could not be read back: {error}",
-                    sessionId=self.sessionId, error=str(again),
-                )
-            raise storageError(e) from e
-
-    def reload(self) -> None:
-        """
-        Forget the in-memory state and read it back from the logs on disk
-        (repairing a torn tail), as a restart would: after a failed write,
-        memory never claims more than the disk holds.
-        """
-        self._events.close()
-        self._commandsLog.close()
-        events, eventRecords, commands, requestRecords = openLogs(self.directory)
-        self._events, self._commandsLog = events, commands
+    def forgetting(self) -> None:
         self.leases.drop()
-        self.restore(eventRecords, requestRecords)
 
-    # -- title ------------------------------------------------------------
+    def restored(self, derived: Derived) -> None:
+        """
+        What the logs say the session is (L{Journal.restore}), taken by
+        each part.
+        """
+        self.book.records = derived.commands
+        self.room = Room(policy=derived.roomPolicy, chimes=derived.chimes)
+        self.title = derived.title
+        self.preview, self.previewInherited = derived.preview, derived.previewInherited
+        self.leases.lease = derived.lease
+        self.leases.armTimer()
 
-    def rename(
-        self, caller: Caller, request: dict[str, Any], frameFor: Callable[[int], dict[str, Any]]
-    ) -> dict[str, Any]:
-        """
-        Rename: the event is the step (with the request's record when it
-        has a C{requestId}); C{meta.json} follows, and is put right at
-        start should the host be cut between the two.
-        """
-        self.title = normalizeTitle(request["title"])
-        frame = frameFor(1)
-        self.commit(
-            "rename", caller, request.get("requestId"), request, frame,
-            [("session.renamed", {"title": self.title})],
-        )
-        try:
-            self.writeMeta()
-        except OSError as e:
-            # The title is durable in the log; meta.json is put right at start.
-            self._log.warn(
-                "Session {sessionId}: meta.json could not be rewritten ({error}); "
-                "the title is kept in the log", sessionId=self.sessionId, error=str(e),
-            )
-        self.observers.renamed(self)
-        return frame
+    # -- meta -------------------------------------------------------------
 
     def writeMeta(self) -> None:
         """
@@ -427,15 +300,13 @@ class Session:
         """
         writeJsonAtomic(self.directory / "meta.json", {**self.meta.asJSON(), "title": self.title})
 
-    # -- commands ---------------------------------------------------------
+    # -- commands (the state machine is L{CommandBook}'s) -------------------
 
     def openCommands(self) -> list[dict[str, Any]]:
         return self.book.open()
 
     def running(self) -> bool:
-        if self.conductor is not None and self.conductor.running():
-            return True
-        return False
+        return self.conductor is not None and bool(self.conductor.running())
 
     def setStatus(self, commandId: str, status: str, **extra: Any) -> None:
         """
@@ -447,52 +318,16 @@ class Session:
     def requeue(self, commandId: str) -> None:
         self.book.requeue(commandId)
 
-    def acceptCommand(
-        self,
-        caller: Caller,
-        request: dict[str, Any],
-        frameFor: Callable[[dict[str, Any]], dict[str, Any]],
-        extra: dict[str, Any] | None = None,
-        *,
-        kind: str = "command",
-        requester: Caller | None = None,
-        requestBody: dict[str, Any] | None = None,
-        before: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
-        after: list[tuple[str, dict[str, Any]]] = (),  # type: ignore[assignment]
-        frameOf: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+    def accepted(self, command: dict[str, Any]) -> None:
         """
-        Accept a new command in one durable step (L{commit}): the request's
-        record, holding the command whole, then C{command.accepted} (and
-        whatever events C{before} and C{after} add: a chime's).  Returns
-        the answer's frame, built by C{frameFor} from the command.
-
-        A chime that becomes a command is remembered as the chimer's
-        request (C{kind}, C{requester}, C{requestBody}), the command being
-        the driver's; C{frameOf} then makes the chimer's answer.
+        A command was accepted (L{CommandBook.accept}): its first words
+        may become the session's preview, and the body is handed it.
         """
-        commandId = request.get("commandId") or request["requestId"]
-        self.book.refuseKnown(commandId)
-        command = commandRecord(
-            commandId, request, caller.holder(), isoTimestamp(self.clock.seconds())
+        self.preview, self.previewInherited = adoptedPreview(
+            self.preview, self.previewInherited, command
         )
-        command.update(extra or {})
-        frame = frameFor(command)
-        answerFrame = frameOf(command) if frameOf is not None else frame
-        accepted = acceptedData(command, caller)
-        self.commit(
-            kind,
-            requester or caller,
-            (requestBody or request)["requestId"],
-            requestBody or request,
-            answerFrame,
-            [*before, ("command.accepted", accepted), *after],
-            command=dict(command),
-        )
-        self.adoptCommand(command)
         if self.conductor is not None:
             self.conductor.commandAccepted(Command.fromRecord(command))
-        return answerFrame
 
     # -- summary ----------------------------------------------------------
 
@@ -526,6 +361,19 @@ class Session:
             return "dormant"
         return str(self.conductor.bodyState())
 
+    # -- the end of a run, of the host, of the session ----------------------
+
+    def settled(self, info: dict[str, Any]) -> None:
+        """
+        A run of this session settled (the body says so): its observers
+        follow (the mirror catches up).
+        """
+        self.observers.settled(self, info)
+
+    def close(self) -> None:
+        self.leases.cancelTimer()
+        self.journal.close()
+
     def whenDeleted(self, callback: Callable[["Session"], None]) -> None:
         self._onDeleted.append(callback)
 
@@ -539,7 +387,7 @@ class Session:
         @return: the event.
         """
         self.leases.stop()
-        event = self._guarded(
+        event: dict[str, Any] = self.journal.guarded(
             self.emit, "session.deleted", {"trashedAs": trashedAs, "by": caller.holder()}
         )
         self.close()
@@ -550,90 +398,7 @@ class Session:
         """
         The directory now lives in the trash: tell whoever follows deletes.
         """
-        self.directory = trashDir
+        self.journal.directory = trashDir
         for callback in self._onDeleted:
             callback(self)
         self.observers.deleted(self)
-
-    def settled(self, info: dict[str, Any]) -> None:
-        """
-        A run of this session settled (the body says so): its observers
-        follow (the mirror catches up).
-        """
-        self.observers.settled(self, info)
-
-    def close(self) -> None:
-        self.closed = True
-        self.leases.cancelTimer()
-        self._events.close()
-        self._commandsLog.close()
-
-    # -- rebuilding -------------------------------------------------------
-
-    def restore(self, events: list[dict[str, Any]], requests: list[dict[str, Any]]) -> None:
-        """
-        Derive every piece of state from the two logs read back from disk
-        (L{vehicle.session._restore}): first write the events of a request
-        whose record was written but whose events were cut off (L{commit}).
-        """
-        events = list(events)
-        requests = list(requests)
-        now = isoTimestamp(self.clock.seconds())
-        for event, record in owedEvents(events, requests, self.sessionId, now):
-            self._events.append(event)
-            events.append(event)
-            self._log.info(
-                "Session {sessionId}: finished {eventType} of request {requestId} "
-                "(the host was cut after its record)",
-                sessionId=self.sessionId, eventType=event["type"],
-                requestId=record.get("requestId"),
-            )
-        derived = derive(events, requests, self.baseTitle)
-        self._history = events
-        self._requests = derived.requests
-        self.book.records = derived.commands
-        self.chimes = derived.chimes
-        self.title = derived.title
-        self.preview, self.previewInherited = derived.preview, derived.previewInherited
-        self.roomPolicy = derived.roomPolicy
-        self.leases.lease = derived.lease
-        self.leases.armTimer()
-
-    def adoptCommand(self, command: dict[str, Any]) -> None:
-        """
-        Take a new command's record in: its first words may become the
-        session's preview.
-        """
-        self.commands[command["commandId"]] = command
-        self.preview, self.previewInherited = adoptedPreview(
-            self.preview, self.previewInherited, command
-        )
-
-    def runsSoFar(self) -> int:
-        """
-        The highest run number in the log (C{run-<n>}), so a revived body
-        numbers its runs on from there: run ids stay unique for the
-        session's whole life.
-        """
-        highest = 0
-        for event in self._history:
-            if event["type"] != "run.started":
-                continue
-            runId = (event.get("data") or {}).get("runId")
-            if isinstance(runId, str) and runId.startswith("run-") and runId[4:].isdigit():
-                highest = max(highest, int(runId[4:]))
-        return highest
-
-
-def branchEffects(
-    kind: str, branchId: str, entryId: str | None, caller: Caller
-) -> list[tuple[str, dict[str, Any]]]:
-    """
-    What a source's log says of a branch made from it.
-    """
-    return [(
-        f"session.{'forked' if kind == 'fork' else 'cloned'}",
-        {"branchId": branchId, "entryId": entryId, "by": caller.holder()},
-    )]
-
-

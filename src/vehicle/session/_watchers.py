@@ -44,6 +44,15 @@ class Watchers:
             for waiter in waiters:
                 waiter.callback(None)
 
+    def broadcast(self, eventType: str, data: dict[str, Any], timestamp: str) -> None:
+        """
+        Tell every listener of an ephemeral event (C{message.delta}): it has
+        no C{seq}, is never written, and wakes no waiter.
+        """
+        self.publish(
+            {"type": eventType, "timestamp": timestamp, "sessionId": self.sessionId, "data": data}
+        )
+
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """
         Call C{listener} with every event from now on (durable and
