@@ -6,7 +6,7 @@ and the reader of its session files (transcript, active branch, fork/clone).
 from vehicle.body._branching import RunInThread, branch, inline
 from vehicle.body._conductor import Conductor
 from vehicle.body._life import Planner
-from vehicle.body._delivery import stripContextNote
+from vehicle.body._modeltext import stripContextNote
 from vehicle.body._picommand import agentSettings, bootConfig, findPi, piArgv, piEnvironment
 from vehicle.body._spawner import (
     EXTENSION,

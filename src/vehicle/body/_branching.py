@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable
 
 from attrs import evolve
 
-from vehicle.body._delivery import stripContextNote
+from vehicle.body._modeltext import stripContextNote
 from vehicle.body._spawner import latestSessionFile
 from vehicle.body._sessionfile import NothingToFork, branchSession, readSession
 from vehicle.box import copyTree

@@ -17,6 +17,7 @@ from twisted.logger import Logger
 
 from vehicle.body._life import BodyLife, HostClosing
 from vehicle.body._live import LiveBody
+from vehicle.body._modeltext import renderText
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, PiCommandError
 from vehicle.errors import VehicleError
@@ -24,34 +25,6 @@ from vehicle.session import Command, Session
 
 
 TEXT = ("prompt", "follow_up", "steer")
-
-#: The note pi-sophia adds for what the person had open (ids only).
-CONTEXT_NOTE_PREFIX = "\n\n[open in Garden: "
-
-
-def renderText(command: Command) -> str:
-    """
-    The text the model sees for a command: the person's words, then one
-    note of the ids they had open, or a collaborator's attribution.
-    """
-    text = command.text or ""
-    author = command.chimeAuthor
-    if author:
-        text = f"[{author} collaborator]\n{text}"
-    refs = command.contextRefs
-    if refs:
-        text += CONTEXT_NOTE_PREFIX + ", ".join(refs) + "]"
-    return text
-
-
-def stripContextNote(text: str) -> str:
-    """
-    The person's words without the note of what they had open.
-    """
-    at = text.rfind(CONTEXT_NOTE_PREFIX)
-    if at >= 0 and text.endswith("]"):
-        return text[:at]
-    return text
 
 
 @define(eq=False)
