@@ -24,6 +24,7 @@ from twisted.logger import (
 from twisted.python import usage
 
 import vehicle
+from vehicle._reactors import IClientReactor
 from vehicle.clients import RideOptions, TailOptions, runRide, runTail
 from vehicle.settings import defaultPiRoot
 
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     )
     run: Any = runRide if options.subCommand == "ride" else runTail
 
-    def start(reactor: Any) -> Deferred[None]:
+    def start(reactor: IClientReactor) -> Deferred[None]:
         return Deferred.fromCoroutine(_exitCode(run(reactor, options.subOptions, environ)))
 
     react(start)

@@ -17,11 +17,12 @@ from twisted.internet.defer import Deferred
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.interfaces import IReactorCore, IReactorThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python import usage
 
+from vehicle._reactors import IHostReactor, globalReactor
 from vehicle.agent import AgentProfile
 from vehicle.body import EXTENSION, Launcher, RunInThread, branch, inline
 from vehicle.errors import VehicleError
@@ -128,7 +129,7 @@ def _version() -> str:
 def buildHost(
     settings: Settings,
     models: ModelCatalog,
-    reactor: Any,
+    reactor: IHostReactor,
     launcher: Launcher | None = None,
     runInThread: RunInThread | None = None,
 ) -> tuple[VehicleAPI, HostService]:
@@ -207,17 +208,17 @@ def buildHost(
     return api, HostService(registry=registry, api=api, host=bodies)
 
 
-def _threadRunner(reactor: Any) -> RunInThread:
+def _threadRunner(reactor: IReactorCore) -> RunInThread:
     """
     The reactor's thread pool as a L{RunInThread}, or L{inline} for a
     reactor without threads.
     """
-    if not IReactorThreads.providedBy(reactor):
+    threaded = IReactorThreads(reactor, None)
+    if threaded is None:
         return inline
-    threaded: IReactorThreads = reactor
 
     async def runInThread(f: Any, *args: Any) -> Any:
-        return await deferToThreadPool(reactor, threaded.getThreadPool(), f, *args)
+        return await deferToThreadPool(threaded, threaded.getThreadPool(), f, *args)
 
     return runInThread
 
@@ -289,11 +290,9 @@ class LockService(Service):
         return None
 
 
-def makeService(options: Options, reactor: Any = None) -> MultiService:
+def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiService:
     if reactor is None:
-        from twisted.internet import reactor as globalReactor
-
-        reactor = globalReactor
+        reactor = globalReactor()
     settings: Settings = options["settings"]
     lock = DataDirLock(settings.dataDir)
     try:

@@ -21,6 +21,7 @@ from twisted.logger import Logger
 
 from twisted.internet.defer import Deferred
 
+from vehicle._reactors import IHostReactor
 from vehicle.body import BodyPaths, BodyPlan, Wrapper
 from vehicle.box import (
     BoxSpec,
@@ -57,7 +58,7 @@ class AgentProfile:
 
     _log: ClassVar[Logger] = Logger()
 
-    reactor: Any
+    reactor: IHostReactor
     dataDir: DataDir
     models: ModelCatalog
     isolation: str

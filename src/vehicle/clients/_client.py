@@ -21,6 +21,7 @@ from twisted.web.client import BrowserLikePolicyForHTTPS, HTTPConnectionPool
 from treq.client import HTTPClient
 
 from vehicle._http import httpClient
+from vehicle._reactors import IClientReactor
 
 
 #: Seconds a client waits for a connection to gardend.
@@ -117,7 +118,7 @@ class GardendOptions(usage.Options):
         tlsPolicy(self["ca-file"])  # a --ca-file that cannot be used is refused here
 
 
-def clientHTTP(reactor: Any, caFile: str | None = None, persistent: bool = False) -> tuple[HTTPClient, HTTPConnectionPool]:
+def clientHTTP(reactor: IClientReactor, caFile: str | None = None, persistent: bool = False) -> tuple[HTTPClient, HTTPConnectionPool]:
     """
     The clients' treq client and its pool: IP literals straight to TCP,
     L{CONNECT_TIMEOUT} to connect, TLS per L{tlsPolicy}.

@@ -12,9 +12,11 @@ import sys
 from typing import Any, Callable, Mapping
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.stdio import StandardIO
 from twisted.python import usage
 
+from vehicle._reactors import IClientReactor
 from vehicle.clients._client import GardendOptions, clientHTTP
 from vehicle.clients._door import (
     TOKEN_ENV,
@@ -97,7 +99,7 @@ class RideOptions(GardendOptions):
 
 
 async def runRide(
-    reactor: Any,
+    reactor: IClientReactor,
     options: RideOptions,
     environ: Mapping[str, str] | None = None,
     say: Callable[[str], None] | None = None,
@@ -189,7 +191,7 @@ def explainRefusal(frame: Mapping[str, Any], credentials: Credentials, what: str
     return f"cannot open {what}: {code}: {message}", 1
 
 
-def boundedWait(reactor: Any, d: Deferred[None], seconds: float) -> Deferred[None]:
+def boundedWait(reactor: IReactorTime, d: Deferred[None], seconds: float) -> Deferred[None]:
     """
     A L{Deferred} that fires when C{d} does, or after C{seconds}, whichever
     comes first (C{d} itself is left alone).
@@ -206,5 +208,11 @@ def boundedWait(reactor: Any, d: Deferred[None], seconds: float) -> Deferred[Non
 
     d.addBoth(fireThen)
     timer = reactor.callLater(seconds, fire)
-    waiter.addBoth(lambda result: (timer.cancel() if timer.active() else None, result)[1])
+
+    def stopTimer(result: Any) -> Any:
+        if timer.active():
+            timer.cancel()
+        return result
+
+    waiter.addBoth(stopTimer)
     return waiter

@@ -21,6 +21,7 @@ from twisted.internet.task import deferLater
 from twisted.python import usage
 from twisted.python.failure import Failure
 
+from vehicle._reactors import IClientReactor
 from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
 from vehicle.clients._door import CredentialError, Door, asFrame, credentialsFor
 from vehicle.clients._ridemain import boundedWait, explainRefusal, sayOnStderr
@@ -517,7 +518,7 @@ class TailOptions(GardendOptions):
 
 
 async def runTail(
-    reactor: Any,
+    reactor: IClientReactor,
     options: TailOptions,
     environ: Mapping[str, str] | None = None,
     say: Callable[[str], None] | None = None,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Sequence
+from typing import Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
 from twisted.python import usage
 
+from vehicle._reactors import IHostReactor
 from vehicle.gardend._config import Config, ConfigError
 from vehicle.gardend._standin import StandIn
 
@@ -44,7 +45,7 @@ class Options(usage.Options):
             raise usage.UsageError(str(e))
 
 
-def main(reactor: Any, argv: Sequence[str]) -> "Deferred[None]":
+def main(reactor: IHostReactor, argv: Sequence[str]) -> "Deferred[None]":
     """
     Parse C{argv}, listen, and run until the reactor stops.
     """

@@ -31,6 +31,7 @@ from twisted.web.iweb import IResponse
 from twisted.web.server import Request
 from treq.client import HTTPClient
 
+from vehicle._reactors import IClientReactor
 from vehicle.gardend._config import Account, ClientToken, Config
 from vehicle.gardend._delegation import Delegations
 from vehicle.gardend._mcp import MCPEndpoint
@@ -186,7 +187,7 @@ class FrontDoor:
     config: Config
     mcp: MCPEndpoint
     delegations: Delegations
-    reactor: Any
+    reactor: IClientReactor
     serviceUrl: str = ""
     requestsSeen: list[dict[str, Any]] = field(factory=list)
     client: Optional[HTTPClient] = None

@@ -14,9 +14,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from attrs import define, field
 from twisted.internet.address import IPv4Address
-from twisted.internet.interfaces import IListeningPort, IReactorTime
+from twisted.internet.interfaces import IListeningPort, IReactorTCP, IReactorTime
 from twisted.web.server import Site
 
+from vehicle._reactors import IHostReactor
 from vehicle.gardend._config import Config
 from vehicle.gardend._delegation import Delegations
 from vehicle.gardend._frontdoor import SERVICE_ID, FrontDoor
@@ -37,7 +38,7 @@ class StandIn:
 
     root: Path = field(converter=Path)
     config: Config
-    reactor: Any
+    reactor: IHostReactor
     clock: Optional[IReactorTime] = None
     store: FolderStore = field(init=False)
     delegations: Delegations = field(init=False)
@@ -65,13 +66,15 @@ class StandIn:
         """
         return self.frontDoor.router.resource()
 
-    def listen(self, reactor: Any = None, port: int = 0) -> IListeningPort:
+    def listen(self, reactor: IReactorTCP | None = None, port: int = 0) -> IListeningPort:
         """
         Serve on C{127.0.0.1:port} (any free port for 0).
         """
         reactor = reactor if reactor is not None else self.reactor
+        # Twisted types listenTCP's factory as ServerFactory of its default
+        # protocol type, which a Site (a factory of HTTP channels) is not.
         self._port = reactor.listenTCP(
-            port, Site(self.resource()), interface="127.0.0.1"
+            port, Site(self.resource()), interface="127.0.0.1"  # type: ignore[arg-type]
         )
         return self._port
 

@@ -9,7 +9,6 @@ registry hands those verbs on and serves what the maker publishes.
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from attrs import define, field
