@@ -2,11 +2,14 @@
 """
 The mirror: each session's conversation written to a Garden document in its
 graph, as the person, through gardend's MCP tools. A small MCP client, the
-conversation's renderer and the per-session state machine.
+conversation's renderer, the document writer and the per-session state
+machine.
 """
 
 from vehicle.mirror._mcp import MCPClient, MirrorError
-from vehicle.mirror._mirror import MIRROR_FILE, Mirror, renderSession
+from vehicle.mirror._mirror import Mirror
+from vehicle.mirror._document import renderSession
+from vehicle.mirror._record import MIRROR_FILE
 from vehicle.mirror._render import (
     AGENT_FOLDER_ID,
     CONVERSATIONS_FOLDER_ID,

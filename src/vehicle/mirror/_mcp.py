@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Mapping
 
 import treq
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from attrs import define, field
 from twisted.logger import Logger
 
@@ -79,7 +80,7 @@ class MCPClient:
     _log: ClassVar[Logger] = Logger()
 
     url: str
-    reactor: Any
+    reactor: IReactorTime
     http: Any = treq
     timeout: float = 30.0
     initialized: bool = field(default=False, init=False)
