@@ -3,12 +3,12 @@
 The ride's line protocol: one request a line in, one frame a line out, in
 order, one request at a time.  C{ready} first (the session made or found,
 the lease claimed when free), C{closed} last (the lease released at the end
-of the input).  Each request becomes one call to the host's routes.
+of the input).  Each request becomes one call to the host's routes
+(L{vehicle.clients._lines}: what a line asks for).
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Any, Callable, ClassVar
 
@@ -17,34 +17,12 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredQueue
 from twisted.logger import Logger
 
 from vehicle.clients._door import Door, errorFrame, localFrame
+from vehicle.clients._lines import COMMAND_OPS, OPS, WATCH_OPS, Call, Line, callFor, readLine
 from vehicle.clients._stdio import MAX_LINE
 
 
-#: Ops that are command types: C{POST /sessions/:id/commands}, C{type} = op.
-COMMAND_OPS = frozenset(
-    {
-        "prompt",
-        "follow_up",
-        "steer",
-        "abort",
-        "cancel",
-        "shutdown",
-        "fork",
-        "clone",
-        "set_room_policy",
-        "accept_chime",
-        "reject_chime",
-    }
-)
+__all__ = ["COMMAND_OPS", "OPS", "WATCH_OPS", "Call", "NewSession", "Ride", "randomId"]
 
-#: Every op a line may name.
-OPS = COMMAND_OPS | frozenset(
-    {"claim", "release", "chime", "inspect", "capsule", "watch", "rename", "delete", "list"}
-)
-
-#: The ops a ride that only watches (C{--watch-only}) may send: none of
-#: them claims, uses or makes a lease.
-WATCH_OPS = frozenset({"inspect", "capsule", "watch", "list"})
 
 #: The frames of a command that made a session whose lease is the caller's.
 _CHILD_FRAMES = frozenset({"session.forked", "session.cloned"})
@@ -64,14 +42,6 @@ def randomId(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(8)}"
 
 
-class _Refused(Exception):
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None):
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-        self.details = details
-
-
 @frozen(kw_only=True)
 class NewSession:
     """
@@ -89,18 +59,6 @@ class NewSession:
             if value is not None:
                 body[name] = value
         return body
-
-
-@frozen(kw_only=True)
-class Call:
-    """
-    One request to the host: what a line asks for.
-    """
-
-    method: str
-    path: str
-    body: Any = None
-    query: dict[str, str] | None = None
 
 
 @define(eq=False)
@@ -312,43 +270,13 @@ class Ride:
     # -- one line -----------------------------------------------------------
 
     async def _handle(self, raw: bytes) -> None:
-        text = raw.rstrip(b"\r")
-        if not text.strip():
+        line = readLine(raw, self.watchOnly, self.route)
+        if line is None:
             return
-        try:
-            request = json.loads(text.decode("utf-8"))
-        except UnicodeDecodeError:
-            self.write(errorFrame("invalid_json", "the line is not UTF-8"))
+        if not isinstance(line, Line):
+            self.write(line)
             return
-        except ValueError as e:
-            self.write(errorFrame("invalid_json", f"the line is not JSON: {e}"))
-            return
-        if not isinstance(request, dict):
-            self.write(errorFrame("invalid_request", "a request is a JSON object"))
-            return
-        requestId = request.get("requestId")
-        if not isinstance(requestId, str) or not requestId:
-            self.write(
-                errorFrame("invalid_request", "requestId is required", details={"field": "requestId"})
-            )
-            return
-        op = request.get("op")
-        if self.watchOnly and isinstance(op, str) and op in OPS and op not in WATCH_OPS:
-            self.write(
-                errorFrame(
-                    "invalid_request",
-                    f"this ride only watches (--watch-only): {op} is not sent; "
-                    f"it takes {', '.join(sorted(WATCH_OPS))}",
-                    requestId,
-                    {"field": "op"},
-                )
-            )
-            return
-        try:
-            call = self.route(op, request)
-        except _Refused as refused:
-            self.write(errorFrame(refused.code, refused.message, requestId, refused.details))
-            return
+        requestId, op, call = line.requestId, line.op, line.call
         if op == "watch":
             # A long-poll may be given up (L{interrupt}); nothing else is.
             self._waiting = Deferred.fromCoroutine(
@@ -381,41 +309,12 @@ class Ride:
 
     def route(self, op: Any, request: dict[str, Any]) -> Call:
         """
-        The host's route for a request line.
+        The host's route for a request line (L{callFor}).
 
-        @raise _Refused: an unknown op, or a malformed C{since}/C{waitMs}.
+        @raise Refused: an unknown op, or a malformed C{since}/C{waitMs}.
         """
-        if not isinstance(op, str) or op not in OPS:
-            raise _Refused(
-                "invalid_request",
-                f"unknown op {op!r}: one of {', '.join(sorted(OPS))}",
-                {"field": "op"},
-            )
         assert self.sessionId is not None
-        body = {k: v for k, v in request.items() if k != "op"}
-        session = self.door.sessionPath
-        sid = self.sessionId
-        if op in COMMAND_OPS:
-            return Call(method="POST", path=session(sid, "/commands"), body={**body, "type": op})
-        if op in ("claim", "release"):
-            return Call(method="POST", path=session(sid, "/" + op), body=body)
-        if op == "chime":
-            return Call(method="POST", path=session(sid, "/chimes"), body=body)
-        if op == "rename":
-            return Call(method="PATCH", path=session(sid), body=body)
-        if op == "delete":
-            return Call(method="DELETE", path=session(sid))
-        if op == "inspect":
-            return Call(method="GET", path=session(sid))
-        if op == "capsule":
-            return Call(method="GET", path=session(sid, "/capsule"))
-        if op == "list":
-            return Call(method="GET", path="/sessions")
-        # watch
-        query = {"since": str(_whole(request, "since", self.cursor))}
-        if "waitMs" in request:
-            query["waitMs"] = str(_whole(request, "waitMs", 0))
-        return Call(method="GET", path=session(sid, "/events"), query=query)
+        return callFor(op, request, self.door.sessionPath, self.sessionId, self.cursor)
 
     def _observe(self, frame: dict[str, Any]) -> None:
         """
@@ -441,12 +340,3 @@ class Ride:
     def _noteLease(self, summary: dict[str, Any]) -> None:
         lease = summary.get("lease")
         self.holdsLease = isinstance(lease, dict) and lease.get("clientId") == self.clientId
-
-
-def _whole(request: dict[str, Any], name: str, default: int) -> int:
-    value = request.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _Refused(
-            "invalid_request", f"{name} must be a whole number of at least 0", {"field": name}
-        )
-    return value
