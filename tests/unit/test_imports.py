@@ -130,8 +130,8 @@ class FacesTests(SynchronousTestCase):
             [(1, "vehicle.body._conductor")],
         )
         self.assertEqual(
-            violations("vehicle.mirror._mirror", "import vehicle.body._launcher"),
-            [(1, "vehicle.body._launcher")],
+            violations("vehicle.mirror._mirror", "import vehicle.body._spawner"),
+            [(1, "vehicle.body._spawner")],
         )
         self.assertEqual(
             violations("vehicle.web._app", "from vehicle.session import _drive as drive"),
@@ -142,7 +142,7 @@ class FacesTests(SynchronousTestCase):
             [(1, "vehicle.session._drive")],
         )
         self.assertEqual(
-            violations("vehicle.body._conductor", "from vehicle.body._launcher import Launcher"),
+            violations("vehicle.body._conductor", "from vehicle.body._spawner import Launcher"),
             [],
         )
         self.assertEqual(violations("vehicle.mirror._mirror", "from vehicle._http import httpClient"), [])
