@@ -184,10 +184,7 @@ class Session:
 
     @property
     def lease(self) -> Lease | None:
-        """
-        The lease as it stands (without retiring a lapsed one: see
-        L{currentLease}).
-        """
+        # As it stands, without retiring a lapsed one (see currentLease).
         return self.leases.lease
 
     # What the crash tests compare between a live session and one read
@@ -265,9 +262,7 @@ class Session:
 
     @property
     def commit(self) -> Committer:
-        """
-        The one durable step of an accepted request (L{Journal.commit}).
-        """
+        """The one durable step of an accepted request (L{Journal.commit})."""
         return self.journal.commit
 
     def reopenAt(self, directory: Path) -> None:
