@@ -4,7 +4,9 @@ One host per data directory: the lock C{twistd vehicle} takes at start.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import stat
 from pathlib import Path
 
 from twisted.internet.testing import MemoryReactorClock
@@ -51,6 +53,79 @@ class DataDirLockTests(SynchronousTestCase):
         lock.acquire()
         self.addCleanup(lock.release)
         self.assertEqual((root / "vehicle.lock").read_text(), f"{os.getpid()}\n")
+
+
+    def test_modesWhateverUmask(self) -> None:
+        """
+        A missing data dir is made private (0700), parents and all, and the
+        lock file is 0600, with no umask to narrow them.
+        """
+        self.addCleanup(os.umask, os.umask(0))
+        root = Path(self.mktemp()) / "deeper" / "data"
+        lock = DataDirLock(root)
+        lock.acquire()
+        self.addCleanup(lock.release)
+        self.assertEqual(stat.S_IMODE(root.stat().st_mode), 0o700)
+        self.assertEqual(stat.S_IMODE((root / "vehicle.lock").stat().st_mode), 0o600)
+
+    def test_closeOnExec(self) -> None:
+        """
+        The lock's descriptor is not inherited by a child (a pi body must
+        never hold the data dir).
+        """
+        lock = DataDirLock(Path(self.mktemp()))
+        lock.acquire()
+        self.addCleanup(lock.release)
+        assert lock._fd is not None
+        self.assertFalse(os.get_inheritable(lock._fd))
+        self.assertTrue(fcntl.fcntl(lock._fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC)
+
+    def test_refusedLeavesNoDescriptor(self) -> None:
+        """
+        A refused taker closes the descriptor it opened.
+        """
+        root = Path(self.mktemp())
+        first = DataDirLock(root)
+        first.acquire()
+        self.addCleanup(first.release)
+        before = sorted(os.listdir("/proc/self/fd"))
+        for _ in range(3):
+            self.assertRaises(DataDirLocked, DataDirLock(root).acquire)
+        self.assertEqual(sorted(os.listdir("/proc/self/fd")), before)
+
+    def test_holderUnsaid(self) -> None:
+        """
+        When the lock file does not hold a pid, the refusal says another
+        process holds it.
+        """
+        root = Path(self.mktemp())
+        first = DataDirLock(root)
+        first.acquire()
+        self.addCleanup(first.release)
+        (root / "vehicle.lock").write_text("starting\n")
+        with self.assertRaises(DataDirLocked) as caught:
+            DataDirLock(root).acquire()
+        self.assertIsNone(caught.exception.pid)
+        self.assertIn("is in use by another process (", str(caught.exception))
+
+    def test_stamp(self) -> None:
+        """
+        L{DataDirLock.stamp} writes the current pid again over whatever the
+        file holds (a longer text included); without the lock it writes
+        nothing; releasing twice is harmless.
+        """
+        root = Path(self.mktemp())
+        lock = DataDirLock(root)
+        lock.acquire()
+        (root / "vehicle.lock").write_text("12345678901234567890\n")
+        lock.stamp()
+        self.assertEqual((root / "vehicle.lock").read_text(), f"{os.getpid()}\n")
+        lock.release()
+        self.assertFalse(lock.held)
+        (root / "vehicle.lock").write_text("gone\n")
+        lock.stamp()
+        lock.release()
+        self.assertEqual((root / "vehicle.lock").read_text(), "gone\n")
 
 
 class MakeServiceLockTests(SynchronousTestCase):

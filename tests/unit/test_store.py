@@ -492,6 +492,8 @@ class JsonlLogTests(SynchronousTestCase):
         """
         log, _ = self._open()
         log.append({"n": 1})
+        log.append({"n": 2})
+        self.assertFalse(log.failed)
         realWrite = _jsonl._write
 
         def fullDisk(fd: int, data: Any) -> int:
@@ -500,12 +502,14 @@ class JsonlLogTests(SynchronousTestCase):
             raise OSError(errno.ENOSPC, "No space left on device")
 
         self.patch(_jsonl, "_write", fullDisk)
-        self.assertRaises(OSError, log.append, {"n": 2})
-        self.assertEqual(self.path.read_bytes(), b'{"n":1}\n')
+        error = self.assertRaises(OSError, log.append, {"n": 3})
+        self.assertEqual(error.errno, errno.ENOSPC)
+        self.assertTrue(log.failed)
+        self.assertEqual(self.path.read_bytes(), b'{"n":1}\n{"n":2}\n')
         self.patch(_jsonl, "_write", realWrite)
-        self.assertRaises(OSError, log.append, {"n": 3})
+        self.assertRaises(OSError, log.append, {"n": 4})
         log.close()
-        self.assertEqual(self._open()[1], [{"n": 1}])
+        self.assertEqual(self._open()[1], [{"n": 1}, {"n": 2}])
 
     def test_syncFailure(self) -> None:
         """
@@ -918,10 +922,15 @@ class _OpenRecorder(OsFiles):
 
     def __init__(self) -> None:
         self.opened: list[tuple[str, int]] = []
+        #: Was any descriptor opened inheritable (not close-on-exec)?
+        self.inheritable: list[str] = []
 
     def open(self, path: Any, flags: int, mode: int = 0o777) -> int:
         self.opened.append((str(path), flags))
-        return super().open(path, flags, mode)
+        fd = super().open(path, flags, mode)
+        if os.get_inheritable(fd):
+            self.inheritable.append(str(path))
+        return fd
 
 
 class OpenFlagsTests(SynchronousTestCase):
@@ -946,11 +955,11 @@ class OpenFlagsTests(SynchronousTestCase):
         folder = [f for p, f in recorder.opened if p == str(directory)]
         self.assertEqual(len(temp), 1, recorder.opened)
         self.assertEqual(len(folder), 1, recorder.opened)
-        for flag in (os.O_CLOEXEC, os.O_EXCL, os.O_CREAT, os.O_WRONLY):
+        for flag in (os.O_EXCL, os.O_CREAT, os.O_WRONLY):
             self.assertTrue(temp[0] & flag, f"temp file opened without {flag:#o}")
-        for flag in (os.O_CLOEXEC, os.O_DIRECTORY):
-            self.assertTrue(folder[0] & flag, f"directory opened without {flag:#o}")
+        self.assertTrue(folder[0] & os.O_DIRECTORY, "directory opened as a file")
         self.assertEqual(folder[0] & os.O_ACCMODE, os.O_RDONLY)
+        self.assertEqual(recorder.inheritable, [])
 
     def test_logAppend(self) -> None:
         path = Path(self.mktemp())
@@ -961,5 +970,4 @@ class OpenFlagsTests(SynchronousTestCase):
         log.close()
         logs = [f for p, f in recorder.opened if p == str(path)]
         self.assertTrue(logs, recorder.opened)
-        for flags in logs:
-            self.assertTrue(flags & os.O_CLOEXEC, "the log opened without O_CLOEXEC")
+        self.assertEqual(recorder.inheritable, [])

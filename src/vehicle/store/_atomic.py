@@ -15,7 +15,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from vehicle.store._files import files
+from vehicle.store._files import CREATE, files
 
 
 def fullSync(fd: int) -> None:
@@ -38,12 +38,26 @@ def fsyncDirectory(path: Path) -> None:
     @param path: an existing directory.
     """
     layer = files()
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = layer.open(path, flags)
+    # Read-only (O_RDONLY is 0); close-on-exec, as every descriptor
+    # os.open makes (PEP 446).
+    fd = layer.open(path, os.O_DIRECTORY)
     try:
         layer.fsync(fd)
     finally:
         layer.close(fd)
+
+
+def makeDirs(path: Path) -> None:
+    """
+    Make the directory C{path} and its missing parents, each exactly 0700
+    and durably (its parent synced after it is made).
+
+    @raise FileExistsError: when C{path} or a parent is a file.
+    """
+    if not path.is_dir():
+        makeDirs(path.parent)
+        files().mkdir(path, 0o700)
+        fsyncDirectory(path.parent)
 
 
 def writeAll(fd: int, data: bytes) -> None:
@@ -58,6 +72,22 @@ def writeAll(fd: int, data: bytes) -> None:
     while view:
         written = layer.write(fd, view)
         view = view[written:]
+
+
+def _createTemp(path: Path, mode: int) -> tuple[Path, int]:
+    """
+    Create a temporary file beside C{path}, C{.<name>.<12 hex digits>.tmp},
+    exclusively (never one that is there already, a link included), open for
+    writing; try another name on a collision.
+
+    @return: its path and descriptor.
+    """
+    while True:
+        temp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return temp, files().open(temp, CREATE, mode)
+        except FileExistsError:
+            pass
 
 
 def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -77,15 +107,7 @@ def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     """
     layer = files()
     path = Path(path)
-    directory = path.parent
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        temp = directory / f".{path.name}.{secrets.token_hex(6)}.tmp"
-        try:
-            fd = layer.open(temp, flags, mode)
-        except FileExistsError:  # pragma: no cover (48 random bits)
-            continue
-        break
+    temp, fd = _createTemp(path, mode)
     try:
         try:
             layer.fchmod(fd, mode)
@@ -100,7 +122,7 @@ def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         except BaseException:
             pass
         raise
-    fsyncDirectory(directory)
+    fsyncDirectory(path.parent)
 
 
 def dumpJson(obj: Any) -> bytes:
@@ -117,7 +139,8 @@ def dumpJson(obj: Any) -> bytes:
         text = json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False)
         return (text + "\n").encode("utf-8")
     except UnicodeEncodeError:
-        text = json.dumps(obj, ensure_ascii=True, indent=2, allow_nan=False)
+        # The same document (NaN was refused above), all ASCII escapes.
+        text = json.dumps(obj, indent=2)
         return (text + "\n").encode("ascii")
 
 

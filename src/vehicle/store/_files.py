@@ -38,6 +38,11 @@ class Files(Protocol):
     def unlink(self, path: Any) -> None: ...
 
 
+#: How the store creates a file: for writing, and never one already there
+#: (nor through a link put in its place).  Every descriptor the store opens
+#: is close-on-exec without asking: C{os.open} makes them so (PEP 446).
+CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
 #: macOS's full sync (its C{fsync} reaches only the drive's cache); L{None}
 #: where the system has none (Linux, whose C{fsync} is the full one).
 _FULLFSYNC: int | None = getattr(fcntl, "F_FULLFSYNC", None)

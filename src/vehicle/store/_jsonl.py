@@ -18,7 +18,7 @@ from attrs import define, field
 from twisted.logger import Logger
 
 from vehicle.store._atomic import fsyncDirectory, fullSync
-from vehicle.store._files import files
+from vehicle.store._files import CREATE, files
 
 
 def _write(fd: int, data: Any) -> int:
@@ -32,8 +32,10 @@ def _write(fd: int, data: Any) -> int:
 #: Another indirection the tests replace.
 _sync = fullSync
 
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_APPEND = os.O_WRONLY | os.O_APPEND | _CLOEXEC
+_APPEND = os.O_WRONLY | os.O_APPEND
+
+#: The mode of a log and of its C{.broken} copy, whatever the umask.
+_MODE = 0o600
 
 
 class CorruptLog(Exception):
@@ -61,11 +63,11 @@ class CorruptLog(Exception):
         )
 
 
-def _parseLine(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
+def _parseLine(body: bytes) -> tuple[dict[str, Any] | None, str]:
     """
     Parse one line (without its newline) into a record.
 
-    @return: C{(record, None)}, or C{(None, why)} when the line is not a
+    @return: C{(record, "")}, or C{(None, why)} when the line is not a
         record.
     """
     if b"\0" in body:
@@ -76,7 +78,26 @@ def _parseLine(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
         return None, "not valid JSON"
     if not isinstance(value, dict):
         return None, "not a JSON object"
-    return value, None
+    return value, ""
+
+
+#: How much of a log L{_brokenCopy} reads at a time.
+_CHUNK = 65536
+
+
+def _createBroken(path: Path) -> tuple[Path, int]:
+    """
+    Create the first free of C{<name>.broken}, C{.broken.1}, C{.broken.2},
+    ... beside C{path}; return its path and a descriptor open for writing.
+    """
+    candidate = path.with_name(path.name + ".broken")
+    n = 0
+    while True:
+        try:
+            return candidate, files().open(candidate, CREATE, _MODE)
+        except FileExistsError:
+            n += 1
+            candidate = path.with_name(f"{path.name}.broken.{n}")
 
 
 def _brokenCopy(path: Path) -> Path:
@@ -84,27 +105,16 @@ def _brokenCopy(path: Path) -> Path:
     Copy the file at C{path} to a fresh C{<name>.broken} (or C{.broken.1},
     C{.broken.2}, ...) beside it, durably, and return the copy's path.
     """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _CLOEXEC
-    candidate = path.with_name(path.name + ".broken")
-    n = 0
-    while True:
-        try:
-            fd = files().open(candidate, flags, 0o600)
-        except FileExistsError:
-            n += 1
-            candidate = path.with_name(f"{path.name}.broken.{n}")
-            continue
-        break
+    candidate, fd = _createBroken(path)
     try:
         with open(path, "rb") as source:
-            while True:
-                chunk = source.read(1 << 16)
-                if not chunk:
-                    break
+            chunk = source.read(_CHUNK)
+            while chunk:
                 view = memoryview(chunk)
                 while view:
                     view = view[_write(fd, view):]
-        files().fchmod(fd, 0o600)
+                chunk = source.read(_CHUNK)
+        files().fchmod(fd, _MODE)
         _sync(fd)
     finally:
         files().close(fd)
@@ -134,8 +144,8 @@ class JsonlLog:
     _path: Path
     _fd: int | None
     _size: int
-    seqField: str | None = None
-    lastSeq: int = 0
+    seqField: str | None
+    lastSeq: int
     _failure: BaseException | None = field(default=None, init=False)
 
     @classmethod
@@ -161,19 +171,19 @@ class JsonlLog:
         path = Path(path)
         layer = files()
         try:
-            fd = layer.open(path, _APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = layer.open(path, CREATE | os.O_APPEND, _MODE)
         except FileExistsError:
             fd = layer.open(path, _APPEND)
         else:
             try:
-                layer.fchmod(fd, 0o600)
+                layer.fchmod(fd, _MODE)
                 fsyncDirectory(path.parent)
             except BaseException:
                 layer.close(fd)
                 raise
         try:
             records, goodOffset, size, lastSeq, torn = _readLog(path, seqField)
-            if goodOffset < size:
+            if torn is not None:
                 broken = _brokenCopy(path)
                 layer.ftruncate(fd, goodOffset)
                 _sync(fd)
@@ -235,8 +245,9 @@ class JsonlLog:
                     f"{self._path}: {self.seqField} must be {self.lastSeq + 1}, "
                     f"not {seq!r}"
                 )
+        # ASCII-escaped, so no newline (nor anything a reader might take
+        # for one) is ever inside a record's line.
         line = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        assert "\n" not in line and "\r" not in line, line
         data = (line + "\n").encode("ascii")
         view = memoryview(data)
         try:
@@ -314,37 +325,44 @@ def _readLog(
     with open(path, "rb") as f:
         for raw in f:
             lineNumber += 1
-            complete = raw.endswith(b"\n")
             if bad is not None:
-                if complete:
+                if raw.endswith(b"\n"):
                     # The bad line is followed by another whole line: it is
                     # not a torn tail but damage in the middle.
                     raise CorruptLog(path, *bad)
-                break
-            if not complete:
+                # Else this is the last line, torn too: dropped with it.
+            elif not raw.endswith(b"\n"):
+                # Only the last line can lack its newline.
                 bad = (lineNumber, offset, "last line has no newline")
-                break
-            record, why = _parseLine(raw[:-1])
-            if record is None:
-                assert why is not None
-                bad = (lineNumber, offset, why)
-                continue
-            if seqField is not None:
-                seq = record.get(seqField)
-                if type(seq) is not int:
-                    raise CorruptLog(
-                        path, lineNumber, offset, f"no integer {seqField!r}"
-                    )
-                if seq != lastSeq + 1:
-                    kind = "duplicate or out of order" if seq <= lastSeq else "gap"
-                    raise CorruptLog(
-                        path,
-                        lineNumber,
-                        offset,
-                        f"{seqField} {seq} after {lastSeq} ({kind})",
-                    )
-                lastSeq = seq
-            records.append(record)
-            offset += len(raw)
+            else:
+                record, why = _parseLine(raw[:-1])
+                if record is None:
+                    bad = (lineNumber, offset, why)
+                else:
+                    if seqField is not None:
+                        lastSeq = _nextSeq(path, lineNumber, offset, seqField, record, lastSeq)
+                    records.append(record)
+                    offset += len(raw)
         size = f.seek(0, os.SEEK_END)
     return records, offset, size, lastSeq, (bad[2] if bad is not None else None)
+
+
+
+def _nextSeq(
+    path: Path, lineNumber: int, offset: int, seqField: str,
+    record: dict[str, Any], lastSeq: int,
+) -> int:
+    """
+    The sequence number of C{record}, which must follow C{lastSeq}.
+
+    @raise CorruptLog: when it does not.
+    """
+    seq = record.get(seqField)
+    if type(seq) is not int:
+        raise CorruptLog(path, lineNumber, offset, f"no integer {seqField!r}")
+    if seq != lastSeq + 1:
+        kind = "duplicate or out of order" if seq <= lastSeq else "gap"
+        raise CorruptLog(
+            path, lineNumber, offset, f"{seqField} {seq} after {lastSeq} ({kind})"
+        )
+    return seq

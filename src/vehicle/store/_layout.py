@@ -16,7 +16,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from vehicle.store._atomic import fsyncDirectory, writeJsonAtomic
+from vehicle.store._atomic import fsyncDirectory, makeDirs, writeJsonAtomic
 from vehicle.store._files import files, removeTree
 
 
@@ -110,14 +110,14 @@ class DataDir:
 
     def ensure(self) -> None:
         """
-        Create the root and its four directories (mode 0700) if missing.
+        Create the root (parents and all) and its four directories, exactly
+        0700, if missing, durably.
         """
+        makeDirs(self.root)
         created = False
-        if not self.root.is_dir():
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         for directory in (self.sessions, self.trash, self.workspaces, self.public):
             try:
-                directory.mkdir(mode=0o700)
+                files().mkdir(directory, 0o700)
             except FileExistsError:
                 continue
             created = True

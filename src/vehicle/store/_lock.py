@@ -11,6 +11,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from vehicle.store._atomic import makeDirs
+
 #: The lock file's name inside the data directory.
 LOCK_NAME = "vehicle.lock"
 
@@ -43,8 +45,12 @@ class DataDirLock:
 
         @raise DataDirLocked: when another process holds it.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # Made here when missing (the lock is taken before the data dir is
+        # laid out): private and durable like the rest of it.
+        makeDirs(self.path.parent)
+        # Close-on-exec, as every descriptor os.open makes (PEP 446): a
+        # child never holds the lock.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -63,8 +69,8 @@ class DataDirLock:
         if self._fd is None:
             return
         data = f"{os.getpid()}\n".encode("ascii")
-        os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
+        os.ftruncate(self._fd, len(data))
         os.fsync(self._fd)
 
     @property
