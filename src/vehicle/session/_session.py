@@ -99,11 +99,11 @@ class IConductor(Interface):
 @define(eq=False)
 class Session:
     """
-    One conversation: its meta and title, and the parts that hold the rest,
-    each with its own rules: the logs and the durable step (L{Journal}),
-    the lease (L{LeaseKeeper}), the commands (L{CommandBook}), the room
-    (L{Room}) and the watchers (L{Watchers}).  This class joins them: what
-    the logs say when read back goes to each part (L{restored}), and a
+    One conversation: its meta and title, joined to the parts that hold the
+    rest by their own rules: the logs (L{Journal}), the lease
+    (L{LeaseKeeper}), the commands (L{CommandBook}: only the session moves
+    one, the body asks by L{setStatus}), the room (L{Room}), the watchers.
+    What the logs say when read back goes to each part (L{restored}); a
     durable event goes to the lease and the watchers (L{told}).
     """
 
