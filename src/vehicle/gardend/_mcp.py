@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Mapping, Optional
 
-from attrs import define, field
+from attrs import define
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
 from vehicle.gardend._config import Config
 from vehicle.gardend._delegation import Delegation, DelegationRefused, Delegations
-from vehicle.gardend._store import FolderStore, ToolError
+from vehicle.gardend._store import ToolError
 from vehicle.gardend._tools import CATALOG, READ, TOOLS, WRITE, DocumentTools, ToolSpec
 
 #: Protocol revisions the stand-in negotiates on C{initialize}, newest first.
@@ -64,22 +64,18 @@ def _bearer(request: IRequest) -> Optional[str]:
 
 
 @define
-class MCPEndpoint:
+class MCPEndpoint(DocumentTools):
     """
-    gardend's C{/mcp} over a L{FolderStore}.
+    gardend's C{/mcp} over a L{FolderStore}: the protocol in front of the
+    document tools it is (L{DocumentTools}, the tools' own idea: see there
+    why this is a subclass rather than a part).
 
     @ivar offline: when set, every request is answered 503 (gardend down).
     """
 
     config: Config
-    store: FolderStore
     delegations: Delegations
     offline: bool = False
-    tools: DocumentTools = field(init=False)
-
-    @tools.default
-    def _newTools(self) -> DocumentTools:
-        return DocumentTools(store=self.store)
 
     _log: ClassVar[Logger] = Logger()
 
@@ -238,7 +234,7 @@ class MCPEndpoint:
                     "forbidden", f"a {caller.role} may not call {tool.name}"
                 )
             graphId = self._graphFor(caller, arguments, tool)
-            envelope, audited = self.tools.run(tool.name, graphId, arguments)
+            envelope, audited = self.run(tool.name, graphId, arguments)
         except ToolError as e:
             envelope = {"ok": False, "error": {"code": e.code, "message": e.message}}
             return {

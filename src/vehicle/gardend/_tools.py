@@ -224,7 +224,10 @@ def _summary(document: Mapping[str, Any]) -> dict[str, Any]:
 @define
 class DocumentTools:
     """
-    The tools over one store; each returns C{(envelope, audit fields)}.
+    The tools over one store; each (C{_tool_<name>}) returns C{(envelope,
+    audit fields)}.  The stand-in's endpoint is a L{DocumentTools} with the
+    protocol in front, so that a variant endpoint (the tests' second
+    stand-in) overrides a single tool as a method.
     """
 
     store: FolderStore
@@ -238,10 +241,10 @@ class DocumentTools:
         @raise ToolError: the tool's refusal.
         """
         handler: Callable[[str, Mapping[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
-        handler = getattr(self, "tool_" + name)
+        handler = getattr(self, "_tool_" + name)
         return handler(graphId, args)
 
-    def tool_read_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_read_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
         document = self.store.requireDocument(
             graphId, _text(args, "documentId", "document_id")
         )
@@ -265,7 +268,7 @@ class DocumentTools:
         out["totalChars"] = len(content)
         return {"ok": True, "document": out}, {}
 
-    def tool_list_documents(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_list_documents(self, graphId: str, args: Mapping[str, Any]) -> Any:
         documents = [_summary(d) for d in self.store.documents(graphId)]
         cursor = _text(args, "cursor", required=False)
         start = int(cursor) if cursor and cursor.isdigit() else 0
@@ -274,7 +277,7 @@ class DocumentTools:
         nextCursor = str(start + limit) if start + limit < len(documents) else None
         return {"ok": True, "documents": page, "nextCursor": nextCursor}, {}
 
-    def tool_get_workspace(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_get_workspace(self, graphId: str, args: Mapping[str, Any]) -> Any:
         folders = self.store.folders(graphId)
         foldersOnly = bool(args.get("foldersOnly"))
         documents = [] if foldersOnly else self.store.documents(graphId)
@@ -304,7 +307,7 @@ class DocumentTools:
             "documents": [_summary(d) for d in documents if d["parentId"] == top],
         }, {}
 
-    def tool_search_documents(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_search_documents(self, graphId: str, args: Mapping[str, Any]) -> Any:
         query = _text(args, "query") or ""
         needle = query.lower()
         results = []
@@ -319,7 +322,7 @@ class DocumentTools:
             )
         return {"ok": True, "results": results}, {}
 
-    def tool_create_folder(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_create_folder(self, graphId: str, args: Mapping[str, Any]) -> Any:
         folder = self.store.createFolder(
             graphId,
             name=_text(args, "name") or "",
@@ -330,7 +333,7 @@ class DocumentTools:
         )
         return {"ok": True, "folder": folder}, {"folderId": folder["id"]}
 
-    def tool_create_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_create_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
         document = self.store.createDocument(
             graphId,
             title=_text(args, "title") or "",
@@ -342,7 +345,7 @@ class DocumentTools:
             "documentId": document["id"]
         }
 
-    def tool_write_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_write_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
         documentId = _text(args, "documentId", "document_id") or ""
         hasContent = args.get("content") is not None
         hasTiptap = args.get("tiptapJson") is not None
@@ -370,7 +373,7 @@ class DocumentTools:
         )
         return {"ok": True, "document": _summary(document)}, {"documentId": documentId}
 
-    def tool_rename(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_rename(self, graphId: str, args: Mapping[str, Any]) -> Any:
         entityType = _text(args, "entity_type", "entityType") or ""
         entityId = _text(args, "entity_id", "entityId", required=entityType != "graph")
         newName = _text(args, "new_name", "newName") or ""
@@ -378,7 +381,7 @@ class DocumentTools:
         key = "documentId" if entityType == "document" else "folderId"
         return {"ok": True, entityType: _summary(renamed)}, {key: entityId}
 
-    def tool_create_wires(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_create_wires(self, graphId: str, args: Mapping[str, Any]) -> Any:
         raw = args.get("wires")
         if raw is None:
             raw = [args]
