@@ -91,7 +91,7 @@ def createSession(
             },
         )
 
-    _, result = registry.maker.create(
+    _, result = registry.create(
         caller,
         meta,
         title=request.get("title"),

@@ -114,7 +114,7 @@ class Registry:
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex
 
-    # -- the maker's verbs a branch uses (L{vehicle.body.branch}) ------------
+    # -- the maker's verbs others use (a branch: L{vehicle.body.branch}) -----
 
     def prepare(
         self,
@@ -144,6 +144,14 @@ class Registry:
         A folder built aside removed unannounced (L{Maker.abandon}).
         """
         self.maker.abandon(sessionId)
+
+    def create(
+        self, caller: Caller, meta: SessionMeta, **options: Any
+    ) -> tuple[Session, dict[str, Any]]:
+        """
+        A session made in one step, and its answer's frame (L{Maker.create}).
+        """
+        return self.maker.create(caller, meta, **options)
 
     # -- serving --------------------------------------------------------------
 
