@@ -7,8 +7,6 @@ for a name lookup, so a busy pool cannot make the model or MCP unreachable.
 
 from __future__ import annotations
 
-from typing import Any
-
 from treq.client import HTTPClient
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.endpoints import (
@@ -17,9 +15,12 @@ from twisted.internet.endpoints import (
     TCP6ClientEndpoint,
     wrapClientTLS,
 )
-from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool
-from twisted.web.iweb import IAgentEndpointFactory
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.web.client import URI, Agent, BrowserLikePolicyForHTTPS, HTTPConnectionPool
+from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS
 from zope.interface import implementer
+
+from vehicle._reactors import IClientReactor
 
 
 @implementer(IAgentEndpointFactory)
@@ -30,16 +31,18 @@ class DirectEndpoints:
     trusting a private CA).  C{timeout}: seconds to wait for a connection.
     """
 
-    def __init__(self, reactor: Any, tls: Any = None, timeout: float = 30) -> None:
+    def __init__(
+        self, reactor: IClientReactor, tls: IPolicyForHTTPS | None = None, timeout: float = 30
+    ) -> None:
         self.reactor = reactor
         self.tls = tls if tls is not None else BrowserLikePolicyForHTTPS()
         self.timeout = timeout
 
-    def endpointForURI(self, uri: Any) -> Any:
+    def endpointForURI(self, uri: URI) -> IStreamClientEndpoint:
         host = uri.host.decode("ascii")
         bare = host.strip("[]")
         if isIPAddress(bare):
-            endpoint: Any = TCP4ClientEndpoint(self.reactor, bare, uri.port, self.timeout)
+            endpoint: IStreamClientEndpoint = TCP4ClientEndpoint(self.reactor, bare, uri.port, self.timeout)
         elif isIPv6Address(bare):
             endpoint = TCP6ClientEndpoint(self.reactor, bare, uri.port, self.timeout)
         else:
@@ -50,9 +53,9 @@ class DirectEndpoints:
 
 
 def httpClient(
-    reactor: Any,
+    reactor: IClientReactor,
     persistent: bool = False,
-    tls: Any = None,
+    tls: IPolicyForHTTPS | None = None,
     timeout: float = 30,
     pool: HTTPConnectionPool | None = None,
 ) -> HTTPClient:

@@ -19,10 +19,11 @@ import secrets
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.task import react
 from twisted.logger import FilteringLogObserver, ILogObserver, formatEvent, globalLogBeginner
 from twisted.python import usage
@@ -41,6 +42,7 @@ from vehicle.gardend import (
 )
 from vehicle._logs import quiet, quietObserver
 from vehicle.store import writeAtomic
+from vehicle._reactors import IHostReactor
 
 #: Where the local run keeps everything unless told otherwise (relative to
 #: the repository, where C{scripts/run} starts it).
@@ -131,7 +133,7 @@ class LocalRun:
     The parts of one local run and their lives.
     """
 
-    def __init__(self, reactor: Any, options: Options, environ: Any) -> None:
+    def __init__(self, reactor: IHostReactor, options: Options, environ: Mapping[str, str]) -> None:
         self.reactor = reactor
         self.options = options
         self.environ = environ
@@ -295,7 +297,8 @@ Ctrl-C stops everything.
     def _installSignals(self) -> None:
         def stop(signum: int, frame: Any) -> None:
             self.stopping = True
-            self.reactor.callFromThread(self.reactor.stop)
+            # A signal handler may run between two steps of the reactor.
+            IReactorFromThreads(self.reactor).callFromThread(self.reactor.stop)
 
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
@@ -325,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f"vehicle: {e}\n{options}")
         raise SystemExit(2)
 
-    async def start(reactor: Any) -> None:
+    async def start(reactor: IHostReactor) -> None:
         local = LocalRun(reactor, options, os.environ)
         try:
             status = await local.run()

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ProcessDone, ProcessExitedAlready, ProcessTerminated
-from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorProcess, IReactorTime
 from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -201,7 +201,7 @@ async def probeBwrap(
     @return: C{ok} iff bwrap exited 0; otherwise a reason sentence.
     """
     if spawner is None:
-        spawnProcess = reactor.spawnProcess  # type: ignore[attr-defined]
+        spawnProcess = IReactorProcess(reactor).spawnProcess
 
         def spawner(
             protocol: ProcessProtocol,

@@ -28,6 +28,7 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from vehicle._http import httpClient
 from vehicle._request import BoundedRequest
+from vehicle._reactors import IHostReactor
 
 
 #: Headers never passed upstream as they came (the proxy sets its own).
@@ -219,7 +220,7 @@ class ModelDoor:
 
     _log: ClassVar[Logger] = Logger()
 
-    reactor: Any
+    reactor: IHostReactor
     socketPath: Path
     model: Upstream
     mcp: Upstream | None = None

@@ -19,6 +19,7 @@ from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.public._public import Public
 from vehicle.session import Session
+from vehicle._reactors import IHostReactor
 
 
 @define(eq=False)
@@ -27,7 +28,7 @@ class OwnKeyBodies:
     Plans bodies for C{byok} conversations.
     """
 
-    reactor: Any
+    reactor: IHostReactor
     public: Public
     models: ModelCatalog
     runDir: Callable[[], Path]

@@ -8,13 +8,14 @@ Prints the base URL (ending in C{/v1}) on stdout, then serves until killed.
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 from twisted.python import usage
 
 from vehicle.testing._model import ScriptedModel
+from vehicle._reactors import IClientReactor
 
 
 class Options(usage.Options):
@@ -32,7 +33,7 @@ class Options(usage.Options):
     ]
 
 
-async def _serve(reactor: Any, options: Options) -> None:
+async def _serve(reactor: IClientReactor, options: Options) -> None:
     model = ScriptedModel(
         reactor=reactor,
         slowDeltas=options["slow-deltas"],
