@@ -128,7 +128,7 @@ def perEvent(count: int = 2000) -> tuple[float, float]:
     meta = SessionMeta(sessionId="sbench", graphId="g", principal="alice", role="owner",
                        profile="chat", model="scripted/echo-1", createdAt=clock.seconds(),
                        maxTurns=12, maxCostUsd=0.25)
-    session = registry.create(caller, meta, title=None, claim=True)
+    session, _ = registry.create(caller, meta, title=None, claim=True)
     received = []
     session.subscribe(received.append)
     start = time.perf_counter()
@@ -158,7 +158,7 @@ def dormantCost(sessions: int = 200) -> float:
         meta = SessionMeta(sessionId=f"s{n:05d}", graphId="g", principal="alice", role="owner",
                            profile="chat", model="scripted/echo-1", createdAt=clock.seconds(),
                            maxTurns=12, maxCostUsd=0.25)
-        s = registry.create(caller, meta, title=f"t{n}", claim=True)
+        s, _ = registry.create(caller, meta, title=f"t{n}", claim=True)
         for k in range(20):
             s.emit("tool.started", {"runId": "run-1", "toolCallId": f"c{k}", "toolName": "x"})
     registry.close()
