@@ -14,25 +14,28 @@ import hmac
 import json
 import secrets
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, cast
+from typing import Any, ClassVar, Iterable
 
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.endpoints import UNIXServerEndpoint
-from twisted.internet.protocol import Protocol
-from twisted.internet.interfaces import IListeningPort, IPushProducer
+from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 
 from vehicle._http import httpClient
+from vehicle._relay import BodyRelay, copyAnswer, passOn, relayBody
 from vehicle._request import BoundedRequest
 from vehicle._reactors import IHostReactor
 
 
 #: Headers never passed upstream as they came (the proxy sets its own).
 _DROP = {b"authorization", b"host", b"content-length", b"connection", b"transfer-encoding"}
+
+#: Answer headers that are the connection's, not the answer's.
+_HOP = (b"content-length", b"transfer-encoding", b"connection")
 
 
 #: The doors of this process that listen or are closing.
@@ -154,38 +157,6 @@ class _DoorRequest(BoundedRequest):
     limit = MAX_DOOR_BODY
 
 
-class _Relay(Protocol):
-    """
-    Writes an upstream answer to the body as it comes; stopped, it closes
-    the upstream connection (an abort stops the provider's generation).
-    """
-
-    def __init__(self, request: Request, scrubber: KeyScrubber | None) -> None:
-        self.request = request
-        self.scrubber = scrubber
-        self.done: Deferred = Deferred(lambda _: self.stop())
-
-    def dataReceived(self, data: bytes) -> None:
-        if self.scrubber is not None:
-            data = self.scrubber.feed(data)
-        if data and not self.request.finished:
-            self.request.write(data)
-
-    def connectionLost(self, reason: Any = None) -> None:
-        if self.scrubber is not None and not self.request.finished:
-            tail = self.scrubber.flush()
-            if tail:
-                self.request.write(tail)
-        if not self.done.called:
-            self.done.callback(None)
-
-    def stop(self) -> None:
-        transport = self.transport
-        if transport is not None:
-            # deliverBody's transport is a push producer (IResponse).
-            cast(IPushProducer, transport).stopProducing()
-
-
 class _ProxyResource(Resource):
     isLeaf = True
     _log: ClassVar[Logger] = Logger()
@@ -233,7 +204,7 @@ class ModelDoor:
     #: The client to reach upstreams with (default: one that connects to
     #: IP addresses without a name lookup, made at L{listen}).
     http: Any = None
-    _relays: set[_Relay] = field(factory=set)
+    _relays: set[BodyRelay] = field(factory=set)
     #: C{open}, C{closing} (its socket is being let go) or C{closed}.
     state: str = "open"
     _closeWaiters: list[Deferred] = field(factory=list)
@@ -331,31 +302,19 @@ class ModelDoor:
             headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
-        body = request.content.read() if request.content is not None else b""
-        response = await self.http.request(
-            request.method.decode("ascii"),
-            url,
-            headers=headers,
-            data=body or None,
-            unbuffered=True,
-        )
+        response = await passOn(self.http, request, url, headers)
         scrubber: KeyScrubber | None = None
         if upstream.scrub:
             # A provider's answer may quote the key (an error answer, or an
             # error event inside a 200 stream): never let pi record it (the
             # key this request carried, and the newest).
             scrubber = KeyScrubber(k for k in (sent, upstream.currentKey()) if k)
-        request.setResponseCode(response.code)
-        for name, values in response.headers.getAllRawHeaders():
-            if name.lower() not in (b"content-length", b"transfer-encoding", b"connection"):
-                if scrubber is not None:
-                    values = [scrubber.scrub(value) for value in values]
-                request.responseHeaders.setRawHeaders(name, values)
-
-        relay = _Relay(request, scrubber)
+        copyAnswer(
+            response, request, _HOP, scrubber.scrub if scrubber is not None else None
+        )
+        relay = relayBody(response, request, scrubber)
         self._relays.add(relay)
         try:
-            response.deliverBody(relay)
             await relay.done
         finally:
             self._relays.discard(relay)

@@ -14,24 +14,20 @@ import hashlib
 import hmac
 import json
 import re
-from typing import Any, ClassVar, Optional, cast
+from typing import Any, ClassVar, Optional
 from urllib.parse import unquote
 
 from attrs import define, field, frozen
 from klein import Klein
-from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IPushProducer
-from twisted.internet.protocol import Protocol, connectionDone
+from twisted.internet.defer import CancelledError
 from twisted.logger import Logger
-from twisted.python.failure import Failure
-from twisted.web.client import Agent, HTTPConnectionPool, ResponseDone
-from twisted.web.http import PotentialDataLoss
+from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IResponse
 from twisted.web.server import Request
 from treq.client import HTTPClient
 
 from vehicle._reactors import IClientReactor
+from vehicle._relay import copyAnswer, passOn, relayBody
 from vehicle.gardend._config import Account, ClientToken, Config
 from vehicle.gardend._delegation import Delegations
 from vehicle.gardend._mcp import MCPEndpoint
@@ -120,51 +116,6 @@ class _Refusal(Exception):
         self.status = status
         self.code = code
         self.message = message
-
-
-class _Relay(Protocol):
-    """
-    Writes each piece of an upstream body to the caller's request as it
-    arrives, with the upstream connection as the request's producer.
-    """
-
-    def __init__(self, request: Request, done: "Deferred[None]") -> None:
-        self.request = request
-        self.done = done
-
-    def connectionMade(self) -> None:
-        self.request.registerProducer(self.transport, True)
-
-    def dataReceived(self, data: bytes) -> None:
-        self.request.write(data)
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        if self.request.channel is not None and self.request.producer is not None:
-            self.request.unregisterProducer()
-        if self.done.called:
-            return
-        if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(None)
-        else:
-            self.done.errback(reason)
-
-
-def relay(response: IResponse, request: Request) -> "Deferred[None]":
-    """
-    Stream C{response}'s body into C{request}; cancelling the result stops
-    the upstream.
-    """
-    protocol: list[_Relay] = []
-
-    def cancel(d: "Deferred[None]") -> None:
-        if protocol and protocol[0].transport is not None:
-            # deliverBody's transport is a push producer (IResponse).
-            cast(IPushProducer, protocol[0].transport).stopProducing()
-
-    done: "Deferred[None]" = Deferred(cancel)
-    protocol.append(_Relay(request, done))
-    response.deliverBody(protocol[0])
-    return done
 
 
 def _json(request: Request, status: int, body: Any) -> bytes:
@@ -395,27 +346,17 @@ class FrontDoor:
                 },
             }
         )
-        body = request.content.read() if request.content is not None else b""
         assert self.client is not None
         try:
-            response = await self.client.request(
-                request.method.decode("ascii"),
-                target,
-                headers=headers,
-                data=body or None,
-                unbuffered=True,
-            )
+            response = await passOn(self.client, request, target, headers)
         except CancelledError:
             raise
         except Exception as e:
             self._log.error("The service did not answer: {error}", error=str(e))
             raise _Refusal(502, "service_unavailable", "the service did not answer")
-        request.setResponseCode(response.code)
-        for name, values in response.headers.getAllRawHeaders():
-            if name.lower() not in _HOP:
-                request.responseHeaders.setRawHeaders(name, values)
+        copyAnswer(response, request, _HOP)
         try:
-            await relay(response, request)
+            await relayBody(response, request).done
         except CancelledError:
             raise
         except Exception as e:
