@@ -416,6 +416,59 @@ class JsonlTests(SynchronousTestCase):
         self.assertEqual(error.errno, errno.ENOSPC)
         self.assertTrue(log.failed)
 
+    def test_identity(self) -> None:
+        """
+        A log is an object of its own: equal only to itself, usable as a key.
+        """
+        first, _ = JsonlLog.open(self.path)
+        self.addCleanup(first.close)
+        second, _ = JsonlLog.open(self.path)
+        self.addCleanup(second.close)
+        self.assertNotEqual(first, second)
+        self.assertEqual({first: 1, second: 2}[first], 1)
+
+    def test_syncIsKeywordOnly(self) -> None:
+        """
+        Whether to sync, and the sequence field, are said by name, never by
+        a bare positional value.
+        """
+        self.assertRaises(TypeError, JsonlLog.open, self.path, "seq")  # type: ignore[misc]
+        log, _ = JsonlLog.open(self.path)
+        self.addCleanup(log.close)
+        self.assertRaises(TypeError, log.append, {"n": 1}, False)  # type: ignore[misc]
+        self.assertEqual(self.path.read_bytes(), b"")
+
+    def test_appendsAtTheEnd(self) -> None:
+        """
+        Every append lands at the end of the file, also when another
+        descriptor of the same log (the one it was created with or not)
+        wrote in between.
+        """
+        first, _ = JsonlLog.open(self.path)
+        self.addCleanup(first.close)
+        second, _ = JsonlLog.open(self.path)
+        self.addCleanup(second.close)
+        first.append({"n": 1})
+        second.append({"n": 2})
+        first.append({"n": 3})
+        second.append({"n": 4})
+        self.assertEqual(self.path.read_bytes(), b'{"n":1}\n{"n":2}\n{"n":3}\n{"n":4}\n')
+
+    def test_longSequence(self) -> None:
+        """
+        Sequence numbers are compared as numbers, past the small ones too:
+        a log of 301 records opens and takes the 302nd, and a wrong number
+        is refused saying which one is due.
+        """
+        self.path.write_bytes(b"".join(b'{"s":%d}\n' % n for n in range(1, 302)))
+        log, records = JsonlLog.open(self.path, seqField="s")
+        self.addCleanup(log.close)
+        self.assertEqual((len(records), log.lastSeq), (301, 301))
+        error = self.assertRaises(ValueError, log.append, {"s": 304})
+        self.assertEqual(str(error), f"{self.path}: s must be 302, not 304")
+        log.append({"s": 302})
+        self.assertEqual(log.lastSeq, 302)
+
     def test_syncWhenClosed(self) -> None:
         """
         L{JsonlLog.sync} of a closed log raises L{ValueError}.
@@ -430,7 +483,7 @@ class JsonlTests(SynchronousTestCase):
         torn tail, the bytes dropped and the copy; a sound log, however
         long, is neither repaired nor reported.
         """
-        self.path.write_bytes(b'{"n":1}\n{"n":')
+        self.path.write_bytes(b'{"n":1}\n{"n":2,"x')
         with capturedLogs() as events:
             log, _ = JsonlLog.open(self.path)
         log.close()
@@ -438,7 +491,7 @@ class JsonlTests(SynchronousTestCase):
         self.assertEqual(
             {k: events[0][k] for k in ("path", "reason", "offset", "dropped", "broken")},
             {"path": str(self.path), "reason": "last line has no newline", "offset": 8,
-             "dropped": 5, "broken": str(self.path) + ".broken"},
+             "dropped": 9, "broken": str(self.path) + ".broken"},
         )
         long = b"".join(b'{"n":%d,"pad":"%s"}\n' % (n, b"x" * 40) for n in range(1, 40))
         self.path.write_bytes(long)
@@ -695,6 +748,27 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(os.listdir(outside), ["keep"])
         self.assertEqual(os.listdir(self.data.trash / "nometa-2"), ["events.jsonl"])
         self.assertEqual(self.data.sweep(), [])
+
+    def test_sweepRenameFails(self) -> None:
+        """
+        When moving a session folder without C{meta.json} to the trash
+        fails, the trash name reserved for it is given back and the error
+        raised; should giving it back fail too, the first error is raised.
+        """
+        self.session("nometa", meta=False)
+        layer = CrashFiles(self.root)
+        layer.install(self.patch)
+        self.addCleanup(layer.uninstall)
+        layer.fail("rename", errno.EXDEV)
+        error = self.assertRaises(OSError, self.data.sweep)
+        self.assertEqual(error.errno, errno.EXDEV)
+        self.assertEqual(os.listdir(self.data.trash), [])
+        layer.fail("rename", errno.EXDEV)
+        layer.fail("rmdir", errno.EIO)
+        error = self.assertRaises(OSError, self.data.sweep)
+        self.assertEqual(error.errno, errno.EXDEV)
+        self.assertEqual(os.listdir(self.data.trash), ["nometa"])
+        self.assertEqual(os.listdir(self.data.sessions), ["nometa"])
 
     def test_sweepTempFiles(self) -> None:
         """

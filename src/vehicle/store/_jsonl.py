@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from attrs import define, field
+from attrs import define
 from twisted.logger import Logger
 
 from vehicle.store._atomic import fsyncDirectory, fullSync
@@ -146,7 +146,7 @@ class JsonlLog:
     _size: int
     seqField: str | None
     lastSeq: int
-    _failure: BaseException | None = field(default=None, init=False)
+    _failure: BaseException | None = None
 
     @classmethod
     def open(
