@@ -80,7 +80,7 @@ def publicStandIn(testCase: TestCase) -> StandIn:
     return stand
 
 
-class Door:
+class FrontDoorClient:
     """
     A client of the stand-in's front door on one graph, sending the same
     headers every time (as one visitor, account or member would).
@@ -146,9 +146,9 @@ class VisitorTests(TestCase):
         and the host saw it only as a minted C{anon:} principal.
         """
         host, stand = await publicHost(self)
-        visitor = Door(self, stand, "g-public",
+        visitor = FrontDoorClient(self, stand, "g-public",
                        **{"x-visitor-id": "v1", "x-model-key": VISITOR_KEY})
-        other = Door(self, stand, "g-public",
+        other = FrontDoorClient(self, stand, "g-public",
                      **{"x-visitor-id": "v2", "x-model-key": VISITOR_KEY})
 
         code, frame = await visitor.call("POST", "/sessions", {"requestId": "c1"})
@@ -197,7 +197,7 @@ class VisitorTests(TestCase):
         402 C{model_key_required}, with both doors described.
         """
         host, stand = await publicHost(self)
-        visitor = Door(self, stand, "g-public", **{"x-visitor-id": "v3"})
+        visitor = FrontDoorClient(self, stand, "g-public", **{"x-visitor-id": "v3"})
         code, frame = await visitor.call("POST", "/sessions", {"requestId": "c1"})
         self.assertEqual((code, frame["code"]), (402, "model_key_required"))
         doors = frame["details"]["doors"]
@@ -210,7 +210,7 @@ class VisitorTests(TestCase):
         A run on the visitor's own key ends with pi's C{stop}, not an error.
         """
         host, stand = await publicHost(self)
-        visitor = Door(self, stand, "g-public",
+        visitor = FrontDoorClient(self, stand, "g-public",
                        **{"x-visitor-id": "v1", "x-model-key": VISITOR_KEY})
         code, frame = await visitor.call("POST", "/sessions", {"requestId": "c1"})
         sid = frame["value"]["session"]["sessionId"]
@@ -231,7 +231,7 @@ class VisitorTests(TestCase):
         host, stand = await publicHost(self)
         stand.store.createDocument("g-pub2", "Herd", "herd")
         stand.store.createDocument("g1", "Secret", "herd")
-        account = Door(self, stand, "g-public", authorization="Bearer " + ACCOUNT_TOKEN)
+        account = FrontDoorClient(self, stand, "g-public", authorization="Bearer " + ACCOUNT_TOKEN)
         code, frame = await account.call("GET", "/account")
         self.assertEqual(code, 200, frame)
         value = frame["value"]
@@ -280,7 +280,7 @@ class VisitorTests(TestCase):
         self.assertGreater(frame["value"]["credit"]["spentUsd"], 0)
         self.assertEqual(frame["value"]["credit"]["grantedUsd"], PUBLIC.signupGrantUsd)
 
-        member = Door(self, stand, "g1", authorization="Bearer " + MASTER)
+        member = FrontDoorClient(self, stand, "g1", authorization="Bearer " + MASTER)
         code, frame = await member.call("GET", "/account")
         self.assertEqual((code, frame["value"]["kind"]), (200, "member"))
 

@@ -13,7 +13,7 @@ from twisted.trial.unittest import TestCase
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
-from vehicle.clients import Door, clientHTTP, Tail
+from vehicle.clients import HostLink, clientHTTP, Tail
 
 from tests.support.live import LiveHost, sleep, startStandIn
 from tests.unit.test_tail import MASTER, event, sse
@@ -43,7 +43,7 @@ class LiveTailTests(TestCase):
 
         output: list[str] = []
         tail = Tail(
-            door=Door(http=host.http, gardend=stand.url, graph="g1",
+            link=HostLink(http=host.http, gardend=stand.url, graph="g1",
                       headers={"Authorization": f"Bearer {MASTER}"}),
             sessionId=sid,
             clock=reactor,
@@ -121,7 +121,7 @@ class LiveTailTests(TestCase):
         self.addCleanup(pool.closeCachedConnections)
         output: list[str] = []
         warnings: list[str] = []
-        tail = Tail(door=Door(http=http, gardend=f"http://127.0.0.1:{port.getHost().port}",
+        tail = Tail(link=HostLink(http=http, gardend=f"http://127.0.0.1:{port.getHost().port}",
                               graph="g1"),
                     sessionId="s1", clock=reactor, write=output.append, warn=warnings.append,
                     idleSeconds=0.5, backoff=0.05)

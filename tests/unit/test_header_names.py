@@ -17,7 +17,7 @@ from typing import Any, Callable
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.http_headers import Headers
 
-from vehicle.clients import Door
+from vehicle.clients import HostLink
 
 from tests.support.harness import Harness
 
@@ -45,7 +45,7 @@ def _ourCaller() -> str | None:
 class HeaderNameTests(SynchronousTestCase):
     """
     A request through the host (JSON, an error, an SSE stream) and through
-    the clients' L{Door} names every header in bytes.
+    the clients' L{HostLink} names every header in bytes.
     """
 
     def setUp(self) -> None:
@@ -89,18 +89,18 @@ class HeaderNameTests(SynchronousTestCase):
 
     def test_doorRequests(self) -> None:
         """
-        The clients' door sends its credentials and client id in bytes.
+        The clients' link sends its credentials and client id in bytes.
         """
-        door = Door(
+        link = HostLink(
             http=self.h.stub,
             gardend="http://host",
             graph="g1",
             headers={"Authorization": "Bearer t", "X-Vehicle-Client-Id": "tab-1"},
         )
-        d = door.call("GET", "/sessions")
+        d = link.call("GET", "/sessions")
         self.h.stub.flush()
         self.successResultOf(d)
-        d = door.call("POST", "/sessions", body={"requestId": "c1"})
+        d = link.call("POST", "/sessions", body={"requestId": "c1"})
         self.h.stub.flush()
         self.successResultOf(d)
         self.assertEqual(self.strNames, [])

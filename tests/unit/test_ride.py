@@ -25,7 +25,7 @@ from vehicle._cli import Options as CLIOptions
 from vehicle.clients import (
     COMMAND_OPS,
     CredentialError,
-    Door,
+    HostLink,
     NewSession,
     Ride,
     RideOptions,
@@ -124,7 +124,7 @@ class RideTests(SynchronousTestCase):
 
     def makeRide(self, clientId: str = "tab-1", **headers: str) -> tuple[Ride, list[dict[str, Any]]]:
         frames: list[dict[str, Any]] = []
-        door = Door(
+        link = HostLink(
             http=self.front,
             gardend=GARDEND + "/",
             graph="g1",
@@ -138,7 +138,7 @@ class RideTests(SynchronousTestCase):
                 assertValidFrame(self, frame)
             frames.append(frame)
 
-        return Ride(door=door, clientId=clientId, write=write, newId=self.newId), frames
+        return Ride(link=link, clientId=clientId, write=write, newId=self.newId), frames
 
     def pump(self) -> None:
         for _ in range(5):
@@ -247,7 +247,7 @@ class RideTests(SynchronousTestCase):
         code, saying it came from gardend.
         """
         ride, frames = self.makeRide()
-        ride.door = Door(http=self.front, gardend=GARDEND, graph="g1", headers={})
+        ride.link = HostLink(http=self.front, gardend=GARDEND, graph="g1", headers={})
         d = self.start(ride)
         self.assertEqual(self.successResultOf(d), 1)
         self.assertEqual(frames[0]["code"], "unauthorized")
@@ -833,9 +833,9 @@ class StdioLinesTests(SynchronousTestCase):
         harness = Harness(self)
         self.addCleanup(harness.stop)
         frames: list[dict[str, Any]] = []
-        door = Door(http=FakeFrontDoor(harness), gardend=GARDEND, graph="g1",
+        link = HostLink(http=FakeFrontDoor(harness), gardend=GARDEND, graph="g1",
                     headers={"Authorization": f"Bearer {TOKEN}"})
-        ride = Ride(door=door, clientId="alice", write=frames.append)
+        ride = Ride(link=link, clientId="alice", write=frames.append)
         d = Deferred.fromCoroutine(ride.run(new=NewSession()))
         harness.stub.flush()
         ride.lineTooLong()

@@ -19,7 +19,7 @@ from twisted.web.client import ResponseFailed, ResponseNeverReceived
 
 from vehicle import PROTOCOL
 from vehicle.clients import (
-    Door,
+    HostLink,
     SSEParser,
     Tail,
     TailAll,
@@ -169,7 +169,7 @@ class ReconnectTests(SynchronousTestCase):
     def tail(self, http: FakeHTTP, clock: Clock, **kw: Any) -> tuple[Tail, list[str], list[str]]:
         out: list[str] = []
         warnings: list[str] = []
-        tail = Tail(door=Door(http=http, gardend="http://g", graph="g1"), sessionId="s1",
+        tail = Tail(link=HostLink(http=http, gardend="http://g", graph="g1"), sessionId="s1",
                     clock=clock, write=out.append, warn=warnings.append, **kw)
         return tail, out, warnings
 
@@ -388,12 +388,12 @@ class TailAllTests(SynchronousTestCase):
             return stream
 
         http = FakeHTTP(clock, route=route)
-        door = Door(http=http, gardend="http://g", graph="g1")
+        link = HostLink(http=http, gardend="http://g", graph="g1")
         out: list[str] = []
         warnings: list[str] = []
         follower = TailAll(
-            door=door, clock=clock, warn=warnings.append,
-            makeTail=lambda sid, since: Tail(door=door, sessionId=sid, clock=clock,
+            link=link, clock=clock, warn=warnings.append,
+            makeTail=lambda sid, since: Tail(link=link, sessionId=sid, clock=clock,
                                              write=out.append, warn=warnings.append,
                                              lastSeq=since, label=sid, patient=True),
         )
@@ -434,9 +434,9 @@ class TailAllTests(SynchronousTestCase):
         stream = FakeStream()
         http = FakeHTTP(clock, UNAVAILABLE, UNAVAILABLE, sessionList("a"), stream)
         warnings: list[str] = []
-        door = Door(http=http, gardend="http://g", graph="g1")
-        follower = TailAll(door=door, clock=clock, warn=warnings.append,
-                           makeTail=lambda sid, since: Tail(door=door, sessionId=sid, clock=clock,
+        link = HostLink(http=http, gardend="http://g", graph="g1")
+        follower = TailAll(link=link, clock=clock, warn=warnings.append,
+                           makeTail=lambda sid, since: Tail(link=link, sessionId=sid, clock=clock,
                                                             write=lambda text: None, lastSeq=since))
         d = Deferred.fromCoroutine(follower.run())
         clock.advance(2)
@@ -452,7 +452,7 @@ class TailAllTests(SynchronousTestCase):
         """
         clock = Clock()
         http = FakeHTTP(clock, REFUSED)
-        follower = TailAll(door=Door(http=http, gardend="http://g", graph="g1"), clock=clock,
+        follower = TailAll(link=HostLink(http=http, gardend="http://g", graph="g1"), clock=clock,
                            makeTail=lambda sid, since: None)  # type: ignore[arg-type,return-value]
         failure = self.failureResultOf(Deferred.fromCoroutine(follower.run()), TailFailed)
         self.assertEqual(failure.value.exitCode, 3)

@@ -3,15 +3,15 @@
 The host's clients, through gardend's front door: C{vehicle ride}, the
 stdio (JSONL) client, and C{vehicle tail}, an operator's view of a
 session's events.  They know the host only by its routes and frames, and
-share the door (credentials, the front door's URL), the HTTP client and
+share the link (credentials, the front door's URL), the HTTP client and
 the stdio lines.
 """
 
 from vehicle.clients._client import clientHTTP
-from vehicle.clients._door import (
+from vehicle.clients._link import (
     Credentials,
     CredentialError,
-    Door,
+    HostLink,
     asFrame,
     errorFrame,
     isLoopback,
@@ -49,7 +49,7 @@ __all__ = [
     "Call",
     "CredentialError",
     "Credentials",
-    "Door",
+    "HostLink",
     "NewSession",
     "OPS",
     "Ride",

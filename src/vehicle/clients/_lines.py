@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from attrs import frozen
 
-from vehicle.clients._door import errorFrame
+from vehicle.clients._link import errorFrame
 
 
 #: Ops that are command types: C{POST /sessions/:id/commands}, C{type} = op.

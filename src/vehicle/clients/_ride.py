@@ -16,7 +16,7 @@ from attrs import define, field, frozen
 from twisted.internet.defer import CancelledError, Deferred, DeferredQueue
 from twisted.logger import Logger
 
-from vehicle.clients._door import Door, errorFrame, localFrame
+from vehicle.clients._link import HostLink, errorFrame, localFrame
 from vehicle.clients._lines import COMMAND_OPS, OPS, WATCH_OPS, Call, Line, callFor, readLine
 from vehicle.clients._stdio import MAX_LINE
 
@@ -67,8 +67,8 @@ class Ride:
     One ride on one session.  Feed it lines (L{lineReceived}) and the end
     of the input (L{inputEnded}); it writes frames with C{write}.
 
-    @ivar door: the host's routes, through gardend.
-    @ivar clientId: this ride's C{x-vehicle-client-id} (the door sends it).
+    @ivar link: the host's routes, through gardend.
+    @ivar clientId: this ride's C{x-vehicle-client-id} (the link sends it).
     @ivar write: called with each frame, in order.
     @ivar newId: makes the request ids of the ride's own requests.
     @ivar sessionId: the session, once ready.
@@ -86,7 +86,7 @@ class Ride:
 
     _log: ClassVar[Logger] = Logger()
 
-    door: Door
+    link: HostLink
     clientId: str
     write: Callable[[dict[str, Any]], None]
     newId: Callable[[str], str] = randomId
@@ -177,7 +177,7 @@ class Ride:
 
     async def _open(self, new: NewSession | None, sessionId: str | None) -> bool:
         if new is not None:
-            frame = await self.door.call("POST", "/sessions", new.body(self.newId("ride-create")))
+            frame = await self.link.call("POST", "/sessions", new.body(self.newId("ride-create")))
             if frame.get("type") != "session.created":
                 self.refusal = frame
                 self.write(frame)
@@ -185,7 +185,7 @@ class Ride:
             summary = frame["value"]["session"]
         else:
             assert sessionId is not None
-            frame = await self.door.call("GET", self.door.sessionPath(sessionId))
+            frame = await self.link.call("GET", self.link.sessionPath(sessionId))
             if frame.get("type") != "session.snapshot":
                 self.refusal = frame
                 self.write(frame)
@@ -193,9 +193,9 @@ class Ride:
             summary = frame["value"]["session"]
             lease = summary.get("lease")
             if lease is None and not self.watchOnly:
-                claimed = await self.door.call(
+                claimed = await self.link.call(
                     "POST",
-                    self.door.sessionPath(sessionId, "/claim"),
+                    self.link.sessionPath(sessionId, "/claim"),
                     {"requestId": self.newId("ride-claim")},
                 )
                 if claimed.get("type") == "driver.claimed":
@@ -232,9 +232,9 @@ class Ride:
         Release this ride's lease on C{sessionId}; a refusal other than
         "it was not ours any more" is written, to say why it stays held.
         """
-        frame = await self.door.call(
+        frame = await self.link.call(
             "POST",
-            self.door.sessionPath(sessionId, "/release"),
+            self.link.sessionPath(sessionId, "/release"),
             {"requestId": self.newId("ride-release")},
         )
         if frame.get("type") == "driver.released":
@@ -280,7 +280,7 @@ class Ride:
         if op == "watch":
             # A long-poll may be given up (L{interrupt}); nothing else is.
             self._waiting = Deferred.fromCoroutine(
-                self.door.call(call.method, call.path, call.body, call.query)
+                self.link.call(call.method, call.path, call.body, call.query)
             )
             try:
                 frame = await self._waiting
@@ -293,7 +293,7 @@ class Ride:
             if self._interrupted:
                 return  # given up: its answer (or its cancellation) is not shown
         else:
-            frame = await self.door.call(call.method, call.path, call.body, call.query)
+            frame = await self.link.call(call.method, call.path, call.body, call.query)
         if frame.get("requestId") is None:
             frame = {**frame, "requestId": requestId}
         self._observe(frame)
@@ -314,7 +314,7 @@ class Ride:
         @raise Refused: an unknown op, or a malformed C{since}/C{waitMs}.
         """
         assert self.sessionId is not None
-        return callFor(op, request, self.door.sessionPath, self.sessionId, self.cursor)
+        return callFor(op, request, self.link.sessionPath, self.sessionId, self.cursor)
 
     def _observe(self, frame: dict[str, Any]) -> None:
         """

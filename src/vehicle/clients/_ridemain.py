@@ -18,11 +18,11 @@ from twisted.python import usage
 
 from vehicle._reactors import IClientReactor
 from vehicle.clients._client import GardendOptions, clientHTTP
-from vehicle.clients._door import (
+from vehicle.clients._link import (
     TOKEN_ENV,
     CredentialError,
     Credentials,
-    Door,
+    HostLink,
     credentialsFor,
     errorFrame,
 )
@@ -125,14 +125,14 @@ async def runRide(
         return 2
     clientId = options["client-id"] or randomId("ride")
     http, pool = clientHTTP(reactor, options["ca-file"], persistent=True)
-    door = Door(
+    link = HostLink(
         http=http,
         gardend=options["gardend"],
         graph=options["graph"],
         headers={**credentials.headers(), "X-Vehicle-Client-Id": clientId},
     )
     ride = Ride(
-        door=door, clientId=clientId, write=output.sendFrame, watchOnly=bool(options["watch-only"])
+        link=link, clientId=clientId, write=output.sendFrame, watchOnly=bool(options["watch-only"])
     )
     output.onLine = ride.lineReceived
     output.onEnd = ride.inputEnded

@@ -23,7 +23,7 @@ from twisted.python.failure import Failure
 
 from vehicle._reactors import IClientReactor
 from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
-from vehicle.clients._door import CredentialError, Door, asFrame, credentialsFor
+from vehicle.clients._link import CredentialError, HostLink, asFrame, credentialsFor
 from vehicle.clients._ridemain import boundedWait, explainRefusal, sayOnStderr
 from vehicle.clients._stdio import StdioLines
 
@@ -139,7 +139,7 @@ class Tail:
     """
     Follow one session's events until it is deleted or the tail is stopped.
 
-    @ivar door: the host's routes, through gardend.
+    @ivar link: the host's routes, through gardend.
     @ivar sessionId: the session.
     @ivar clock: for the backoff between reconnections.
     @ivar write: called with text to print (each event's line ends in a
@@ -164,7 +164,7 @@ class Tail:
     @ivar drops: the streams that broke off before the session ended.
     """
 
-    door: Door
+    link: HostLink
     sessionId: str
     clock: IReactorTime
     write: Callable[[str], None]
@@ -204,7 +204,7 @@ class Tail:
             except _NoStream as e:
                 problem = str(e)
             except Exception as e:
-                reason, problem = describeFailure(e, self.door.gardend)
+                reason, problem = describeFailure(e, self.link.gardend)
                 if reason == "tls" or (
                     not self.connections and not self.patient and reason in _FATAL_AT_START
                 ):
@@ -247,13 +247,13 @@ class Tail:
         @raise TailFailed: gardend or the host refused the tail.
         """
         # Names in bytes, as Twisted keeps them (python -b: no str twin).
-        headers = self.door.requestHeaders({b"Accept": "text/event-stream"})
+        headers = self.link.requestHeaders({b"Accept": "text/event-stream"})
         if self.connections:
             headers[b"Last-Event-ID"] = str(self.lastSeq)
-        url = self.door.url(
-            self.door.sessionPath(self.sessionId, "/events"), {"since": str(self.lastSeq)}
+        url = self.link.url(
+            self.link.sessionPath(self.sessionId, "/events"), {"since": str(self.lastSeq)}
         )
-        response = await self.door.http.request("GET", url, headers=headers, unbuffered=True)
+        response = await self.link.http.request("GET", url, headers=headers, unbuffered=True)
         if response.code != 200:
             frame = asFrame(response.code, await response.content())
             if response.code >= 500:
@@ -402,7 +402,7 @@ class TailAll:
     @ivar pollSeconds: how often the list is read.
     """
 
-    door: Door
+    link: HostLink
     clock: IReactorTime
     makeTail: Callable[[str, int], Tail]
     warn: Callable[[str], None] = _ignore
@@ -422,7 +422,7 @@ class TailAll:
         first = True
         try:
             while True:
-                frame = await self.door.call("GET", "/sessions")
+                frame = await self.link.call("GET", "/sessions")
                 if frame.get("type") == "session.list":
                     self._away = False
                     for summary in frame["value"]["sessions"]:
@@ -538,7 +538,7 @@ async def runTail(
         say(f"vehicle tail: {e}")
         return 2
     http, pool = clientHTTP(reactor, options["ca-file"])
-    door = Door(
+    link = HostLink(
         http=http,
         gardend=options["gardend"],
         graph=options["graph"],
@@ -553,7 +553,7 @@ async def runTail(
 
     def makeTail(sessionId: str, since: int, label: str | None = None) -> Tail:
         return Tail(
-            door=door,
+            link=link,
             sessionId=sessionId,
             clock=reactor,
             write=lambda text: output.send(text.encode("utf-8")),
@@ -569,7 +569,7 @@ async def runTail(
 
     if options["all"]:
         follower: Any = TailAll(
-            door=door,
+            link=link,
             clock=reactor,
             makeTail=lambda sessionId, since: makeTail(sessionId, since, sessionId),
             warn=warn,

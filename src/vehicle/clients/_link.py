@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_ride -*-
+# -*- test-case-name: tests.unit.test_ride -*-
 """
 How a client reaches the host: through gardend's front door, with the
 caller's credentials (a bearer token, or a visitor's id) and its model key,
@@ -194,7 +194,7 @@ def localFrame(frameType: str, requestId: str | None, value: Any) -> dict[str, A
 
 
 @frozen(kw_only=True)
-class Door:
+class HostLink:
     """
     The host's routes under one graph, through gardend's front door.
 
