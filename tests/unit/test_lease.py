@@ -54,11 +54,13 @@ class ReactorClock(Clock):
 
     armed = 0
 
-    def callLater(self, delay: float, f: Callable[..., Any], *a: Any, **kw: Any) -> IDelayedCall:
+    def callLater(
+        self, delay: float, callable: Callable[..., object], *args: object, **kw: object
+    ) -> IDelayedCall:
         assert delay >= 0, f"{delay} is not greater than or equal to 0 seconds"
         self.armed += 1
         assert self.armed < 100, "a timer re-arms itself without end"
-        return super().callLater(delay, f, *a, **kw)
+        return super().callLater(delay, callable, *args, **kw)
 
 
 class RenewalRuleTests(SynchronousTestCase):
