@@ -173,7 +173,7 @@ class CommandBook:
     clock: IReactorTime
     emit: Callable[[str, dict[str, Any]], Any]
     commit: Committer
-    accepted: Callable[[dict[str, Any]], None]
+    accepted: Callable[[dict[str, Any], "Command"], None]
     records: dict[str, dict[str, Any]] = field(factory=dict)
 
     def accept(
@@ -218,7 +218,7 @@ class CommandBook:
             command=dict(command),
         )
         self.records[commandId] = command
-        self.accepted(command)
+        self.accepted(command, Command.fromRecord(command))
         return answerFrame
 
     def open(self) -> list[dict[str, Any]]:

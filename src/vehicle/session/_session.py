@@ -313,16 +313,17 @@ class Session:
     def requeue(self, commandId: str) -> None:
         self.book.requeue(commandId)
 
-    def accepted(self, command: dict[str, Any]) -> None:
+    def accepted(self, record: dict[str, Any], command: Command) -> None:
         """
         A command was accepted (L{CommandBook.accept}): its first words
-        may become the session's preview, and the body is handed it.
+        may become the session's preview, and the body is handed it (as
+        the book made it, a typed value).
         """
         self.preview, self.previewInherited = adoptedPreview(
-            self.preview, self.previewInherited, command
+            self.preview, self.previewInherited, record
         )
         if self.conductor is not None:
-            self.conductor.commandAccepted(Command.fromRecord(command))
+            self.conductor.commandAccepted(command)
 
     # -- summary ----------------------------------------------------------
 
