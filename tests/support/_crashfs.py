@@ -50,10 +50,18 @@ class CrashFiles:
     @ivar crashed: the host was killed.
     """
 
-    def __init__(self, root: Path, mode: str = "kill") -> None:
+    def __init__(self, root: Path, mode: str = "kill", renames: str = "either") -> None:
         assert mode in ("kill", "power")
+        assert renames in ("either", "both")
         self.root = Path(root).resolve()
         self.mode = mode
+        #: When a rename between two directories is durable in C{power}
+        #: mode: once C{either} of them is synced (a journaling file system),
+        #: or, the strict POSIX reading, each name only once its own
+        #: directory is (C{both}: sync the target alone and the entry is
+        #: in both places after the cut, the source alone and it is in
+        #: neither).
+        self.renames = renames
         self.real = OsFiles()
         self.syncs = 0
         self.crashAt: int | None = None
@@ -220,7 +228,7 @@ class CrashFiles:
                     if withData:
                         with open(os.open(name, os.O_RDONLY, dir_fd=fd), "rb", closefd=True) as f:
                             self._data[child.st_ino] = f.read()
-            if not withData:
+            if not withData and self.renames == "either":
                 self._commitRenames(st.st_ino, entries)
             self._dirs[st.st_ino] = entries
         elif stat.S_ISREG(st.st_mode):

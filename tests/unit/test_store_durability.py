@@ -17,7 +17,7 @@ from typing import Any
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
-from tests.support._crashfs import CrashFiles
+from tests.support._crashfs import Crash, CrashFiles
 from vehicle.store import (
     CorruptLog,
     DataDir,
@@ -566,12 +566,13 @@ class LayoutTests(SynchronousTestCase):
             (directory / "meta.json").write_text("{}")
         return directory
 
-    def power(self) -> CrashFiles:
+    def power(self, renames: str = "either") -> CrashFiles:
         """
         The power-cut layer under the store, armed: what is on disk now is
-        durable.
+        durable.  With C{renames="both"}, a rename between two directories
+        is durable only once both are synced.
         """
-        layer = CrashFiles(self.root.parent, "power")
+        layer = CrashFiles(self.root.parent, "power", renames)
         layer.install(self.patch)
         self.addCleanup(layer.uninstall)
         layer.arm(None)
@@ -644,6 +645,31 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(self.data.reserveTrash("abc"), "abc-3")
         self.assertEqual(self.data.emptyTrashReservations(), ["abc", "abc-2", "abc-3"])
 
+    def test_reserveTrashDurable(self) -> None:
+        """
+        A trash name reserved is still reserved after a power cut.
+        """
+        layer = self.power()
+        name = self.data.reserveTrash("abc")
+        self.cut(layer)
+        self.assertEqual(self.data.emptyTrashReservations(), [name])
+
+    def test_publishWhole(self) -> None:
+        """
+        A session folder published is there after a power cut with every
+        entry made in it, even one nothing synced before (a folder made
+        with a bare C{mkdir}), and only under its id.
+        """
+        building = self.data.buildingDir("abc")
+        layer = self.power("both")
+        building.mkdir()
+        writeAtomic(building / "meta.json", b"{}")
+        (building / "pi").mkdir()
+        self.data.publish("abc")
+        self.cut(layer)
+        self.assertEqual(os.listdir(self.data.sessions), ["abc"])
+        self.assertEqual(sorted(os.listdir(self.data.sessionDir("abc"))), ["meta.json", "pi"])
+
     def test_finishTrashAgain(self) -> None:
         """
         A delete cut after the workspace went into the session's folder is
@@ -709,7 +735,7 @@ class LayoutTests(SynchronousTestCase):
         self.session("abc")
         self.data.workspaceDir("abc").mkdir()
         (self.data.workspaceDir("abc") / "f").write_text("f")
-        layer = self.power()
+        layer = self.power("both")
         name = self.data.moveToTrash("abc", {"sessionId": "abc"})
         self.cut(layer)
         self.assertEqual(os.listdir(self.data.sessions), [])
@@ -717,6 +743,50 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(sorted(os.listdir(self.data.trashDir(name))),
                          ["deleted.json", "meta.json", "workspace"])
         self.assertEqual(os.listdir(self.data.trashDir(name) / "workspace"), ["f"])
+
+    def test_moveToTrashEverySync(self) -> None:
+        """
+        Cut the power at each sync of L{DataDir.moveToTrash} in turn: the
+        session's folder and its workspace are each in exactly one place
+        when a rename is durable once either of its directories is synced
+        (a journaling file system), and never lost when each side must be
+        synced (the strict reading, where a folder can even show in both).
+        """
+        for renames in ("either", "both"):
+            k = 0
+            finished = False
+            while not finished:
+                k += 1
+                data = DataDir(_tempDir(self) / "data")
+                data.ensure()
+                data.sessionDir("abc").mkdir()
+                (data.sessionDir("abc") / "meta.json").write_text("{}")
+                data.workspaceDir("abc").mkdir()
+                (data.workspaceDir("abc") / "f").write_text("f")
+                layer = CrashFiles(data.root, "power", renames)
+                layer.install(self.patch)
+                layer.arm(k)
+                try:
+                    data.moveToTrash("abc", {})
+                except Crash:
+                    pass
+                finished = not layer.crashed
+                layer.kill()
+                layer.revive()
+                layer.uninstall()
+                folders = [p for p in [data.sessionDir("abc"), *data.trash.iterdir()]
+                           if (p / "meta.json").exists()]
+                workspaces = [
+                    p for p in [data.workspaceDir("abc"), data.sessionDir("abc") / "workspace",
+                                *(t / "workspace" for t in data.trash.iterdir())]
+                    if (p / "f").exists()
+                ]
+                where = (renames, k, folders, workspaces)
+                if renames == "either" or finished:
+                    self.assertEqual((len(folders), len(workspaces)), (1, 1), where)
+                else:
+                    self.assertTrue(folders and workspaces, where)
+            self.assertEqual(k, 8, renames)
 
     def test_sweepBuilding(self) -> None:
         """
@@ -817,7 +887,7 @@ class LayoutTests(SynchronousTestCase):
         """
         self.data.buildingDir("abc").mkdir()
         self.session("nometa", meta=False)
-        layer = self.power()
+        layer = self.power("both")
         self.assertEqual(len(self.data.sweep()), 2)
         self.cut(layer)
         self.assertEqual(os.listdir(self.data.sessions), [])
@@ -904,7 +974,7 @@ class LayoutTests(SynchronousTestCase):
         (self.data.trash / "s1" / "meta.json").write_text("{}")
         self.data.workspaceDir("s1").mkdir()
         self.data.workspaceDir("s2").mkdir()
-        layer = self.power()
+        layer = self.power("both")
         self.assertEqual(len(self.data.sweepTrash()), 4)
         self.cut(layer)
         self.assertEqual(os.listdir(self.data.trash), ["s1"])

@@ -68,10 +68,11 @@ class DataDirLock:
         """
         if self._fd is None:
             return
+        # Not synced: the pid matters only while its process lives and
+        # holds the lock, which no power cut outlasts.
         data = f"{os.getpid()}\n".encode("ascii")
         os.pwrite(self._fd, data, 0)
         os.ftruncate(self._fd, len(data))
-        os.fsync(self._fd)
 
     @property
     def held(self) -> bool:
