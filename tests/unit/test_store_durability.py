@@ -965,6 +965,19 @@ class LayoutTests(SynchronousTestCase):
                          ["file", "link", "s1", "s1-2", "s1-3", "s2"])
         self.assertEqual(self.data.sweepTrash(), [])
 
+    def test_sweepTrashNewest(self) -> None:
+        """
+        A workspace left outside goes to the newest trash entry of its
+        session by number, not by spelling (C{-10} after C{-9}).
+        """
+        for name in ["s1"] + [f"s1-{n}" for n in range(2, 11)]:
+            (self.data.trash / name).mkdir()
+            (self.data.trash / name / "deleted.json").write_text("{}")
+        self.data.workspaceDir("s1").mkdir()
+        self.data.sweepTrash()
+        self.assertTrue((self.data.trash / "s1-10" / "workspace").is_dir())
+        self.assertEqual(os.listdir(self.data.workspaces), [])
+
     def test_sweepTrashDurable(self) -> None:
         """
         What L{DataDir.sweepTrash} did stays done after a power cut.

@@ -351,8 +351,11 @@ class DataDir:
             path = self.workspaces / entry
             if not self.validSessionId(entry) or (self.sessions / entry).is_dir():
                 continue
+            # The newest entry of its session without a workspace: of names
+            # of one id, a longer one has a larger number (abc-10 > abc-9).
             home = next(
-                (self.trash / t for t in sorted(_entries(self.trash), reverse=True)
+                (self.trash / t
+                 for t in sorted(_entries(self.trash), key=lambda t: (len(t), t), reverse=True)
                  if _idOf(t) == entry and not (self.trash / t / WORKSPACE_IN_TRASH).exists()),
                 None,
             )
