@@ -64,9 +64,9 @@ class StreamedErrorDoorTests(TestCase):
         self.model.enqueue(StreamedError("Invalid API key {key} for this account", pieceBytes=3))
         response = await self.client.request(
             "POST", "http://door/v1/chat/completions",
-            headers={"authorization": f"Bearer {self.door.token}",
-                     "content-type": "application/json",
-                     "accept-encoding": "gzip"},
+            headers={b"authorization": f"Bearer {self.door.token}",
+                     b"content-type": "application/json",
+                     b"accept-encoding": "gzip"},
             data=json.dumps({"model": "echo-1", "stream": True, "messages": []}).encode(),
         )
         body = await response.content()
@@ -131,7 +131,7 @@ class EchoDoorTests(TestCase):
         client = HTTPClient(Agent.usingEndpointFactory(reactor, _UnixEndpoints(door.socketPath), pool=pool))
         response = await client.request(
             "POST", "http://door/v1/chat/completions",
-            headers={"authorization": f"Bearer {door.token}"}, data=b"{}",
+            headers={b"authorization": f"Bearer {door.token}"}, data=b"{}",
         )
         body = await response.content()
         self.assertEqual(body, b'data: {"error": "[redacted] then [redacted]"}\n\n')

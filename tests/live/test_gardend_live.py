@@ -22,6 +22,7 @@ from twisted.web.server import Site
 
 from vehicle.gardend import Config, StandIn
 
+from tests.support._headers import bytesNames
 from tests.unit.test_gardend import (
     ACCOUNT_TOKEN,
     MASTER,
@@ -137,7 +138,7 @@ class FrontDoorTests(TestCase):
         response = await self.client.request(
             method,
             standIn.url + path,
-            headers=headers,
+            headers=bytesNames(headers),
             data=b'{"a": 1}' if method == "POST" else None,
         )
         return response, await response.content()
@@ -294,7 +295,7 @@ class FrontDoorTests(TestCase):
         """
         response = await self.client.get(
             self.standIn.url + "/services/vehicle/stream",
-            headers={"authorization": "Bearer " + MASTER},
+            headers={b"authorization": "Bearer " + MASTER},
             unbuffered=True,
         )
         self.assertEqual(response.code, 200)
@@ -318,7 +319,7 @@ class FrontDoorTests(TestCase):
         """
         response = await self.client.get(
             self.standIn.url + "/services/vehicle/stream",
-            headers={"authorization": "Bearer " + MASTER},
+            headers={b"authorization": "Bearer " + MASTER},
             unbuffered=True,
         )
         chunks = _Chunks()
@@ -350,8 +351,8 @@ class FrontDoorTests(TestCase):
             self.standIn.mcpUrl,
             data=json.dumps(message).encode(),
             headers={
-                "authorization": "Bearer " + token,
-                "content-type": "application/json",
+                b"authorization": "Bearer " + token,
+                b"content-type": "application/json",
             },
         )
         body = await response.json()
@@ -480,7 +481,7 @@ class PublicFrontDoorTests(TestCase):
         """
         before = len(self.host.seen)
         response = await self.client.get(
-            (standIn or self.standIn).url + path, headers=headers
+            (standIn or self.standIn).url + path, headers=bytesNames(headers)
         )
         body = await response.content()
         if len(self.host.seen) == before:
@@ -724,8 +725,8 @@ class PublicFrontDoorTests(TestCase):
                 self.standIn.mcpUrl,
                 data=json.dumps(message).encode(),
                 headers={
-                    "authorization": "Bearer " + token,
-                    "content-type": "application/json",
+                    b"authorization": "Bearer " + token,
+                    b"content-type": "application/json",
                 },
             )
             result = (await response.json())["result"]

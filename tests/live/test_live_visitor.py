@@ -286,7 +286,7 @@ class VisitorTests(TestCase):
 
         seen = len(stand.requestsSeen)
         response = await account.http.get(f"{stand.url}/services/vehicle/g/g1/account",
-                                          headers={"x-visitor-id": "v1"})
+                                          headers={b"x-visitor-id": "v1"})
         await response.content()
         self.assertEqual(response.code, 401)
         self.assertEqual(len(stand.requestsSeen), seen)

@@ -145,7 +145,7 @@ class LocalRunTests(_CloneCase):
         http = HTTPClient(Agent(reactor, pool=pool))
         response = await http.get(
             run.url() + "/sessions",
-            headers={"authorization": f"Bearer {run.masterKey()}"},
+            headers={b"authorization": f"Bearer {run.masterKey()}"},
         )
         body = json.loads(await response.content())
         self.assertEqual((response.code, body["type"]), (200, "session.list"), body)

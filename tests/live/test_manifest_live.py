@@ -65,7 +65,7 @@ class StandInLaunchTests(TestCase):
         response = await http.post(
             standIn.url + "/services/vehicle/g/g1/sessions",
             json={"requestId": "r1"},
-            headers={"authorization": "Bearer master-m"},
+            headers={b"authorization": "Bearer master-m"},
         )
         body = json.loads(await response.content())
         self.assertEqual(response.code, 201, body)

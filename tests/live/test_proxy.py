@@ -176,7 +176,7 @@ class DoorTests(TestCase):
             self.assertNotIn(REAL_KEY.encode(), body)
         response = await self.client.request(
             "POST", "http://door/v1/chat/completions",
-            headers={"authorization": self.door.token}, data=b"{}",
+            headers={b"authorization": self.door.token}, data=b"{}",
         )
         self.assertEqual(response.code, 401)
         await response.content()
@@ -210,7 +210,7 @@ class DoorTests(TestCase):
         self.upstream.mode = "stream"
         response = await self.client.request(
             "POST", "http://door/v1/chat/completions",
-            headers={"authorization": f"Bearer {self.door.token}"}, data=b"{}",
+            headers={b"authorization": f"Bearer {self.door.token}"}, data=b"{}",
         )
         self.assertEqual(response.code, 200)
         self.assertEqual(response.headers.getRawHeaders(b"content-type"), [b"text/event-stream"])
@@ -276,7 +276,7 @@ class DoorTests(TestCase):
         self.upstream.mode = "stream"
         response = await self.client.request(
             "POST", "http://door/v1/chat/completions",
-            headers={"authorization": f"Bearer {self.door.token}"}, data=b"{}",
+            headers={b"authorization": f"Bearer {self.door.token}"}, data=b"{}",
             unbuffered=True,
         )
         self.assertEqual(response.code, 200)

@@ -217,7 +217,8 @@ class SSEWatcher:
         if self.lastEventId is not None:
             headers["last-event-id"] = self.lastEventId
         self.response = await self.host.http.get(
-            f"{self.host.url}/sessions/{self.sessionId}/events?since={self.since}", headers=headers
+            f"{self.host.url}/sessions/{self.sessionId}/events?since={self.since}",
+            headers=bytesNames(headers),
         )
         self.finished = collect(self.response, self._data)
         self.finished.addErrback(lambda f: None)
