@@ -968,14 +968,16 @@ class LayoutTests(SynchronousTestCase):
     def test_sweepTrashNewest(self) -> None:
         """
         A workspace left outside goes to the newest trash entry of its
-        session by number, not by spelling (C{-10} after C{-9}).
+        session by number, not by spelling (C{-10} after C{-9}), and never
+        to another session's.
         """
-        for name in ["s1"] + [f"s1-{n}" for n in range(2, 11)]:
+        for name in ["s1"] + [f"s1-{n}" for n in range(2, 11)] + ["t1-99999"]:
             (self.data.trash / name).mkdir()
             (self.data.trash / name / "deleted.json").write_text("{}")
         self.data.workspaceDir("s1").mkdir()
         self.data.sweepTrash()
         self.assertTrue((self.data.trash / "s1-10" / "workspace").is_dir())
+        self.assertEqual(os.listdir(self.data.trash / "t1-99999"), ["deleted.json"])
         self.assertEqual(os.listdir(self.data.workspaces), [])
 
     def test_sweepTrashDurable(self) -> None:
