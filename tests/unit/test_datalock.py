@@ -14,6 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle import _tap
 from vehicle.store._lock import DataDirLock, DataDirLocked
+from tests.support._hints import assertAnnotationsResolve
 
 SECRET = "s" * 32
 
@@ -154,3 +155,14 @@ class MakeServiceLockTests(SynchronousTestCase):
         again = _tap.makeService(self.options(root), MemoryReactorClock())
         again.startService()
         self.successResultOf(again.stopService())
+
+
+class AnnotationTests(SynchronousTestCase):
+    """
+    The lock's annotations resolve to types (what mypy reads).
+    """
+
+    def test_resolve(self) -> None:
+        from vehicle.store import _lock
+
+        assertAnnotationsResolve(self, _lock)

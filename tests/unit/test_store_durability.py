@@ -33,6 +33,7 @@ from vehicle.store import (
 )
 from vehicle.store import _atomic, _files, _jsonl, _layout
 from vehicle.store._atomic import makeDirs
+from tests.support._hints import assertAnnotationsResolve
 
 
 def _tempDir(case: SynchronousTestCase) -> Path:
@@ -1046,3 +1047,14 @@ class MakeDirsTests(SynchronousTestCase):
         (base / "f").write_text("")
         self.assertRaises(FileExistsError, makeDirs, base / "f")
         self.assertRaises(OSError, makeDirs, base / "f" / "g")
+
+
+class AnnotationTests(SynchronousTestCase):
+    """
+    The store's annotations resolve to types (what mypy reads; nothing else
+    evaluates them under C{from __future__ import annotations}).
+    """
+
+    def test_resolve(self) -> None:
+        for module in (_atomic, _files, _jsonl, _layout):
+            assertAnnotationsResolve(self, module)
