@@ -100,7 +100,7 @@ async def _build(
     entryId: str | None, newId: str, inherited: str | None, meta: Any, title: str | None,
     runInThread: RunInThread,
 ) -> dict[str, Any]:
-    session = registry.prepare(
+    session = registry.maker.prepare(
         caller,
         meta,
         title=title,
@@ -148,7 +148,7 @@ async def _build(
             # The same request, sent again while this one copied: it was
             # answered meanwhile, and this copy is not needed.
             session.close()
-            registry.abandon(newId)
+            registry.maker.abandon(newId)
             return earlier
         session.delegatedToken = source.delegatedToken
         if session.preview is None and inherited:
@@ -162,10 +162,10 @@ async def _build(
     except BaseException:
         # Half made and never announced: removed (start would remove it too).
         session.close()
-        registry.abandon(newId)
+        registry.maker.abandon(newId)
         raise
     try:
-        registry.publish(
+        registry.maker.publish(
             session, "branched", caller, request["requestId"], request, frame, "commands",
             {"source": source.sessionId},
         )

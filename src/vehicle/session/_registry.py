@@ -2,8 +2,9 @@
 """
 The registry of sessions: the sessions this host serves, found for a
 caller, listed, and rebuilt from disk at start.  How a session's folder is
-made and published, or moved to the trash, is its maker's (L{Maker}); the
-registry hands those verbs on and serves what the maker publishes.
+made and published, or moved to the trash, is its maker's (L{Maker},
+C{registry.maker}, which a branch uses directly); the registry serves what
+the maker publishes.
 """
 
 from __future__ import annotations
@@ -113,37 +114,6 @@ class Registry:
 
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex
-
-    # -- the maker's verbs others use (a branch: L{vehicle.body.branch}) -----
-
-    def prepare(
-        self,
-        caller: Caller,
-        meta: SessionMeta,
-        *,
-        title: str | None,
-        claim: bool,
-        createdEvent: dict[str, Any] | None = None,
-    ) -> Session:
-        """
-        A new session's folder built aside (L{Maker.prepare}).
-        """
-        return self.maker.prepare(caller, meta, title=title, claim=claim, createdEvent=createdEvent)
-
-    def publish(
-        self, session: Session, kind: str, caller: Caller, requestId: str, request: Any,
-        frame: dict[str, Any], route: str, extra: dict[str, Any] | None = None,
-    ) -> None:
-        """
-        The folder built aside published, then served (L{Maker.publish}).
-        """
-        self.maker.publish(session, kind, caller, requestId, request, frame, route, extra)
-
-    def abandon(self, sessionId: str) -> None:
-        """
-        A folder built aside removed unannounced (L{Maker.abandon}).
-        """
-        self.maker.abandon(sessionId)
 
     def create(
         self, caller: Caller, meta: SessionMeta, **options: Any
