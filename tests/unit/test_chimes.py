@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tests.unit.test_web import TAB1, RouteTestCase
+from tests.support.routes import TAB1, RouteTestCase
 
 
 class ChimeTests(RouteTestCase):

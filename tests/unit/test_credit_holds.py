@@ -26,7 +26,7 @@ from vehicle.store import OsFiles, useFiles
 from tests.support.harness import FakeLauncher, FakePiTransport
 from tests.unit.test_conductor import STATE, FakePi
 from tests.unit.test_public import ACCOUNT, PUBLIC as ROUTE_PUBLIC, account
-from tests.unit.test_web import RouteTestCase
+from tests.support.routes import RouteTestCase
 
 
 #: $0.03 of credit, $0.01 a run's budget: three runs' worth.

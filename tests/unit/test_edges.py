@@ -4,7 +4,7 @@ Edges a review found: each test pins one rule the host once broke.
 
 from __future__ import annotations
 
-from tests.unit.test_web import TAB1, RouteTestCase
+from tests.support.routes import TAB1, RouteTestCase
 
 
 class EdgeTests(RouteTestCase):

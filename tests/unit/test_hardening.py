@@ -24,7 +24,7 @@ from tests.support.harness import MODELS, SECRET, Harness
 from tests.support.schemas import registry, schemas
 from tests.unit.test_conductor import STATE, FakePi
 from tests.unit.test_sessionfile import HEADER, assistant, encode, entry, user
-from tests.unit.test_web import TAB1, RouteTestCase
+from tests.support.routes import TAB1, RouteTestCase
 
 
 TAB2 = {"client": "tab-2"}

@@ -13,7 +13,7 @@ from typing import Any
 from vehicle.settings import PublicSettings
 from vehicle.store import OsFiles, useFiles
 
-from tests.unit.test_web import RouteTestCase
+from tests.support.routes import RouteTestCase
 
 
 PUBLIC = PublicSettings(
