@@ -24,7 +24,7 @@ from vehicle.session import Caller
 from vehicle.store import OsFiles, useFiles
 
 from tests.support.harness import FakeLauncher, FakePiTransport
-from tests.unit.test_conductor import STATE, FakePi
+from tests.support.fakepi import STATE, FakePi
 from tests.unit.test_public import ACCOUNT, PUBLIC as ROUTE_PUBLIC, account
 from tests.support.routes import RouteTestCase
 

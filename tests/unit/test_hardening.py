@@ -22,7 +22,7 @@ from vehicle.settings import Settings, SettingsError
 
 from tests.support.harness import MODELS, SECRET, Harness
 from tests.support.schemas import registry, schemas
-from tests.unit.test_conductor import STATE, FakePi
+from tests.support.fakepi import STATE, FakePi
 from tests.unit.test_sessionfile import HEADER, assistant, encode, entry, user
 from tests.support.routes import TAB1, RouteTestCase
 
