@@ -37,7 +37,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support._crashfs import Crash, CrashFiles
 from tests.support.harness import Harness
-from tests.unit.test_sessionfile import HEADER, assistant, encode, user
+from tests.support.pifiles import HEADER, assistant, encode, user
 
 
 LONG = os.environ.get("VEHICLE_LONG_PROOFS") == "1"

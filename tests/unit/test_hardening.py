@@ -10,7 +10,6 @@ carries on across a takeover.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -20,11 +19,11 @@ from vehicle.body._picommand import bootConfig
 from vehicle.session._capsule import ASSISTANT_TEXT_BYTES, LAST_COMMANDS, LAST_ITEMS, MILESTONES
 from vehicle.settings import Settings, SettingsError
 
-from tests.support.harness import MODELS, SECRET, Harness
-from tests.support.schemas import registry, schemas
 from tests.support.fakepi import STATE, FakePi
-from tests.unit.test_sessionfile import HEADER, assistant, encode, entry, user
+from tests.support.harness import MODELS, SECRET, Harness
+from tests.support.pifiles import HEADER, assistant, entry, user, writePiFile
 from tests.support.routes import TAB1, RouteTestCase
+from tests.support.schemas import registry, schemas
 
 
 TAB2 = {"client": "tab-2"}
@@ -39,15 +38,6 @@ def capsuleProblems(value: Any) -> list[str]:
     validator = Draft202012Validator({"$ref": ref}, registry=registry())
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}"
             for e in validator.iter_errors(value)]
-
-
-def writePiFile(sessionDir: Path, records: list[dict[str, Any]]) -> Path:
-    """
-    A pi session file, as pi writes it, in the session's C{pi/} folder.
-    """
-    path = sessionDir / "pi" / "2026-11-30T07-00-50-130Z_01a22b41-9d52-70f0-9a8d-de3c7ecd8d5c.jsonl"
-    path.write_bytes(encode(records))
-    return path
 
 
 def toolResult(id: str, parentId: str, second: float, name: str, isError: bool) -> dict[str, Any]:

@@ -38,8 +38,7 @@ from vehicle.errors import STATUS
 
 from tests.support._headers import bytesNames
 from tests.support.harness import COMMAND_EXAMPLES, Harness, identity
-from tests.unit.test_hardening import writePiFile
-from tests.unit.test_sessionfile import HEADER, assistant, user
+from tests.support.pifiles import HEADER, assistant, user, writePiFile
 from tests.support.schemas import assertValidFrame
 
 
