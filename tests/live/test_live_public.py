@@ -15,8 +15,8 @@ from vehicle.testing import Error
 from vehicle.testing._model import StreamedError
 
 from tests.support.live import LiveHost, settledEvent
-from tests.unit.test_public import ACCOUNT, VISITOR, account, visitor
-from tests.unit.test_public import PUBLIC as ROUTE_PUBLIC
+from tests.support.public import ACCOUNT, VISITOR, account, visitor
+from tests.support.public import PUBLIC as ROUTE_PUBLIC
 
 
 #: Credit enough for a run or two: a scripted run costs $0.00375.

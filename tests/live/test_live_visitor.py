@@ -19,21 +19,13 @@ from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from vehicle.gardend import Config, StandIn
-from vehicle.settings import PublicSettings
 
 from tests.support.harness import SECRET
-from tests.live.test_ride_live import _Rider
 from tests.support.live import LiveHost, requirePi, sleep
+from tests.support.public import SCRIPTED as PUBLIC
+from tests.support.ride import Rider
 from tests.support.schemas import assertValidFrame
 
-
-PUBLIC = PublicSettings(
-    enabled=True,
-    provider="scripted",
-    defaultModel="scripted/echo-1",
-    creditModels=("scripted/echo-1",),
-    creditDefaultModel="scripted/echo-1",
-)
 
 #: A visitor's own model key (the scripted provider takes any key).
 VISITOR_KEY = "sk-or-visitor-live-7c1e0b"
@@ -310,7 +302,7 @@ class RideAsVisitorTests(TestCase):
         requirePi()
         host, stand = await publicHost(self)
 
-        def onFrame(rider: _Rider, frame: dict[str, Any]) -> None:
+        def onFrame(rider: Rider, frame: dict[str, Any]) -> None:
             if frame["type"] == "ready":
                 rider.send({"op": "prompt", "requestId": "p1", "text": "moo?"})
             elif frame["type"] in ("command.accepted", "watch.completed"):
@@ -324,7 +316,7 @@ class RideAsVisitorTests(TestCase):
             elif frame["type"] == "error":
                 rider.transport.closeStdin()
 
-        rider = _Rider(onFrame)
+        rider = Rider(onFrame)
         python = str(Path(sys.prefix) / "bin" / "python")
         argv = [python, "-m", "vehicle._cli", "ride", "--gardend", stand.url,
                 "--graph", "g-public", "--new", "--anonymous", "--visitor-id", "v1"]

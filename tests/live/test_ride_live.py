@@ -12,43 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
-from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
 from tests.support.live import LiveHost, requirePi, startStandIn
-from tests.unit.test_ride import MODEL_KEY
-
-
-class _Rider(ProcessProtocol):
-    """
-    Drives C{vehicle ride} in a child: writes a line when a frame asks for
-    it, collects the frames.
-    """
-
-    def __init__(self, onFrame: Any) -> None:
-        self.onFrame = onFrame
-        self.frames: list[dict[str, Any]] = []
-        self.buffer = b""
-        self.stderr = b""
-        self.ended: Deferred = Deferred()
-
-    def send(self, request: dict[str, Any]) -> None:
-        self.transport.write(json.dumps(request).encode() + b"\n")
-
-    def outReceived(self, data: bytes) -> None:
-        self.buffer += data
-        while b"\n" in self.buffer:
-            line, self.buffer = self.buffer.split(b"\n", 1)
-            frame = json.loads(line)
-            self.frames.append(frame)
-            self.onFrame(self, frame)
-
-    def errReceived(self, data: bytes) -> None:
-        self.stderr += data
-
-    def processEnded(self, reason: Any) -> None:
-        self.ended.callback(reason.value.exitCode)
+from tests.support.ride import MODEL_KEY, Rider
 
 
 class RideProcessTests(TestCase):
@@ -71,7 +38,7 @@ class RideProcessTests(TestCase):
         host = await LiveHost(self).start()
         stand.setServiceUrl(host.url)
 
-        def onFrame(rider: _Rider, frame: dict[str, Any]) -> None:
+        def onFrame(rider: Rider, frame: dict[str, Any]) -> None:
             if frame["type"] == "ready":
                 rider.send({"op": "prompt", "requestId": "p1", "text": "how many cows?"})
             elif frame["type"] in ("command.accepted", "watch.completed"):
@@ -85,7 +52,7 @@ class RideProcessTests(TestCase):
             elif frame["type"] == "error":
                 rider.transport.closeStdin()
 
-        rider = _Rider(onFrame)
+        rider = Rider(onFrame)
         python = str(Path(sys.prefix) / "bin" / "python")
         argv = [python, "-m", "vehicle._cli", "ride", "--gardend", stand.url, "--graph", "g1",
                 "--new", "--client-id", "ride-int-1", "--title", "Cows"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.support.harness import Harness
 from tests.unit.test_crash import CrashDriver, addCrashTests, scenario
-from tests.unit.test_public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
+from tests.support.public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
 
 
 SETTINGS = {"public": PUBLIC}

@@ -23,9 +23,9 @@ from vehicle.public import _accounting
 from vehicle.session import Caller
 from vehicle.store import OsFiles, useFiles
 
-from tests.support.harness import FakeLauncher, FakePiTransport
 from tests.support.fakepi import STATE, FakePi
-from tests.unit.test_public import ACCOUNT, PUBLIC as ROUTE_PUBLIC, account
+from tests.support.harness import FakeLauncher, FakePiTransport
+from tests.support.public import ACCOUNT, PUBLIC as ROUTE_PUBLIC, account
 from tests.support.routes import RouteTestCase
 
 

@@ -32,7 +32,7 @@ from tests.support._fuzz import examples, mutated, requestSchema, valid
 from tests.support.harness import Harness
 from tests.support.schemas import assertValidFrame, problems
 from tests.unit.test_limits import RawConnection
-from tests.unit.test_public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
+from tests.support.public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
 
 
 class HostileCase(SynchronousTestCase):

@@ -10,42 +10,10 @@ import errno
 import json
 from typing import Any
 
-from vehicle.settings import PublicSettings
 from vehicle.store import OsFiles, useFiles
 
+from tests.support.public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
 from tests.support.routes import RouteTestCase
-
-
-PUBLIC = PublicSettings(
-    enabled=True,
-    provider="scripted",
-    defaultModel="scripted/echo-1",
-    creditModels=("scripted/echo-1",),
-    creditDefaultModel="scripted/echo-1",
-    signupGrantUsd=0.5,
-    turnsPerDay=3,
-    sessionMaxTurns=2,
-)
-
-VISITOR = {"principal": "anon:abc", "role": "viewer", "client": "tab-v"}
-ACCOUNT = {"principal": "cognito:123", "role": "viewer", "client": "tab-a"}
-KEY = "sk-or-visitor-0123456789"
-
-
-def visitor(key: str | None = None) -> dict[str, str]:
-    headers = {"x-sophia-caller-kind": "anonymous", "x-sophia-public-graphs": "g1,g2"}
-    if key:
-        headers["x-model-key"] = key
-    return headers
-
-
-def account(verified: bool = True) -> dict[str, str]:
-    return {
-        "x-sophia-caller-kind": "account",
-        "x-sophia-account-email": "a@example.com",
-        "x-sophia-account-email-verified": "true" if verified else "false",
-        "x-sophia-public-graphs": "g1",
-    }
 
 
 class PublicTests(RouteTestCase):

@@ -39,12 +39,12 @@ from vehicle.errors import STATUS
 from tests.support._headers import bytesNames
 from tests.support.harness import COMMAND_EXAMPLES, Harness, identity
 from tests.support.pifiles import HEADER, assistant, user, writePiFile
+from tests.support.ride import MODEL_KEY
 from tests.support.schemas import assertValidFrame
 
 
 GARDEND = "http://gardend.test"
 TOKEN = "tok-0123456789"
-MODEL_KEY = "sk-or-own-key-0123456789"
 
 
 class _GardendRefusal(Resource):
