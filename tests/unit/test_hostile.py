@@ -30,9 +30,9 @@ from vehicle.web._limits import HEADERS_LIMIT, REQUEST_LINE_LIMIT
 
 from tests.support._fuzz import examples, mutated, requestSchema, valid
 from tests.support.harness import Harness
-from tests.support.schemas import assertValidFrame, problems
-from tests.unit.test_limits import RawConnection
 from tests.support.public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
+from tests.support.rawhttp import RawConnection
+from tests.support.schemas import assertValidFrame, problems
 
 
 class HostileCase(SynchronousTestCase):

@@ -16,8 +16,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from vehicle.session import Caller
 
 from tests.support.harness import Harness
+from tests.support.rawhttp import RawConnection
 from tests.support.schemas import assertValidEvent, assertValidFrame
-from tests.unit.test_limits import RawConnection
 
 
 TAB1 = {"client": "tab-1"}

@@ -1,0 +1,74 @@
+"""
+L{RawConnection}: one client connection to a real L{VehicleSite} over a
+L{StringTransport} on the harness's clock, spoken in raw HTTP/1.1 bytes
+(no socket).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from twisted.internet.address import IPv4Address
+from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+
+from vehicle.web import VehicleSite
+
+from tests.support.harness import Harness, identity
+
+
+class RawConnection:
+    """
+    One client connection to a real L{VehicleSite}: bytes in, bytes out.
+    """
+
+    def __init__(self, harness: Harness, headerTimeout: float = 10.0) -> None:
+        self.site = VehicleSite(harness.api.resource(), harness.clock, headerTimeout=headerTimeout)
+        self.protocol = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        self.transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+        self.protocol.makeConnection(self.transport)
+
+    def send(self, data: bytes) -> None:
+        self.protocol.dataReceived(data)
+
+    def head(self, method: str, path: str, length: int | None = None, chunked: bool = False,
+             extra: dict[str, str] | None = None, **who: Any) -> bytes:
+        headers = identity(**who)
+        headers["content-type"] = "application/json"
+        headers["host"] = "host"
+        if length is not None:
+            headers["content-length"] = str(length)
+        if chunked:
+            headers["transfer-encoding"] = "chunked"
+        headers.update(extra or {})
+        lines = [f"{method} {path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def output(self) -> bytes:
+        return self.transport.value()
+
+    def status(self) -> int | None:
+        match = re.match(rb"HTTP/1\.[01] (\d{3})", self.output())
+        return int(match.group(1)) if match else None
+
+    def body(self) -> bytes:
+        head, _, body = self.output().partition(b"\r\n\r\n")
+        if b"transfer-encoding: chunked" in head.lower():
+            out, rest = b"", body
+            while rest:
+                size, _, rest = rest.partition(b"\r\n")
+                n = int(size, 16)
+                if n == 0:
+                    break
+                out, rest = out + rest[:n], rest[n + 2:]
+            return out
+        return body
+
+    def frame(self) -> dict[str, Any]:
+        return json.loads(self.body())
+
+    def lose(self) -> None:
+        self.protocol.connectionLost(Failure(ConnectionDone()))
