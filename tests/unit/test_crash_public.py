@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.crashdriver import CrashDriver, addCrashTests, scenario
 from tests.support.harness import Harness
-from tests.unit.test_crash import CrashDriver, addCrashTests, scenario
 from tests.support.public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
 
 
