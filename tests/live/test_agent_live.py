@@ -11,7 +11,7 @@ from pathlib import Path
 from twisted.trial.unittest import TestCase
 
 from tests.support.live import LiveHost, settledEvent
-from tests.live.test_escape import bashMarker
+from tests.support.scripted import bashMarker
 
 
 class LiveAgentTests(TestCase):

@@ -23,6 +23,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import SkipTest, TestCase
 
 from tests.support.live import LiveHost, settledEvent, sleep
+from tests.support.scripted import bashMarker
 
 
 #: The probe, run by pi's C{bash} tool inside the box (with the system's
@@ -211,10 +212,6 @@ with open("probe-result.json.tmp", "w") as f:
 os.rename("probe-result.json.tmp", "probe-result.json")
 print("probe done")
 '''
-
-
-def bashMarker(command: str) -> str:
-    return "[[TOOL:bash " + json.dumps({"command": command}) + "]]"
 
 
 class Listener:

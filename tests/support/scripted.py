@@ -1,0 +1,16 @@
+"""
+What a prompt says to the scripted model (C{vehicle.testing}): L{bashMarker}
+asks it for one C{bash} tool call.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def bashMarker(command: str) -> str:
+    """
+    The marker in a prompt's text that makes the scripted model call
+    C{bash} with C{command}.
+    """
+    return "[[TOOL:bash " + json.dumps({"command": command}) + "]]"
