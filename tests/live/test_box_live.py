@@ -20,7 +20,7 @@ from twisted.trial.unittest import TestCase
 
 from vehicle.box import BoxSpec, ProbeResult, bwrapArgv, canonicalSpec, probeBwrap
 
-from tests.unit.test_box import BWRAP, INSIDE
+from tests.support.box import BWRAP, INSIDE
 
 
 def hasBwrap() -> bool:
