@@ -24,8 +24,8 @@ from vehicle.box._proxy import ModelDoor, Upstream, doorsClosed
 from vehicle.testing import ScriptedModel
 from vehicle.testing._model import StreamedError
 
-from tests.live.test_proxy import _UnixEndpoints
-from tests.unit.test_door_scrub import KEY, _escaped
+from tests.support.scrub import KEY, escaped
+from tests.support.unixhttp import UnixEndpoints
 
 
 class StreamedErrorDoorTests(TestCase):
@@ -52,7 +52,7 @@ class StreamedErrorDoorTests(TestCase):
         self.addCleanup(self.door.close)
         pool = HTTPConnectionPool(reactor, persistent=False)
         self.client = HTTPClient(
-            Agent.usingEndpointFactory(reactor, _UnixEndpoints(self.door.socketPath), pool=pool)
+            Agent.usingEndpointFactory(reactor, UnixEndpoints(self.door.socketPath), pool=pool)
         )
 
     async def test_keyInA200Stream(self) -> None:
@@ -74,7 +74,7 @@ class StreamedErrorDoorTests(TestCase):
         headers, _ = self.model.requests[-1]
         self.assertEqual(headers["authorization"], f"Bearer {KEY}")
         self.assertIn(b"Invalid API key [redacted] for this account", body)
-        for form in (KEY, _escaped(KEY)):
+        for form in (KEY, escaped(KEY)):
             self.assertNotIn(form.encode(), body)
 
 
@@ -128,7 +128,7 @@ class EchoDoorTests(TestCase):
         await door.listen()
         self.addCleanup(door.close)
         pool = HTTPConnectionPool(reactor, persistent=False)
-        client = HTTPClient(Agent.usingEndpointFactory(reactor, _UnixEndpoints(door.socketPath), pool=pool))
+        client = HTTPClient(Agent.usingEndpointFactory(reactor, UnixEndpoints(door.socketPath), pool=pool))
         response = await client.request(
             "POST", "http://door/v1/chat/completions",
             headers={b"authorization": f"Bearer {door.token}"}, data=b"{}",

@@ -22,18 +22,16 @@ import treq
 from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import UNIXClientEndpoint
 from twisted.internet.error import ConnectionRefusedError
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
-from twisted.web.iweb import IAgentEndpointFactory
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
-from zope.interface import implementer
 
 from vehicle.box._proxy import ModelDoor, Upstream
 
 from tests.support.live import sleep
+from tests.support.unixhttp import UnixEndpoints
 
 
 REAL_KEY = "sk-real-provider-key-0123456789"
@@ -97,15 +95,6 @@ class Upstream_(Resource):
         return b'{"ok":true}'
 
 
-@implementer(IAgentEndpointFactory)
-class _UnixEndpoints:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def endpointForURI(self, uri: Any) -> UNIXClientEndpoint:
-        return UNIXClientEndpoint(reactor, str(self.path))
-
-
 class DoorTests(TestCase):
     """
     A door with a model upstream and an MCP upstream, both served here.
@@ -133,7 +122,7 @@ class DoorTests(TestCase):
         self.addCleanup(self.door.close)
         pool = HTTPConnectionPool(reactor, persistent=False)
         self.client = HTTPClient(
-            Agent.usingEndpointFactory(reactor, _UnixEndpoints(self.door.socketPath), pool=pool)
+            Agent.usingEndpointFactory(reactor, UnixEndpoints(self.door.socketPath), pool=pool)
         )
 
     async def ask(self, path: str, token: str | None = None, method: str = "POST",

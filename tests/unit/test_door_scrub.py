@@ -7,18 +7,11 @@ point, then the door in front of the scripted model echoing the key.
 
 from __future__ import annotations
 
-import json
-
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.box._proxy import KeyScrubber
 
-
-KEY = 'sk-or-v1-"quoted"\\slash-0123456789abcdef'
-
-
-def _escaped(key: str) -> str:
-    return json.dumps(key)[1:-1]
+from tests.support.scrub import KEY, escaped
 
 
 class KeyScrubberTests(SynchronousTestCase):
@@ -29,7 +22,7 @@ class KeyScrubberTests(SynchronousTestCase):
     body = (
         b'data: {"choices":[]}\n\n'
         + b'data: {"error":{"message":"Invalid key ' + KEY.encode()
-        + b' (' + _escaped(KEY).encode() + b')"}}\n\n'
+        + b' (' + escaped(KEY).encode() + b')"}}\n\n'
         + b"data: [DONE]\n\n"
     )
 
@@ -43,7 +36,7 @@ class KeyScrubberTests(SynchronousTestCase):
         return b"".join(out)
 
     def assertClean(self, data: bytes) -> None:
-        for form in (KEY, _escaped(KEY)):
+        for form in (KEY, escaped(KEY)):
             self.assertNotIn(form.encode(), data)
             # Not even its middle part.
             self.assertNotIn(form[5:-5].encode(), data)
