@@ -23,7 +23,7 @@ from twisted.web.server import Site
 from vehicle.gardend import Config, StandIn
 
 from tests.support._headers import bytesNames
-from tests.unit.test_gardend import (
+from tests.support.gardend import (
     ACCOUNT_TOKEN,
     MASTER,
     SECRET,
