@@ -39,8 +39,8 @@ from vehicle.testing import ScriptedModel
 
 from tests.support._mcp_variant import useVariant
 from tests.support.live import freePort
-from tests.live.test_pi_smoke_live import _Pi, spawnPi
-from tests.unit.test_pi_smoke import PI_ROOT, Record, _model
+from tests.support.piconfig import providerConfig
+from tests.support.realpi import PI_ROOT, PiProcess, Record, spawnPi
 
 
 GRAPH = "g1"
@@ -93,7 +93,7 @@ class _Recording(Resource):
         return self.inner.render(request)
 
 
-class _Body(_Pi):
+class _Body(PiProcess):
     """
     A pi child whose delegation-token requests the test answers, as the host
     does: with C{self.token} (a string) or, when it is L{None}, cancelled.
@@ -164,7 +164,7 @@ class GraphToolsTests(TestCase):
         assert self.model.url is not None
         if boot is None:
             boot = bootConfig(
-                providers={"sophia": _model(self.model.url, self.key)},
+                providers={"sophia": providerConfig(self.model.url, self.key)},
                 budget={"maxTurns": 10, "maxCostUsd": 5.0},
                 mcpUrl=self.mcpUrl,
             )
@@ -289,7 +289,7 @@ class GraphToolsTests(TestCase):
         """
         assert self.model.url is not None
         boot = json.loads(bootConfig(
-            providers={"sophia": _model(self.model.url, self.key)},
+            providers={"sophia": providerConfig(self.model.url, self.key)},
             budget={"maxTurns": 10, "maxCostUsd": 5.0},
             mcpUrl=self.mcpUrl,
         ))
@@ -488,7 +488,7 @@ class GraphToolsTests(TestCase):
         bridgePort = freePort()
         boot = json.loads(
             bootConfig(
-                providers={"sophia": _model(f"http://127.0.0.1:{bridgePort}/v1", door.token)},
+                providers={"sophia": providerConfig(f"http://127.0.0.1:{bridgePort}/v1", door.token)},
                 budget={"maxTurns": 10, "maxCostUsd": 5.0},
                 mcpUrl=f"http://127.0.0.1:{bridgePort}/mcp",
             )
@@ -514,7 +514,7 @@ class GraphToolsTests(TestCase):
         """
         assert self.model.url is not None
         boot = json.loads(bootConfig(
-            providers={"sophia": _model(self.model.url, self.key)},
+            providers={"sophia": providerConfig(self.model.url, self.key)},
             budget={"maxTurns": 10, "maxCostUsd": 5.0},
             mcpUrl=self.mcpUrl,
         ))

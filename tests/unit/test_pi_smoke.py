@@ -30,31 +30,7 @@ from vehicle.body._picommand import (
     piEnvironment,
 )
 
-
-PI_ROOT = Path(__file__).resolve().parent.parent.parent / ".venv" / "pi"
-#: Generous: a cold pi start takes about 1.3 s.
-DEADLINE = 15.0
-
-Record = dict[str, Any]
-
-
-def _model(baseUrl: str, key: str) -> dict[str, Any]:
-    return {
-        "baseUrl": baseUrl,
-        "api": "openai-completions",
-        "apiKey": key,
-        "models": [
-            {
-                "id": "fake-1",
-                "name": "Fake One",
-                "reasoning": False,
-                "input": ["text"],
-                "cost": {"input": 3, "output": 15, "cacheRead": 0, "cacheWrite": 0},
-                "contextWindow": 128000,
-                "maxTokens": 4096,
-            }
-        ],
-    }
+from tests.support.piconfig import providerConfig
 
 
 class LaunchTests(SynchronousTestCase):
@@ -179,7 +155,7 @@ class LaunchTests(SynchronousTestCase):
         """
         The boot config is compact JSON of the providers and the budget.
         """
-        provider = _model("http://127.0.0.1:1/v1", "k$1")
+        provider = providerConfig("http://127.0.0.1:1/v1", "k$1")
         raw = bootConfig(providers={"sophia": provider}, budget={"maxTurns": 3, "maxCostUsd": 1})
         self.assertEqual(
             json.loads(raw),
@@ -192,7 +168,7 @@ class LaunchTests(SynchronousTestCase):
         An MCP endpoint becomes C{"mcp": {"url": ...}}; without one there is
         no C{mcp} key.
         """
-        provider = _model("http://127.0.0.1:1/v1", "k")
+        provider = providerConfig("http://127.0.0.1:1/v1", "k")
         budget = {"maxTurns": 3, "maxCostUsd": 1.0}
         raw = bootConfig(
             providers={"sophia": provider}, budget=budget, mcpUrl="http://127.0.0.1:8710/mcp"
@@ -212,7 +188,7 @@ class LaunchTests(SynchronousTestCase):
                 checkMcpUrl(url)
         with self.assertRaises(ValueError):
             bootConfig(
-                providers={"sophia": _model("http://127.0.0.1:1/v1", "k")},
+                providers={"sophia": providerConfig("http://127.0.0.1:1/v1", "k")},
                 budget={"maxTurns": 3, "maxCostUsd": 1.0},
                 mcpUrl="http://10.0.0.1/mcp",
             )
@@ -222,7 +198,7 @@ class LaunchTests(SynchronousTestCase):
         A provider without a key or models, and a budget that is not
         positive, are refused.
         """
-        provider = _model("http://127.0.0.1:1/v1", "k")
+        provider = providerConfig("http://127.0.0.1:1/v1", "k")
         budget = {"maxTurns": 3, "maxCostUsd": 1.0}
         for providers, badBudget in [
             ({"sophia": {**provider, "apiKey": ""}}, budget),
