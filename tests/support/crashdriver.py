@@ -85,6 +85,7 @@ def scenario(name: str, setup: Callable[[Harness], dict[str, Any]],
     SCENARIOS[name] = Scenario(name, setup, request, lease, settings or {}, extra)
     return name
 
+
 class Normalizer:
     """
     Replaces the ids a run makes up (sessions, chimes) by their order of
