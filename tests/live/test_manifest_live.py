@@ -18,7 +18,7 @@ from vehicle.gardend import Config, Manifest, StandIn
 
 from tests.support._localrun import REPO, sleep
 from tests.support.live import requirePi
-from tests.unit.test_manifest import MANIFEST, _manifest
+from tests.support.manifest import MANIFEST, writeManifest
 
 
 class StandInLaunchTests(TestCase):
@@ -39,7 +39,7 @@ class StandInLaunchTests(TestCase):
         data["command"] = str(REPO / ".venv" / "bin" / "twistd")
         data["workingDir"] = str(REPO)
         data["env"] += [{"name": "PORT", "value": "1"}, {"name": "DATA_DIR", "value": "/nope"}]
-        path = _manifest(tmp)
+        path = writeManifest(tmp)
         path.write_text(json.dumps(data))
         manifest = Manifest.fromPath(path)
         config = Config(masterKey="master-m", tokens=(), graphs=("g1",),

@@ -6,7 +6,6 @@ stand-in starting the real host from the project's own manifest.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +19,7 @@ from vehicle.gardend import ChildProcess, Manifest, ManifestError, describeStatu
 from vehicle.gardend._manifest import INJECTED
 
 from tests.support._localrun import REPO
-
-MANIFEST = REPO / "services" / "vehicle" / "service.json"
-
-
-def _manifest(tmp: Path, **fields: Any) -> Path:
-    data = {
-        "serviceId": "vehicle",
-        "command": "bin/run",
-        "args": ["-x"],
-        "workingDir": "..",
-        "healthPath": "/health",
-        "proxyMount": "/services/vehicle",
-        "env": [{"name": "A", "value": "1"}],
-    }
-    data.update(fields)
-    folder = tmp / "services" / "vehicle"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "service.json"
-    path.write_text(json.dumps({k: v for k, v in data.items() if v is not None}))
-    return path
+from tests.support.manifest import MANIFEST, writeManifest
 
 
 class ManifestTests(SynchronousTestCase):
@@ -68,12 +48,12 @@ class ManifestTests(SynchronousTestCase):
         absolute one stays.
         """
         tmp = Path(self.mktemp()).absolute()
-        path = _manifest(tmp)
+        path = writeManifest(tmp)
         manifest = Manifest.fromPath(path)
         self.assertEqual(manifest.command, str(path.parent / "bin" / "run"))
         self.assertEqual(manifest.workingDir, path.parent.parent)
-        self.assertEqual(Manifest.fromPath(_manifest(tmp, command="node")).command, "node")
-        self.assertEqual(Manifest.fromPath(_manifest(tmp, command="/bin/true")).command, "/bin/true")
+        self.assertEqual(Manifest.fromPath(writeManifest(tmp, command="node")).command, "node")
+        self.assertEqual(Manifest.fromPath(writeManifest(tmp, command="/bin/true")).command, "/bin/true")
 
     def test_malformed(self) -> None:
         tmp = Path(self.mktemp()).absolute()
@@ -86,12 +66,12 @@ class ManifestTests(SynchronousTestCase):
         }
         for words, fields in cases.items():
             with self.assertRaises(ManifestError) as caught:
-                Manifest.fromPath(_manifest(tmp, **fields))
+                Manifest.fromPath(writeManifest(tmp, **fields))
             self.assertIn(words, str(caught.exception))
         with self.assertRaises(ManifestError) as caught:
             Manifest.fromPath(tmp / "nowhere.json")
         self.assertIn("cannot read", str(caught.exception))
-        path = _manifest(tmp)
+        path = writeManifest(tmp)
         path.write_text("[1]")
         self.assertRaises(ManifestError, Manifest.fromPath, path)
 
@@ -101,7 +81,7 @@ class ManifestTests(SynchronousTestCase):
         manifest cannot override what gardend injects.
         """
         tmp = Path(self.mktemp()).absolute()
-        manifest = Manifest.fromPath(_manifest(tmp, env=[
+        manifest = Manifest.fromPath(writeManifest(tmp, env=[
             {"name": "A", "value": "manifest"}, {"name": "PORT", "value": "1"},
             {"name": "DATA_DIR", "value": "/elsewhere"}]))
         env = manifest.environment(
@@ -112,11 +92,11 @@ class ManifestTests(SynchronousTestCase):
 
     def test_onlyVehicleAtItsMount(self) -> None:
         tmp = Path(self.mktemp()).absolute()
-        manifest = Manifest.fromPath(_manifest(tmp, delegateCaller=True))
+        manifest = Manifest.fromPath(writeManifest(tmp, delegateCaller=True))
         service = manifest.serviceConfig("http://127.0.0.1:1", "s")
         self.assertEqual((service.delegateCaller, service.acceptsModelKey), (True, False))
         for fields in (dict(serviceId="other"), dict(proxyMount="/services/other")):
-            other = Manifest.fromPath(_manifest(tmp, **fields))
+            other = Manifest.fromPath(writeManifest(tmp, **fields))
             self.assertRaises(ManifestError, other.serviceConfig, "http://127.0.0.1:1", "s")
 
 
