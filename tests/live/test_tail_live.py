@@ -16,7 +16,10 @@ from twisted.web.server import NOT_DONE_YET, Site
 from vehicle.clients import HostLink, clientHTTP, Tail
 
 from tests.support.live import LiveHost, sleep, startStandIn
-from tests.unit.test_tail import MASTER, event, sse
+from tests.support.sse import event, sse
+
+
+MASTER = "master-tail-test"
 
 
 class LiveTailTests(TestCase):

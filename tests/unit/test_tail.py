@@ -29,8 +29,7 @@ from vehicle.clients import (
     typeMatches,
 )
 
-
-MASTER = "master-tail-test"
+from tests.support.sse import event, sse
 
 
 class FormatTests(SynchronousTestCase):
@@ -71,19 +70,6 @@ class FormatTests(SynchronousTestCase):
             line,
         )
         self.assertLess(len(line), 300)
-
-
-def sse(event: dict[str, Any]) -> bytes:
-    """
-    One event as the host streams it.
-    """
-    head = f"id: {event['seq']}\n" if "seq" in event else ""
-    return (head + f"event: {event['type']}\ndata: {json.dumps(event)}\n\n").encode()
-
-
-def event(seq: int, kind: str = "session.renamed", sessionId: str = "s1") -> dict[str, Any]:
-    return {"protocol": PROTOCOL, "seq": seq, "type": kind, "sessionId": sessionId,
-            "timestamp": "2026-01-01T00:00:00Z", "data": {}}
 
 
 class FakeStream:
