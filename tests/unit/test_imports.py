@@ -9,10 +9,11 @@ room's C{__init__.py} exports.  A private module of C{vehicle} itself
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
+
+from tests.support.imports import importsOf
 
 
 SRC = Path(__file__).parent.parent.parent / "src"
@@ -45,31 +46,16 @@ def owner(target: str) -> str | None:
     return None
 
 
+def isModule(name: str) -> bool:
+    path = SRC.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
 def imported(module: str, source: str, package: bool = False) -> list[tuple[int, str]]:
     """
-    Every module C{source} imports, with its line: C{import a.b},
-    C{from a.b import c} (C{a.b}, and C{a.b.c} when that names a module),
-    relative imports resolved against C{module}.
+    Every module C{source} imports, with its line (L{importsOf}).
     """
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                here = module.split(".")
-                if not package:
-                    here = here[:-1]
-                here = here[: len(here) - (node.level - 1)]
-                base = ".".join(here + ([base] if base else []))
-            found.append((node.lineno, base))
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                path = SRC.joinpath(*candidate.split("."))
-                if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
-                    found.append((node.lineno, candidate))
-    return found
+    return importsOf(module, source, isModule, package)
 
 
 def violations(module: str, source: str, package: bool = False) -> list[tuple[int, str]]:

@@ -8,10 +8,11 @@ C{tests.live} either.  Every file under C{tests/} is read with L{ast}.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
+
+from tests.support.imports import importsOf
 
 
 TESTS = Path(__file__).parent.parent
@@ -41,28 +42,17 @@ def isTestModule(name: str) -> bool:
     return name.startswith(("tests.unit.", "tests.live."))
 
 
+def isModule(name: str) -> bool:
+    return ROOT.joinpath(*name.split(".")).with_suffix(".py").exists()
+
+
 def imports(module: str, source: str) -> list[tuple[int, str]]:
     """
-    Every module C{source} (the text of C{module}) imports, with its line:
-    C{import a.b}, C{from a.b import c} (C{a.b}, and C{a.b.c} when that is
-    a file under C{tests/}), relative imports resolved against C{module}.
+    Every module C{source} (the text of C{module}) imports, with its line
+    (L{importsOf}; C{from a.b import c} counts C{a.b.c} when that is a file
+    under C{tests/}).
     """
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                here = module.split(".")[:-1]
-                here = here[: len(here) - (node.level - 1)]
-                base = ".".join(here + ([base] if base else []))
-            found.append((node.lineno, base))
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                if ROOT.joinpath(*candidate.split(".")).with_suffix(".py").exists():
-                    found.append((node.lineno, candidate))
-    return found
+    return importsOf(module, source, isModule)
 
 
 def crossImports(module: str, source: str) -> list[tuple[int, str]]:
