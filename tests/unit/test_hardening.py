@@ -22,11 +22,8 @@ from vehicle.settings import Settings, SettingsError
 from tests.support.fakepi import STATE, FakePi
 from tests.support.harness import MODELS, SECRET, Harness
 from tests.support.pifiles import HEADER, assistant, entry, user, writePiFile
-from tests.support.routes import TAB1, RouteTestCase
+from tests.support.routes import TAB1, TAB2, RouteTestCase
 from tests.support.schemas import registry, schemas
-
-
-TAB2 = {"client": "tab-2"}
 
 
 def capsuleProblems(value: Any) -> list[str]:
