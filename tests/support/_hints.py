@@ -25,7 +25,11 @@ def annotated(module: ModuleType) -> list[object]:
             found.append(value)
         elif inspect.isclass(value):
             found.append(value)
-            found.extend(v for v in vars(value).values() if inspect.isfunction(v))
+            for member in vars(value).values():
+                # A class or static method's function, a property's getter.
+                member = getattr(member, "__func__", getattr(member, "fget", member))
+                if inspect.isfunction(member):
+                    found.append(member)
     return found
 
 
