@@ -111,3 +111,43 @@ class OperatingTests(SynchronousTestCase):
                 if "*" in target or "<" in target:
                     continue
                 self.assertTrue((ROOT / target).exists(), f"{document.name}: {target}")
+
+
+#: A reference in the walk of a prompt: C{`path.py:N` `Name`} (or C{`:N`
+#: `Name`}, the file being the last one named).
+_WALK_REF = re.compile(r"`(?:([a-z_/]+\.py))?:(\d+)`\s+`([A-Za-z_][A-Za-z_.]*)")
+
+
+def walkReferences(design: str) -> list[tuple[str, int, str]]:
+    """
+    The C{(file, line, name)} references of design.md's walk of a prompt,
+    each C{file} under C{src/vehicle/}.
+    """
+    walk = design[design.index("## The way of a prompt"):design.index("## Decisions")]
+    found, current = [], ""
+    for path, line, name in _WALK_REF.findall(walk):
+        if path:
+            current = path if "/" in path else current.rsplit("/", 1)[0] + "/" + path
+        found.append((current, int(line), name))
+    return found
+
+
+class DesignWalkTests(SynchronousTestCase):
+    """
+    The walk of a prompt in docs/design.md points at the code it names.
+    """
+
+    def test_referencesPointAtTheirNames(self) -> None:
+        """
+        Each C{file:line} of the walk is a line of that file holding the
+        name written beside it (its last part: C{Drive.find} -> C{find}).
+        """
+        references = walkReferences((ROOT / "docs" / "design.md").read_text())
+        self.assertGreater(len(references), 20)
+        wrong = []
+        for path, line, name in references:
+            lines = (ROOT / "src" / "vehicle" / path).read_text().splitlines()
+            word = name.rsplit(".", 1)[-1]
+            if line > len(lines) or word not in lines[line - 1]:
+                wrong.append(f"{path}:{line} does not hold {name}")
+        self.assertEqual(wrong, [])
