@@ -172,31 +172,23 @@ class Public:
         elif session.meta.funding == "credit":
             self.checkCredit(caller)
 
-    def turnTaken(self, session: Session, caller: Caller, commandId: str | None = None) -> None:
+    def turnTaken(self, session: Session, caller: Caller, commandId: str) -> None:
         """
-        A public turn was accepted: count it and, on credit, hold its run's
-        budget in the same reactor turn as L{checkTurn} (nothing can come
-        between the check and the hold), keyed by the command.
+        A public turn was accepted as command C{commandId}: count it and,
+        on credit, hold its run's budget in the same reactor turn as
+        L{checkTurn} (nothing can come between the check and the hold),
+        keyed by the command.
         """
-        if commandId is None:
-            commandId = self._newestCommand(session)
         if session.meta.funding == "credit":
-            command = session.commands.get(commandId) if commandId is not None else None
+            command = session.commands.get(commandId)
             # A command that already ended (its body could not start) has
             # no run to hold for.
-            if commandId is not None and command is not None and command["status"] in OPEN_STATUSES:
+            if command is not None and command["status"] in OPEN_STATUSES:
                 self.ledger.hold(
                     session.meta.principal, self._runBudget(session), session.sessionId,
                     commandId,
                 )
         self.ledger.turn(caller.principal, session.sessionId, session.meta.funding or "", commandId)
-
-    @staticmethod
-    def _newestCommand(session: Session) -> str | None:
-        """
-        The command just accepted: the session's newest.
-        """
-        return next(reversed(session.commands), None)
 
     def _runBudget(self, session: Session) -> float:
         return float(session.meta.maxCostUsd or self.settings.runMaxCostUsd)

@@ -383,7 +383,7 @@ class PublicTurns(Protocol):
 
     def checkTurn(self, session: Session, caller: Caller) -> None: ...
 
-    def turnTaken(self, session: Session, caller: Caller) -> None: ...
+    def turnTaken(self, session: Session, caller: Caller, commandId: str) -> None: ...
 
     def rememberKey(self, session: Session, caller: Caller) -> None: ...
 
@@ -558,7 +558,7 @@ class Drive:
             replay(session, request, "commands")
         result = submitCommand(session, caller, request)
         if turns is not None:
-            turns.turnTaken(session, caller)
+            turns.turnTaken(session, caller, result["value"]["command"]["commandId"])
         return 202, result
 
     def findForChime(self, caller: Caller, sessionId: str) -> Session:
