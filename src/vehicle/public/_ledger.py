@@ -49,7 +49,6 @@ class Ledger:
     path: Path
     clock: IReactorTime
     _log: JsonlLog | None = None
-    _refused: bool = False
     granted: dict[str, float] = field(factory=lambda: defaultdict(float))
     spent: dict[str, float] = field(factory=lambda: defaultdict(float))
     turns: dict[tuple[str, str], int] = field(factory=lambda: defaultdict(int))
@@ -69,9 +68,9 @@ class Ledger:
 
     def _reopenLog(self) -> None:
         """
-        Open the log afresh after the disk refused a row: what it holds is
-        what was folded (a refused row never was; a torn one is cut as the
-        log opens), so its rows are not folded again.
+        Open the log afresh after the disk refused a row.  Its rows are not
+        folded again: memory already holds every row written (a torn one is
+        cut as the log opens), and the rows refused after the fact too.
         """
         assert self._log is not None
         try:
@@ -79,7 +78,6 @@ class Ledger:
         except OSError:
             pass
         self._log, _ = JsonlLog.open(self.path)
-        self._refused = False
 
     def close(self) -> None:
         if self._log is not None:
@@ -127,12 +125,12 @@ class Ledger:
         assert self._log is not None, "the ledger is not open"
         row = {**row, "day": day or self.today(), "at": isoTimestamp(self.clock.seconds())}
         try:
-            if self._refused:
+            if self._log.failed:
                 self._reopenLog()
             self._log.append(row)
         except OSError as e:
-            # The log is opened afresh before the next row.
-            self._refused = True
+            # The log refuses rows from now on: it is opened afresh before
+            # the next one.
             if not afterTheFact:
                 raise storageError(e) from e
             self._logger.warn(
