@@ -13,7 +13,7 @@ from typing import Any
 
 from attrs import define, field
 
-from vehicle.public._ledger import Ledger, holdKey, turnKey
+from vehicle.public._ledger import Ledger, holdKey
 from vehicle.session import FINAL_STATUSES, TEXT_COMMANDS, Session
 
 
@@ -127,12 +127,11 @@ class Accounting:
         for command in reversed(turns):
             if missing <= 0:
                 break
-            if turnKey(session.sessionId, command["commandId"]) in self.ledger.keys:
-                continue
             accepted = command.get("acceptedAt")
-            self.ledger.turn(
+            # The ledger writes a turn once per command: one it has is skipped.
+            if self.ledger.turn(
                 session.meta.principal, session.sessionId, session.meta.funding or "",
                 command["commandId"],
                 day=accepted[:10] if isinstance(accepted, str) else None,
-            )
-            missing -= 1
+            ):
+                missing -= 1
