@@ -265,12 +265,6 @@ class CommandBook:
             command["status"] = "accepted"
             command["updatedAt"] = isoTimestamp(self.clock.seconds())
 
-    def follow(self, event: Mapping[str, Any]) -> None:
-        """
-        Rebuilding from the log: see L{followed}.
-        """
-        followed(self.records, event)
-
     @staticmethod
     def ofRequest(record: Mapping[str, Any]) -> dict[str, Any] | None:
         """
