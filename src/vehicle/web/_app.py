@@ -182,7 +182,7 @@ class VehicleAPI:
             "session": session.summary(),
             "commands": list(session.commands.values()),
             "queue": {"steering": [], "followUp": []},
-            "chimes": [c for c in session.chimes.values() if c.get("status") == "pending"],
+            "chimes": session.room.waiting(),
             "transcript": [],
             "tools": None,
             "stats": None,
