@@ -13,7 +13,7 @@ from attrs import define, field, frozen
 from twisted.internet.interfaces import IReactorTime
 
 from vehicle.errors import VehicleError
-from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES, Caller, isoTimestamp
+from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES, Caller, Effects, isoTimestamp
 
 
 #: The fields of a command's request that its record keeps.
@@ -141,9 +141,6 @@ class Command:
     @property
     def hasText(self) -> bool:
         return self.text is not None
-
-
-Effects = list[tuple[str, dict[str, Any]]]
 
 
 class Committer(Protocol):

@@ -20,11 +20,8 @@ from twisted.logger import Logger
 
 from vehicle.session._requests import ROUTE_OF, openLogs, replayed, requestRecord, storageError
 from vehicle.session._restore import Derived, derive, owedEvents
-from vehicle.session._values import Caller, isoTimestamp, parseTimestamp
+from vehicle.session._values import Caller, Effects, isoTimestamp, parseTimestamp
 from vehicle.store import JsonlLog
-
-
-Effects = list[tuple[str, dict[str, Any]]]
 
 
 class JournalOwner(Protocol):

@@ -14,10 +14,7 @@ from attrs import define, field
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from vehicle.errors import VehicleError
-from vehicle.session._values import Caller, Lease, parseTimestamp
-
-
-Effects = list[tuple[str, dict[str, Any]]]
+from vehicle.session._values import Caller, Effects, Lease, parseTimestamp
 
 
 def holderOf(lease: Lease) -> dict[str, str]:

@@ -13,6 +13,9 @@ from attrs import evolve, field, frozen
 
 
 ROLES = ("owner", "editor", "viewer")
+
+#: The events one durable step writes, in order: C{(type, data)} each.
+Effects = list[tuple[str, dict[str, Any]]]
 WRITER_ROLES = ("owner", "editor")
 
 #: Every durable event type the host writes (spec, "Watch").
