@@ -25,7 +25,7 @@ from vehicle.body._delivery import Delivery
 from vehicle.body._life import BodyLife, Planner
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
-from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol
+from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import readSession
 from vehicle.body._settlement import Settlement
 from vehicle.body._spawner import Launcher, latestSessionFile
@@ -78,10 +78,6 @@ class Conductor:
     @property
     def body(self) -> LiveBody | None:
         return self.life.body
-
-    @property
-    def protocol(self) -> PiProtocol | None:
-        return self.body.protocol if self.body is not None else None
 
     @property
     def transport(self) -> IProcessTransport | None:
