@@ -18,7 +18,7 @@ from pathlib import Path
 from attrs import field, frozen
 
 from vehicle.box._spec import BoxSpecError
-from vehicle.store import fsyncDirectory
+from vehicle.store import fsyncDirectory, fullSync
 
 
 @frozen(kw_only=True)
@@ -117,7 +117,7 @@ def _copyFile(name: str, srcDir: int, dstDir: int) -> None:
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
             # The branch is announced once the copy returns: what it holds
             # must outlive a power cut from then on.
-            os.fsync(dst)
+            fullSync(dst)
         finally:
             os.close(dst)
     finally:
@@ -157,7 +157,7 @@ def _copyDirectory(srcDir: int, dstDir: int) -> None:
                     os.utime(
                         childDst, ns=(childSt.st_atime_ns, childSt.st_mtime_ns)
                     )
-                    os.fsync(childDst)
+                    fullSync(childDst)
                 finally:
                     os.close(childDst)
             finally:
@@ -204,7 +204,7 @@ def copyTree(src: Path, dst: Path) -> None:
                 _copyDirectory(srcFd, dstFd)
                 os.fchmod(dstFd, st.st_mode & _MODE_MASK)
                 os.utime(dstFd, ns=(st.st_atime_ns, st.st_mtime_ns))
-                os.fsync(dstFd)
+                fullSync(dstFd)
             finally:
                 os.close(dstFd)
             fsyncDirectory(dst.parent)

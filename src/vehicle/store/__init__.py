@@ -9,6 +9,7 @@ This package knows nothing of what sessions mean; it only keeps their bytes.
 
 from vehicle.store._atomic import (
     fsyncDirectory,
+    fullSync,
     readJson,
     writeAtomic,
     writeJsonAtomic,
@@ -27,6 +28,7 @@ __all__ = [
     "OsFiles",
     "files",
     "fsyncDirectory",
+    "fullSync",
     "readJson",
     "useFiles",
     "writeAtomic",
