@@ -14,9 +14,11 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
+from vehicle.gardend import freeLoopbackPort
+
 from tests.support._clients import Client, clientEnvironment, runClient
 from tests.support._tls import ThrowawayCA, listenTLS
-from tests.support.live import freePort, startStandIn
+from tests.support.live import startStandIn
 
 
 MASTER = "master-clients-errors"
@@ -77,7 +79,7 @@ class ClientErrorTests(TestCase):
         Nobody listening: 3, "connection refused" and where.  The ride's
         standard output has its frames still: the refusal, then closed.
         """
-        port = freePort()
+        port = freeLoopbackPort()
         ride, tail = await self.both(f"http://127.0.0.1:{port}", 3,
                                      f"cannot connect to 127.0.0.1:{port}: connection refused")
         frames = ride.frames()

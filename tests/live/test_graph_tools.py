@@ -34,11 +34,10 @@ from vehicle.body._picommand import (
     findPi,
 )
 from vehicle.box._proxy import ModelDoor, Upstream
-from vehicle.gardend import Config, StandIn
+from vehicle.gardend import Config, StandIn, freeLoopbackPort
 from vehicle.testing import ScriptedModel
 
 from tests.support._mcp_variant import useVariant
-from tests.support.live import freePort
 from tests.support.piconfig import providerConfig
 from tests.support.realpi import PI_ROOT, PiProcess, Record, spawnPi
 
@@ -485,7 +484,7 @@ class GraphToolsTests(TestCase):
         )
         await door.listen()
         self.addCleanup(door.close)
-        bridgePort = freePort()
+        bridgePort = freeLoopbackPort()
         boot = json.loads(
             bootConfig(
                 providers={"sophia": providerConfig(f"http://127.0.0.1:{bridgePort}/v1", door.token)},

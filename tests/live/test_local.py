@@ -17,6 +17,8 @@ from twisted.internet import reactor
 from twisted.trial.unittest import SkipTest, TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
+from vehicle.gardend import freeLoopbackPort
+
 from tests.support._localrun import (
     REPO,
     LocalRun,
@@ -27,7 +29,7 @@ from tests.support._localrun import (
     personEnv,
     processesUnder,
 )
-from tests.support.live import freePort, requirePi, sleep
+from tests.support.live import requirePi, sleep
 
 
 def _portFree(port: int) -> bool:
@@ -73,7 +75,7 @@ class LocalRunTests(_CloneCase):
     async def test_conversationStopAndStartAgain(self) -> None:
         clone = await self.clone()
         data = self.base / "data"
-        port = freePort()
+        port = freeLoopbackPort()
         run = self.start(clone, "--port", str(port), "--data-dir", str(data))
         banner = await run.banner()
         self.assertIn(f"http://127.0.0.1:{port}/services/vehicle/g/demo", banner)
@@ -169,7 +171,7 @@ class FailureTests(_CloneCase):
         """
         clone = await self.clone()
         data = self.base / "data"
-        run = self.start(clone, "--port", str(freePort()), "--data-dir", str(data))
+        run = self.start(clone, "--port", str(freeLoopbackPort()), "--data-dir", str(data))
         await run.banner()
         models = [pid for pid, cmd in childrenOf(run.process.pid) if "vehicle.testing" in cmd]
         self.assertEqual(len(models), 1, childrenOf(run.process.pid))
@@ -211,7 +213,7 @@ class FailureTests(_CloneCase):
         def host() -> Process:
             p = Process().spawn(
                 [twistd, "-n", "--pidfile=", "vehicle", "--listen",
-                 f"tcp:{freePort()}:interface=127.0.0.1", "--data-dir", str(data)],
+                 f"tcp:{freeLoopbackPort()}:interface=127.0.0.1", "--data-dir", str(data)],
                 cwd=self.tmp, env=env)
             self.addCleanup(lambda: p.signal("KILL"))
             return p

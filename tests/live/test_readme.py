@@ -21,8 +21,10 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
+from vehicle.gardend import freeLoopbackPort
+
 from tests.support._localrun import REPO, LocalRun, Ride, cleanClone, personEnv
-from tests.support.live import freePort, requirePi, sleep
+from tests.support.live import requirePi, sleep
 from tests.support.schemas import assertValidFrame
 
 README = REPO / "README.md"
@@ -97,7 +99,7 @@ class ReadmeTranscriptTests(TestCase):
         (base / "tmp").mkdir()
         clone = await cleanClone(base / "vehicle")
         # Written on the default port, as the README's reader sees it.
-        port = 8700 if os.environ.get("VEHICLE_README_WRITE") else freePort()
+        port = 8700 if os.environ.get("VEHICLE_README_WRITE") else freeLoopbackPort()
         run = LocalRun(clone, ["--port", str(port), "--data-dir", str(base / "data")],
                        personEnv(base / "tmp"))
         self.addCleanup(run.reap)

@@ -22,6 +22,7 @@ from twisted.trial.unittest import SkipTest, TestCase
 
 from vehicle._tap import buildHost
 from vehicle.body._picommand import PiNotInstalled, findPi
+from vehicle.gardend import freeLoopbackPort
 from vehicle.models import ModelCatalog
 from vehicle.settings import Settings, defaultPiRoot
 from vehicle.testing import ScriptedModel
@@ -279,14 +280,6 @@ class _Collector(ProcessProtocol):
         self.ended.callback(reason.value)
 
 
-def freePort() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class TwistdHost(LiveHost):
     """
     The host as operators run it: C{twistd -n vehicle} in its own process,
@@ -303,7 +296,7 @@ class TwistdHost(LiveHost):
                 "models": [{"id": "echo-1", "name": "Echo", "reasoning": False, "input": ["text"],
                             "cost": {"input": 3, "output": 15, "cacheRead": 0, "cacheWrite": 0},
                             "contextWindow": 128000, "maxTokens": 4096}]}}}))
-        self.portNumber = freePort()
+        self.portNumber = freeLoopbackPort()
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "MNEMOSYNE_INTERNAL_SERVICE_SECRET": SECRET,
