@@ -1,5 +1,5 @@
 """
-Real, pinned pi (C{.venv/pi}) in the live tests: C{PI_ROOT}, the runtime;
+Real, pinned pi (C{.venv/pi}, or C{$VEHICLE_PI_ROOT}, as the host finds it) in the live tests: C{PI_ROOT}, the runtime;
 L{PiProcess}, the parent's side of a pi RPC child (its boot config on fd 3,
 its stdout records); L{spawnPi}, which starts one on the real reactor and
 stops it at the test's cleanup; C{DEADLINE} for a record to come.  Only the
@@ -19,9 +19,10 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
 
 from vehicle.body._picommand import SOPHIA_EXTENSION, piArgv, piEnvironment
+from vehicle.settings import defaultPiRoot
 
 
-PI_ROOT = Path(__file__).resolve().parent.parent.parent / ".venv" / "pi"
+PI_ROOT = defaultPiRoot()
 #: Generous: a cold pi start takes about 1.3 s.
 DEADLINE = 15.0
 
