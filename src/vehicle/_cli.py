@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_clients_cli -*-
+# -*- test-case-name: tests.unit.test_clients_cli -*-
 """
 The C{vehicle} console script: C{vehicle ride} (the stdio JSONL client) and
 C{vehicle tail} (an operator's tail of a session's events).  Only parsing

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_http -*-
+# -*- test-case-name: tests.unit.test_http -*-
 """
 The host's own HTTP client (treq over an Agent) that connects to an IP
 address directly: a loopback URL never waits on the reactor's thread pool

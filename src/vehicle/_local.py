@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_local -*-
+# -*- test-case-name: tests.live.test_local -*-
 """
 The one-command local run (C{scripts/run}): the gardend stand-in in this
 process, the scripted model as a child (or a real provider when

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_local -*-
+# -*- test-case-name: tests.live.test_local -*-
 """
 Quiet logs: Twisted announces every factory it starts and stops, which for
 an HTTP client is a pair of lines per connection.  The host's observer

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_limits,tests.test_proxy -*-
+# -*- test-case-name: tests.unit.test_limits,tests.live.test_proxy -*-
 """
 The host's HTTP request, shared by every server it runs (the app's site
 and the doors into boxes): its body bounded in memory, never a form, and a

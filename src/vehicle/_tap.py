@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_tap -*-
+# -*- test-case-name: tests.unit.test_tap -*-
 """
 C{twistd vehicle}: the command line, and the service tree it builds.  It
 reads the settings, builds the rooms and wires them; it knows nothing of

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_errors -*-
+# -*- test-case-name: tests.unit.test_schemas,tests.unit.test_web -*-
 """
 The protocol's error codes and their HTTP statuses: one table, one exception.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_models -*-
+# -*- test-case-name: tests.unit.test_agent,tests.unit.test_openapi -*-
 """
 The models this host offers: a pi-format C{models.json} named by
 C{VEHICLE_MODELS}, whose provider keys written C{"$NAME"} are read from the

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_settings -*-
+# -*- test-case-name: tests.unit.test_agent,tests.unit.test_hardening -*-
 """
 Every setting the host reads from its environment, parsed and checked once.
 

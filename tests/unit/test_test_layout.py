@@ -8,6 +8,7 @@ C{tests.live} either.  Every file under C{tests/} is read with L{ast}.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -150,3 +151,31 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(liveImports(here, "from tests.support import unixhttp"),
                          [(1, "tests.support.unixhttp")])
         self.assertEqual(liveImports(here, "from tests.support.harness import Harness"), [])
+
+
+#: An emacs/trial header naming the tests of a source module.
+_TEST_CASE_NAME = re.compile(r"#\s*-\*-\s*test-case-name:\s*(.*?)\s*-\*-")
+
+
+class TestCaseNameTests(SynchronousTestCase):
+    """
+    The C{test-case-name} header of each source module names test modules
+    that exist (C{trial --testmodule} runs them; a stale one runs nothing).
+    """
+
+    def test_everyNameExists(self) -> None:
+        missing = []
+        sources = sorted((ROOT / "src" / "vehicle").rglob("*.py"))
+        named = 0
+        for source in sources:
+            with source.open(encoding="utf-8") as f:
+                match = _TEST_CASE_NAME.match(f.readline())
+            if match is None:
+                continue
+            for name in match.group(1).split(","):
+                named += 1
+                module = ROOT.joinpath(*name.strip().split(".")[:3]).with_suffix(".py")
+                if not module.is_file():
+                    missing.append(f"{source.relative_to(ROOT)}: {name.strip()}")
+        self.assertGreater(named, 50)
+        self.assertEqual(missing, [])

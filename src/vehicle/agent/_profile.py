@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_agent -*-
+# -*- test-case-name: tests.unit.test_agent -*-
 """
 The agent profile, wired: who may create one, the isolation decision (with
 its probe), the session's workspace and the identities of its folders, and

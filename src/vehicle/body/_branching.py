@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_hardening,tests.test_crash -*-
+# -*- test-case-name: tests.unit.test_hardening,tests.unit.test_crash -*-
 """
 Fork and clone: a new session from a source session's conversation (a copy
 of pi's file up to a point, made without a pi process), with the source's

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_conductor -*-
+# -*- test-case-name: tests.unit.test_conductor -*-
 """
 One live pi process and everything that lives and dies with it: its
 protocol and transport, the plan it was made from, its translator, pi's

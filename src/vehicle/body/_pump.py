@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_conductor -*-
+# -*- test-case-name: tests.unit.test_conductor -*-
 """
 The conductor's one line of delivery: the commands waiting for the body
 (the backlog), the one being delivered now, the loop that delivers them in

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_rpc -*-
+# -*- test-case-name: tests.unit.test_rpc -*-
 """
 The wire to one C{pi --mode rpc} child: LF framing of its stdout, C{id}
 correlation of commands and responses, its stderr tail, and stopping it.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sessionfile -*-
+# -*- test-case-name: tests.unit.test_sessionfile -*-
 """
 Reading and branching pi's session files (JSONL, version 3) without pi.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_translate -*-
+# -*- test-case-name: tests.unit.test_translate -*-
 """
 pi's stdout records turned into the host's events, without I/O.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_box -*-
+# -*- test-case-name: tests.unit.test_box -*-
 """
 The agent profile's box: the bwrap argv and the seatbelt profile (pure), the
 probe and the isolation decision, the tamper checks on a body's folders and

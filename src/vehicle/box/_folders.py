@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_box -*-
+# -*- test-case-name: tests.unit.test_box -*-
 """
 The body's own folders seen from the host: that they are still the folders
 the box was made with (L{FolderIdentity}, for C{body_tampered}), and the

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_box -*-
+# -*- test-case-name: tests.unit.test_box -*-
 """
 Whether this host can make a box: the pure decision from the settings and the
 platform (L{checkIsolation}), and the probe that runs bwrap once to see that

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_proxy -*-
+# -*- test-case-name: tests.live.test_proxy -*-
 """
 The model's door into a box: an HTTP proxy on a Unix socket that the box
 sees (bound read-only), which swaps a per-body token for the real provider

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_box -*-
+# -*- test-case-name: tests.unit.test_box -*-
 """
 The macOS box: a Seatbelt profile (SBPL) and the C{sandbox-exec} argv.
 

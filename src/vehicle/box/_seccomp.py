@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_seccomp -*-
+# -*- test-case-name: tests.unit.test_seccomp -*-
 """
 The box's seccomp filter: the policy written once by system call name,
 compiled by libseccomp (through C{pyseccomp}, a ctypes binding of

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_box -*-
+# -*- test-case-name: tests.unit.test_box -*-
 """
 What a box is made of: the L{BoxSpec} value, its checks, and the one impure
 step that turns the paths a caller has into canonical, symlink-free ones.

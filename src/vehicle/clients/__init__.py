@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_ride,tests.test_tail -*-
+# -*- test-case-name: tests.unit.test_ride,tests.unit.test_tail -*-
 """
 The host's clients, through gardend's front door: C{vehicle ride}, the
 stdio (JSONL) client, and C{vehicle tail}, an operator's view of a

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_clients_errors -*-
+# -*- test-case-name: tests.live.test_clients_errors -*-
 """
 What both clients need to reach gardend as people point them at it: a URL
 with a scheme, HTTP or HTTPS with certificates verified (the system's

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_ride -*-
+# -*- test-case-name: tests.unit.test_ride -*-
 """
 The ride's line protocol: one request a line in, one frame a line out, in
 order, one request at a time.  C{ready} first (the session made or found,

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_ride -*-
+# -*- test-case-name: tests.unit.test_ride -*-
 """
 C{vehicle ride}: its options, and the wiring of a ride to standard input
 and output and to gardend over HTTP, on the real reactor.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_ride -*-
+# -*- test-case-name: tests.unit.test_ride -*-
 """
 Lines over standard input and output, for the clients: a half-closeable
 line receiver, so the end of the input leaves the output open until every

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_tail -*-
+# -*- test-case-name: tests.unit.test_tail -*-
 """
 C{vehicle tail}: an operator's view of one session's events (or, with
 C{--all}, of every session of a graph), followed over SSE through gardend,

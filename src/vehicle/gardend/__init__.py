@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend -*-
 """
 A stand-in for gardend, for tests and the one-command local run: the front
 door that mints identity headers and delegation tokens (members, and in

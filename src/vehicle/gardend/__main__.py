@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend -*-
 """
 C{python -m vehicle.gardend --config FILE --root DIR --port N}: run the
 stand-in on loopback until interrupted.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend -*-
 """
 The stand-in's configuration: the master key, client tokens and their grants,
 the graphs, public mode (its graphs and the accounts standing in for Cognito)

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend -*-
 """
 Delegation tokens: opaque strings, HMAC-signed by the stand-in, that let a
 service act on gardend's C{/mcp} for one caller, on one graph, with one role,

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend -*-
 """
 The stand-in's front door: authenticates the caller (a member, or in public
 mode a visitor or Sophia account on a public graph), drops every identity

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_manifest -*-
+# -*- test-case-name: tests.unit.test_manifest -*-
 """
 gardend's way of starting a service: the manifest
 (C{services/<id>/service.json}), the environment gardend injects, and a

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend -*-
 """
 The whole stand-in assembled: the store, the delegation key, C{/mcp} and the
 front door on one loopback port, with the handles tests reach for (the audit,

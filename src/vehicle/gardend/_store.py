@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend -*-
 """
 The stand-in's workspace: folders, documents and wires of each graph as JSON
 files under a root directory, written atomically, plus gardend's audit log.

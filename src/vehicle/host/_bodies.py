@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_tap,tests.test_hardening -*-
+# -*- test-case-name: tests.unit.test_tap,tests.unit.test_hardening -*-
 """
 The host's sessions given their bodies: each session gets its conductor
 with the plan its profile or funding asks for (the agent's box, the

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_mirror -*-
+# -*- test-case-name: tests.live.test_mirror -*-
 """
 The mirror: each session's conversation written to a Garden document in its
 graph, as the person, through gardend's MCP tools. A small MCP client, the

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_mirror -*-
+# -*- test-case-name: tests.live.test_mirror -*-
 """
 A small MCP client for gardend's C{/mcp}: JSON-RPC 2.0 over HTTP POST with
 treq, C{initialize} once per client, then C{tools/call}, each result's first

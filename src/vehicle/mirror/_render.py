@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_mirror_render -*-
+# -*- test-case-name: tests.unit.test_mirror_render -*-
 """
 The conversation document, as markdown: pure functions from a session's
 meta, title and transcript to the mirror document's id, title and content.

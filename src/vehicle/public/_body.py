@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_public -*-
+# -*- test-case-name: tests.unit.test_public -*-
 """
 The body of a conversation on the caller's own key: a model runtime of its
 own, reaching the provider through a door that holds the caller's newest key

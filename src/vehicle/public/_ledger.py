@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_public -*-
+# -*- test-case-name: tests.unit.test_public -*-
 """
 The ledger of public spending: C{public/ledger.jsonl}, append-only.  Rows are
 C{grant} (credit in), C{debit} (a credit run's cost), C{turn} (every

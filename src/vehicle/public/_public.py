@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_public -*-
+# -*- test-case-name: tests.unit.test_public -*-
 """
 Public sessions: who may open a conversation and on which door (their own
 key, or an account's credit), the limits of every public turn (each

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_capsule -*-
+# -*- test-case-name: tests.unit.test_hardening -*-
 """
 The capsule: a bounded summary of a session that is safe to hand over.  It
 carries identity, posture, counts and the shape of the conversation, and

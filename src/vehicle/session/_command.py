@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_conductor -*-
+# -*- test-case-name: tests.unit.test_conductor -*-
 """
 A command as the session hands it to its body: a frozen value.  The session
 owns the command's record (its status, its answer); whoever delivers it

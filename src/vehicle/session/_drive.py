@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_session -*-
+# -*- test-case-name: tests.unit.test_web,tests.unit.test_chimes -*-
 """
 The drive step: every rule of a request on sessions, in one place.  The web
 room authenticates and parses; L{Drive} then replays (L{Replayed}), applies

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_web.LeaseTests -*-
+# -*- test-case-name: tests.unit.test_web.LeaseTests -*-
 """
 A session's lease: who drives it and until when.  L{LeaseKeeper} holds the
 lease and its expiry timer; the rules (claim, takeover, release, renewal by

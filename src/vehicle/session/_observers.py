@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_mirror,tests.test_public -*-
+# -*- test-case-name: tests.live.test_mirror,tests.unit.test_public -*-
 """
 Who follows a session's life beyond the session room (the mirror, public
 accounting): told when a session is created (or loaded), renamed, when a

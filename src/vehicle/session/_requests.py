@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_crash -*-
+# -*- test-case-name: tests.unit.test_crash -*-
 """
 A session's request log (C{commands.jsonl}) and the idempotency rule: the
 record that remembers an accepted request, its fingerprint on its route,

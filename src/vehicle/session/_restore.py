@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_crash -*-
+# -*- test-case-name: tests.unit.test_crash -*-
 """
 A session read back from its two logs: the events a cut host owed
 (L{owedEvents}), then every piece of state derived from the logs by the

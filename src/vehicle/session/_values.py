@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_session -*-
+# -*- test-case-name: tests.unit.test_session_parts,tests.unit.test_web -*-
 """
 The session room's values: who calls (L{Caller}), what a session is fixed to
 at creation (L{SessionMeta}), the lease, and the protocol's event names.

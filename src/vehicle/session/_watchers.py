@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_watch -*-
+# -*- test-case-name: tests.unit.test_watch -*-
 """
 Who watches a session's events: listeners told of every event (durable or
 ephemeral, the SSE streams and the body's hooks) and long-polls waiting for

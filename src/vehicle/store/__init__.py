@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_store -*-
+# -*- test-case-name: tests.unit.test_store -*-
 """
 Durable files: the append-only JSONL log (sequence numbers, torn-tail repair),
 atomic whole-file rewrites, the data directory's layout and the trash, all

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_store -*-
+# -*- test-case-name: tests.unit.test_store -*-
 """
 Whole-file rewrites that a crash cannot tear, and the fsync helpers they use.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_crash -*-
+# -*- test-case-name: tests.unit.test_crash -*-
 """
 The file layer under the store: every call the store makes that changes
 the disk (open, write, fsync, rename, mkdir, unlink, ...) goes through one

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_store -*-
+# -*- test-case-name: tests.unit.test_store -*-
 """
 The append-only JSONL log: one JSON object per line, one C{write} per record.
 

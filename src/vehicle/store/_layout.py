@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_store -*-
+# -*- test-case-name: tests.unit.test_store -*-
 """
 The data directory's layout: C{sessions/}, C{trash/}, C{workspaces/},
 C{public/}, the paths of a session's folders, and the move to the trash.

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_datalock -*-
+# -*- test-case-name: tests.unit.test_datalock -*-
 """
 The data directory's lock: one host per data directory.  The host takes an
 exclusive C{flock} on C{vehicle.lock} at start and holds it for its life;

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_model -*-
+# -*- test-case-name: tests.live.test_model -*-
 """
 Test support: a scripted OpenAI-compatible model server.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_model -*-
+# -*- test-case-name: tests.live.test_model -*-
 """
 C{python -m vehicle.testing --port N}: run the scripted model alone on loopback.
 

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_model -*-
+# -*- test-case-name: tests.live.test_model -*-
 """
 A scripted OpenAI-compatible chat-completions server for tests and local runs.
 

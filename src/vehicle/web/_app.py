@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_web -*-
+# -*- test-case-name: tests.unit.test_web -*-
 """
 The Klein app: thin routes.  Each authenticates the caller, parses and
 validates the request JSON, hands it to the session room's drive step

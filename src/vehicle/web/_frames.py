@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_web -*-
+# -*- test-case-name: tests.unit.test_web -*-
 """
 Frames: every answer is one JSON object naming the protocol, its type and
 the request it answers; refusals are the error frame.  Also the request

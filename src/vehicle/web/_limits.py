@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_limits,tests.test_hostile -*-
+# -*- test-case-name: tests.unit.test_limits,tests.unit.test_hostile -*-
 """
 Request limits below the routes, in one place: every refusal the HTTP layer
 makes is the error frame (JSON, the error table's status), written once,

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_web -*-
+# -*- test-case-name: tests.unit.test_web -*-
 """
 Trust: gardend's secret and the identity headers it mints.  Identity headers
 are believed only once the secret matched (compared in constant time).

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_watch -*-
+# -*- test-case-name: tests.unit.test_watch -*-
 """
 Watching a session: the long-poll answer (C{watch.completed}) and the SSE
 stream that replays from a cursor and then follows live.  A slow SSE client
