@@ -20,7 +20,6 @@ from treq.client import HTTPClient
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.protocol import ProcessProtocol
-from twisted.internet.task import deferLater
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.iweb import UNKNOWN_LENGTH, IBodyProducer
@@ -28,18 +27,13 @@ from zope.interface import implementer
 
 from tests.support._headers import bytesNames
 from tests.support.harness import SECRET, identity
+from tests.support.live import sleep
+from tests.support.routes import TAB1, TAB2
 from tests.support.schemas import assertValidEvent, assertValidFrame
 
 
 TWISTD = str(Path(sys.prefix) / "bin" / "twistd")
 MiB = 1024 * 1024
-TAB1 = {"client": "tab-1"}
-TAB2 = {"client": "tab-2"}
-
-
-def sleep(seconds: float) -> Deferred:
-    return deferLater(reactor, seconds, lambda: None)
-
 
 class _Child(ProcessProtocol):
     def __init__(self) -> None:
