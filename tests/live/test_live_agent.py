@@ -5,16 +5,12 @@ model reached only through the host's door.
 
 from __future__ import annotations
 
-import json
 import os
 
 from twisted.trial.unittest import TestCase
 
 from tests.support.live import LiveHost, settledEvent
-
-
-def bash(command: str) -> str:
-    return "[[TOOL:bash " + json.dumps({"command": command}) + "]]"
+from tests.support.scripted import bashMarker
 
 
 class AgentTests(TestCase):
@@ -34,7 +30,7 @@ class AgentTests(TestCase):
         sid = await host.create(profile="agent")
         code, frame = await host.call("GET", f"/sessions/{sid}")
         self.assertEqual(frame["value"]["session"]["isolation"], "bwrap")
-        await host.command(sid, "prompt", "p1", text="make a file " + bash("echo hi > made.txt"))
+        await host.command(sid, "prompt", "p1", text="make a file " + bashMarker("echo hi > made.txt"))
         events = await host.waitFor(sid, settledEvent)
         materialized = next(e for e in events if e["type"] == "body.materialized")
         self.assertEqual(materialized["data"]["box"], "bwrap")
@@ -51,7 +47,7 @@ class AgentTests(TestCase):
         """
         host = await LiveHost(self).start()
         sid = await host.create(profile="agent")
-        await host.command(sid, "prompt", "p1", text="wait " + bash("sleep 20"))
+        await host.command(sid, "prompt", "p1", text="wait " + bashMarker("sleep 20"))
         await host.waitFor(sid, lambda e: e["type"] == "tool.started")
         code, frame = await host.command(sid, "abort", "a1")
         self.assertEqual(code, 202, frame)
@@ -75,7 +71,7 @@ class AgentTests(TestCase):
         host = await LiveHost(self).start()
         sid = await host.create(profile="agent")
         await host.command(sid, "prompt", "p1",
-                           text="set up " + bash("echo one > a.txt && ln -s /etc/hostname link"))
+                           text="set up " + bashMarker("echo one > a.txt && ln -s /etc/hostname link"))
         await host.waitFor(sid, settledEvent)
         code, frame = await host.command(sid, "clone", "c1")
         self.assertEqual(code, 201, frame)
@@ -88,7 +84,7 @@ class AgentTests(TestCase):
         self.assertEqual(os.readlink(copy / "link"), "/etc/hostname")
         (source / "a.txt").write_text("changed\n")
         self.assertEqual((copy / "a.txt").read_text(), "one\n")
-        await host.command(clone["sessionId"], "prompt", "p2", text="add " + bash("echo two > b.txt"))
+        await host.command(clone["sessionId"], "prompt", "p2", text="add " + bashMarker("echo two > b.txt"))
         events = await host.waitFor(clone["sessionId"], settledEvent)
         self.assertFalse(events[-1]["data"]["aborted"])
         self.assertTrue((copy / "b.txt").exists())
@@ -105,7 +101,7 @@ class AgentTests(TestCase):
         probe = ("grep Seccomp: /proc/self/status > sc.txt; "
                  "python3 -c 'import socket; socket.socket(socket.AF_PACKET)' 2> packet.txt; "
                  "unshare -U true 2> unshare.txt; echo done > done.txt")
-        await host.command(sid, "prompt", "p1", text="probe " + bash(probe))
+        await host.command(sid, "prompt", "p1", text="probe " + bashMarker(probe))
         events = await host.waitFor(sid, settledEvent)
         self.assertFalse(events[-1]["data"]["aborted"])
         workspace = host.root / "workspaces" / sid
