@@ -28,6 +28,7 @@ from twisted.internet.task import react
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import BenchCase, rss  # noqa: E402
+from tests.support.harness import newSession  # noqa: E402
 from tests.support.live import LiveHost, SSEWatcher  # noqa: E402
 from vehicle.body import (  # noqa: E402
     EXTENSION,
@@ -38,7 +39,7 @@ from vehicle.body import (  # noqa: E402
     piArgv,
     piEnvironment,
 )
-from vehicle.session import Caller, Registry, SessionMeta  # noqa: E402
+from vehicle.session import Caller, Registry  # noqa: E402
 from vehicle.settings import defaultPiRoot  # noqa: E402
 from vehicle.store import DataDir  # noqa: E402
 
@@ -125,19 +126,16 @@ def perEvent(count: int = 2000) -> tuple[float, float]:
     registry = Registry(dataDir=DataDir(root), clock=clock)
     registry.dataDir.ensure()
     caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g")
-    meta = SessionMeta(sessionId="sbench", graphId="g", principal="alice", role="owner",
-                       profile="chat", model="scripted/echo-1", createdAt=clock.seconds(),
-                       maxTurns=12, maxCostUsd=0.25)
-    session, _ = registry.create(caller, meta, title=None, claim=True)
+    session = newSession(registry, caller, sessionId="sbench")
     received = []
-    session.subscribe(received.append)
+    session.feed.subscribe(received.append)
     start = time.perf_counter()
     for n in range(count):
         session.emit("tool.started", {"runId": "run-1", "toolCallId": f"c{n}", "toolName": "x"})
     durable = (time.perf_counter() - start) / count
     start = time.perf_counter()
     for n in range(count):
-        session.broadcast("message.delta", {"runId": "run-1", "text": "word "})
+        session.feed.broadcast("message.delta", {"runId": "run-1", "text": "word "})
     ephemeral = (time.perf_counter() - start) / count
     session.close()
     return durable, ephemeral
@@ -155,10 +153,7 @@ def dormantCost(sessions: int = 200) -> float:
     registry.dataDir.ensure()
     for n in range(sessions):
         caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g")
-        meta = SessionMeta(sessionId=f"s{n:05d}", graphId="g", principal="alice", role="owner",
-                           profile="chat", model="scripted/echo-1", createdAt=clock.seconds(),
-                           maxTurns=12, maxCostUsd=0.25)
-        s, _ = registry.create(caller, meta, title=f"t{n}", claim=True)
+        s = newSession(registry, caller, sessionId=f"s{n:05d}", title=f"t{n}")
         for k in range(20):
             s.emit("tool.started", {"runId": "run-1", "toolCallId": f"c{k}", "toolName": "x"})
     registry.close()

@@ -114,7 +114,7 @@ async def sample(host: LiveHost, profile: str) -> dict[str, float]:
             marks["settled"] = time.perf_counter()
             settled.callback(None)
 
-    stop = session.subscribe(listen)
+    stop = session.feed.subscribe(listen)
     start = time.perf_counter()
     code, frame = await host.command(sid, "prompt", "p1", text="hello")
     assert code == 202, frame

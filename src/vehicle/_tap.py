@@ -10,27 +10,25 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from attrs import define
-from twisted.internet.defer import Deferred
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IReactorCore, IReactorThreads
 from twisted.internet.threads import deferToThreadPool
-from twisted.logger import Logger
 from twisted.python import usage
 
+from vehicle import __version__
 from vehicle._reactors import IHostReactor, globalReactor
 from vehicle.agent import AgentProfile
-from vehicle.body import EXTENSION, Launcher, RunInThread, branch, inline
-from vehicle.errors import VehicleError
-from vehicle.host import Bodies
+from vehicle.body import EXTENSION, Launcher, RunInThread, inline
+from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower
 from vehicle.mirror import Mirror
 from vehicle.public import Ledger, OwnKeyBodies, Public
 from vehicle.models import ModelCatalog
-from vehicle.session import Caller, Drive, Registry, Session
+from vehicle.session import Registry
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
 from vehicle.store import DataDir, DataDirLock, DataDirLocked
 from vehicle.web import VehicleAPI, VehicleSite
@@ -71,59 +69,6 @@ class Options(usage.Options):
             # One clear line, not twistd's page of usage.
             raise SettingsRefused(f"vehicle: {e}")
         scrubEnvironment(os.environ)
-
-
-@define(eq=False)
-class HostService(Service):
-    """
-    Loads every session at start; at stop, ends the watches, disposes of
-    the bodies and closes the logs.
-    """
-
-    _log: ClassVar[Logger] = Logger()
-
-    registry: Registry
-    api: VehicleAPI
-    host: Any = None
-
-    def startService(self) -> None:
-        Service.startService(self)
-        self.registry.loadAll()
-        if self.host is not None and getattr(self.host, "agent", None) is not None:
-            self.host.agent.sweepRunDirs()
-            Deferred.fromCoroutine(self._probe(self.host.agent))
-        self._log.info(
-            "vehicle {version} serving {count} sessions from {dataDir}",
-            version=_version(),
-            count=len(self.registry.sessions),
-            dataDir=str(self.registry.dataDir.root),
-        )
-
-    async def _probe(self, agent: AgentProfile) -> None:
-        try:
-            tier = await agent.decide()
-        except VehicleError as e:
-            self._log.warn("Agent sessions are unavailable here: {reason}", reason=e.message)
-        except Exception as e:
-            self._log.error("The box probe could not run: {error!r}", error=e)
-        else:
-            self._log.info("Agent bodies run in isolation tier {tier}", tier=tier)
-
-    def stopService(self) -> Any:
-        Service.stopService(self)
-        self.api.stopStreams()
-        if self.host is not None:
-            d = self.host.stop()
-            d.addBoth(lambda _: self.registry.close())
-            return d
-        self.registry.close()
-        return None
-
-
-def _version() -> str:
-    from vehicle import __version__
-
-    return __version__.public()
 
 
 def buildHost(
@@ -179,15 +124,17 @@ def buildHost(
         public=public,
         ownKey=ownKey,
     )
-    registry.onSession.append(bodies.attach)
+    # The order they hear in: a session has its body before anyone else
+    # hears of it.
+    registry.observers.add(bodies)
     if public is not None:
         registry.observers.add(public)
-    registry.observers.add(_MirrorObserver(mirror))
+    registry.observers.add(MirrorFollower(mirror))
     drive = Drive(
         registry=registry,
         chooseModel=models.choose,
         agent=agent,
-        bodies=_BodyRules(
+        bodies=BodyRoomRules(
             registry=registry, bodies=bodies, agent=agent,
             runInThread=runInThread or _threadRunner(reactor),
         ),
@@ -205,7 +152,9 @@ def buildHost(
         keepaliveSeconds=settings.keepaliveSeconds,
         public=public,
     )
-    return api, HostService(registry=registry, api=api, host=bodies)
+    return api, HostService(
+        registry=registry, bodies=bodies, stopStreams=api.stopStreams, version=__version__.public()
+    )
 
 
 def _threadRunner(reactor: IReactorCore) -> RunInThread:
@@ -221,52 +170,6 @@ def _threadRunner(reactor: IReactorCore) -> RunInThread:
         return await deferToThreadPool(threaded, threaded.getThreadPool(), f, *args)
 
     return runInThread
-
-
-@define(eq=False)
-class _BodyRules:
-    """
-    The body room's part in a request (L{vehicle.session.BodyRules}): a
-    branch from pi's file, a body let go before a delete.
-    """
-
-    registry: Registry
-    bodies: Bodies
-    agent: AgentProfile
-    runInThread: RunInThread
-
-    async def branch(self, source: Session, caller: Caller, request: dict[str, Any]) -> dict[str, Any]:
-        return await branch(
-            self.registry, source, caller, request, self.agent.recordFolders, self.runInThread
-        )
-
-    async def dispose(self, session: Session) -> None:
-        await self.bodies.disposeFor(session)
-
-
-@define(eq=False)
-class _MirrorObserver:
-    """
-    The mirror as an observer of sessions (L{vehicle.session.SessionObserver}).
-    """
-
-    mirror: Mirror
-
-    def created(self, session: Session) -> None:
-        self.mirror.attach(session)
-
-    def renamed(self, session: Session) -> None:
-        self.mirror.afterRename(session)
-
-    def settled(self, session: Session, info: dict[str, Any]) -> None:
-        self.mirror.afterSettle(session)
-
-    def deleting(self, session: Session) -> dict[str, Any] | None:
-        info = self.mirror.deleteInfo(session)
-        return {"mirror": info} if info else None
-
-    def deleted(self, session: Session) -> None:
-        self.mirror.forget(session)
 
 
 @define(eq=False)

@@ -27,7 +27,7 @@ class LiveAgentTests(TestCase):
         fails and creation is refused with C{isolation_unavailable} 503.
         """
         host = await LiveHost(self).start()
-        host.host.host.agent.bwrap = "/nonexistent/bwrap"
+        host.host.bodies.agent.bwrap = "/nonexistent/bwrap"
         code, frame = await host.call(
             "POST", "/sessions", {"requestId": "c1", "profile": "agent"}
         )

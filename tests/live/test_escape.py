@@ -311,7 +311,7 @@ class Box:
         return self
 
     def agent(self) -> Any:
-        return self.host.host.host.agent
+        return self.host.host.bodies.agent
 
     async def probe(self, config: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
         """

@@ -69,7 +69,7 @@ class LiveHardeningTests(TestCase):
         await host.waitFor(sid, lambda e: e["type"] == "command.delivered"
                            and e["data"]["commandId"] == "s1")
         session = host.registry().sessions[sid]
-        self.assertEqual(session.commands["p1"]["status"], "delivered")   # still running
+        self.assertEqual(session.findCommand("p1").status, "delivered")   # still running
         code, frame = await host.call("POST", base, {"type": "abort", "requestId": "a1"},
                                       client="tab-2")
         self.assertEqual(code, 202, frame)
@@ -79,8 +79,8 @@ class LiveHardeningTests(TestCase):
         self.assertTrue(settled[0]["data"]["aborted"])
         await host.waitFor(sid, lambda e: e["type"] == "command.completed"
                            and e["data"]["commandId"] == "a1")
-        self.assertEqual(session.commands["p1"]["status"], "aborted")
-        self.assertEqual(session.commands["s1"]["status"], "aborted")
+        self.assertEqual(session.findCommand("p1").status, "aborted")
+        self.assertEqual(session.findCommand("s1").status, "aborted")
         users = [e["data"]["text"] for e in host.events(sid)
                  if e["type"] == "message.completed" and e["data"]["role"] == "user"]
         self.assertEqual(users, ["long one [[SLOW]]", "now slowly [[SLOW]]"])

@@ -89,7 +89,7 @@ class StreamingTests(TestCase):
         await host.waitFor(sid, lambda e: e["type"] == "command.completed" and e["data"]["commandId"] == "f1")
         session = host.registry().sessions[sid]
         self.assertEqual(
-            {c: session.commands[c]["status"] for c in ("p1", "f1", "s1")},
+            {c: session.findCommand(c).status for c in ("p1", "f1", "s1")},
             {"p1": "completed", "f1": "completed", "s1": "completed"},
         )
 
@@ -118,8 +118,8 @@ class AbortTests(TestCase):
         self.assertTrue(events[-1]["data"]["aborted"])
         await host.waitFor(sid, lambda e: e["type"] == "command.completed" and e["data"]["commandId"] == "a1")
         session = host.registry().sessions[sid]
-        self.assertEqual(session.commands["f1"]["status"], "cancelled")
-        self.assertEqual(session.commands["p1"]["status"], "aborted")
+        self.assertEqual(session.findCommand("f1").status, "cancelled")
+        self.assertEqual(session.findCommand("p1").status, "aborted")
         cursor = session.cursor
         await host.command(sid, "prompt", "p2", text="fresh question")
         events = await host.waitFor(sid, settledEvent, since=cursor)
@@ -149,7 +149,7 @@ class AbortTests(TestCase):
                  if e["type"] == "message.completed" and e["data"]["role"] == "user"]
         self.assertEqual(users, ["long one [[SLOW]]", "first follow", "third follow"])
         session = host.registry().sessions[sid]
-        self.assertEqual(session.commands["f2"]["status"], "cancelled")
+        self.assertEqual(session.findCommand("f2").status, "cancelled")
 
     async def test_budgetStopsToolLoop(self) -> None:
         """

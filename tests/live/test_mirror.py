@@ -18,7 +18,8 @@ from twisted.trial.unittest import TestCase
 
 from vehicle.gardend import Config, StandIn
 from vehicle.mirror import MIRROR_FILE, MCPClient, Mirror, MirrorError
-from vehicle.session import SessionMeta
+from vehicle.protocol import Parent, RunBudget, fromJSON
+from vehicle.session import SessionMeta, isoTimestamp
 
 
 GRAPH = "g1"
@@ -162,8 +163,9 @@ class MirrorTests(TestCase):
         directory.mkdir()
         meta = SessionMeta(
             sessionId=sessionId, graphId=GRAPH, principal=PERSON, role=role,
-            profile="chat", model="fake-1", createdAt=createdAt, maxTurns=12,
-            maxCostUsd=0.25, parent=parent,
+            profile="chat", model="fake-1", createdAt=isoTimestamp(createdAt),
+            budget=RunBudget(maxTurns=12, maxCostUsd=0.25),
+            parent=fromJSON(parent, Parent) if parent is not None else None,
         )
         session = FakeSession(meta=meta, directory=directory)
         if token:
@@ -202,11 +204,11 @@ class MirrorTests(TestCase):
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(session)
 
-        self.assertEqual(state["state"], "written")
-        self.assertEqual(state["documentId"], "sophia-conversation-s-1")
-        self.assertEqual(state["folder"], "sophia-conversations")
-        self.assertIsNone(state["error"])
-        self.assertIsNotNone(state["writtenAt"])
+        self.assertEqual(state.state, "written")
+        self.assertEqual(state.documentId, "sophia-conversation-s-1")
+        self.assertEqual(state.folder, "sophia-conversations")
+        self.assertIsNone(state.error)
+        self.assertIsNotNone(state.writtenAt)
         self.assertEqual(self.mirror.state(session), state)
 
         agent = self.standIn.folder(GRAPH, "agent-scratchpad")
@@ -294,8 +296,8 @@ class MirrorTests(TestCase):
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(session)
         self.flushLoggedErrors()
-        self.assertEqual(state["state"], "failed")
-        self.assertIn("create_folder", state["error"])
+        self.assertEqual(state.state, "failed")
+        self.assertIn("create_folder", state.error)
         self.assertIsNone(self.standIn.store.document(GRAPH, "sophia-conversation-s-1"))
 
     async def test_adoptedDocumentGetsItsTitle(self) -> None:
@@ -313,7 +315,7 @@ class MirrorTests(TestCase):
         self.standIn.store.rename(GRAPH, "document", "sophia-conversation-s-1", "Changed elsewhere")
         self.mirror = self.makeMirror()
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(state.state, "written", state)
         self.assertEqual(self.document()["title"], "How do roses grow?")
 
     async def test_documentGoneIsMadeAgain(self) -> None:
@@ -329,10 +331,10 @@ class MirrorTests(TestCase):
         pi.user("Still there?", 100)
         state = await self.mirror.afterSettle(session)
         self.flushLoggedErrors()
-        self.assertEqual(state["state"], "failed")
+        self.assertEqual(state.state, "failed")
         pi.user("And now?", 200)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(state.state, "written", state)
         self.assertEqual(session.eventsOf("mirror.written")[-1]["created"], True)
         self.assertIn("And now?", self.document()["content"])
 
@@ -350,7 +352,7 @@ class MirrorTests(TestCase):
         self.firstTurn(piTwo)
         before = len(self.writes())
         state = await self.mirror.afterSettle(two)
-        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(state.state, "written", state)
         self.assertEqual(
             [a["tool"] for a in self.writes()[before:]],
             ["create_document", "write_document"],
@@ -381,7 +383,7 @@ class MirrorTests(TestCase):
         session, pi = self.makeSession("s-1")
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(state.state, "written", state)
         self.assertEqual(len(reads), 2)
         self.assertIn("How do roses grow?", self.document("s-1")["content"])
 
@@ -400,10 +402,10 @@ class MirrorTests(TestCase):
         two, piTwo = self.makeSession("s-2")
         self.firstTurn(piTwo)
         state = await self.mirror.afterSettle(two)
-        self.assertEqual(state["state"], "failed")
+        self.assertEqual(state.state, "failed")
         self.flushLoggedErrors()
         state = await self.mirror.afterSettle(two)
-        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(state.state, "written", state)
         self.assertIsNotNone(self.standIn.folder(GRAPH, "sophia-conversations"))
         self.assertIn("How do roses grow?", self.document("s-2")["content"])
 
@@ -417,7 +419,7 @@ class MirrorTests(TestCase):
         before = len(self.writes())
         session.title = "Roses, by hand"
         state = await self.mirror.afterRename(session)
-        self.assertEqual(state["state"], "written", state)
+        self.assertEqual(state.state, "written", state)
         self.assertEqual([a["tool"] for a in self.writes()[before:]], ["rename"])
         self.assertEqual(self.document()["title"], "Roses, by hand")
 
@@ -440,7 +442,7 @@ class MirrorTests(TestCase):
         """
         session, pi = self.makeSession()
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "pending")
+        self.assertEqual(state.state, "pending")
         self.assertEqual(self.writes(), [])
         self.assertIsNone(self.mirror.deleteInfo(session))
 
@@ -456,7 +458,7 @@ class MirrorTests(TestCase):
         audit, events = len(self.writes()), len(session.events)
         revision = self.document()["revision"]
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
         self.assertEqual(len(self.writes()), audit)
         self.assertEqual(len(session.events), events)
         self.assertEqual(self.document()["revision"], revision)
@@ -492,7 +494,7 @@ class MirrorTests(TestCase):
         content = self.document()["content"]
         session.title = "Roses \u2014 and how they grow"
         state = await self.mirror.afterRename(session)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
         new = self.writes()[before:]
         self.assertEqual([a["tool"] for a in new], ["rename"])
         self.assertEqual(new[0]["actor"], PERSON)
@@ -525,8 +527,8 @@ class MirrorTests(TestCase):
         pi.user("And tulips?", 100)
         self.standIn.setOffline(True)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "failed")
-        self.assertIn("offline", state["error"])
+        self.assertEqual(state.state, "failed")
+        self.assertIn("offline", state.error)
         failed = session.eventsOf("mirror.failed")
         self.assertEqual(len(failed), 1)
         self.assertEqual(failed[0]["documentId"], "sophia-conversation-s-1")
@@ -536,8 +538,8 @@ class MirrorTests(TestCase):
 
         self.standIn.setOffline(False)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written")
-        self.assertIsNone(state["error"])
+        self.assertEqual(state.state, "written")
+        self.assertIsNone(state.error)
         self.assertIn("And tulips?", self.document()["content"])
 
     async def test_outageBeforeFirstWrite(self) -> None:
@@ -549,11 +551,11 @@ class MirrorTests(TestCase):
         self.firstTurn(pi)
         self.standIn.setOffline(True)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "failed")
+        self.assertEqual(state.state, "failed")
         self.assertIsNone(self.mirror.deleteInfo(session))
         self.standIn.setOffline(False)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
         self.assertEqual(session.eventsOf("mirror.written")[-1]["created"], True)
 
     async def test_unreachable(self) -> None:
@@ -565,8 +567,8 @@ class MirrorTests(TestCase):
         session, pi = self.makeSession()
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "failed")
-        self.assertIn("unreachable", state["error"])
+        self.assertEqual(state.state, "failed")
+        self.assertIn("unreachable", state.error)
 
     async def test_trashedKeptCurrent(self) -> None:
         """
@@ -579,7 +581,7 @@ class MirrorTests(TestCase):
         self.standIn.trash(GRAPH, "sophia-conversation-s-1")
         pi.user("Still there?", 100)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
         document = self.document()
         self.assertTrue(document["trashed"])
         self.assertIn("Still there?", document["content"])
@@ -596,7 +598,7 @@ class MirrorTests(TestCase):
         before = len(self.writes())
         self.mirror = self.makeMirror()
         self.mirror.attach(session)
-        self.assertEqual(self.mirror.state(session)["state"], "written")
+        self.assertEqual(self.mirror.state(session).state, "written")
         await self.mirror.afterSettle(session)
         self.assertEqual(len(self.writes()), before)
         pi.user("Again", 100)
@@ -616,7 +618,7 @@ class MirrorTests(TestCase):
         session.title = "Renamed meanwhile"
         pi.user("Again", 100)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
         document = self.document()
         self.assertEqual(document["title"], "Renamed meanwhile")
         self.assertIn("Again", document["content"])
@@ -633,7 +635,7 @@ class MirrorTests(TestCase):
         second = self.mirror.afterSettle(session)
         third = self.mirror.afterRename(session)
         states = await gatherResults([first, second, third])
-        self.assertEqual([s["state"] for s in states], ["written"] * 3)
+        self.assertEqual([s.state for s in states], ["written"] * 3)
         tools = [a["tool"] for a in self.writes()]
         self.assertEqual(tools.count("create_document"), 1)
         self.assertEqual(tools.count("write_document"), 1)
@@ -647,9 +649,9 @@ class MirrorTests(TestCase):
         session, pi = self.makeSession(role="viewer")
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "skipped")
-        self.assertIn("viewer", state["reason"])
-        self.assertIsNone(state["documentId"])
+        self.assertEqual(state.state, "skipped")
+        self.assertIn("viewer", state.reason)
+        self.assertIsNone(state.documentId)
         self.assertEqual(self.writes(), [])
         self.assertEqual(session.events, [])
         self.assertIsNone(self.mirror.deleteInfo(session))
@@ -668,9 +670,9 @@ class MirrorTests(TestCase):
             self.firstTurn(pi)
             state = await mirror.afterSettle(session)
             await mirror.afterRename(session)
-            self.assertEqual(state["state"], "off")
-            self.assertIn(words, state["reason"])
-            self.assertEqual(mirror.state(session)["state"], "off")
+            self.assertEqual(state.state, "off")
+            self.assertIn(words, state.reason)
+            self.assertEqual(mirror.state(session).state, "off")
         self.assertEqual(self.writes(), [])
 
     async def test_noToken(self) -> None:
@@ -682,14 +684,14 @@ class MirrorTests(TestCase):
         session, pi = self.makeSession(token=False)
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "pending")
-        self.assertIn("next request", state["reason"])
+        self.assertEqual(state.state, "pending")
+        self.assertIn("next request", state.reason)
         self.assertEqual(self.writes(), [])
         self.assertEqual(session.events, [])
 
         session.delegatedToken = self.mint()
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
 
     async def test_newestToken(self) -> None:
         """
@@ -700,11 +702,11 @@ class MirrorTests(TestCase):
         self.firstTurn(pi)
         session.delegatedToken = "gdt1.forged.token"
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "failed")
+        self.assertEqual(state.state, "failed")
         self.flushLoggedErrors()
         session.delegatedToken = self.mint()
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
 
     async def test_viewerTokenRefused(self) -> None:
         """
@@ -715,8 +717,8 @@ class MirrorTests(TestCase):
         session.delegatedToken = self.mint("viewer")
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(session)
-        self.assertEqual(state["state"], "failed")
-        self.assertIn("viewer", state["error"])
+        self.assertEqual(state.state, "failed")
+        self.assertIn("viewer", state.error)
         self.flushLoggedErrors()
 
     # -- branches ------------------------------------------------------------
@@ -766,7 +768,7 @@ class MirrorTests(TestCase):
         )
         self.firstTurn(pi)
         state = await self.mirror.afterSettle(clone)
-        self.assertEqual(state["state"], "written")
+        self.assertEqual(state.state, "written")
         self.assertIn("Duplicated from [[sophia-conversation-p-9]]", self.document("c-1")["content"])
         self.assertEqual(self.standIn.wires(GRAPH), [])
 

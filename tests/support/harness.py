@@ -17,6 +17,8 @@ from zope.interface import implementer
 
 from vehicle._tap import buildHost
 from vehicle.models import ModelCatalog
+from vehicle.protocol import Answer, RunBudget, SessionCreated
+from vehicle.session import Caller, Registry, Session, SessionMeta, isoTimestamp
 from vehicle.settings import Settings
 
 from tests.support._headers import bytesNames
@@ -60,6 +62,31 @@ def identity(
 
 
 @implementer(IProcessTransport)
+def newSession(
+    registry: Registry, caller: Caller, model: str = "scripted/echo-1",
+    sessionId: str | None = None, title: str | None = None,
+) -> Session:
+    """
+    A chat session made by C{caller} on its graph (holding the lease), as a
+    create makes it, without the web room.
+    """
+    assert caller.graphId is not None
+    meta = SessionMeta(
+        sessionId=sessionId or registry.newSessionId(), graphId=caller.graphId,
+        principal=caller.principal,
+        role=caller.role, model=model, createdAt=isoTimestamp(registry.clock.seconds()),
+        budget=RunBudget(maxTurns=12, maxCostUsd=0.25),
+    )
+    session, _ = registry.maker.create(
+        caller, meta, requestId="create-1", raw={"requestId": "create-1"},
+        answerFor=lambda made: Answer(type="session.created", value=SessionCreated(
+            session=made.summary(), clientId=caller.clientId, holdsLease=True,
+        )),
+        title=title, claim=True,
+    )
+    return session
+
+
 class FakePiTransport:
     """
     Stands for a pi child: records what the host writes, answers nothing
@@ -183,7 +210,7 @@ class Harness:
         # On a memory reactor the doors' sockets never finish closing, so
         # the stop never reaches the run folder: let it go here, as the
         # host does once they have closed.
-        agent = getattr(self.host.host, "agent", None)
+        agent = self.host.bodies.agent
         if agent is not None:
             agent.removeRunDir()
 

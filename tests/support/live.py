@@ -24,6 +24,7 @@ from vehicle._tap import buildHost
 from vehicle.body._picommand import PiNotInstalled, findPi
 from vehicle.gardend import freeLoopbackPort
 from vehicle.models import ModelCatalog
+from vehicle.protocol import toObject
 from vehicle.settings import Settings, defaultPiRoot
 from vehicle.testing import ScriptedModel
 from vehicle.web import VehicleSite
@@ -178,7 +179,7 @@ class LiveHost:
         )
 
     def events(self, sessionId: str) -> list[dict[str, Any]]:
-        return list(self.registry().sessions[sessionId]._history)
+        return [toObject(event) for event in self.registry().sessions[sessionId].feed.after(0, 10**9)[0]]
 
     def registry(self) -> Any:
         return self.api.registry

@@ -142,7 +142,7 @@ class AgentHarness(Harness):
         self.launcher = RecordingLauncher()
         self.api, self.host = buildHost(settings, models, self.clock, launcher=self.launcher)
         # buildHost wires one AgentProfile: the bodies' (HostService.host).
-        self.agent: AgentProfile = self.host.host.agent
+        self.agent: AgentProfile = self.host.bodies.agent
         self.agent.spawner = self.spawner
         self.host.startService()
         self.stub = StubTreq(self.api.resource())

@@ -15,12 +15,12 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body._conductor import Conductor
+from vehicle.protocol import CommandRequest, fromRequest, toJSON, toObject
 from vehicle.session import Caller, Registry
-from vehicle.session import _drive as drive
 from vehicle.store import DataDir
 
 from tests.support.fakepi import STATE, USAGE, FakePi
-from tests.support.harness import FakeLauncher
+from tests.support.harness import FakeLauncher, newSession
 from tests.support.schemas import assertValidEvent
 
 
@@ -40,11 +40,7 @@ class ConductorTestCase(SynchronousTestCase):
         dataDir = DataDir(Path(self.mktemp()))
         dataDir.ensure()
         self.registry = Registry(dataDir=dataDir, clock=self.clock)
-        frame = drive.createSession(
-            self.registry, ALICE, {"requestId": "create-1"},
-            model="scripted/echo-1", maxTurns=12, maxCostUsd=0.25,
-        )
-        self.session = self.registry.sessions[frame["value"]["session"]["sessionId"]]
+        self.session = newSession(self.registry, ALICE)
         self.addCleanup(self.registry.close)
         self.launcher = FakeLauncher()
         self.conductor = Conductor(
@@ -55,24 +51,25 @@ class ConductorTestCase(SynchronousTestCase):
         self.pi = FakePi(self.launcher)
         self.seen: list[dict[str, Any]] = []
 
-        def check(event: dict[str, Any]) -> None:
+        def check(event: Any) -> None:
+            event = toObject(event)
             assertValidEvent(self, event)
             self.seen.append(event)
 
-        self.session.subscribe(check)
+        self.session.feed.subscribe(check)
 
     # -- driving ------------------------------------------------------------
 
     def submit(self, kind: str, requestId: str, **fields: Any) -> dict[str, Any]:
-        return drive.submitCommand(
-            self.session, ALICE, {"type": kind, "requestId": requestId, **fields}
+        return self.session.command(
+            ALICE, fromRequest({"type": kind, "requestId": requestId, **fields}, CommandRequest)
         )
 
     def status(self, commandId: str) -> str:
-        return str(self.session.commands[commandId]["status"])
+        return str(self.session.findCommand(commandId).status)
 
     def command(self, commandId: str) -> dict[str, Any]:
-        return self.session.commands[commandId]
+        return toObject(self.session.findCommand(commandId))
 
     def durable(self, kind: str | None = None) -> list[dict[str, Any]]:
         return [e for e in self.seen if "seq" in e and (kind is None or e["type"] == kind)]
@@ -153,7 +150,7 @@ class PromptTests(ConductorTestCase):
         # The text delta went to watchers only, never to the log.
         deltas = [e for e in self.seen if e["type"] == "message.delta"]
         self.assertEqual([d["data"]["text"] for d in deltas], ["Hi there."])
-        self.assertNotIn("message.delta", [e["type"] for e in self.session.eventsAfter(0)[0]])
+        self.assertNotIn("message.delta", [e["type"] for e in toJSON(self.session.feed.after(0)[0])])
 
     def test_secondPromptReusesTheBody(self) -> None:
         """
@@ -227,7 +224,7 @@ class QueueTests(ConductorTestCase):
         self.assertNotIn("[open in Garden", json.dumps(record))
         self.pi.user("more\n\n[open in Garden: doc-1]")
         self.assertEqual(self.status("f1"), "delivered")
-        self.assertNotIn("[open in Garden", json.dumps(self.session.commands))
+        self.assertNotIn("[open in Garden", json.dumps(toJSON(self.session.commands())))
 
     def test_followUpAndSteerMatchedToTheirDelivery(self) -> None:
         """
@@ -286,7 +283,7 @@ class QueueTests(ConductorTestCase):
         self.assertEqual(self.data("queue.updated"), [{"steering": [], "followUp": ["more"]}])
         d = self.conductor.snapshot()
         self.pi.answer("get_session_stats", {"tokens": {"total": 15}})
-        snapshot = self.successResultOf(d)
+        snapshot = toObject(self.successResultOf(d))
         self.assertEqual(snapshot["queue"], {"steering": [], "followUp": ["more"]})
         self.assertEqual(snapshot["stats"], {"tokens": {"total": 15}})
         self.assertEqual(snapshot["tools"], [])
@@ -678,7 +675,7 @@ class ExtensionUITests(ConductorTestCase):
                           placeholder='{"toolName":"x"}')
         self.assertEqual(answer, {"type": "extension_ui_response", "id": "ui-1",
                                   "value": "tok-newest-0123"})
-        self.assertNotIn("tok-newest-0123", json.dumps(self.session.eventsAfter(0)[0]))
+        self.assertNotIn("tok-newest-0123", json.dumps(toJSON(self.session.feed.after(0)[0])))
 
     def test_delegatedTokenMissingCancelled(self) -> None:
         """
@@ -811,10 +808,10 @@ class SettledTests(ConductorTestCase):
         self.pi.assistant("done")
         self.pi.settle()
         [info] = seen
-        self.assertFalse(info["aborted"])
-        self.assertGreater(info["costUsd"], 0)
+        self.assertFalse(info.aborted)
+        self.assertGreater(info.costUsd or 0, 0)
         [settled] = self.durable("run.settled")
-        self.assertEqual(info["seq"], settled["seq"])
+        self.assertEqual(info.seq, settled["seq"])
 
     def test_bodyDeathObserved(self) -> None:
         """
@@ -826,7 +823,7 @@ class SettledTests(ConductorTestCase):
         self.pi.assistant("partial")
         self.pi.exit(exitCode=None, signal=9)
         [info] = seen
-        self.assertTrue(info["aborted"])
-        self.assertGreater(info["costUsd"], 0)
+        self.assertTrue(info.aborted)
+        self.assertGreater(info.costUsd or 0, 0)
         [settled] = self.durable("run.settled")
-        self.assertEqual(info["seq"], settled["seq"])
+        self.assertEqual(info.seq, settled["seq"])

@@ -30,6 +30,8 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
+
 from tests.support._crashfs import CrashFiles
 from tests.support.crashdriver import CrashDriver, Request, addCrashTests, scenario
 from tests.support.harness import Harness
@@ -182,7 +184,7 @@ class RestartTests(SynchronousTestCase):
         """
         self.assertEqual(self.command("c1", "prompt", text="hi")[0], 202)
         session = self.h.api.registry.sessions[self.sid]
-        session.setStatus("c1", "completed", disposition="started")
+        session.move("c1", CommandStatus.completed, disposition="started")
         self.h.restart()
         [command] = self.snapshot()["commands"]
         self.assertEqual((command["status"], command["disposition"]), ("completed", "started"))
@@ -212,8 +214,8 @@ class RestartTests(SynchronousTestCase):
             self.assertEqual(self.command(f"p{n}", "prompt", text="hi")[0], 202)
             self.h.launcher.reply({"type": "agent_start"})
             session = self.h.api.registry.sessions[self.sid]
-            runs += [e["data"]["runId"] for e in session.eventsAfter(0)[0]
-                     if e["type"] == "run.started"]
+            runs += [e.data["runId"] for e in session.feed.after(0)[0]
+                     if e.type == "run.started"]
             self.h.restart()
         self.assertEqual(sorted(set(runs)), ["run-1", "run-2"])
 
@@ -565,7 +567,7 @@ class BranchTwiceTests(SynchronousTestCase):
         registry = h.api.registry
         caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g1")
         again = self.successResultOf(Deferred.fromCoroutine(
-            branch(registry, registry.sessions[sid], caller, body)))
+            branch(registry, registry.sessions[sid], caller, fromRequest(body, CommandRequest))))
         self.assertEqual(again["value"]["session"]["sessionId"],
                          first["value"]["session"]["sessionId"])
         self.assertEqual(len(os.listdir(h.root / "sessions")), 2)
@@ -630,14 +632,13 @@ class RebuildEqualsLiveTests(SynchronousTestCase):
                     # What a body reports: the oldest open command ends.
                     session = h.api.registry.sessions[sid]
                     for command in session.openCommands()[:1]:
-                        session.setStatus(command["commandId"], "failed", disposition="started",
-                                          error="the model failed", reason="model_error")
+                        session.move(command.commandId, CommandStatus.failed,
+                                     disposition="started", error="the model failed",
+                                     reason="model_error")
             live = h.api.registry.sessions[sid]
             fresh, _ = Registry(dataDir=h.api.registry.dataDir, clock=h.clock)._load(sid)
             try:
-                for name in ("title", "roomPolicy", "lease", "commands", "chimes", "preview",
-                             "_requests", "_history"):
-                    self.assertEqual(getattr(fresh, name), getattr(live, name), (name, sequence))
+                self.assertEqual(fresh.durableState(), live.durableState(), sequence)
             finally:
                 fresh.close()
                 h.stop()

@@ -43,7 +43,7 @@ def money(h: Harness) -> dict[str, Any]:
         "sessions": sorted(
             [
                 [sid, ledger.sessionTurns[sid],
-                 sorted([c["commandId"], c["type"], c.get("text")] for c in s.commands.values())]
+                 sorted([c.commandId, c.type, c.text] for c in s.commands())]
                 for sid, s in h.api.registry.sessions.items()
             ],
             key=lambda x: str(x[2]),

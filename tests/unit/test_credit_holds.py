@@ -18,6 +18,7 @@ from attrs import evolve
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.protocol import Command, CommandStatus
 from vehicle.public import Ledger
 from vehicle.public import _accounting
 from vehicle.session import Caller
@@ -144,7 +145,7 @@ class HoldTests(RouteTestCase):
         sid = self.sessions(1)[0]
         self.prompt(sid, "p1", **WHO)
         self.assertEqual(len(self.rows("hold")), 1)
-        self.h.api.registry.sessions[sid].setStatus("p1", "cancelled", reason="aborted")
+        self.h.api.registry.sessions[sid].move("p1", CommandStatus.cancelled, reason="aborted")
         [release] = self.rows("release")
         self.assertEqual((release["hold"], release["reason"]), (f"hold:{sid}:p1", "cancelled"))
         self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
@@ -319,10 +320,19 @@ class HoldTests(RouteTestCase):
         sid = self.sessions(1)[0]
         self.prompt(sid, "p1", **WHO)
         session = self.h.api.registry.sessions[sid]
-        session.setStatus("p1", "failed", error="no body")
-        session.commands["p9"] = {**session.commands["p1"], "commandId": "p9"}
+        session.move("p1", CommandStatus.failed, error="no body")
+        ended = evolve(session.findCommand("p1"), commandId="p9")
+
+        class WithEnded:
+            # The session as turnTaken reads it, holding p9 already ended.
+            meta = session.meta
+            sessionId = session.sessionId
+
+            def findCommand(self, commandId: str) -> Command | None:
+                return ended if commandId == "p9" else None
+
         public = self.h.api.public
-        public.turnTaken(session, CALLER, "p9")
+        public.turnTaken(WithEnded(), CALLER, "p9")
         self.assertNotIn(f"hold:{sid}:p9", public.ledger.keys)
 
     def test_poolCountsHolds(self) -> None:

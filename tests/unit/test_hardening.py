@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body._picommand import bootConfig
+from vehicle.protocol import toObject
 from vehicle.session._capsule import ASSISTANT_TEXT_BYTES, LAST_COMMANDS, LAST_ITEMS, MILESTONES
 from vehicle.settings import Settings, SettingsError
 
@@ -179,7 +180,7 @@ class ShutdownTests(RouteTestCase):
                        {"type": kind, "requestId": requestId, **fields}, **TAB1)
 
     def status(self, sid: str, commandId: str) -> str:
-        return str(self.session(sid).commands[commandId]["status"])
+        return str(self.session(sid).findCommand(commandId).status)
 
     def test_shutdownReleasesTheLease(self) -> None:
         """
@@ -235,7 +236,7 @@ class ShutdownTests(RouteTestCase):
         self.command(sid, "shutdown", "sd1")
         self.pi.answer("clear_queue", {"steering": [], "followUp": ["more"]})
         self.assertEqual(self.status(sid, "f1"), "cancelled")
-        self.assertEqual(self.session(sid).commands["f1"]["reason"], "shutdown")
+        self.assertEqual(self.session(sid).findCommand("f1").reason, "shutdown")
         self.assertEqual(self.pi.kinds()[-2:], ["clear_queue", "abort"])
         self.assertNotIn(0, self.pi.transport.closed)
         self.pi.settle(aborted=True)
@@ -473,7 +474,7 @@ class BudgetDefaultTests(SynchronousTestCase):
         spawn = h.launcher.spawn
 
         def recording(protocol: Any, **kw: Any) -> Any:
-            budgets.append(kw["budget"])
+            budgets.append(toObject(kw["budget"]))
             return spawn(protocol, **kw)
 
         h.launcher.spawn = recording  # type: ignore[method-assign]

@@ -600,7 +600,7 @@ class RunFolderTests(SynchronousTestCase):
 
     def test_removedAtStop(self) -> None:
         h = Harness(self)
-        agent = h.host.host.agent
+        agent = h.host.bodies.agent
         run = agent.runDir()
         (run / "s1").mkdir()
         self.assertEqual(run.parent, self.tmp)
@@ -610,7 +610,7 @@ class RunFolderTests(SynchronousTestCase):
 
     def test_staleSweptAtStart(self) -> None:
         h = Harness(self)
-        prefix = h.host.host.agent._runPrefix()
+        prefix = h.host.bodies.agent._runPrefix()
         h.stop()
         stale = [self.tmp / f"{prefix}4194999-abc", self.tmp / f"{prefix}oldstyle"]
         live = self.tmp / f"{prefix}{os.getpid()}-other"

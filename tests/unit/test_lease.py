@@ -14,8 +14,9 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.errors import VehicleError
+from vehicle.protocol import Event, Holder, toJSON, toObject
 from vehicle.session import _lease
-from vehicle.session._lease import LeaseKeeper, holderOf, leaseAfter, renewedByUse
+from vehicle.session._lease import Claimed, LeaseKeeper, holderOf, leaseAfter, renewedByUse
 from vehicle.session._values import Caller, Lease, isoTimestamp, parseTimestamp
 
 from tests.support._hints import assertAnnotationsResolve
@@ -26,7 +27,7 @@ def fresh(value: Any) -> Any:
     C{value} as another request or the log would give it: equal, but no
     string in it is the same object as this module's constants.
     """
-    return json.loads(json.dumps(value))
+    return json.loads(json.dumps(toJSON(value)))
 
 
 START = 1_796_000_000.0
@@ -36,8 +37,15 @@ ALICE2 = Caller(principal=fresh("alice"), clientId="tab-2", role="owner")
 BOB = Caller(principal="bob", clientId=fresh("tab-1"), role="editor")
 
 
-def event(kind: str, seconds: float, data: Any) -> dict[str, Any]:
-    return {"type": kind, "timestamp": isoTimestamp(seconds), "data": fresh(data)}
+def held(caller: Caller) -> dict[str, Any]:
+    """
+    The holder C{caller} is, as an event's data says it.
+    """
+    return toObject(caller.holder())
+
+
+def event(kind: str, seconds: float, data: Any) -> Event:
+    return Event(type=kind, timestamp=isoTimestamp(seconds), sessionId="s1", data=fresh(data))
 
 
 def lease(caller: Caller = ALICE, claimedAt: float = START, renewedAt: float = START,
@@ -70,26 +78,27 @@ class RenewalRuleTests(SynchronousTestCase):
     """
 
     def test_holderRenews(self) -> None:
-        renewed = renewedByUse(lease(), event("command.accepted", START + 10, {"by": ALICE.holder()}))
+        renewed = renewedByUse(lease(), event("command.accepted", START + 10, {"by": held(ALICE)}))
         self.assertEqual(renewed, lease(renewedAt=START + 10))
 
     def test_noLease(self) -> None:
-        self.assertIsNone(renewedByUse(None, event("command.accepted", START, {"by": ALICE.holder()})))
+        self.assertIsNone(renewedByUse(None, event("command.accepted", START, {"by": held(ALICE)})))
 
     def test_notByTheHolder(self) -> None:
-        held = lease()
+        current = lease()
         aaron = {"principal": "aaron", "clientId": "tab-1"}
-        for by in (ALICE2.holder(), BOB.holder(), aaron, {"principal": "alice"}, "alice", None):
-            self.assertIs(renewedByUse(held, event("command.accepted", START + 10, {"by": by})), held)
-        self.assertIs(renewedByUse(held, event("body.notice", START + 10, None)), held)
-        self.assertIs(renewedByUse(held, {"type": "body.notice", "timestamp": "x"}), held)
+        for by in (held(ALICE2), held(BOB), aaron, {"principal": "alice"}, "alice", None):
+            self.assertIs(
+                renewedByUse(current, event("command.accepted", START + 10, {"by": by})), current
+            )
+        self.assertIs(renewedByUse(current, event("body.notice", START + 10, {})), current)
 
     def test_leaseEventsAndDeleteDoNot(self) -> None:
-        held = lease()
+        current = lease()
         for kind in ("lease.claimed", "lease.renewed", "session.deleted"):
             self.assertIs(
-                renewedByUse(held, event(kind, START + 10, {"by": ALICE.holder(), **ALICE.holder()})),
-                held,
+                renewedByUse(current, event(kind, START + 10, {"by": held(ALICE), **held(ALICE)})),
+                current,
             )
 
 
@@ -99,15 +108,15 @@ class LeaseAfterTests(SynchronousTestCase):
     """
 
     def test_claimed(self) -> None:
-        claimed = event("lease.claimed", START, {**ALICE.holder(), "ttlMs": TTL})
+        claimed = event("lease.claimed", START, {**held(ALICE), "ttlMs": TTL})
         self.assertEqual(leaseAfter(None, claimed), lease())
         # A claim after another's lease (its revocation came first) starts anew.
-        later = event("lease.claimed", START + 5, {**ALICE2.holder(), "ttlMs": 1000})
+        later = event("lease.claimed", START + 5, {**held(ALICE2), "ttlMs": 1000})
         self.assertEqual(leaseAfter(lease(), later),
                          lease(ALICE2, claimedAt=START + 5, renewedAt=START + 5, ttlMs=1000))
 
     def test_renewed(self) -> None:
-        renewed = event("lease.renewed", START + 7, {**ALICE.holder(), "ttlMs": 5000})
+        renewed = event("lease.renewed", START + 7, {**held(ALICE), "ttlMs": 5000})
         self.assertEqual(leaseAfter(lease(), renewed), lease(renewedAt=START + 7, ttlMs=5000))
         # A renewal with nothing before it (an older log) starts there.
         self.assertEqual(leaseAfter(None, renewed),
@@ -115,18 +124,18 @@ class LeaseAfterTests(SynchronousTestCase):
 
     def test_ended(self) -> None:
         for kind in ("lease.released", "lease.revoked", "lease.expired"):
-            ended = event(kind, START + 3, {**ALICE.holder(), "reason": "x"})
+            ended = event(kind, START + 3, {**held(ALICE), "reason": "x"})
             self.assertIsNone(leaseAfter(lease(), ended))
             self.assertIsNone(leaseAfter(None, ended))
             # The end of another client's lease leaves the present one.
             self.assertEqual(leaseAfter(lease(ALICE2), ended), lease(ALICE2))
-            ended = event(kind, START + 3, {**ALICE2.holder(), "reason": "x"})
+            ended = event(kind, START + 3, {**held(ALICE2), "reason": "x"})
             self.assertEqual(leaseAfter(lease(), ended), lease())
 
     def test_useRenews(self) -> None:
-        used = event("command.accepted", START + 9, {"by": ALICE.holder()})
+        used = event("command.accepted", START + 9, {"by": held(ALICE)})
         self.assertEqual(leaseAfter(lease(), used), lease(renewedAt=START + 9))
-        self.assertEqual(leaseAfter(lease(), event("body.notice", START + 9, None)), lease())
+        self.assertEqual(leaseAfter(lease(), event("body.notice", START + 9, {})), lease())
 
     def test_holderOf(self) -> None:
         self.assertEqual(holderOf(lease()), {"principal": "alice", "clientId": "tab-1"})
@@ -155,8 +164,8 @@ class ClaimTests(KeeperTestCase):
 
     def test_free(self) -> None:
         value, effects = self.claim()
-        self.assertEqual(effects, [("lease.claimed", {**ALICE.holder(), "ttlMs": TTL})])
-        self.assertEqual(value, {"lease": lease().asJSON(), "tookOverFrom": None})
+        self.assertEqual(effects, [("lease.claimed", {**held(ALICE), "ttlMs": TTL})])
+        self.assertEqual(value, Claimed(lease=lease().info(), tookOverFrom=None))
         self.assertEqual(self.keeper.current(), lease())
         self.assertEqual(self.timers(), [START + 60])
         self.assertEqual(self.emitted, [])
@@ -165,9 +174,9 @@ class ClaimTests(KeeperTestCase):
         self.claim()
         self.clock.advance(20)
         value, effects = self.claim(ttlMs=30_000)
-        self.assertEqual(effects, [("lease.renewed", {**ALICE.holder(), "ttlMs": 30_000})])
+        self.assertEqual(effects, [("lease.renewed", {**held(ALICE), "ttlMs": 30_000})])
         self.assertEqual(self.keeper.lease, lease(renewedAt=START + 20, ttlMs=30_000))
-        self.assertEqual(value["tookOverFrom"], None)
+        self.assertEqual(value.tookOverFrom, None)
         self.assertEqual(self.timers(), [START + 50])
 
     def test_takeover(self) -> None:
@@ -175,10 +184,10 @@ class ClaimTests(KeeperTestCase):
         self.clock.advance(5)
         value, effects = self.claim(ALICE2, takeover=True)
         self.assertEqual(effects, [
-            ("lease.revoked", {**ALICE.holder(), "by": ALICE2.holder(), "reason": "takeover"}),
-            ("lease.claimed", {**ALICE2.holder(), "ttlMs": TTL}),
+            ("lease.revoked", {**held(ALICE), "by": held(ALICE2), "reason": "takeover"}),
+            ("lease.claimed", {**held(ALICE2), "ttlMs": TTL}),
         ])
-        self.assertEqual(value["tookOverFrom"], ALICE.holder())
+        self.assertEqual(value.tookOverFrom, ALICE.holder())
         self.assertEqual(self.keeper.lease, lease(ALICE2, claimedAt=START + 5, renewedAt=START + 5))
         self.assertEqual(self.timers(), [START + 65])
 
@@ -186,20 +195,20 @@ class ClaimTests(KeeperTestCase):
         self.claim()
         error = self.assertRaises(VehicleError, self.claim, ALICE2)
         self.assertEqual(error.code, "lease_held")
-        self.assertEqual(error.details, {"holder": lease().asJSON(), "canTakeOver": True})
+        self.assertEqual(error.details, {"holder": toObject(lease().info()), "canTakeOver": True})
         self.assertIn("takeover: true", error.message)
         self.assertEqual(self.keeper.lease, lease())
 
     def test_anotherPrincipals(self) -> None:
         self.claim()
         error = self.assertRaises(VehicleError, self.claim, BOB, takeover=True)
-        self.assertEqual(error.details, {"holder": lease().asJSON(), "canTakeOver": False})
+        self.assertEqual(error.details, {"holder": toObject(lease().info()), "canTakeOver": False})
         self.assertEqual(error.message, "another client holds this session's lease")
         self.assertEqual(self.keeper.lease, lease())
         self.keeper.drop()
         self.claim(BOB)
         error = self.assertRaises(VehicleError, self.claim, ALICE, takeover=True)
-        self.assertEqual(error.details, {"holder": lease(BOB).asJSON(), "canTakeOver": False})
+        self.assertEqual(error.details, {"holder": toObject(lease(BOB).info()), "canTakeOver": False})
         self.assertEqual(self.keeper.lease, lease(BOB))
 
     def test_lapsedIsFree(self) -> None:
@@ -209,9 +218,9 @@ class ClaimTests(KeeperTestCase):
         self.claim()
         self.clock.rightNow += 61  # the timer has not run yet
         value, effects = self.claim(BOB)
-        self.assertEqual(self.emitted, [("lease.expired", {**ALICE.holder(), "reason": "ttl"})])
-        self.assertEqual(effects, [("lease.claimed", {**BOB.holder(), "ttlMs": TTL})])
-        self.assertEqual(value["tookOverFrom"], None)
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
+        self.assertEqual(effects, [("lease.claimed", {**held(BOB), "ttlMs": TTL})])
+        self.assertEqual(value.tookOverFrom, None)
         self.assertEqual(self.timers(), [START + 121])
 
 
@@ -244,7 +253,7 @@ class RequireTests(KeeperTestCase):
         self.clock.rightNow += 60
         error = self.assertRaises(VehicleError, self.keeper.require, ALICE)
         self.assertEqual(error.code, "lease_required")
-        self.assertEqual(self.emitted, [("lease.expired", {**ALICE.holder(), "reason": "ttl"})])
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
         self.assertEqual(self.timers(), [])
 
 
@@ -252,12 +261,12 @@ class ReleaseTests(KeeperTestCase):
     def test_holderReleases(self) -> None:
         self.claim()
         self.assertEqual(self.keeper.releaseEffects(ALICE),
-                         [("lease.released", {**ALICE.holder(), "reason": "release"})])
+                         [("lease.released", {**held(ALICE), "reason": "release"})])
         self.assertIsNone(self.keeper.current())
         self.assertEqual(self.timers(), [])
         self.claim()
         self.assertEqual(self.keeper.releaseEffects(ALICE, "shutdown"),
-                         [("lease.released", {**ALICE.holder(), "reason": "shutdown"})])
+                         [("lease.released", {**held(ALICE), "reason": "shutdown"})])
 
     def test_notTheHolder(self) -> None:
         error = self.assertRaises(VehicleError, self.keeper.releaseEffects, ALICE)
@@ -266,7 +275,7 @@ class ReleaseTests(KeeperTestCase):
         for other in (ALICE2, BOB):
             error = self.assertRaises(VehicleError, self.keeper.releaseEffects, other)
             self.assertEqual((error.code, error.details),
-                             ("lease_not_held", {"holder": lease().asJSON()}))
+                             ("lease_not_held", {"holder": toObject(lease().info())}))
         self.assertEqual(self.keeper.lease, lease())
 
     def test_releaseOf(self) -> None:
@@ -276,12 +285,12 @@ class ReleaseTests(KeeperTestCase):
         """
         self.keeper.releaseOf(ALICE.holder(), "shutdown")
         self.claim()
-        for other in (ALICE2.holder(), BOB.holder(), {"principal": "alice"}, {}):
+        for other in (ALICE2.holder(), BOB.holder(), Holder(principal="alice", clientId="")):
             self.keeper.releaseOf(other, "shutdown")
         self.assertEqual((self.keeper.lease, self.emitted), (lease(), []))
-        self.keeper.releaseOf({**ALICE.holder(), "role": "owner"}, "shutdown")
+        self.keeper.releaseOf(Holder(principal=fresh("alice"), clientId=fresh("tab-1")), "shutdown")
         self.assertIsNone(self.keeper.lease)
-        self.assertEqual(self.emitted, [("lease.released", {**ALICE.holder(), "reason": "shutdown"})])
+        self.assertEqual(self.emitted, [("lease.released", {**held(ALICE), "reason": "shutdown"})])
         self.assertEqual(self.timers(), [])
 
 
@@ -294,24 +303,24 @@ class RenewalTests(KeeperTestCase):
     def test_holdersMutation(self) -> None:
         self.claim()
         self.clock.advance(30)
-        self.keeper.observe(event("command.accepted", START + 30, {"by": ALICE.holder()}))
+        self.keeper.observe(event("command.accepted", START + 30, {"by": held(ALICE)}))
         self.assertEqual(self.keeper.lease, lease(renewedAt=START + 30))
         self.assertEqual(self.timers(), [START + 90])
         self.clock.advance(59)
         self.assertEqual(self.emitted, [])
         self.clock.advance(1)
-        self.assertEqual(self.emitted, [("lease.expired", {**ALICE.holder(), "reason": "ttl"})])
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
 
     def test_othersMutation(self) -> None:
         self.claim()
         [timer] = self.clock.getDelayedCalls()
         self.clock.advance(30)
-        self.keeper.observe(event("command.accepted", START + 30, {"by": BOB.holder()}))
+        self.keeper.observe(event("command.accepted", START + 30, {"by": held(BOB)}))
         self.assertEqual(self.keeper.lease, lease())
         self.assertEqual(self.clock.getDelayedCalls(), [timer])
 
     def test_nothingHeld(self) -> None:
-        self.keeper.observe(event("command.accepted", START, {"by": ALICE.holder()}))
+        self.keeper.observe(event("command.accepted", START, {"by": held(ALICE)}))
         self.assertEqual((self.keeper.lease, self.timers()), (None, []))
 
 
@@ -325,7 +334,7 @@ class ExpiryTests(KeeperTestCase):
         self.clock.advance(59.999)
         self.assertEqual(self.keeper.current(), lease())
         self.clock.advance(0.001)
-        self.assertEqual(self.emitted, [("lease.expired", {**ALICE.holder(), "reason": "ttl"})])
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
         self.assertIsNone(self.keeper.current())
         self.assertEqual(self.timers(), [])
         self.clock.advance(100)
@@ -338,7 +347,7 @@ class ExpiryTests(KeeperTestCase):
         """
         self.claim()
         self.clock.advance(3600)
-        self.assertEqual(self.emitted, [("lease.expired", {**ALICE.holder(), "reason": "ttl"})])
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
         self.assertIsNone(self.keeper.lease)
 
     def test_restoredPastItsTime(self) -> None:
@@ -350,7 +359,7 @@ class ExpiryTests(KeeperTestCase):
         self.keeper.armTimer()
         self.assertEqual(self.timers(), [START])
         self.clock.advance(0)
-        self.assertEqual(self.emitted, [("lease.expired", {**ALICE.holder(), "reason": "ttl"})])
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
 
     def test_renewedBehindTheTimer(self) -> None:
         """
@@ -362,7 +371,7 @@ class ExpiryTests(KeeperTestCase):
         self.clock.advance(60)
         self.assertEqual((self.emitted, self.timers()), ([], [START + 100]))
         self.clock.advance(40)
-        self.assertEqual(self.emitted, [("lease.expired", {**ALICE.holder(), "reason": "ttl"})])
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
 
     def test_droppedBehindTheTimer(self) -> None:
         self.claim()
@@ -392,7 +401,7 @@ class StopTests(KeeperTestCase):
         self.keeper.stop()
         self.assertTrue(self.keeper.stopped)
         self.assertEqual(self.timers(), [])
-        self.keeper.observe(event("command.accepted", START + 1, {"by": ALICE.holder()}))
+        self.keeper.observe(event("command.accepted", START + 1, {"by": held(ALICE)}))
         self.keeper.armTimer()
         self.assertEqual((self.keeper.lease, self.timers()), (lease(), []))
 

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.protocol import Parent
 from vehicle.mirror._render import (
     UNTITLED,
     branchLink,
@@ -193,7 +194,7 @@ class RenderTests(SynchronousTestCase):
         A fork links its parent's document before the first message it did
         not inherit.
         """
-        parent = {"sessionId": "p-1", "kind": "fork", "entryId": "u2"}
+        parent = Parent(**{"sessionId": "p-1", "kind": "fork", "entryId": "u2"})
         text = render(parent=parent, divergeAt=5)
         link = "*Branched from [[sophia-conversation-p-1]]*"
         self.assertIn(link, text)
@@ -205,7 +206,7 @@ class RenderTests(SynchronousTestCase):
         """
         A fork with no history (or nothing new yet) still shows its link.
         """
-        parent = {"sessionId": "p-1", "kind": "fork", "entryId": "u1"}
+        parent = Parent(**{"sessionId": "p-1", "kind": "fork", "entryId": "u1"})
         for transcript, divergeAt in (([], 0), (TRANSCRIPT, len(TRANSCRIPT))):
             text = render(transcript=transcript, parent=parent, divergeAt=divergeAt)
             self.assertEqual(text.count("Branched from [[sophia-conversation-p-1]]"), 1)
@@ -214,7 +215,7 @@ class RenderTests(SynchronousTestCase):
         """
         A clone's header says what it duplicates, before any turn.
         """
-        parent = {"sessionId": "p-2", "kind": "clone", "entryId": None}
+        parent = Parent(**{"sessionId": "p-2", "kind": "clone", "entryId": None})
         text = render(parent=parent, divergeAt=3)
         link = "*Duplicated from [[sophia-conversation-p-2]]*"
         self.assertIn(link, text)
@@ -226,7 +227,6 @@ class RenderTests(SynchronousTestCase):
         No parent, no link.
         """
         self.assertIsNone(branchLink(None))
-        self.assertIsNone(branchLink({}))
 
 
 class TitleTests(SynchronousTestCase):

@@ -135,7 +135,7 @@ class PublicTests(RouteTestCase):
         internal error, and nothing of it counts; the same grant goes
         through once the disk takes it again.
         """
-        ledger = self.h.host.host.public.ledger
+        ledger = self.h.host.bodies.public.ledger
 
         class Full(OsFiles):
             def write(self, fd: int, data: Any) -> int:

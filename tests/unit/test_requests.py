@@ -18,6 +18,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.errors import VehicleError
+from vehicle.protocol import toJSON, toObject
 from vehicle.session import _requests
 from vehicle.session._requests import (
     ROUTE_OF,
@@ -121,10 +122,10 @@ class RecordTests(SynchronousTestCase):
     def test_record(self) -> None:
         caller = Caller(principal="alice", clientId="tab-1", role="owner")
         frame = {"type": "result", "ok": True}
-        record = requestRecord(
-            "command", caller, "r1", BODY, frame, "commands", 1_796_000_000.25,
-            cursor=4, effects=[["command.accepted", {}]],
-        )
+        record = toObject(requestRecord(
+            "command", caller, "r1", BODY, frame, 1_796_000_000.25,
+            cursor=4, effects=[("command.accepted", {})],
+        ))
         self.assertEqual(record, {
             "kind": "command",
             "requestId": "r1",
@@ -172,15 +173,19 @@ class OpenLogsTests(SynchronousTestCase):
         directory.mkdir()
         events, eventRecords, commands, records = openLogs(directory)
         self.assertEqual((eventRecords, records), ([], []))
-        events.append({"seq": 1, "type": "session.created"})
-        commands.append({"kind": "command", "requestId": "r1"})
+        event = {"seq": 1, "type": "session.created", "timestamp": isoTimestamp(1),
+                 "sessionId": "s1", "data": {}}
+        record = {"kind": "command", "requestId": "r1", "principal": "alice",
+                  "clientId": "tab-1", "body": {}, "frame": {}}
+        events.append(event)
+        commands.append(record)
         events.close()
         commands.close()
         events, eventRecords, commands, records = openLogs(directory)
         self.addCleanup(events.close)
         self.addCleanup(commands.close)
-        self.assertEqual(eventRecords, [{"seq": 1, "type": "session.created"}])
-        self.assertEqual(records, [{"kind": "command", "requestId": "r1"}])
+        self.assertEqual(toJSON(eventRecords), [event])
+        self.assertEqual(toJSON(records), [record])
         self.assertEqual(events.path, directory / "events.jsonl")
         self.assertEqual(commands.path, directory / "commands.jsonl")
 

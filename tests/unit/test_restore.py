@@ -13,9 +13,10 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.protocol import Holder, toObject
 from vehicle.session import _restore
-from vehicle.session._requests import fingerprint
-from vehicle.session._restore import Derived, derive, owedEvents
+from vehicle.session._requests import eventOf, fingerprint, recordOf
+from vehicle.session._restore import Derived
 from vehicle.session._values import Lease, parseTimestamp
 
 from tests.support._hints import assertAnnotationsResolve
@@ -32,6 +33,33 @@ def disk(value: Any) -> Any:
     constant of this module.
     """
     return json.loads(json.dumps(value))
+
+
+def derive(
+    log: list[dict[str, Any]], requests: list[dict[str, Any]], title: str | None
+) -> Derived:
+    """
+    L{_restore.derive} of logs as they lie on disk (read as the journal
+    reads them).
+    """
+    return _restore.derive(
+        [eventOf(e) for e in log], [recordOf(r) for r in requests], title
+    )
+
+
+def owedEvents(
+    log: list[dict[str, Any]], requests: list[dict[str, Any]], sessionId: str, now: str
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """
+    L{_restore.owedEvents} of logs as they lie on disk, each owed event and
+    its record as the journal would write them.
+    """
+    return [
+        (toObject(event), toObject(record))
+        for event, record in _restore.owedEvents(
+            [eventOf(e) for e in log], [recordOf(r) for r in requests], sessionId, now
+        )
+    ]
 
 
 def at(second: int) -> str:
@@ -71,9 +99,14 @@ def commandRecord(commandId: str, text: str, **extra: Any) -> dict[str, Any]:
     return record("command", commandId, body, command=command, **extra)
 
 
+#: A chime's record as its answer holds it (but for its id and status).
+CHIME = {"author": "Bea", "delivery": "follow_up", "textBytes": 9, "by": ALICE,
+         "receivedAt": at(20)}
+
+
 def chimeRecord(chimeId: str, status: str, text: str = "look here") -> dict[str, Any]:
     body = {"requestId": "rq-" + chimeId, "author": "Bea", "text": text}
-    chime = {"chimeId": chimeId, "author": "Bea", "status": status, "by": ALICE}
+    chime = {**CHIME, "chimeId": chimeId, "status": status}
     frame = {"type": "chime.accepted", "ok": True, "value": {"chime": chime}}
     return record("chime", "rq-" + chimeId, body, frame, route="chimes")
 
@@ -192,11 +225,11 @@ class DeriveTests(SynchronousTestCase):
     """
 
     def test_empty(self) -> None:
-        self.assertEqual(derive([], [], "Title"), Derived(title="Title"))
+        self.assertEqual(derive([], [], "Title").title, "Title")
         derived = derive([], [], None)
         self.assertEqual(
-            (derived.requests, derived.commands, derived.chimes, derived.lease, derived.title,
-             derived.preview, derived.previewInherited, derived.roomPolicy),
+            (derived.requests, derived.commands, derived.room.chimes, derived.lease,
+             derived.title, derived.preview, derived.previewInherited, derived.room.policy),
             ({}, {}, {}, None, None, None, False, "suggest"),
         )
 
@@ -207,16 +240,16 @@ class DeriveTests(SynchronousTestCase):
         log = events(
             ("command.accepted", {"commandId": "c1", "status": "accepted"}),
             ("command.delivered", {"commandId": "c1"}),
-            ("command.completed", {"commandId": "c1", "disposition": "ran"}),
+            ("command.completed", {"commandId": "c1", "disposition": "handled"}),
             ("command.accepted", {"commandId": "c2"}),
             ("command.completed", {"commandId": "other"}),
         )
         derived = derive(log, disk([commandRecord("c1", "first"), commandRecord("c2", "then")]),
                          None)
-        self.assertEqual(derived.commands["c1"]["status"], "completed")
-        self.assertEqual(derived.commands["c1"]["disposition"], "ran")
-        self.assertEqual(derived.commands["c1"]["updatedAt"], at(3))
-        self.assertEqual(derived.commands["c2"]["status"], "accepted")
+        self.assertEqual(derived.commands["c1"].status, "completed")
+        self.assertEqual(derived.commands["c1"].disposition, "handled")
+        self.assertEqual(derived.commands["c1"].updatedAt, at(3))
+        self.assertEqual(derived.commands["c2"].status, "accepted")
         self.assertNotIn("other", derived.commands)
 
     def test_olderCommandRecord(self) -> None:
@@ -225,8 +258,8 @@ class DeriveTests(SynchronousTestCase):
         """
         older = record("command", "r1", {"requestId": "r1", "type": "prompt", "text": "hi"})
         derived = derive([], disk([older]), None)
-        self.assertEqual(derived.commands["r1"]["status"], "accepted")
-        self.assertEqual(derived.commands["r1"]["by"], ALICE)
+        self.assertEqual(derived.commands["r1"].status, "accepted")
+        self.assertEqual(derived.commands["r1"].by, Holder(**ALICE))
 
     def test_preview(self) -> None:
         """
@@ -254,9 +287,9 @@ class DeriveTests(SynchronousTestCase):
         The room's policy after a restart is the last one set.
         """
         log = events(("room.policy", {"policy": "co-drive"}), ("room.policy", {"policy": "mute"}))
-        self.assertEqual(derive(log, [], None).roomPolicy, "mute")
+        self.assertEqual(derive(log, [], None).room.policy, "mute")
         log = events(("room.policy", {"policy": "observe"}), ("room.policy", {}))
-        self.assertEqual(derive(log, [], None).roomPolicy, "observe")
+        self.assertEqual(derive(log, [], None).room.policy, "observe")
 
     def test_renamed(self) -> None:
         log = events(("session.renamed", {"title": "One"}), ("session.renamed", {"title": "Two"}),
@@ -266,7 +299,8 @@ class DeriveTests(SynchronousTestCase):
 
     def test_eventWithoutData(self) -> None:
         log = events(("session.renamed", {"title": "One"}))
-        log.append({"seq": 2, "type": "session.renamed", "timestamp": at(2), "data": None})
+        log.append({"seq": 2, "type": "session.renamed", "timestamp": at(2), "sessionId": SID,
+                    "data": None})
         self.assertIsNone(derive(log, [], "Base").title)
 
     def test_lease(self) -> None:
@@ -290,11 +324,11 @@ class DeriveTests(SynchronousTestCase):
                      ("chime.resolved", {"chimeId": "ch3", "status": "accepted"}),
                      ("chime.resolved", {"chimeId": "ch2", "status": "rejected"}))
         derived = derive(log, requests, None)
-        self.assertEqual(sorted(derived.chimes), ["ch1", "ch3"])
-        self.assertEqual(derived.chimes["ch1"],
-                         {"chimeId": "ch1", "author": "Bea", "status": "pending", "by": ALICE,
-                          "text": "look here"})
-        self.assertEqual(derived.chimes["ch3"]["status"], "accepted")
+        self.assertEqual(sorted(derived.room.chimes), ["ch1", "ch3"])
+        self.assertEqual(toObject(derived.room.chimes["ch1"]), {**CHIME, "chimeId": "ch1",
+                                                                 "status": "pending",
+                                                                 "text": "look here"})
+        self.assertEqual(derived.room.chimes["ch3"].status, "accepted")
 
     def test_chimeWithoutAFrame(self) -> None:
         """
@@ -303,7 +337,7 @@ class DeriveTests(SynchronousTestCase):
         bare = record("chime", "rq", {"text": "x"}, {"type": "error", "ok": False}, "chimes")
         empty = record("chime", "rq2", {"text": "x"}, {"type": "r", "value": {}}, "chimes")
         noValue = dict(record("chime", "rq3", {"text": "x"}, route="chimes"), frame=None)
-        self.assertEqual(derive([], disk([bare, empty, noValue]), None).chimes, {})
+        self.assertEqual(derive([], disk([bare, empty, noValue]), None).room.chimes, {})
 
     def test_requests(self) -> None:
         """

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.errors import STATUS
-from vehicle.session import EPHEMERAL_TYPES, EVENT_TYPES
+from vehicle.protocol import EPHEMERAL_TYPES, EVENT_TYPES
 from vehicle.web import _frames
 
 from tests.support.schemas import (

@@ -16,13 +16,15 @@ from twisted.trial.unittest import SynchronousTestCase
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.errors import VehicleError
-from vehicle.session import Caller, Command, Journal, Lease, Observers
+from vehicle.protocol import Answer, Command, CommandType, Event, HeldChime, Holder, RoomPolicySet
+from vehicle.session import Caller, Lease, Observers, RunSettled
+from vehicle.session._journal import Journal
 from vehicle.session._lease import leaseAfter, renewedByUse
 from vehicle.session._room import Room
 
 
-def _event(kind: str, at: str, **data: Any) -> dict[str, Any]:
-    return {"type": kind, "timestamp": at, "data": data}
+def _event(kind: str, at: str, **data: Any) -> Event:
+    return Event(type=kind, timestamp=at, sessionId="s1", data=data)
 
 
 ALICE = {"principal": "alice", "clientId": "tab-1"}
@@ -78,7 +80,7 @@ class _Recorder:
     def renamed(self, session: Any) -> None:
         self._note("renamed")
 
-    def settled(self, session: Any, info: dict[str, Any]) -> None:
+    def settled(self, session: Any, run: RunSettled) -> None:
         self._note("settled")
 
     def deleting(self, session: Any) -> dict[str, Any] | None:
@@ -103,7 +105,7 @@ class ObserversTests(SynchronousTestCase):
         observers.add(good)
         for tell in (observers.created, observers.renamed, observers.deleted):
             tell(object())  # type: ignore[arg-type]
-        observers.settled(object(), {})  # type: ignore[arg-type]
+        observers.settled(object(), RunSettled(seq=3, aborted=False))  # type: ignore[arg-type]
         self.assertEqual(good.seen, ["created", "renamed", "deleted", "settled"])
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 4)
 
@@ -117,8 +119,10 @@ class ObserversTests(SynchronousTestCase):
         self.assertEqual(observers.deleting(object()), {"mirror": {"documentId": "d"}})  # type: ignore[arg-type]
 
 
-def _command(commandId: str, text: str | None = "hi") -> Command:
-    return Command(commandId=commandId, type="prompt", text=text)
+def _command(commandId: str, text: str | None = "hi", kind: CommandType = CommandType.prompt,
+             ) -> Command:
+    return Command(commandId=commandId, requestId=commandId, type=kind, acceptedAt="t",
+                   updatedAt="t", by=Holder(principal="alice", clientId="tab-1"), text=text)
 
 
 class PumpTests(SynchronousTestCase):
@@ -135,11 +139,15 @@ class PumpTests(SynchronousTestCase):
         one, two = _command("one"), _command("two")
         pump.add(one)
         pump.add(two)
-        pump.delivering = one
+        self.assertEqual(pump.waiting(), [one, two])
+        self.assertIs(pump.next(), one)
         self.assertEqual(pump.waiting(), [two])
-        abort = Command(commandId="a", type="abort")
+        abort = _command("a", None, CommandType.abort)
         pump.add(abort, first=True)
         self.assertEqual(pump.backlog, [one, abort, two])
+        pump.deliveredOne(one)
+        self.assertEqual((pump.delivering, pump.backlog), (None, [abort, two]))
+        self.assertIs(pump.next(), abort)
 
     def test_idleFires(self) -> None:
         """
@@ -174,13 +182,43 @@ class LiveBodyTests(SynchronousTestCase):
         body = self._body()
         body.startRun(_command("p1"))
         queued = _command("f1")
-        body.queued.append(queued)
-        body.rendered["f1"] = "more\n\n[open in Garden: d]"
+        body.enqueue(queued)
+        body.render(queued, "more\n\n[open in Garden: d]")
         self.assertIsNone(body.delivered("more"))
         self.assertEqual(body.delivered("more\n\n[open in Garden: d]"), queued)
         self.assertEqual(body.queued, [])
         self.assertEqual([c.commandId for c in body.endRun()], ["p1", "f1"])
         self.assertEqual(body.rendered, {})
+        self.assertIsNone(body.run)
+
+    def test_queueTakenBack(self) -> None:
+        """
+        What pi's queue holds as the host knows it, taken back or forgotten
+        only by the body's own methods.
+        """
+        body = self._body()
+        one, two = _command("f1"), _command("f2")
+        body.enqueue(one)
+        body.enqueue(two)
+        body.render(one, "one")
+        self.assertTrue(body.isQueued(one))
+        body.forget(one)
+        self.assertEqual((body.queued, body.rendered), ([two], {}))
+        self.assertEqual(body.takeQueued(), [two])
+        self.assertEqual(body.queued, [])
+        body.unqueue(two)  # already out: nothing to do
+
+    def test_abortAndTurns(self) -> None:
+        body = self._body()
+        body.requestAbort()
+        self.assertTrue(body.abortRequested)
+        body.abortSettled()
+        self.assertFalse(body.abortRequested)
+        body.startRun()
+        self.assertIsNone(body.meter(1))
+        body.turnStarted()
+        self.assertIsNone(body.meter(1))
+        body.runRefused()
         self.assertIsNone(body.run)
 
     def test_meter(self) -> None:
@@ -205,11 +243,13 @@ class RoomTests(SynchronousTestCase):
         no longer pending.
         """
         room = Room()
-        room.hold({"chimeId": "c1", "status": "pending", "author": "bob"}, "hello")
+        room.hold(HeldChime(chimeId="c1", author="bob", delivery="steer", textBytes=5,
+                            by=Holder(principal="bob", clientId="b"), receivedAt="t",
+                            status="pending", text="hello"))
         chime = room.pending("c1")
         assert chime is not None
-        self.assertEqual(chime["text"], "hello")
-        self.assertEqual([c["chimeId"] for c in room.waiting()], ["c1"])
+        self.assertEqual(chime.text, "hello")
+        self.assertEqual([c.chimeId for c in room.waiting()], ["c1"])
         room.resolve("c1", "accepted")
         self.assertIsNone(room.pending("c1"))
         self.assertEqual(room.waiting(), [])
@@ -222,8 +262,9 @@ class _Owner:
         self.derived: list[Any] = []
         self.forgot = 0
 
-    def told(self, event: dict[str, Any]) -> None:
-        self.seqs.append(event["seq"])
+    def told(self, event: Event) -> None:
+        assert event.seq is not None
+        self.seqs.append(event.seq)
 
     def forgetting(self) -> None:
         self.forgot += 1
@@ -244,7 +285,7 @@ class JournalTests(SynchronousTestCase):
         self.clock = Clock()
         self.clock.advance(1_000_000)
 
-    def open(self) -> tuple[Journal, list[dict[str, Any]], list[dict[str, Any]]]:
+    def open(self) -> tuple[Journal, list[Any], list[Any]]:
         journal, events, requests = Journal.open("s1", self.directory, self.clock, None)
         self.addCleanup(journal.close)
         return journal, events, requests
@@ -258,12 +299,15 @@ class JournalTests(SynchronousTestCase):
         journal, _, _ = self.open()
         owner = _Owner()
         journal.owner = owner
-        frame = {"type": "room.policy", "value": {"policy": "mute"}}
-        journal.commit("policy", ALICE_CALLER, "r1", {"policy": "mute"}, frame,
-                       [("room.policy", {"policy": "mute"}), ("run.started", {"runId": "run-7"})])
+        answer = Answer(type="room.policy", value=RoomPolicySet(policy="mute"))
+        sent = journal.commit(
+            "policy", ALICE_CALLER, "r1", {"policy": "mute"}, answer,
+            [("room.policy", {"policy": "mute"}), ("run.started", {"runId": "run-7"})],
+        )
+        self.assertEqual(sent, {"type": "room.policy", "value": {"policy": "mute"}})
         self.assertEqual(owner.seqs, [1, 2])
         self.assertEqual(journal.cursor, 2)
-        self.assertEqual(journal.replay("r1", {"policy": "mute"}, "commands"), frame)
+        self.assertEqual(journal.replay("r1", {"policy": "mute"}, "commands"), sent)
         self.assertEqual(journal.runsSoFar(), 7)
         journal.close()
         again, events, requests = self.open()
@@ -272,7 +316,7 @@ class JournalTests(SynchronousTestCase):
         again.restore(events, requests)
         self.assertEqual(again.history, journal.history)
         self.assertEqual(again.requests, journal.requests)
-        self.assertEqual(reader.derived[0].roomPolicy, "mute")
+        self.assertEqual(reader.derived[0].room.policy, "mute")
 
     def test_closedKeepsNothing(self) -> None:
         """

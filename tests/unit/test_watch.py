@@ -95,7 +95,7 @@ class StreamTestCase(SynchronousTestCase):
         Write C{times} durable events (the holder's own claims).
         """
         for _ in range(times):
-            self.session.claim(self.alice, 60_000, False)
+            self.session.takeLease(self.alice, 60_000)
 
 
 class SSETests(StreamTestCase):
@@ -161,7 +161,7 @@ class SSETests(StreamTestCase):
         in the log.
         """
         stream = Stream(self, self.sid)
-        self.session.broadcast("message.delta", {"runId": "run-1", "text": "Hel"})
+        self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "Hel"})
         self.renew()
         messages, _ = stream.read()
         self.assertEqual([m["event"] for m in messages][-2:], ["message.delta", "lease.renewed"])
@@ -251,7 +251,7 @@ class SlowClientTests(StreamTestCase):
         conn.transport.producer.pauseProducing()
         size = len(conn.output())
         self.renew(5)
-        self.session.broadcast("message.delta", {"runId": "run-1", "text": "lost while paused"})
+        self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "lost while paused"})
         self.h.clock.advance(31)
         self.assertEqual(len(conn.output()), size)
         conn.transport.producer.resumeProducing()
@@ -297,6 +297,6 @@ class SlowClientTests(StreamTestCase):
         self.assertEqual(len(self.h.api.streams), 1)
         conn.lose()
         self.assertEqual(self.h.api.streams, set())
-        self.assertEqual(self.session.watchers.listening(), 0)
+        self.assertEqual(self.session.feed.watching(), 0)
         self.renew(2)
         self.h.clock.advance(60)

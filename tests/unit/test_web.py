@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.protocol import ClaimRequest, fromRequest
 from vehicle.errors import STATUS, VehicleError
 from vehicle.session import Caller
 from vehicle.web._frames import MAX_TEXT_BYTES, validate
@@ -552,7 +553,8 @@ class LeaseTests(RouteTestCase):
                      {"requestId": "k", "takeover": True}, principal="bob")
         session = self.session(sid)
         bob = Caller(principal="bob", clientId="tab-1", role="owner", graphId="g1")
-        error = self.assertRaises(VehicleError, session.claim, bob, 1000, True)
+        takeover = fromRequest({"requestId": "k2", "takeover": True}, ClaimRequest)
+        error = self.assertRaises(VehicleError, session.claim, bob, takeover, 1000)
         self.assertEqual(error.code, "lease_held")
         self.assertFalse(error.details["canTakeOver"])
         self.assertEqual(self.summary(sid)["lease"]["clientId"], "tab-1")
@@ -1098,7 +1100,7 @@ class WatchTests(RouteTestCase):
         session = self.session(sid)
         caller = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
         for _ in range(600):
-            session.claim(caller, 60_000, False)
+            session.takeLease(caller, 60_000)
         frame = self.ok("GET", f"/sessions/{sid}/events?since=0")
         self.assertEqual(len(frame["value"]["events"]), 500)
         self.assertEqual((frame["value"]["cursor"], frame["value"]["more"]), (500, True))
@@ -1137,7 +1139,7 @@ class WatchTests(RouteTestCase):
         frame = json.loads(self.successResultOf(self.successResultOf(d).content()))
         assertValidFrame(self, frame)
         self.assertEqual(frame["value"], {"events": [], "cursor": 2, "more": False})
-        self.assertEqual(self.session(sid).watchers.waiting(), 0)
+        self.assertEqual(self.session(sid).feed.waiting(), 0)
 
     def test_noWaitWhenBehind(self) -> None:
         """

@@ -39,7 +39,8 @@ from vehicle.box import (
 )
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
-from vehicle.session import Caller, Session
+from vehicle.protocol import CreateRequest
+from vehicle.session import Caller, FolderRecord, Session
 from vehicle.store import DataDir
 
 
@@ -98,7 +99,7 @@ class AgentProfile:
             )
         return decision.tier
 
-    async def checkCreate(self, caller: Caller, body: dict[str, Any]) -> str:
+    async def checkCreate(self, caller: Caller, request: CreateRequest) -> str:
         return await self.decide()
 
     def runDir(self) -> Path:
@@ -155,7 +156,7 @@ class AgentProfile:
             )
         return removed
 
-    def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]:
+    def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]:
         """
         Make the workspace; record both folders' identities (kept in the
         session's meta, checked before every body).
@@ -164,7 +165,7 @@ class AgentProfile:
         workspace.mkdir(mode=0o700, parents=False, exist_ok=False)
         return self.recordFolders(sessionId, sessionDir)
 
-    def recordFolders(self, sessionId: str, sessionDir: Path) -> dict[str, Any]:
+    def recordFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]:
         """
         Record the identities of an agent's folders as they are now.
         """
@@ -187,7 +188,7 @@ class AgentProfile:
         """
         for name, recorded in (session.meta.folders or {}).items():
             identity = FolderIdentity(
-                path=recorded["path"], device=recorded["device"], inode=recorded["inode"]
+                path=recorded.path, device=recorded.device, inode=recorded.inode
             )
             problem = identity.verify()
             if problem is not None:
@@ -335,9 +336,9 @@ class AgentProfile:
         return wrap
 
 
-def _identity(path: Path) -> dict[str, Any]:
+def _identity(path: Path) -> FolderRecord:
     identity = FolderIdentity.record(path)
-    return {"path": str(identity.path), "device": identity.device, "inode": identity.inode}
+    return FolderRecord(path=str(identity.path), device=identity.device, inode=identity.inode)
 
 
 def _alive(pid: int) -> bool:

@@ -11,24 +11,35 @@ from __future__ import annotations
 import datetime
 import uuid
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Literal
 
-from attrs import evolve
+from attrs import define, evolve
 
 from vehicle.body._modeltext import stripContextNote
 from vehicle.body._spawner import latestSessionFile
-from vehicle.body._sessionfile import NothingToFork, branchSession, readSession
+from vehicle.body._sessionfile import BranchResult, NothingToFork, branchSession, readSession
 from vehicle.box import copyTree
 from vehicle.errors import VehicleError
+from vehicle.protocol import (
+    Answer,
+    CommandRequest,
+    CommandType,
+    JSONObject,
+    Parent,
+    SessionCloned,
+    SessionForked,
+    toObject,
+)
 from vehicle.session import (
     Caller,
+    FolderMaker,
     Registry,
     Session,
-    answer,
-    branchEffects,
+    SessionMeta,
+    isoTimestamp,
+    movedFolders,
     notFound,
     previewOf,
-    requireGraphPath,
     storageError,
 )
 
@@ -37,22 +48,61 @@ from vehicle.session import (
 RunInThread = Callable[..., Awaitable[Any]]
 
 
+@define(eq=False)
+class _Branch:
+    """
+    One fork or clone being made: its request, its source, and what the
+    new session is to be.
+    """
+
+    registry: Registry
+    source: Session
+    caller: Caller
+    request: CommandRequest
+    piFile: Path
+    meta: SessionMeta
+    entryId: str | None
+    #: The first words of the history the branch begins with, if any.
+    inherited: str | None
+
+    @property
+    def kind(self) -> Literal["fork", "clone"]:
+        return "fork" if self.request.type == CommandType.fork else "clone"
+
+    @property
+    def branchId(self) -> str:
+        return self.meta.sessionId
+
+    def title(self) -> str | None:
+        """
+        A clone is named as a copy of its source's name (its title, or
+        what the list shows for it); a fork has none of its own.
+        """
+        named = self.source.title or self.source.preview
+        return f"Copy of {named}" if self.kind == "clone" and named else None
+
+    def workDir(self) -> Path:
+        dataDir = self.registry.dataDir
+        if self.meta.profile == "agent":
+            return dataDir.workspaceDir(self.branchId)
+        return dataDir.sessionDir(self.branchId) / "work"
+
+
 async def branch(
     registry: Registry,
     source: Session,
     caller: Caller,
-    request: dict[str, Any],
-    recordFolders: Callable[[str, Path], dict[str, Any]] | None = None,
+    request: CommandRequest,
+    recordFolders: FolderMaker | None = None,
     runInThread: RunInThread | None = None,
-) -> dict[str, Any]:
+) -> JSONObject:
     """
-    Make the branch and return the answer (C{session.forked} or
+    Make the branch and return its answer as sent (C{session.forked} or
     C{session.cloned}).  pi's file is copied on the reactor's thread (it is
     small next to a reply); an agent's workspace, the one large step, by
     C{runInThread} (the reactor's thread pool; inline when none is given).
     """
-    kind = request["type"]
-    requireGraphPath(source, caller, "branch")
+    source.meta.requireGraphPath(caller, "branch")
     if source.meta.profile == "agent" and caller.role != "owner":
         raise VehicleError(
             "forbidden_profile", "only the graph's owner may branch an agent session",
@@ -61,123 +111,135 @@ async def branch(
     piFile = latestSessionFile(source.directory / "pi")
     if piFile is None:
         raise VehicleError("nothing_to_fork", "nothing has been said in this session yet")
-    entryId = request.get("entryId") if kind == "fork" else None
-    newId = registry.newSessionId()
+    kind: Literal["fork", "clone"] = "fork" if request.type == CommandType.fork else "clone"
+    entryId = request.entryId if kind == "fork" else None
     points = readSession(piFile).forkPoints()
     if entryId is not None and entryId not in {p["entryId"] for p in points}:
         raise NothingToFork(entryId)
-    # What the list shows for the branch until something is said in it: the
-    # first message of the history it begins with.
-    inherited = points[0]["text"] if points and points[0]["entryId"] != entryId else None
     meta = evolve(
         source.meta,
-        sessionId=newId,
+        sessionId=registry.newSessionId(),
         principal=caller.principal,
         role=caller.role,
-        createdAt=registry.clock.seconds(),
-        parent={"sessionId": source.sessionId, "kind": kind, "entryId": entryId},
+        createdAt=isoTimestamp(registry.clock.seconds()),
+        parent=Parent(sessionId=source.sessionId, kind=kind, entryId=entryId),
         folders=None,
     )
-    title = None
-    if kind == "clone" and (source.title or source.preview):
-        # A clone is named as a copy of its source's name (its title, or
-        # what the list shows for it).
-        title = f"Copy of {source.title or source.preview}"
-    # The branch is built aside and renamed into place whole (its record,
-    # holding the answer, inside it): the one step that makes it.  The
-    # source's record follows; start writes it should the host be cut
-    # between the two.
+    made = _Branch(
+        registry=registry, source=source, caller=caller, request=request, piFile=piFile,
+        meta=meta, entryId=entryId,
+        # What the list shows for the branch until something is said in it:
+        # the first message of the history it begins with.
+        inherited=points[0]["text"] if points and points[0]["entryId"] != entryId else None,
+    )
     try:
-        return await _build(registry, source, caller, request, recordFolders, kind, piFile,
-                            entryId, newId, inherited, meta, title, runInThread or inline)
+        return await _build(made, recordFolders, runInThread or inline)
     except OSError as e:
         raise storageError(e) from e
 
 
 async def _build(
-    registry: Registry, source: Session, caller: Caller, request: dict[str, Any],
-    recordFolders: Callable[[str, Path], dict[str, Any]] | None, kind: str, piFile: Path,
-    entryId: str | None, newId: str, inherited: str | None, meta: Any, title: str | None,
-    runInThread: RunInThread,
-) -> dict[str, Any]:
+    made: _Branch, recordFolders: FolderMaker | None, runInThread: RunInThread
+) -> JSONObject:
+    """
+    The branch is built aside and renamed into place whole (its record,
+    holding the answer, inside it): the one step that makes it.  The
+    source's record follows; start writes it should the host be cut
+    between the two.
+    """
+    registry, source, request = made.registry, made.source, made.request
+    inherited = stripContextNote(made.inherited) if made.inherited else None
     session = registry.maker.prepare(
-        caller,
-        meta,
-        title=title,
+        made.caller,
+        made.meta,
+        title=made.title(),
         claim=True,
         createdEvent={
-            "parent": meta.parent,
-            **({"preview": previewOf(stripContextNote(inherited))} if inherited else {}),
+            "parent": {"sessionId": source.sessionId, "kind": made.kind, "entryId": made.entryId},
+            **({"preview": previewOf(inherited)} if inherited else {}),
         },
     )
     try:
-        workDir = (
-            registry.dataDir.workspaceDir(newId)
-            if meta.profile == "agent"
-            else registry.dataDir.sessionDir(newId) / "work"
-        )
-        result = branchSession(
-            piFile,
-            session.directory / "pi",
-            entryId=entryId,
-            newSessionId=str(uuid.uuid4()),
-            now=datetime.datetime.fromtimestamp(registry.clock.seconds(), datetime.timezone.utc),
-            cwd=str(workDir),
-        )
-        if not any(e.get("type") == "message" for e in readSession(result.path).entries):
-            # A fork before the first message has no history: it starts empty.
-            result.path.unlink()
-        else:
-            result.path.chmod(0o600)
-        if meta.profile == "agent" and recordFolders is not None:
+        result = _copyConversation(made, session)
+        if made.meta.profile == "agent" and recordFolders is not None:
             # A snapshot: links copied as links, never followed.
             await runInThread(
-                copyTree, registry.dataDir.workspaceDir(source.sessionId), workDir
+                copyTree, registry.dataDir.workspaceDir(source.sessionId), made.workDir()
             )
-            building, final = str(session.directory), str(registry.dataDir.sessionDir(newId))
-            folders = {
-                name: {**identity, "path": str(identity["path"]).replace(building, final, 1)}
-                for name, identity in recordFolders(newId, session.directory).items()
-            }
-            session.meta = evolve(session.meta, folders=folders)
+            session.meta = evolve(session.meta, folders=movedFolders(
+                recordFolders(made.branchId, session.directory), session.directory,
+                registry.dataDir.sessionDir(made.branchId),
+            ))
             session.writeMeta()
         if source.deleted:
             raise notFound()
-        earlier = source.replay(request["requestId"], request, "commands")
+        earlier = source.replay(request.requestId, request.raw, "commands")
         if earlier is not None:
             # The same request, sent again while this one copied: it was
             # answered meanwhile, and this copy is not needed.
             session.close()
-            registry.maker.abandon(newId)
+            registry.maker.abandon(made.branchId)
             return earlier
         session.delegatedToken = source.delegatedToken
         if session.preview is None and inherited:
-            session.preview = previewOf(stripContextNote(inherited))
-            session.previewInherited = True
-        selected = stripContextNote(result.selectedText) if result.selectedText is not None else None
-        value: dict[str, Any] = {"session": session.summary(), "parent": meta.parent}
-        if kind == "fork":
-            value["selectedText"] = selected
-        frame = answer("session.forked" if kind == "fork" else "session.cloned", value)
+            session.preview, session.previewInherited = previewOf(inherited), True
+        sent = _answer(made, session, result)
     except BaseException:
         # Half made and never announced: removed (start would remove it too).
         session.close()
-        registry.maker.abandon(newId)
+        registry.maker.abandon(made.branchId)
         raise
     try:
         registry.maker.publish(
-            session, "branched", caller, request["requestId"], request, frame, "commands",
-            {"source": source.sessionId},
+            session, "branched", made.caller, request.requestId, request.raw, sent, "commands",
+            source=source.sessionId,
         )
     finally:
-        if newId in registry.sessions:
+        if made.branchId in registry.sessions:
             # Published (even if a sync after it failed): the source
             # remembers it, so a retry replays rather than branches again.
-            source.commit(
-                "branch", caller, request["requestId"], request, frame,
-                branchEffects(kind, newId, entryId, caller),
+            source.rememberBranch(
+                made.caller, request.requestId, request.raw, sent, made.kind, made.branchId,
+                made.entryId,
             )
-    return frame
+    return sent
+
+
+def _copyConversation(made: _Branch, session: Session) -> BranchResult:
+    """
+    pi's file, up to the fork's entry (or whole, for a clone), copied into
+    the branch's C{pi/} with its working folder; a fork before the first
+    message has no history, and starts empty.
+    """
+    result = branchSession(
+        made.piFile,
+        session.directory / "pi",
+        entryId=made.entryId,
+        newSessionId=str(uuid.uuid4()),
+        now=datetime.datetime.fromtimestamp(made.registry.clock.seconds(), datetime.timezone.utc),
+        cwd=str(made.workDir()),
+    )
+    if not any(e.get("type") == "message" for e in readSession(result.path).entries):
+        result.path.unlink()
+    else:
+        result.path.chmod(0o600)
+    return result
+
+
+def _answer(made: _Branch, session: Session, result: BranchResult) -> JSONObject:
+    """
+    The branch's answer as sent: its summary and parent; a fork's with the
+    text of the entry it was cut at.
+    """
+    assert made.meta.parent is not None
+    summary, parent = session.summary(), made.meta.parent
+    if made.kind == "clone":
+        return toObject(Answer(type="session.cloned",
+                               value=SessionCloned(session=summary, parent=parent)))
+    selected = stripContextNote(result.selectedText) if result.selectedText is not None else None
+    return toObject(Answer(type="session.forked", value=SessionForked(
+        session=summary, parent=parent, selectedText=selected,
+    )))
 
 
 async def inline(f: Callable[..., Any], *args: Any) -> Any:

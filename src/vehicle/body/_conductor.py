@@ -14,8 +14,6 @@ session.
 
 from __future__ import annotations
 
-from typing import Any
-
 from attrs import define, field
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IProcessTransport, IReactorTime
@@ -29,7 +27,8 @@ from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import readSession
 from vehicle.body._settlement import Settlement
 from vehicle.body._spawner import Launcher, latestSessionFile
-from vehicle.session import Command, IConductor, Session
+from vehicle.protocol import BodyState, BodyView, Command, JSONObject, PiQueue
+from vehicle.session import IConductor, Session
 
 
 @implementer(IConductor, IBodySink)
@@ -69,7 +68,7 @@ class Conductor:
     # -- what the body is now ------------------------------------------------
 
     @property
-    def state(self) -> str:
+    def state(self) -> BodyState:
         """
         C{dormant}, C{starting}, C{live} or C{stopping}.
         """
@@ -88,34 +87,33 @@ class Conductor:
     def running(self) -> bool:
         return self.life.running()
 
-    def bodyState(self) -> str:
+    def bodyState(self) -> BodyState:
         return self.life.state
 
     def commandAccepted(self, command: Command) -> None:
         self.delivery.accept(command)
 
-    def snapshot(self) -> Deferred:
+    def snapshot(self) -> Deferred[BodyView]:
         return Deferred.fromCoroutine(self._snapshot())
 
-    async def _snapshot(self) -> dict[str, Any]:
-        extras: dict[str, Any] = {
-            "queue": {"steering": [], "followUp": []},
-            "transcript": self.transcript(),
-            "tools": None,
-            "stats": None,
-        }
+    async def _snapshot(self) -> BodyView:
         body = self.body
-        if body is not None:
-            extras["queue"] = body.snapshotQueue()
+        tools: tuple[str, ...] | None = None
+        stats: JSONObject | None = None
         if self.life.live() is not None and body is not None:
-            extras["tools"] = list(body.translator.tools)
+            tools = tuple(body.translator.tools)
             try:
-                extras["stats"] = await body.protocol.request({"type": "get_session_stats"})
+                stats = await body.protocol.request({"type": "get_session_stats"})
             except (PiCommandError, BodyExited):
                 pass
-        return extras
+        return BodyView(
+            transcript=tuple(self.transcript()),
+            queue=body.snapshotQueue() if body is not None else PiQueue(),
+            tools=tools,
+            stats=stats,
+        )
 
-    def transcript(self) -> list[dict[str, Any]]:
+    def transcript(self) -> list[JSONObject]:
         piDir = self.life.sessionPaths().piDir
         current = latestSessionFile(piDir) if piDir.exists() else None
         if current is None:
@@ -132,15 +130,15 @@ class Conductor:
             return "no run is under way"
         return self.body.meter(self.session.meta.maxTurns)
 
-    def close(self) -> Deferred:
+    def close(self) -> Deferred[None]:
         return self.life.close()
 
-    def dispose(self, reason: str = "shutdown") -> Deferred:
+    def dispose(self, reason: str = "shutdown") -> Deferred[None]:
         return self.life.dispose(reason)
 
     # -- IBodySink ----------------------------------------------------------
 
-    def piEvent(self, event: dict[str, Any]) -> None:
+    def piEvent(self, event: JSONObject) -> None:
         self.settlement.piEvent(event)
 
     def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:

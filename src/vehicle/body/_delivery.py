@@ -8,7 +8,7 @@ asks for; and cancel, in one place (L{Delivery.cancelled}).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from attrs import define
 from twisted.internet.defer import Deferred
@@ -21,10 +21,17 @@ from vehicle.body._modeltext import renderText
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, PiCommandError
 from vehicle.errors import VehicleError
-from vehicle.session import Command, Session
-
-
-TEXT = ("prompt", "follow_up", "steer")
+from vehicle.protocol import (
+    DISPOSITIONS,
+    Command,
+    CommandStatus,
+    CommandType,
+    JSONObject,
+    TEXT_COMMANDS,
+    textOf,
+    toObject,
+)
+from vehicle.session import Session
 
 
 @define(eq=False)
@@ -54,14 +61,14 @@ class Delivery:
         kind = command.type
         # Only what waits behind the command being delivered (pi's already)
         # can be taken back without asking pi.
-        if kind == "cancel":
+        if kind == CommandType.cancel:
             target = [c for c in self.pump.waiting() if c.commandId == command.targetCommandId]
             if target:
                 # Never sent to pi: taking it out is bookkeeping.
                 self.cancelled(target, "cancelled")
-                self.session.setStatus(command.commandId, "completed")
+                self.session.move(command.commandId, CommandStatus.completed)
                 return
-        if kind in ("abort", "shutdown"):
+        if kind in (CommandType.abort, CommandType.shutdown):
             # Everything not yet handed to pi is cancelled, not delivered.
             self.cancelled([c for c in self.pump.waiting() if c.hasText], kind)
             self.pump.add(command, first=True)
@@ -77,9 +84,10 @@ class Delivery:
 
     async def _drain(self) -> None:
         pump = self.pump
-        while pump.backlog and not self.session.deleted and not self.life.closing:
-            command = pump.backlog[0]
-            pump.delivering = command
+        while not self.session.deleted and not self.life.closing:
+            command = pump.next()
+            if command is None:
+                break
             try:
                 await self._perform(command)
             except HostClosing:
@@ -90,7 +98,7 @@ class Delivery:
                 if not self.life.closing:
                     self.fail(command, "the body exited before the command was delivered")
             except PiCommandError as e:
-                self.fail(command, str(e.error) if hasattr(e, "error") else str(e))
+                self.fail(command, str(e.error))
             except Exception:
                 self._log.failure(
                     "Delivering {commandId} in {sessionId} failed",
@@ -99,12 +107,13 @@ class Delivery:
                 )
                 self.fail(command, "the host failed to deliver the command", code="internal")
             finally:
-                pump.delivering = None
-                pump.take([command])
+                pump.deliveredOne(command)
         self.life.armIdle()
 
     def fail(self, command: Command, message: str, code: str | None = None) -> None:
-        self.session.setStatus(command.commandId, "failed", error=self.life.scrub(message), code=code)
+        self.session.move(
+            command.commandId, CommandStatus.failed, error=self.life.scrub(message), code=code
+        )
 
     def cancelled(self, commands: list[Command], reason: str) -> None:
         """
@@ -116,30 +125,28 @@ class Delivery:
         body = self.life.body
         for command in commands:
             if body is not None:
-                if command in body.queued:
-                    body.queued.remove(command)
-                body.rendered.pop(command.commandId, None)
-            self.session.setStatus(command.commandId, "cancelled", reason=reason)
+                body.forget(command)
+            self.session.move(command.commandId, CommandStatus.cancelled, reason=reason)
 
     # -- the verbs ------------------------------------------------------------
 
     async def _perform(self, command: Command) -> None:
         kind = command.type
-        if kind in TEXT or kind == "accept_chime":
+        if kind in TEXT_COMMANDS or kind == CommandType.acceptChime:
             await self._deliverText(command)
-        elif kind == "abort":
+        elif kind == CommandType.abort:
             await self._abort(command)
-        elif kind == "cancel":
+        elif kind == CommandType.cancel:
             await self._cancel(command)
-        elif kind == "shutdown":
+        elif kind == CommandType.shutdown:
             await self._shutdown(command)
         else:
-            self.fail(command, f"{kind} is not supported by this body")
+            self.fail(command, f"{kind.value} is not supported by this body")
 
     async def _deliverText(self, command: Command) -> None:
         body = await self.life.ensure()
         message = renderText(command)
-        body.rendered[command.commandId] = message
+        body.render(command, message)
         if body.run is None:
             # A new run: the door's meter starts again (pi may compact the
             # context before the run's first request, and that counts too).
@@ -147,29 +154,28 @@ class Delivery:
             try:
                 data = await body.protocol.request({"type": "prompt", "message": message})
             except BaseException:
-                body.run = None
+                body.runRefused()
                 raise
-            disposition = (data or {}).get("disposition", "started")
-            self.session.setStatus(command.commandId, "delivered", disposition=disposition)
+            disposition = DISPOSITIONS.get(textOf(data.get("disposition")) or "", "started")
+            self.session.move(command.commandId, CommandStatus.delivered, disposition=disposition)
             if disposition != "started":
                 # An extension handled it: no run comes of it.
-                body.run = None
-                self.session.setStatus(command.commandId, "completed")
+                body.runRefused()
+                self.session.move(command.commandId, CommandStatus.completed)
             return
-        verb = command.delivery or command.type
-        request: dict[str, Any] = {"type": verb, "message": message}
+        verb = command.delivery or command.type.value
+        request: JSONObject = {"type": verb, "message": message}
         if verb == "prompt":
             request["streamingBehavior"] = "followUp"
-        body.queued.append(command)
+        body.enqueue(command)
         try:
             data = await body.protocol.request(request)
         except BaseException:
-            if command in body.queued:
-                body.queued.remove(command)
+            body.unqueue(command)
             raise
-        disposition = (data or {}).get("disposition", "queued")
-        if command in body.queued:
-            self.session.setStatus(command.commandId, "queued", disposition=disposition)
+        disposition = DISPOSITIONS.get(textOf(data.get("disposition")) or "", "queued")
+        if body.isQueued(command):
+            self.session.move(command.commandId, CommandStatus.queued, disposition=disposition)
 
     async def _clearQueue(self, body: LiveBody, reason: str) -> list[Command]:
         await body.protocol.request({"type": "clear_queue"})
@@ -187,19 +193,17 @@ class Delivery:
     async def _abort(self, command: Command) -> None:
         body = self.life.live()
         if body is not None:
-            if body.queued or body.translator.queue.get("steering") or body.translator.queue.get(
-                "followUp"
-            ):
+            if body.piQueues():
                 await self._clearQueue(body, "aborted")
             if body.run is not None:
-                body.abortRequested = True
+                body.requestAbort()
                 slow = self.clock.callLater(5, self._abortSlow)
                 try:
                     await body.protocol.request({"type": "abort"})
                 finally:
                     if slow.active():
                         slow.cancel()
-        self.session.setStatus(command.commandId, "completed")
+        self.session.move(command.commandId, CommandStatus.completed)
 
     def _abortSlow(self) -> None:
         self.session.emit("abort.slow", {"afterMs": 5000})
@@ -215,13 +219,13 @@ class Delivery:
         await body.protocol.request({"type": "clear_queue"})
         self.cancelled(targets, "cancelled")
         # pi has no dequeue: what stays goes back in its original order.
-        body.queued = []
+        body.takeQueued()
         for other in keep:
-            kind = other.delivery or other.type
+            kind = other.delivery or other.type.value
             verb = "steer" if kind == "steer" else "follow_up"
-            body.queued.append(other)
-            await body.protocol.request({"type": verb, "message": body.rendered[other.commandId]})
-        self.session.setStatus(command.commandId, "completed")
+            body.enqueue(other)
+            await body.protocol.request({"type": verb, "message": body.renderedText(other)})
+        self.session.move(command.commandId, CommandStatus.completed)
 
     async def _shutdown(self, command: Command) -> None:
         body = self.life.live()
@@ -229,13 +233,12 @@ class Delivery:
             if body.queued:
                 await self._clearQueue(body, "shutdown")
             if body.run is not None:
-                body.abortRequested = True
+                body.requestAbort()
                 await body.protocol.request({"type": "abort"})
         await self.life.dispose("shutdown")
-        by = dict(command.by)
-        self.session.releaseLeaseOf(by, "shutdown")
-        self.session.emit("session.shutdown", {"by": by})
-        self.session.setStatus(command.commandId, "completed")
+        self.session.releaseLeaseOf(command.by, "shutdown")
+        self.session.emit("session.shutdown", {"by": toObject(command.by)})
+        self.session.move(command.commandId, CommandStatus.completed)
 
     # -- what a settled run left in pi's queue --------------------------------
 
@@ -251,7 +254,7 @@ class Delivery:
         await body.protocol.request({"type": "clear_queue"})
         for command in leftovers:
             if body.abortRequested or self.life.closing or any(
-                c.type in ("abort", "shutdown") for c in self.pump.backlog
+                c.type in (CommandType.abort, CommandType.shutdown) for c in self.pump.backlog
             ):
                 # An abort came while pi's queue was being cleared: these
                 # are taken out, not delivered after it.

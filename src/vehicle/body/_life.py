@@ -8,17 +8,19 @@ it exits by itself.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, ClassVar
+from typing import Awaitable, Callable, ClassVar
 
 from attrs import define
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import IBodySink
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, latestSessionFile
+from vehicle.protocol import BodyState, JSONObject
 from vehicle.session import Session
 
 
@@ -53,9 +55,9 @@ class BodyLife:
     pump: Pump
     planner: Planner | None = None
     paths: BodyPaths | None = None
-    state: str = "dormant"
+    state: BodyState = "dormant"
     body: LiveBody | None = None
-    _stopping: Deferred | None = None
+    _stopping: Deferred[None] | None = None
     #: The host is stopping: deliver nothing more, start no body.
     closing: bool = False
 
@@ -126,12 +128,12 @@ class BodyLife:
             state = await body.protocol.request({"type": "get_state"})
         except BaseException:
             if self.body is body and not body.protocol.hasEnded and body.transport is not None:
-                body.expectExit = True
+                body.expectingExit()
                 body.protocol.terminate(self.clock, graceSeconds=1)
             self.gone()
             raise
         self.state = "live"
-        event: dict[str, Any] = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
+        event: JSONObject = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
         if plan.box:
             event["box"] = plan.box
         self.session.emit("body.materialized", event)
@@ -145,7 +147,7 @@ class BodyLife:
 
     # -- letting go -----------------------------------------------------------
 
-    def close(self) -> Deferred:
+    def close(self) -> Deferred[None]:
         """
         The host stops: nothing more is delivered or started, the body is
         disposed, and commands still open stay open (the next start reports
@@ -154,7 +156,7 @@ class BodyLife:
         self.closing = True
         return self.dispose("host_stopping")
 
-    def dispose(self, reason: str = "shutdown") -> Deferred:
+    def dispose(self, reason: str = "shutdown") -> Deferred[None]:
         """
         Stop the body (if any) and mark the session dormant.
         """
@@ -169,10 +171,10 @@ class BodyLife:
             self.state = "dormant"
             return succeed(None)
         self.state = "stopping"
-        body.expectExit = True
+        body.expectingExit()
         d = body.protocol.terminate(self.clock, graceSeconds=3)
 
-        def stopped(_: Any) -> None:
+        def stopped(_: object) -> None:
             self._stopping = None
             self.gone()
             if not self.session.deleted:
@@ -233,8 +235,8 @@ class BodyLife:
                 text = text.replace(secret, "[redacted]")
         return text
 
-    def logFailure(self, result: Any) -> Any:
-        if hasattr(result, "getTraceback"):
+    def logFailure(self, result: object) -> None:
+        if isinstance(result, Failure):
             self._log.failure(
                 "The conductor of {sessionId} failed", result, sessionId=self.session.sessionId
             )

@@ -9,15 +9,14 @@ dormant forgets everything at once.
 
 from __future__ import annotations
 
-from typing import Any
-
 from attrs import define, field
 from twisted.internet.interfaces import IProcessTransport
 
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher
 from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._translate import Translator
-from vehicle.session import Command, Session, SessionMeta
+from vehicle.protocol import Command, JSONObject, PiQueue
+from vehicle.session import Session, SessionMeta
 
 
 #: gardend's reader tools (their scopes end in C{.read}): all a session
@@ -34,7 +33,7 @@ def toolsFor(meta: SessionMeta) -> list[str]:
     return []
 
 
-def bootExtra(meta: SessionMeta, plan: BodyPlan, mcpUrl: str | None) -> dict[str, Any] | None:
+def bootExtra(meta: SessionMeta, plan: BodyPlan, mcpUrl: str | None) -> JSONObject | None:
     """
     What the extension's boot config says beyond the plan's: the reader
     tools of a session a viewer started, a public conversation's graphs.
@@ -63,7 +62,8 @@ class Run:
 @define(eq=False)
 class LiveBody:
     """
-    One pi process, from spawn to exit.
+    One pi process, from spawn to exit.  Its state is moved only by its
+    own methods, named for what happened.
 
     @ivar queued: the commands handed to pi's queue (steer, follow-up) and
         not yet seen delivered, in pi's order.
@@ -97,7 +97,7 @@ class LiveBody:
             protocol=PiProtocol(sink),
             plan=plan,
             paths=BodyPaths.forSession(session.directory, plan.workDir),
-            translator=Translator(runCount=session.runsSoFar()),
+            translator=Translator(runCount=session.feed.runsSoFar()),
         )
 
     def spawn(self, launcher: Launcher, meta: SessionMeta) -> None:
@@ -111,7 +111,7 @@ class LiveBody:
             paths=self.paths,
             model=meta.model,
             profile=meta.profile,
-            budget={"maxTurns": meta.maxTurns, "maxCostUsd": meta.maxCostUsd},
+            budget=meta.budget,
             providers=plan.providers,
             wrap=plan.wrap,
             bootExtra=bootExtra(meta, plan, mcpUrl),
@@ -120,6 +120,8 @@ class LiveBody:
         )
         self.translator.setTools(toolsFor(meta))
 
+    # -- the run ------------------------------------------------------------
+
     def startRun(self, command: Command | None = None) -> Run:
         """
         A run begins (with the command that started it, if the host sent
@@ -127,6 +129,21 @@ class LiveBody:
         """
         self.run = Run(commands=[command] if command is not None else [])
         return self.run
+
+    def runRefused(self) -> None:
+        """
+        pi did not take the prompt that was to start a run (or an
+        extension handled it): no run comes of it.
+        """
+        self.run = None
+
+    def turnStarted(self) -> None:
+        """
+        pi started a turn of the run under way (after a compaction or a
+        retry): the door's meter starts again for it.
+        """
+        if self.run is not None:
+            self.run.modelRequests = 0
 
     def endRun(self) -> list[Command]:
         """
@@ -137,6 +154,68 @@ class LiveBody:
         for command in finished:
             self.rendered.pop(command.commandId, None)
         return finished
+
+    # -- pi's queue ----------------------------------------------------------
+
+    def render(self, command: Command, message: str) -> None:
+        """
+        C{message} is the text pi is sent for C{command}.
+        """
+        self.rendered[command.commandId] = message
+
+    def renderedText(self, command: Command) -> str:
+        return self.rendered[command.commandId]
+
+    def enqueue(self, command: Command) -> None:
+        """
+        C{command} is handed to pi's queue.
+        """
+        self.queued.append(command)
+
+    def isQueued(self, command: Command) -> bool:
+        return command in self.queued
+
+    def unqueue(self, command: Command) -> None:
+        """
+        C{command} is out of pi's queue (pi refused it).
+        """
+        if command in self.queued:
+            self.queued.remove(command)
+
+    def forget(self, command: Command) -> None:
+        """
+        C{command} was taken back (cancelled): out of pi's queue and its
+        text forgotten.
+        """
+        self.unqueue(command)
+        self.rendered.pop(command.commandId, None)
+
+    def takeQueued(self) -> list[Command]:
+        """
+        Everything in pi's queue as the host knows it, which is now empty
+        (pi's own queue was, or is being, cleared).
+        """
+        taken, self.queued = self.queued, []
+        return taken
+
+    def queuedIds(self) -> list[str]:
+        return [c.commandId for c in self.queued]
+
+    def requestAbort(self) -> None:
+        """
+        An abort was asked of pi: what it still queues is taken out, not
+        delivered after it.
+        """
+        self.abortRequested = True
+
+    def abortSettled(self) -> None:
+        self.abortRequested = False
+
+    def expectingExit(self) -> None:
+        """
+        The host asks it to end: its exit is no news.
+        """
+        self.expectExit = True
 
     def delivered(self, text: str) -> Command | None:
         """
@@ -170,8 +249,19 @@ class LiveBody:
         providers = self.plan.providers or {}
         return [str(p["apiKey"]) for p in providers.values() if p.get("apiKey")]
 
-    def snapshotQueue(self) -> dict[str, Any]:
-        return {
-            "steering": list(self.translator.queue.get("steering", [])),
-            "followUp": list(self.translator.queue.get("followUp", [])),
-        }
+    def snapshotQueue(self) -> PiQueue:
+        return PiQueue(
+            steering=tuple(self.translator.queue.get("steering", [])),
+            followUp=tuple(self.translator.queue.get("followUp", [])),
+        )
+
+    def piQueues(self) -> bool:
+        """
+        Does pi hold anything in its queue (as the host knows it, or as pi
+        last reported it)?
+        """
+        return bool(
+            self.queued
+            or self.translator.queue.get("steering")
+            or self.translator.queue.get("followUp")
+        )

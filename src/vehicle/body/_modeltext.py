@@ -6,7 +6,7 @@ record, and the person's words read back from it (L{stripContextNote}).
 
 from __future__ import annotations
 
-from vehicle.session import Command
+from vehicle.protocol import Command
 
 
 #: The note pi-sophia adds for what the person had open (ids only).

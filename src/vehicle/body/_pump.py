@@ -13,15 +13,16 @@ from attrs import define, field
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
-from vehicle.session import Command
+from vehicle.protocol import Command
 
 
 @define(eq=False)
 class Pump:
     """
     One command at a time, in order: pi drops a prompt sent while another
-    is starting.
+    is starting.  Its state is moved only by its own methods.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -33,6 +34,21 @@ class Pump:
     delivering: Command | None = None
     _pumping: bool = False
     _idle: IDelayedCall | None = None
+
+    def next(self) -> Command | None:
+        """
+        The command to deliver now, which is then being delivered (and can
+        no longer be taken back); L{None} when nothing waits.
+        """
+        self.delivering = self.backlog[0] if self.backlog else None
+        return self.delivering
+
+    def deliveredOne(self, command: Command) -> None:
+        """
+        C{command} was delivered (or failed to be): out of the line.
+        """
+        self.delivering = None
+        self.take([command])
 
     def waiting(self) -> list[Command]:
         """
@@ -62,9 +78,9 @@ class Pump:
             return
         self._pumping = True
 
-        def done(result: Any) -> None:
+        def done(result: object) -> None:
             self._pumping = False
-            if hasattr(result, "getTraceback"):
+            if isinstance(result, Failure):
                 self._log.failure("The pump failed", result)
 
         Deferred.fromCoroutine(drain()).addBoth(done)

@@ -10,7 +10,7 @@ L{IBodySink}.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
@@ -20,6 +20,8 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import Interface
+
+from vehicle.protocol import JSON, JSONObject, objectOf
 
 
 #: The longest stdout line accepted from pi; pi's lines grow with the
@@ -40,7 +42,7 @@ class IBodySink(Interface):
     Receives what a pi child says outside of responses to requests.
     """
 
-    def piEvent(event: dict[str, Any]) -> None:  # type: ignore[misc]
+    def piEvent(event: JSONObject) -> None:  # type: ignore[misc]
         """
         One stdout record that is not the response to a pending request:
         events, C{extension_ui_request}s, responses without a known C{id}.
@@ -83,7 +85,7 @@ class BodyExited(Exception):
     stderrTail: str
 
 
-def _encode(record: dict[str, Any]) -> bytes:
+def _encode(record: JSONObject) -> bytes:
     # ASCII-only JSON: U+2028/U+2029 and lone surrogates travel escaped.
     return json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
 
@@ -114,7 +116,7 @@ class PiProtocol(ProcessProtocol):
         self._stderrTailBytes = stderrTailBytes
         self._idPrefix = idPrefix
         self._nextId = 0
-        self._pending: dict[str, tuple[str, Deferred[Any]]] = {}
+        self._pending: dict[str, tuple[str, Deferred[JSONObject]]] = {}
         self._partial: list[bytes] = []
         self._partialLength = 0
         self._stderr = bytearray()
@@ -129,15 +131,16 @@ class PiProtocol(ProcessProtocol):
 
     # Requests
 
-    def request(self, command: dict[str, Any]) -> Deferred[Any]:
+    def request(self, command: JSONObject) -> Deferred[JSONObject]:
         """
         Send a command and wait for its response.
 
         @param command: pi's command, e.g. C{{"type": "prompt", "message":
             "..."}}; any C{id} in it is replaced by a fresh one.
         @return: a L{Deferred} firing with the response's C{data} (C{{}}
-            when it has none), or failing with L{PiCommandError} when pi
-            refused the command, or L{BodyExited} when the child ended first.
+            when it has none or it is not an object), or failing with
+            L{PiCommandError} when pi refused the command, or L{BodyExited}
+            when the child ended first.
         """
         if self.hasEnded:
             return fail(self._exited())
@@ -146,7 +149,7 @@ class PiProtocol(ProcessProtocol):
         self._nextId += 1
         requestId = f"{self._idPrefix}{self._nextId}"
         data = _encode({**command, "id": requestId})
-        d: Deferred[Any] = Deferred()
+        d: Deferred[JSONObject] = Deferred()
         self._pending[requestId] = (str(command.get("type")), d)
         if self._stdinClosed:
             # Stopping: it can no longer be sent; it fails when pi has ended.
@@ -155,7 +158,7 @@ class PiProtocol(ProcessProtocol):
         self.transport.write(data)
         return d
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: JSONObject) -> None:
         """
         Write one line that gets no response (C{extension_ui_response}).
         Does nothing once the child has ended.
@@ -222,7 +225,7 @@ class PiProtocol(ProcessProtocol):
         if not line.strip():
             return
         try:
-            record = json.loads(line.decode("utf-8"))
+            record: JSON = json.loads(line.decode("utf-8"))
         except ValueError:
             record = None
         if not isinstance(record, dict):
@@ -248,8 +251,7 @@ class PiProtocol(ProcessProtocol):
                         )
                     )
                 else:
-                    data = record.get("data")
-                    d.callback({} if data is None else data)
+                    d.callback(objectOf(record.get("data")))
                 return
         try:
             self.sink.piEvent(record)

@@ -9,13 +9,14 @@ session's observers hear of each settled run (L{Session.settled}).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from attrs import define
 
 from vehicle.body._life import BodyLife
 from vehicle.body._live import LiveBody
-from vehicle.session import Command, Session
+from vehicle.protocol import Command, CommandStatus, JSONObject, numberOf, objectOf, textOf
+from vehicle.session import RunSettled, Session
 
 
 class Redelivery(Protocol):
@@ -50,7 +51,7 @@ class Settlement:
     life: BodyLife
     delivery: Redelivery
 
-    def piEvent(self, event: dict[str, Any]) -> None:
+    def piEvent(self, event: JSONObject) -> None:
         body = self.life.body
         if body is None:
             return
@@ -59,11 +60,11 @@ class Settlement:
             if body.run is None:
                 body.startRun()
             elif not body.translator.runOpen:
-                body.run.modelRequests = 0
+                body.turnStarted()
             self.life.pump.cancelIdle()
         elif kind == "message_end":
-            self._userMessage(body, event.get("message") or {})
-        settled: dict[str, Any] = {}
+            self._userMessage(body, objectOf(event.get("message")))
+        settled: RunSettled | None = None
         for hostEvent in body.translator.feed(event):
             if hostEvent.type == "ui.request":
                 self._answerUI(hostEvent.data)
@@ -72,13 +73,16 @@ class Settlement:
                 if hostEvent.type == "budget.exceeded":
                     self._budgetStop()
                 if hostEvent.type == "run.settled":
-                    settled = {**hostEvent.data, "seq": emitted.get("seq")}
+                    settled = RunSettled(
+                        seq=emitted.seq, aborted=bool(hostEvent.data.get("aborted")),
+                        costUsd=numberOf(hostEvent.data.get("costUsd")),
+                    )
             else:
-                self.session.broadcast(hostEvent.type, hostEvent.data)
+                self.session.feed.broadcast(hostEvent.type, hostEvent.data)
         if kind == "agent_settled":
             self._settled(bool(event.get("aborted")), settled)
 
-    def _userMessage(self, body: LiveBody, message: dict[str, Any]) -> None:
+    def _userMessage(self, body: LiveBody, message: JSONObject) -> None:
         if message.get("role") != "user":
             return
         parts = message.get("content")
@@ -86,11 +90,13 @@ class Settlement:
             text = parts
         else:
             text = "".join(
-                p.get("text", "") for p in parts or [] if isinstance(p, dict) and p.get("type") == "text"
+                textOf(p.get("text")) or ""
+                for p in (parts if isinstance(parts, list) else [])
+                if isinstance(p, dict) and p.get("type") == "text"
             )
         command = body.delivered(text)
         if command is not None:
-            self.session.setStatus(command.commandId, "delivered")
+            self.session.move(command.commandId, CommandStatus.delivered)
 
     def _budgetStop(self) -> None:
         """
@@ -100,33 +106,30 @@ class Settlement:
         if body is not None and body.queued:
             self.delivery.clearLater(body, "budget_exceeded")
 
-    def _settled(self, aborted: bool, info: dict[str, Any]) -> None:
+    def _settled(self, aborted: bool, settled: RunSettled | None) -> None:
         body = self.life.body
         if body is None:
             return
         finished = body.endRun()
-        status = "aborted" if aborted else "completed"
+        status = CommandStatus.aborted if aborted else CommandStatus.completed
         for command in finished:
-            self.session.setStatus(command.commandId, status)
-        body.abortRequested = False
-        leftovers = list(body.queued)
-        if leftovers and not aborted:
+            self.session.move(command.commandId, status)
+        body.abortSettled()
+        if body.queued and not aborted:
             # Still in pi's queue with no run to take them: start one.
-            self.session.emit(
-                "queue.stranded", {"commandIds": [c.commandId for c in leftovers]}
-            )
-            body.queued = []
-            self.delivery.redeliver(body, leftovers)
-        elif leftovers and aborted:
+            self.session.emit("queue.stranded", {"commandIds": list(body.queuedIds())})
+            self.delivery.redeliver(body, body.takeQueued())
+        elif body.queued and aborted:
             self.delivery.clearLater(body, "aborted")
-        self.session.settled({**info, "aborted": aborted})
+        seq, cost = (settled.seq, settled.costUsd) if settled is not None else (None, None)
+        self.session.settled(RunSettled(seq=seq, aborted=aborted, costUsd=cost))
         self.life.armIdle()
 
-    def _answerUI(self, request: dict[str, Any]) -> None:
+    def _answerUI(self, request: JSONObject) -> None:
         body = self.life.body
         if body is None:
             return
-        answer: dict[str, Any] = {"type": "extension_ui_response", "id": request.get("id")}
+        answer: JSONObject = {"type": "extension_ui_response", "id": request.get("id")}
         if request.get("method") == "input" and request.get("title") == "sophia.delegated-token":
             token = self.session.delegatedToken
             if token:
@@ -161,11 +164,12 @@ class Settlement:
             )
             # A run that ended with its body is still a settled run: its
             # cost is debited and the mirror catches up.
-            self.session.settled({"aborted": True, "seq": settled.get("seq"), "costUsd": cost})
+            self.session.settled(RunSettled(seq=settled.seq, aborted=True, costUsd=cost))
         waiting = self.delivery.behind()
-        for record in self.session.openCommands():
-            if record["commandId"] in waiting:
+        for command in self.session.openCommands():
+            if command.commandId in waiting:
                 continue
-            self.session.setStatus(
-                record["commandId"], "failed", error="the body exited", code="body_exited"
+            self.session.move(
+                command.commandId, CommandStatus.failed, error="the body exited",
+                code="body_exited",
             )

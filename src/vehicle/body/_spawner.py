@@ -30,6 +30,7 @@ from vehicle.body._picommand import (
     piEnvironment,
 )
 from vehicle.models import ModelCatalog
+from vehicle.protocol import RunBudget
 from vehicle.store import writeAtomic
 
 
@@ -177,7 +178,7 @@ class Launcher:
         paths: BodyPaths,
         model: str,
         profile: str,
-        budget: dict[str, Any],
+        budget: RunBudget,
         providers: dict[str, dict[str, Any]] | None = None,
         wrap: Wrapper | None = None,
         bootExtra: dict[str, Any] | None = None,
@@ -210,7 +211,11 @@ class Launcher:
         if providers is None:
             name, spec = self.models.providerFor(model)
             providers = {name: spec}
-        boot = bootConfig(providers=providers, budget=budget, mcpUrl=mcpUrl)
+        boot = bootConfig(
+            providers=providers,
+            budget={"maxTurns": budget.maxTurns, "maxCostUsd": budget.maxCostUsd},
+            mcpUrl=mcpUrl,
+        )
         if bootExtra:
             boot = json.dumps({**json.loads(boot), **bootExtra}, separators=(",", ":")).encode()
         transport = self.reactor.spawnProcess(

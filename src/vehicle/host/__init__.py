@@ -1,9 +1,24 @@
 """
-The host room: every session joined to its body and to the parts that
-follow it (public accounting, the mirror).
+The host room: the host's rules of a request above the sessions (L{Drive}:
+which session, idempotency, delegation, public turns, the agent profile),
+every session joined to its body (L{Bodies}), and the service that loads
+and stops them (L{HostService}).
 """
 
 from vehicle.host._bodies import Bodies
+from vehicle.host._drive import AgentRules, BodyRules, Drive, PublicTurns, Replayed, refuseIfRunning
+from vehicle.host._service import BodyRoomRules, HostService, MirrorFollower
 
 
-__all__ = ["Bodies"]
+__all__ = [
+    "AgentRules",
+    "Bodies",
+    "BodyRoomRules",
+    "BodyRules",
+    "Drive",
+    "HostService",
+    "MirrorFollower",
+    "PublicTurns",
+    "Replayed",
+    "refuseIfRunning",
+]

@@ -11,9 +11,7 @@ tap only builds the parts and hands them here.
 
 from __future__ import annotations
 
-from typing import Any
-
-from attrs import define, field
+from attrs import define, evolve, field
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IReactorTime
 
@@ -22,13 +20,16 @@ from vehicle.body import Conductor, Launcher, Planner
 from vehicle.box import doorsClosed
 from vehicle.mirror import Mirror
 from vehicle.public import OwnKeyBodies, Public
-from vehicle.session import Session
+from vehicle.protocol import BodyView, JSONObject
+from vehicle.session import RunSettled, Session
 
 
 @define(eq=False)
 class Bodies:
     """
-    Gives every session its conductor, and stops them all with the host.
+    Gives every session its conductor (the first of the sessions'
+    observers: a session has its body before anyone else hears of it), and
+    stops them all with the host.
     """
 
     launcher: Launcher
@@ -40,7 +41,7 @@ class Bodies:
     ownKey: OwnKeyBodies | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
 
-    def attach(self, session: Session) -> None:
+    def created(self, session: Session) -> None:
         planner: Planner | None = None
         if session.meta.profile == "agent" and self.agent is not None:
             planner = self.agent.plan
@@ -55,25 +56,31 @@ class Bodies:
         )
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
-        session.whenDeleted(self._forget)
-        # The mirror and public accounting follow the session as its
-        # observers (the tap adds them to the registry).
 
-    def _forget(self, session: Session) -> None:
+    def renamed(self, session: Session) -> None:
+        pass
+
+    def settled(self, session: Session, run: RunSettled) -> None:
+        pass
+
+    def deleting(self, session: Session) -> JSONObject | None:
+        return None
+
+    def deleted(self, session: Session) -> None:
         self.conductors.pop(session.sessionId, None)
 
     async def disposeFor(self, session: Session) -> None:
         if session.conductor is not None:  # every session is attached, at creation
             await session.conductor.dispose("deleted")
 
-    async def snapshotFor(self, session: Session) -> dict[str, Any]:
-        extras = await session.conductor.snapshot() if session.conductor is not None else {}
+    async def snapshotFor(self, session: Session) -> BodyView:
+        view = await session.conductor.snapshot() if session.conductor is not None else BodyView()
         if self.mirror is not None:
-            extras["mirror"] = self.mirror.state(session)
-        return extras
+            view = evolve(view, mirror=self.mirror.state(session))
+        return view
 
-    def stop(self) -> Deferred:
-        def closeLedger(_: Any) -> None:
+    def stop(self) -> Deferred[None]:
+        def closeLedger(_: object) -> None:
             if self.public is not None:
                 self.public.ledger.close()
             if self.agent is not None:

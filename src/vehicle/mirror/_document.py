@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from vehicle.body import latestSessionFile, readSession
 from vehicle.mirror._mcp import MCPClient, MirrorError
 from vehicle.mirror._record import MirrorRecord
+from vehicle.protocol import Parent
 from vehicle.mirror._render import (
     AGENT_FOLDER_ID,
     AGENT_FOLDER_NAME,
@@ -56,7 +57,7 @@ def renderSession(
     createdAt: float,
     person: str,
     title: str | None,
-    parent: dict[str, Any] | None,
+    parent: Parent | None,
 ) -> Rendered | None:
     """
     Read pi's newest session file in C{piDir} and render the document.
@@ -77,7 +78,7 @@ def renderSession(
         return None
     divergeAt = (
         divergenceIndex(transcript, createdAt)
-        if parent and parent.get("kind") != "clone"
+        if parent is not None and parent.kind != "clone"
         else 0
     )
     content = renderConversation(

@@ -32,6 +32,7 @@ from vehicle.mirror._record import (
     MirrorRecord,
 )
 from vehicle.mirror._render import documentIdFor
+from vehicle.protocol import MirrorStage, MirrorState
 from vehicle.session import isoTimestamp
 from vehicle.store import readJson, writeJsonAtomic
 
@@ -120,22 +121,14 @@ class Mirror:
         """
         return self._schedule(session)
 
-    def state(self, session: Any) -> dict[str, Any]:
+    def state(self, session: Any) -> MirrorState:
         """
-        The snapshot's C{mirror}: C{{state, documentId, folder, reason,
-        writtenAt, error}}.
+        The snapshot's C{mirror}.
         """
         refusal = self._refusal(session)
         if refusal is not None:
             state, reason = refusal
-            return {
-                "state": state,
-                "documentId": None,
-                "folder": None,
-                "reason": reason,
-                "writtenAt": None,
-                "error": None,
-            }
+            return MirrorState(state=state, reason=reason)
         record = self._record(session)
         why = record.reason
         if (
@@ -143,14 +136,14 @@ class Mirror:
             and session.delegatedToken is None
         ):
             why = REASON_NO_TOKEN
-        return {
-            "state": record.state,
-            "documentId": record.documentId,
-            "folder": record.folder,
-            "reason": why,
-            "writtenAt": record.writtenAt,
-            "error": record.error,
-        }
+        return MirrorState(
+            state=record.state,
+            documentId=record.documentId,
+            folder=record.folder,
+            reason=why,
+            writtenAt=record.writtenAt,
+            error=record.error,
+        )
 
     def deleteInfo(self, session: Any) -> dict[str, str] | None:
         """
@@ -176,7 +169,7 @@ class Mirror:
 
     # -- the queue ------------------------------------------------------------
 
-    def _refusal(self, session: Any) -> tuple[str, str] | None:
+    def _refusal(self, session: Any) -> tuple[MirrorStage, str] | None:
         if not self.enabled:
             return "off", REASON_OFF
         if not self.mcpUrl:
@@ -241,7 +234,7 @@ class Mirror:
             Path(session.directory) / "pi",
             sessionId=meta.sessionId,
             model=meta.model,
-            createdAt=meta.createdAt,
+            createdAt=meta.createdSeconds,
             person=meta.principal,
             title=session.title,
             parent=meta.parent,
@@ -255,7 +248,7 @@ class Mirror:
         documentId = documentIdFor(meta.sessionId)
         needWrite = not record.created or rendered.contentHash != record.contentHash
         needRename = rendered.title != record.title
-        needWire = bool(meta.parent and meta.parent.get("sessionId")) and not record.wired
+        needWire = meta.parent is not None and not record.wired
         if not (needWrite or needRename or needWire):
             if record.state != "written":
                 self._written(session, record, created=None)
@@ -275,7 +268,7 @@ class Mirror:
         try:
             created = await self._writer.write(
                 call, record, rendered, documentId,
-                str(meta.parent["sessionId"]) if needWire else None,
+                meta.parent.sessionId if needWire and meta.parent is not None else None,
                 lambda: self._persist(session, record),
             )
         except MirrorError as e:

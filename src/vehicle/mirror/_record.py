@@ -12,11 +12,12 @@ from attrs import define, field
 from twisted.internet.defer import Deferred
 
 from vehicle.mirror._mcp import MCPClient
+from vehicle.protocol import MIRROR_STAGES, MirrorStage
 
 
 MIRROR_FILE = "mirror.json"
 
-STATES = ("off", "skipped", "pending", "written", "failed")
+STATES = MIRROR_STAGES
 
 REASON_OFF = "the mirror is turned off (VEHICLE_MIRROR=off)"
 REASON_NO_ENDPOINT = "the mirror is off: no MCP endpoint (MNEMOSYNE_MCP_URL)"
@@ -48,7 +49,7 @@ class MirrorRecord:
     One session's mirror state (persisted) and its write queue (memory).
     """
 
-    state: str = "pending"
+    state: MirrorStage = "pending"
     documentId: str | None = None
     folder: str | None = None
     reason: str | None = REASON_FIRST
@@ -75,8 +76,7 @@ class MirrorRecord:
         for name in _PERSISTED:
             if name in data:
                 setattr(record, name, data[name])
-        if record.state not in STATES:
-            record.state = "pending"
+        record.state = STATES.get(str(record.state), "pending")
         record.created = bool(record.created)
         record.wired = bool(record.wired)
         return record

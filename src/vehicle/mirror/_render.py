@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from vehicle.body import stripContextNote
+from vehicle.protocol import Parent
 
 
 #: The mirror's places in the graph (spec, "The mirror").
@@ -156,15 +157,15 @@ def _chip(name: Any, failed: bool) -> str:
     return f"`\u2699 {label}{' (failed)' if failed else ''}`"
 
 
-def branchLink(parent: Mapping[str, Any] | None) -> str | None:
+def branchLink(parent: Parent | None) -> str | None:
     """
     The line linking a branch's parent document (a wikilink), or L{None}
     for a session that is no branch.
     """
-    if not parent or not parent.get("sessionId"):
+    if parent is None:
         return None
-    target = documentIdFor(str(parent["sessionId"]))
-    if parent.get("kind") == "clone":
+    target = documentIdFor(parent.sessionId)
+    if parent.kind == "clone":
         return f"*Duplicated from [[{target}]]*"
     return f"*Branched from [[{target}]]*"
 
@@ -175,7 +176,7 @@ def renderConversation(
     createdAt: float,
     person: str,
     transcript: Sequence[Mapping[str, Any]],
-    parent: Mapping[str, Any] | None = None,
+    parent: Parent | None = None,
     divergeAt: int = 0,
 ) -> str:
     """
@@ -197,7 +198,7 @@ def renderConversation(
 
     blocks = [f"*Model:* `{_code(model)}` \u00b7 *Started:* {utc(createdAt, False)}"]
     link = branchLink(parent)
-    isFork = link is not None and (parent or {}).get("kind") != "clone"
+    isFork = link is not None and parent is not None and parent.kind != "clone"
     if link is not None and not isFork:
         blocks.append(link)
     divergeAt = max(0, min(divergeAt, len(transcript))) if isFork else -1

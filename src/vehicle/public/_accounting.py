@@ -9,12 +9,15 @@ writes once.
 
 from __future__ import annotations
 
-from typing import Any
-
 from attrs import define, field
 
+from vehicle.protocol import TEXT_COMMANDS, CommandStatus, Event, numberOf, textOf
 from vehicle.public._ledger import Ledger, holdKey
-from vehicle.session import FINAL_STATUSES, TEXT_COMMANDS, Session
+from vehicle.session import RunSettled, Session
+
+
+#: The statuses a command ends in, by name.
+FINAL_STATUSES = frozenset(status.value for status in CommandStatus if status.final)
 
 
 #: How many of a session's events are read at a time when it is taken up.
@@ -42,21 +45,21 @@ class Accounting:
         if session.meta.funding != "credit":
             return
         self._attached.add(session.sessionId)
-        session.subscribe(lambda event: self._noticed(session, event))
+        session.feed.subscribe(lambda event: self._noticed(session, event))
         self._recover(session)
 
-    def settled(self, session: Session, info: dict[str, Any]) -> None:
+    def settled(self, session: Session, run: RunSettled) -> None:
         """
         A credit run is debited what it cost (pi's usage), keyed by the seq
         of its C{run.settled} event.
         """
         if session.meta.funding != "credit":
             return
-        cost = float(info.get("costUsd") or 0.0)
-        if cost <= 0 or info.get("seq") is None:
+        cost = float(run.costUsd or 0.0)
+        if cost <= 0 or run.seq is None:
             return
         self.ledger.debit(
-            session.meta.principal, cost, f"run:{session.sessionId}:{info['seq']}",
+            session.meta.principal, cost, f"run:{session.sessionId}:{run.seq}",
             session.sessionId,
         )
 
@@ -77,20 +80,20 @@ class Accounting:
             if sessionId not in self._attached:
                 self.ledger.release(key, "session_gone")
 
-    def _noticed(self, session: Session, event: dict[str, Any]) -> None:
+    def _noticed(self, session: Session, event: Event) -> None:
         """
         A command that ended (completed, aborted, failed, cancelled or
         interrupted) ends its hold: its run, if it had one, is debited by
         its own cost at settle.
         """
-        data = event.get("data") or {}
+        status, commandId = textOf(event.data.get("status")), textOf(event.data.get("commandId"))
         if (
-            "seq" in event
-            and event.get("type", "").startswith("command.")
-            and data.get("status") in FINAL_STATUSES
-            and data.get("commandId")
+            event.durable
+            and event.type.startswith("command.")
+            and status in FINAL_STATUSES
+            and commandId
         ):
-            self.ledger.release(holdKey(session.sessionId, data["commandId"]), data["status"])
+            self.ledger.release(holdKey(session.sessionId, commandId), status)
 
     def _recover(self, session: Session) -> None:
         """
@@ -101,18 +104,21 @@ class Accounting:
         """
         since = 0
         while True:
-            events, more = session.eventsAfter(since, limit=RECOVER_PAGE)
+            events, more = session.feed.after(since, limit=RECOVER_PAGE)
             for event in events:
-                if event.get("type") == "run.settled":
-                    self.settled(session, {**(event.get("data") or {}), "seq": event.get("seq")})
+                if event.type == "run.settled":
+                    self.settled(session, RunSettled(
+                        seq=event.seq, aborted=bool(event.data.get("aborted")),
+                        costUsd=numberOf(event.data.get("costUsd")),
+                    ))
             if not more or not events:
                 break
-            since = events[-1]["seq"]
+            since = events[-1].seq or since
         for key in self.ledger.holdsOf(session.sessionId):
-            command = session.commands.get(key.removeprefix(holdKey(session.sessionId, ""))) or {}
-            status = command.get("status")
+            command = session.findCommand(key.removeprefix(holdKey(session.sessionId, "")))
             self.ledger.release(
-                key, status if status in FINAL_STATUSES else "host_restarted"
+                key, command.status.value if command is not None and command.status.final
+                else "host_restarted"
             )
 
     def _countMissingTurns(self, session: Session) -> None:
@@ -122,16 +128,14 @@ class Accounting:
         (the host stopped between the two) is written now.  Rows written
         before turns named their command are counted by number.
         """
-        turns = [c for c in session.commands.values() if c.get("type") in TEXT_COMMANDS]
+        turns = [c for c in session.commands() if c.type in TEXT_COMMANDS]
         missing = len(turns) - self.ledger.sessionTurns[session.sessionId]
         for command in reversed(turns):
             if missing <= 0:
                 break
-            accepted = command.get("acceptedAt")
             # The ledger writes a turn once per command: one it has is skipped.
             if self.ledger.turn(
                 session.meta.principal, session.sessionId, session.meta.funding or "",
-                command["commandId"],
-                day=accepted[:10] if isinstance(accepted, str) else None,
+                command.commandId, day=command.acceptedAt[:10],
             ):
                 missing -= 1

@@ -18,7 +18,8 @@ from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.public._accounting import Accounting
 from vehicle.public._ledger import Ledger
-from vehicle.session import OPEN_STATUSES, Caller, Session
+from vehicle.protocol import CreateRequest, Door, GrantRequest, JSONObject, RunBudget
+from vehicle.session import Caller, RunSettled, Session
 from vehicle.settings import PublicSettings
 
 
@@ -78,7 +79,7 @@ class Public:
                 f"signup:{caller.principal}",
             )
 
-    def chooseDoor(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    def chooseDoor(self, caller: Caller, request: CreateRequest) -> Door:
         """
         For a public caller's new session: the model, the funding and the
         run budget.
@@ -88,8 +89,8 @@ class Public:
         """
         self.requireEnabled()
         self.see(caller)
-        requested = body.get("model")
-        budget = {"maxTurns": self.settings.runMaxTurns, "maxCostUsd": self.settings.runMaxCostUsd}
+        requested = request.model
+        budget = RunBudget(maxTurns=self.settings.runMaxTurns, maxCostUsd=self.settings.runMaxCostUsd)
         if caller.modelKey:
             model = requested or self.settings.defaultModel
             if model.split("/", 1)[0] != self.settings.provider:
@@ -102,7 +103,7 @@ class Public:
                 raise VehicleError(
                     "model_unavailable", "this host cannot reach the public provider", status=503
                 )
-            return {"model": model, "funding": "byok", **budget}
+            return Door(model=model, funding="byok", budget=budget)
         if caller.kind != "account":
             raise VehicleError(
                 "model_key_required",
@@ -120,7 +121,7 @@ class Public:
         if not self.models.has(model):
             raise VehicleError("model_unavailable", f"the model {model!r} is not on this host", status=503)
         self.checkCredit(caller)
-        return {"model": model, "funding": "credit", **budget}
+        return Door(model=model, funding="credit", budget=budget)
 
     def checkCredit(self, caller: Caller) -> None:
         if not caller.emailVerified:
@@ -180,10 +181,10 @@ class Public:
         keyed by the command.
         """
         if session.meta.funding == "credit":
-            command = session.commands.get(commandId)
+            command = session.findCommand(commandId)
             # A command that already ended (its body could not start) has
             # no run to hold for.
-            if command is not None and command["status"] in OPEN_STATUSES:
+            if command is not None and command.open:
                 self.ledger.hold(
                     session.meta.principal, self._runBudget(session), session.sessionId,
                     commandId,
@@ -209,11 +210,11 @@ class Public:
     def renamed(self, session: Session) -> None:
         pass
 
-    def settled(self, session: Session, info: dict[str, Any]) -> None:
+    def settled(self, session: Session, run: RunSettled) -> None:
         if session.meta.funding is not None:
-            self.accounting.settled(session, info)
+            self.accounting.settled(session, run)
 
-    def deleting(self, session: Session) -> dict[str, Any] | None:
+    def deleting(self, session: Session) -> JSONObject | None:
         return None
 
     def deleted(self, session: Session) -> None:
@@ -256,22 +257,22 @@ class Public:
             )
         return out
 
-    def grant(self, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:
+    def grant(self, caller: Caller, request: GrantRequest) -> JSONObject:
         if caller.public or caller.principal != "owner":
             raise VehicleError("forbidden", "only the owner may grant credit")
-        key = f"{body['source']}:{body['idempotencyKey']}"
+        key = f"{request.source}:{request.idempotencyKey}"
         known = self.ledger.grants.get(key)
-        if known is not None and known != (body["principal"], float(body["amountUsd"])):
+        if known is not None and known != (request.principal, float(request.amountUsd)):
             raise VehicleError(
                 "request_id_conflict",
                 "that idempotencyKey was already used for another grant",
-                {"idempotencyKey": body["idempotencyKey"]},
+                {"idempotencyKey": request.idempotencyKey},
             )
         created = self.ledger.grant(
-            body["principal"], float(body["amountUsd"]), body["source"], key, body.get("note")
+            request.principal, float(request.amountUsd), request.source, key, request.note
         )
         return {
-            "principal": body["principal"],
+            "principal": request.principal,
             "granted": created,
-            "balanceUsd": self.ledger.balance(body["principal"]),
+            "balanceUsd": self.ledger.balance(request.principal),
         }

@@ -1,84 +1,56 @@
 """
-The session room: the aggregate and its parts (the journal, the lease, the
-command state machine, the room), the registry of sessions and its maker,
-and the drive step.
+The session room: a conversation, its own owner (L{Session}: its verbs and
+its private parts, the journal, the lease, the command state machine, the
+room and its chimes, the watchers), the registry of sessions and its maker,
+and who follows sessions' lives (L{Observers}).
 """
 
-from vehicle.session._command import Command, preview as previewOf
 from vehicle.session._capsule import makeCapsule
-from vehicle.session._drive import (
-    AgentRules,
-    BodyRules,
-    Drive,
-    PublicTurns,
-    Replayed,
-    answer,
-    requireGraphPath,
-)
-from vehicle.session._journal import Journal
-from vehicle.session._lineage import branchEffects
-from vehicle.session._maker import Maker
+from vehicle.session._interfaces import IConductor, RunSettled
+from vehicle.session._maker import FolderMaker, Maker, movedFolders
 from vehicle.session._observers import Observers, SessionObserver
 from vehicle.session._registry import Registry, notFound
 from vehicle.session._requests import fingerprint, storageError
-from vehicle.session._session import (
-    MAX_WAIT_MS,
-    WATCH_LIMIT,
-    IConductor,
-    Session,
-    normalizeTitle,
-)
+from vehicle.session._session import Session, normalizeTitle
+from vehicle.session._watchers import MAX_WAIT_MS, WATCH_LIMIT, Feed
+from vehicle.session._command import preview as previewOf
 from vehicle.session._values import (
-    COMMAND_TYPES,
-    EPHEMERAL_TYPES,
-    EVENT_TYPES,
-    FINAL_STATUSES,
-    LEASED_COMMANDS,
-    OPEN_STATUSES,
+    CALLER_KINDS,
     ROLES,
-    TEXT_COMMANDS,
     Caller,
+    FolderRecord,
     Lease,
     SessionMeta,
     isoTimestamp,
+    parseTimestamp,
 )
 
 
 __all__ = [
-    "COMMAND_TYPES",
-    "EPHEMERAL_TYPES",
-    "EVENT_TYPES",
-    "IConductor",
-    "LEASED_COMMANDS",
+    "CALLER_KINDS",
     "MAX_WAIT_MS",
-    "TEXT_COMMANDS",
+    "ROLES",
     "WATCH_LIMIT",
     "Caller",
-    "Command",
-    "Journal",
+    "Feed",
+    "FolderMaker",
+    "FolderRecord",
+    "IConductor",
     "Lease",
     "Maker",
+    "Observers",
     "Registry",
+    "RunSettled",
     "Session",
     "SessionMeta",
+    "SessionObserver",
     "fingerprint",
     "isoTimestamp",
+    "makeCapsule",
+    "movedFolders",
     "normalizeTitle",
     "notFound",
-    "answer",
-    "requireGraphPath",
+    "parseTimestamp",
     "previewOf",
-    "branchEffects",
     "storageError",
-    "FINAL_STATUSES",
-    "OPEN_STATUSES",
-    "ROLES",
-    "AgentRules",
-    "BodyRules",
-    "Drive",
-    "PublicTurns",
-    "Replayed",
-    "SessionObserver",
-    "Observers",
-    "makeCapsule",
 ]

@@ -1,20 +1,29 @@
 # -*- test-case-name: tests.unit.test_hardening -*-
 """
-The capsule: a bounded summary of a session that is safe to hand over.  It
-carries identity, posture, counts and the shape of the conversation, and
-never a secret, the text of a command or chime, tool arguments or results,
-or any authority.
+The capsule of a session (L{vehicle.protocol.Capsule}), made from what the
+session holds and the transcript the body room read: bounded by the
+numbers below, whatever the session holds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Sequence
 
+from vehicle.protocol import (
+    JSON,
+    Capsule,
+    CapsuleCommands,
+    CapsuleIdentity,
+    CapsuleItem,
+    CapsulePosture,
+    CommandLine,
+    JSONObject,
+    textOf,
+)
 from vehicle.session._session import Session
 
 
-CAPSULE_FORMAT = "sophia.vehicle-session-capsule.v2"
 LAST_COMMANDS = 16
 MILESTONES = 128
 LAST_ITEMS = 32
@@ -42,72 +51,66 @@ def _capBytes(text: str, limit: int) -> str:
     return data[:limit].decode("utf-8", "ignore")
 
 
-def makeCapsule(session: Session, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+def _item(item: JSONObject) -> CapsuleItem | None:
+    """
+    One transcript item as the capsule shows it, or L{None} (a role it
+    leaves out).
+    """
+    role, timestamp = item.get("role"), textOf(item.get("timestamp"))
+    if role == "assistant":
+        calls = item.get("toolCalls")
+        return CapsuleItem(
+            role="assistant",
+            text=_capBytes(textOf(item.get("text")) or "", ASSISTANT_TEXT_BYTES),
+            tools=tuple(
+                textOf(call.get("name")) for call in (calls if isinstance(calls, list) else [])
+                if isinstance(call, dict)
+            ),
+            timestamp=timestamp,
+        )
+    if role == "user":
+        return CapsuleItem(role="user", length=len(textOf(item.get("text")) or ""),
+                           timestamp=timestamp)
+    if role == "toolResult":
+        return CapsuleItem(role="toolResult", toolName=textOf(item.get("toolName")),
+                           isError=bool(item.get("isError")), timestamp=timestamp)
+    return None
+
+
+def _milestone(seq: int, eventType: str, data: JSONObject) -> JSONObject:
+    milestone: dict[str, JSON] = {"seq": seq, "type": eventType}
+    milestone.update((key, data[key]) for key in _MILESTONE_KEYS if key in data)
+    return milestone
+
+
+def makeCapsule(session: Session, transcript: Sequence[JSONObject]) -> Capsule:
     summary = session.summary()
-    commands = list(session.commands.values())
-    lease = session.lease
-    milestones = []
-    for event in session.eventsAfter(0, limit=10**9)[0]:
-        if event["type"] in _MILESTONE_TYPES:
-            data = event.get("data") or {}
-            milestones.append(
-                {
-                    "seq": event["seq"],
-                    "type": event["type"],
-                    **{k: data[k] for k in _MILESTONE_KEYS if k in data},
-                }
-            )
-    items = []
-    for item in transcript[-LAST_ITEMS:]:
-        role = item.get("role")
-        if role == "assistant":
-            items.append(
-                {
-                    "role": "assistant",
-                    "text": _capBytes(item.get("text") or "", ASSISTANT_TEXT_BYTES),
-                    "tools": [c.get("name") for c in item.get("toolCalls") or []],
-                    "timestamp": item.get("timestamp"),
-                }
-            )
-        elif role == "user":
-            items.append(
-                {"role": "user", "length": len(item.get("text") or ""),
-                 "timestamp": item.get("timestamp")}
-            )
-        elif role == "toolResult":
-            items.append(
-                {"role": "toolResult", "toolName": item.get("toolName"),
-                 "isError": bool(item.get("isError")), "timestamp": item.get("timestamp")}
-            )
-    identity = {
-        "sessionId": session.sessionId,
-        "graphId": session.meta.graphId,
-        "profile": session.meta.profile,
-        "access": session.meta.access,
-        "model": session.meta.model,
-        "parent": session.meta.parent,
-    }
-    if session.meta.isolation:
-        identity["isolation"] = session.meta.isolation
-    return {
-        "format": CAPSULE_FORMAT,
-        "identity": identity,
-        "posture": {
-            "status": summary["status"],
-            "body": summary["body"],
-            "cursor": session.cursor,
-            "leaseHolder": {"principal": lease.principal, "clientId": lease.clientId} if lease else None,
-            "budget": {"maxTurns": session.meta.maxTurns, "maxCostUsd": session.meta.maxCostUsd},
-        },
-        "commands": {
-            "counts": dict(Counter(c["status"] for c in commands)),
-            "last": [
-                {"commandId": c["commandId"], "type": c["type"], "status": c["status"],
-                 "acceptedAt": c.get("acceptedAt")}
+    commands = session.commands()
+    lease = session.currentLease()
+    milestones = [
+        _milestone(event.seq or 0, event.type, event.data)
+        for event in session.feed.after(0, limit=10**9)[0]
+        if event.type in _MILESTONE_TYPES
+    ]
+    items = [out for out in (_item(item) for item in transcript[-LAST_ITEMS:]) if out]
+    meta = session.meta
+    return Capsule(
+        identity=CapsuleIdentity(
+            sessionId=session.sessionId, graphId=meta.graphId, profile=meta.profile,
+            access=meta.access, model=meta.model, parent=meta.parent, isolation=meta.isolation,
+        ),
+        posture=CapsulePosture(
+            status=summary.status, body=summary.body, cursor=session.cursor,
+            leaseHolder=lease.holder if lease else None, budget=meta.budget,
+        ),
+        commands=CapsuleCommands(
+            counts=dict(Counter(c.status.value for c in commands)),
+            last=tuple(
+                CommandLine(commandId=c.commandId, type=c.type.value, status=c.status.value,
+                            acceptedAt=c.acceptedAt)
                 for c in commands[-LAST_COMMANDS:]
-            ],
-        },
-        "milestones": milestones[-MILESTONES:],
-        "transcript": items,
-        "authority": {"mutations": False},
-    }
+            ),
+        ),
+        milestones=tuple(milestones[-MILESTONES:]),
+        transcript=tuple(items),
+    )

@@ -1,87 +1,118 @@
-# -*- test-case-name: tests.unit.test_conductor -*-
+# -*- test-case-name: tests.unit.test_conductor,tests.unit.test_restore -*-
 """
-A command as the session hands it to its body: a frozen value.  The session
-owns the command's record (its status, its answer); whoever delivers it
-keeps its own facts about it in its own fields.
+The command state machine of one session (L{CommandBook}): a command is
+built once from its request (L{commandOf}), accepted in one durable step,
+and moved on only here, by the moves L{vehicle.protocol.MOVES} allows.  The
+same L{Command} value goes to the body; a move makes the next value.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol
+from typing import Callable, ClassVar, Iterable, Protocol
 
-from attrs import define, field, frozen
+from attrs import define, field
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
-from vehicle.session._values import FINAL_STATUSES, OPEN_STATUSES, Caller, Effects, isoTimestamp
-
-
-#: The fields of a command's request that its record keeps.
-COMMAND_FIELDS = (
-    "text", "contextRefs", "targetCommandId", "entryId", "policy", "chimeId",
-    "chimeAuthor", "delivery",
+from vehicle.protocol import (
+    DISPOSITIONS,
+    Answer,
+    Command,
+    CommandRequest,
+    CommandStatus,
+    Delivery,
+    Disposition,
+    Effects,
+    Event,
+    Holder,
+    JSONObject,
+    RecordKind,
+    RequestRecord,
+    fromJSON,
+    textOf,
+    toObject,
 )
+from vehicle.session._values import Caller, isoTimestamp
 
 
-def commandRecord(
-    commandId: str | None, request: Mapping[str, Any], by: Mapping[str, Any], at: str | None
-) -> dict[str, Any]:
+def commandOf(
+    request: CommandRequest,
+    by: Holder,
+    at: str,
+    *,
+    text: str | None = None,
+    chimeAuthor: str | None = None,
+    delivery: Delivery | None = None,
+) -> Command:
     """
-    The session's record of a new command (L{CommandBook.records}): built
-    once, here, from its request; the public snapshot shows it as it is.
+    A new command, built once, from its request (and, for one a chime
+    made, the chime's words, author and delivery).
     """
-    record: dict[str, Any] = {
-        "commandId": commandId,
-        "requestId": request.get("requestId"),
-        "type": request.get("type"),
-        "status": "accepted",
-        "disposition": None,
-        "acceptedAt": at,
-        "updatedAt": at,
-        "by": dict(by),
-    }
-    for key in COMMAND_FIELDS:
-        if key in request:
-            record[key] = request[key]
-    return record
+    return Command(
+        commandId=request.id,
+        requestId=request.requestId,
+        type=request.type,
+        acceptedAt=at,
+        updatedAt=at,
+        by=by,
+        text=request.text if text is None else text,
+        contextRefs=request.contextRefs,
+        targetCommandId=request.targetCommandId,
+        entryId=request.entryId,
+        policy=request.policy,
+        chimeId=request.chimeId,
+        chimeAuthor=chimeAuthor,
+        delivery=delivery,
+    )
 
 
-def acceptedData(record: Mapping[str, Any], caller: Caller) -> dict[str, Any]:
+def acceptedData(command: Command) -> JSONObject:
     """
     The data of a command's C{command.accepted} event.
     """
-    return {
-        "commandId": record["commandId"],
-        "type": record["type"],
-        "requestId": record["requestId"],
+    data: JSONObject = {
+        "commandId": command.commandId,
+        "type": command.type.value,
+        "requestId": command.requestId,
         "status": "accepted",
-        "by": caller.holder(),
-        **(
-            {"textBytes": len(record["text"].encode("utf-8"))}
-            if "text" in record
-            else {}
-        ),
+        "by": toObject(command.by),
     }
+    if command.text is not None:
+        data["textBytes"] = len(command.text.encode("utf-8"))
+    return data
 
 
-def followed(records: dict[str, dict[str, Any]], event: Mapping[str, Any]) -> None:
+def followed(commands: dict[str, Command], event: Event) -> None:
     """
     Rebuilding from the log: a C{command.<status>} event moves its command
-    in C{records} as L{CommandBook.setStatus} did when it was written.
+    in C{commands} as L{CommandBook.move} did when it was written.
     """
-    kind, data = event["type"], event.get("data") or {}
-    if not kind.startswith("command.") or data.get("commandId") not in records:
+    if not event.type.startswith("command."):
         return
-    command = records[data["commandId"]]
-    command["status"] = data.get("status", kind.split(".", 1)[1])
-    command["updatedAt"] = event["timestamp"]
-    for key in ("disposition", "error", "reason"):
-        if key in data:
-            command[key] = data[key]
+    data = event.data
+    command = commands.get(textOf(data.get("commandId")) or "")
+    if command is None:
+        return
+    said = textOf(data.get("status")) or event.type.split(".", 1)[1]
+    try:
+        status = CommandStatus(said)
+    except ValueError:
+        return
+    moved = command.moved(
+        status,
+        event.timestamp,
+        disposition=DISPOSITIONS.get(textOf(data.get("disposition")) or ""),
+        error=textOf(data.get("error")),
+        code=textOf(data.get("code")),
+        reason=textOf(data.get("reason")),
+    )
+    if moved is not None:
+        commands[command.commandId] = moved
 
 
 def adoptedPreview(
-    current: str | None, inherited: bool, record: Mapping[str, Any]
+    current: str | None, inherited: bool, command: Command
 ) -> tuple[str | None, bool]:
     """
     The session's preview after a command is taken in: the first words
@@ -90,8 +121,8 @@ def adoptedPreview(
 
     @return: the preview and whether it is still the inherited one.
     """
-    if (current is None or inherited) and "text" in record and not record.get("chimeAuthor"):
-        return preview(record["text"]), False
+    if (current is None or inherited) and command.text is not None and not command.chimeAuthor:
+        return preview(command.text), False
     return current, inherited
 
 
@@ -103,44 +134,21 @@ def preview(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-@frozen(kw_only=True)
-class Command:
+def commandOfRecord(record: RequestRecord) -> Command | None:
     """
-    One accepted command, as its deliverer reads it.
-
-    @ivar by: the holder that sent it (C{principal}, C{clientId}).
-    @ivar delivery: how a text command goes to pi while a run goes on
-        (C{steer} or C{follow_up}), if the request named it.
+    The command a request's record made, as it was accepted (its record
+    keeps it whole; an older record has only its body), or L{None}.
     """
-
-    commandId: str
-    type: str
-    by: Mapping[str, Any] = field(factory=dict)
-    text: str | None = None
-    contextRefs: tuple[str, ...] = ()
-    chimeAuthor: str | None = None
-    targetCommandId: str | None = None
-    delivery: str | None = None
-
-    @classmethod
-    def fromRecord(cls, record: Mapping[str, Any]) -> "Command":
-        """
-        The value of a command's record (L{CommandBook.records}).
-        """
-        return cls(
-            commandId=record["commandId"],
-            type=record["type"],
-            by=dict(record.get("by") or {}),
-            text=record.get("text"),
-            contextRefs=tuple(record.get("contextRefs") or ()),
-            chimeAuthor=record.get("chimeAuthor"),
-            targetCommandId=record.get("targetCommandId"),
-            delivery=record.get("delivery"),
-        )
-
-    @property
-    def hasText(self) -> bool:
-        return self.text is not None
+    if record.command is not None:
+        return record.command
+    if record.kind != "command":
+        return None
+    try:
+        request = fromJSON(record.body, CommandRequest)
+    except ValueError:
+        return None
+    return commandOf(request, Holder(principal=record.principal, clientId=record.clientId),
+                     record.at or "")
 
 
 class Committer(Protocol):
@@ -149,17 +157,16 @@ class Committer(Protocol):
     """
 
     def __call__(
-        self, kind: str, caller: Caller, requestId: str | None, request: Any,
-        frame: dict[str, Any], effects: Effects, command: dict[str, Any] | None = None,
-    ) -> None: ...
+        self, kind: RecordKind, caller: Caller, requestId: str | None, raw: JSONObject,
+        answer: Answer, effects: Effects, command: Command | None = None,
+    ) -> JSONObject: ...
 
 
 @define(eq=False)
 class CommandBook:
     """
-    The command state machine of one session: the records of its commands
-    (what the snapshot shows), built once (L{accept}) and moved on only
-    here.
+    The commands of one session (what the snapshot shows), each accepted
+    once (L{accept}) and moved on only here (L{move}).
 
     @ivar emit: writes one of the session's durable events.
     @ivar commit: the session's durable step of a request.
@@ -167,113 +174,107 @@ class CommandBook:
         (the session: its preview, its body).
     """
 
+    _log: ClassVar[Logger] = Logger()
+
     clock: IReactorTime
-    emit: Callable[[str, dict[str, Any]], Any]
+    emit: Callable[[str, JSONObject], object]
     commit: Committer
-    accepted: Callable[[dict[str, Any], "Command"], None]
-    records: dict[str, dict[str, Any]] = field(factory=dict)
+    accepted: Callable[[Command], None]
+    commands: dict[str, Command] = field(factory=dict)
+
+    def now(self) -> str:
+        return isoTimestamp(self.clock.seconds())
 
     def accept(
         self,
-        caller: Caller,
-        request: dict[str, Any],
-        frameFor: Callable[[dict[str, Any]], dict[str, Any]],
-        extra: dict[str, Any] | None = None,
+        command: Command,
+        answer: Answer,
         *,
-        kind: str = "command",
-        requester: Caller | None = None,
-        requestBody: dict[str, Any] | None = None,
-        before: Effects = (),  # type: ignore[assignment]
-        after: Effects = (),  # type: ignore[assignment]
-        frameOf: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+        caller: Caller,
+        kind: RecordKind = "command",
+        requestId: str,
+        raw: JSONObject,
+        before: Iterable[tuple[str, JSONObject]] = (),
+        after: Iterable[tuple[str, JSONObject]] = (),
+    ) -> JSONObject:
         """
-        Accept a new command in one durable step (L{commit}): the request's
-        record, holding the command whole, then C{command.accepted} (and
-        whatever events C{before} and C{after} add: a chime's).  Returns
-        the answer's frame, built by C{frameFor} from the command.
+        Accept C{command} in one durable step (L{commit}): the request's
+        record (C{kind}, sent by C{caller} as C{requestId} with body
+        C{raw}, answered C{answer}), holding the command whole; then
+        C{command.accepted} between the events C{before} and C{after}
+        (a chime's).  Returns the answer's frame value as sent.
 
-        A chime that becomes a command is remembered as the chimer's
-        request (C{kind}, C{requester}, C{requestBody}), the command being
-        the driver's; C{frameOf} then makes the chimer's answer.
+        @raise VehicleError: C{command_exists}.
         """
-        commandId = request.get("commandId") or request["requestId"]
-        self.refuseKnown(commandId)
-        command = commandRecord(
-            commandId, request, caller.holder(), isoTimestamp(self.clock.seconds())
+        self.refuseKnown(command.commandId)
+        sent = self.commit(
+            kind, caller, requestId, raw, answer,
+            [*before, ("command.accepted", acceptedData(command)), *after],
+            command=command,
         )
-        command.update(extra or {})
-        frame = frameFor(command)
-        answerFrame = frameOf(command) if frameOf is not None else frame
-        self.commit(
-            kind,
-            requester or caller,
-            (requestBody or request)["requestId"],
-            requestBody or request,
-            answerFrame,
-            [*before, ("command.accepted", acceptedData(command, caller)), *after],
-            command=dict(command),
-        )
-        self.records[commandId] = command
-        self.accepted(command, Command.fromRecord(command))
-        return answerFrame
+        self.commands[command.commandId] = command
+        self.accepted(command)
+        return sent
 
-    def open(self) -> list[dict[str, Any]]:
+    def get(self, commandId: str) -> Command | None:
+        return self.commands.get(commandId)
+
+    def open(self) -> list[Command]:
         """
         The commands not yet settled, in the order they were accepted.
         """
-        return [c for c in self.records.values() if c["status"] in OPEN_STATUSES]
+        return [c for c in self.commands.values() if c.open]
 
     def refuseKnown(self, commandId: str) -> None:
         """
         @raise VehicleError: C{command_exists} for an id already taken.
         """
-        if commandId in self.records:
+        if commandId in self.commands:
             raise VehicleError(
                 "command_exists",
                 f"a command with id {commandId!r} already exists in this session",
                 {"commandId": commandId},
             )
 
-    def setStatus(self, commandId: str, status: str, **extra: Any) -> None:
+    def move(
+        self,
+        commandId: str,
+        status: CommandStatus,
+        *,
+        disposition: Disposition | None = None,
+        error: str | None = None,
+        code: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         """
-        Move a command on and announce it (C{command.<status>}); the
-        C{queued} step has no event of its own.  A settled command stays
-        as it is.
+        Move a command on and announce it (C{command.<status>}; being
+        queued has no event of its own).  A move the command may not make
+        (a settled command stays as it is) changes nothing.
         """
-        command = self.records[commandId]
-        if command["status"] in FINAL_STATUSES:
+        command = self.commands[commandId]
+        moved = command.moved(
+            status, self.now(), disposition=disposition, error=error, code=code, reason=reason
+        )
+        if moved is None:
+            if command.open:
+                self._log.warn(
+                    "Command {commandId} may not move from {was} to {status}",
+                    commandId=commandId, was=command.status.value, status=status.value,
+                )
             return
-        said = {k: v for k, v in extra.items() if v is not None}
-        command["status"] = status
-        command.update(said)
-        command["updatedAt"] = isoTimestamp(self.clock.seconds())
-        if status != "queued":
-            self.emit(f"command.{status}", {"commandId": commandId, "status": status, **said})
+        self.commands[commandId] = moved
+        if status.announced:
+            said: JSONObject = {"commandId": commandId, "status": status.value}
+            for key, value in (
+                ("disposition", disposition), ("error", error), ("code", code), ("reason", reason)
+            ):
+                if value is not None:
+                    said[key] = value
+            self.emit(f"command.{status.value}", said)
 
     def requeue(self, commandId: str) -> None:
         """
         A command taken back from pi's queue waits to be sent again: it is
-        C{accepted} once more (a step with no event of its own, as
-        C{queued} is).
+        C{accepted} once more (a step with no event of its own).
         """
-        command = self.records[commandId]
-        if command["status"] not in FINAL_STATUSES:
-            command["status"] = "accepted"
-            command["updatedAt"] = isoTimestamp(self.clock.seconds())
-
-    @staticmethod
-    def ofRequest(record: Mapping[str, Any]) -> dict[str, Any] | None:
-        """
-        The command a request's record made (its record in
-        C{commands.jsonl} keeps it whole; an older record has its body
-        only), as it was accepted, or L{None}.
-        """
-        if isinstance(record.get("command"), dict):
-            return {**record["command"], "status": "accepted"}
-        if record.get("kind") != "command":
-            return None
-        request = record.get("body") or {}
-        commandId = request.get("commandId") or request.get("requestId")
-        by = {"principal": record.get("principal"), "clientId": record.get("clientId")}
-        return commandRecord(commandId, request, by, record.get("at"))
+        self.move(commandId, CommandStatus.accepted)

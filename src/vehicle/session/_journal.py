@@ -12,16 +12,45 @@ claims more than the disk holds.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Callable, ClassVar, ParamSpec, Protocol, TypeVar
 
 from attrs import define, field
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from vehicle.session._requests import ROUTE_OF, openLogs, replayed, requestRecord, storageError
+from vehicle.protocol import (
+    JSON,
+    Answer,
+    Command,
+    Effects,
+    Event,
+    JSONObject,
+    RecordKind,
+    RequestRecord,
+    textOf,
+    toObject,
+)
+from vehicle.session._requests import (
+    Remembered,
+    openLogs,
+    replayed,
+    requestRecord,
+    storageError,
+)
 from vehicle.session._restore import Derived, derive, owedEvents
-from vehicle.session._values import Caller, Effects, isoTimestamp, parseTimestamp
+from vehicle.session._values import Caller, isoTimestamp, parseTimestamp
 from vehicle.store import JsonlLog
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def sentAnswer(answer: Answer) -> JSONObject:
+    """
+    An answer as it is sent and remembered: C{{type, value}} in JSON.
+    """
+    return toObject(answer)
 
 
 class JournalOwner(Protocol):
@@ -30,7 +59,7 @@ class JournalOwner(Protocol):
     and given what the logs say when they are read back.
     """
 
-    def told(self, event: dict[str, Any]) -> None:
+    def told(self, event: Event) -> None:
         """
         A durable event was written: those who follow events follow it.
         """
@@ -67,15 +96,15 @@ class Journal:
     baseTitle: str | None = None
     owner: JournalOwner | None = field(default=None, repr=False)
     #: Every durable event, in order (C{seq} is its place, from 1).
-    history: list[dict[str, Any]] = field(factory=list)
-    #: requestId -> (fingerprint, frame) of the requests answered.
-    requests: dict[str, tuple[str, dict[str, Any]]] = field(factory=dict)
+    history: list[Event] = field(factory=list)
+    #: requestId -> (fingerprint, answer) of the requests answered.
+    requests: dict[str, Remembered] = field(factory=dict)
     closed: bool = False
 
     @classmethod
     def open(
         cls, sessionId: str, directory: Path, clock: IReactorTime, baseTitle: str | None
-    ) -> tuple["Journal", list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[Journal, list[Event], list[RequestRecord]]:
         """
         The journal over a session's folder (its logs made when missing),
         with the event and request records read back (for L{restore}).
@@ -89,18 +118,18 @@ class Journal:
 
     @property
     def cursor(self) -> int:
-        return self.history[-1]["seq"] if self.history else 0
+        return len(self.history)
 
-    def last(self) -> dict[str, Any] | None:
+    def last(self) -> Event | None:
         return self.history[-1] if self.history else None
 
     def lastAt(self) -> float | None:
         """
         When the newest event was written, if any.
         """
-        return parseTimestamp(self.history[-1]["timestamp"]) if self.history else None
+        return parseTimestamp(self.history[-1].timestamp) if self.history else None
 
-    def eventsAfter(self, since: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
+    def eventsAfter(self, since: int, limit: int) -> tuple[list[Event], bool]:
         """
         The events with C{seq > since}, at most C{limit}, and whether more
         may exist.
@@ -116,14 +145,14 @@ class Journal:
         """
         highest = 0
         for event in self.history:
-            if event["type"] != "run.started":
+            if event.type != "run.started":
                 continue
-            runId = (event.get("data") or {}).get("runId")
-            if isinstance(runId, str) and runId.startswith("run-") and runId[4:].isdigit():
+            runId = textOf(event.data.get("runId"))
+            if runId is not None and runId.startswith("run-") and runId[4:].isdigit():
                 highest = max(highest, int(runId[4:]))
         return highest
 
-    def replay(self, requestId: str, request: Any, route: str) -> dict[str, Any] | None:
+    def replay(self, requestId: str, request: JSON, route: str) -> JSONObject | None:
         """
         The original frame of an accepted request with this id and body,
         or L{None} when the id is new.
@@ -134,26 +163,27 @@ class Journal:
 
     # -- writing ------------------------------------------------------------
 
-    def emit(self, eventType: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    def emit(self, eventType: str, data: JSONObject | None = None) -> Event:
         """
         Append a durable event (written and synced before anyone sees it),
-        then tell the owner.
+        then tell the owner.  A closed journal (the host is stopping: late
+        news, a mirror pass) keeps nothing, and says so: the event it
+        returns has no C{seq}.
         """
+        event = Event(
+            seq=None if self.closed else self.cursor + 1,
+            type=eventType,
+            timestamp=isoTimestamp(self.clock.seconds()),
+            sessionId=self.sessionId,
+            data=data or {},
+        )
         if self.closed:
-            # The host is stopping: late news (a mirror pass) is not kept.
             self._log.warn(
                 "Dropped {eventType} for {sessionId}: the session is closed",
                 eventType=eventType, sessionId=self.sessionId,
             )
-            return {"type": eventType, "data": data or {}}
-        event = {
-            "seq": self.cursor + 1,
-            "type": eventType,
-            "timestamp": isoTimestamp(self.clock.seconds()),
-            "sessionId": self.sessionId,
-            "data": data or {},
-        }
-        self._events.append(event)
+            return event
+        self._events.append(toObject(event))
         self.history.append(event)
         if self.owner is not None:
             self.owner.told(event)
@@ -161,14 +191,14 @@ class Journal:
 
     def commit(
         self,
-        kind: str,
+        kind: RecordKind,
         caller: Caller,
         requestId: str | None,
-        request: Any,
-        frame: dict[str, Any],
+        raw: JSONObject,
+        answer: Answer | JSONObject,
         effects: Effects,
-        command: dict[str, Any] | None = None,
-    ) -> None:
+        command: Command | None = None,
+    ) -> JSONObject:
         """
         The one durable step of an accepted request: its record (its
         C{requestId}, fingerprint, answer, the command it makes and the
@@ -180,6 +210,10 @@ class Journal:
         Without a C{requestId} (a rename may have none) nothing is
         remembered and the first event is the step.
 
+        @param answer: the answer, or the answer as it was already sent
+            (a branch's, which its own record holds too).
+        @return: the answer as sent: what the record holds.
+
         @raise VehicleError: C{storage_unavailable} when the record cannot
             be written; the session is then read back from disk, so nothing
             of the refused request stays in memory.
@@ -188,27 +222,27 @@ class Journal:
             # An earlier write (the body's news, say) failed: read the
             # session back from disk before taking anything new.
             self.guarded(self.reload)
+        sent = answer if isinstance(answer, dict) else sentAnswer(answer)
         if requestId is not None:
             record = requestRecord(
-                kind, caller, requestId, request, frame, ROUTE_OF[kind], self.clock.seconds(),
-                cursor=self.cursor,
-                effects=[[eventType, data] for eventType, data in effects],
+                kind, caller, requestId, raw, sent, self.clock.seconds(),
+                cursor=self.cursor, effects=list(effects), command=command,
             )
-            if command is not None:
-                record["command"] = command
-            self.guarded(self._records.append, record)
-            self.requests[requestId] = (record["fingerprint"], frame)
+            self.guarded(self._records.append, toObject(record))
+            if record.fingerprint is not None:  # always, for a record written here
+                self.requests[requestId] = (record.fingerprint, sent)
         for eventType, data in effects:
             self.guarded(self.emit, eventType, data)
+        return sent
 
-    def appendRecord(self, record: dict[str, Any]) -> None:
+    def appendRecord(self, record: RequestRecord) -> None:
         """
         Append a request's record as it is (a new session's first, written
         before its folder is published).
         """
-        self._records.append(record)
+        self._records.append(toObject(record))
 
-    def guarded(self, write: Callable[..., Any], *args: Any) -> Any:
+    def guarded(self, write: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """
         Do one durable write; when the disk refuses it (no space, an I/O
         error, an earlier failed sync), read the session back from disk
@@ -216,7 +250,7 @@ class Journal:
         refuse the request with a clear frame.
         """
         try:
-            return write(*args)
+            return write(*args, **kwargs)
         except OSError as e:
             self._log.error(
                 "Session {sessionId}: a durable write failed ({error}); reading it back from disk",
@@ -256,7 +290,7 @@ class Journal:
             self.owner.forgetting()
         self.restore(eventRecords, requestRecords)
 
-    def restore(self, events: list[dict[str, Any]], requests: list[dict[str, Any]]) -> None:
+    def restore(self, events: list[Event], requests: list[RequestRecord]) -> None:
         """
         Derive every piece of state from the two logs read back from disk
         (L{vehicle.session._restore}): first write the events of a request
@@ -266,13 +300,12 @@ class Journal:
         requests = list(requests)
         now = isoTimestamp(self.clock.seconds())
         for event, record in owedEvents(events, requests, self.sessionId, now):
-            self._events.append(event)
+            self._events.append(toObject(event))
             events.append(event)
             self._log.info(
                 "Session {sessionId}: finished {eventType} of request {requestId} "
                 "(the host was cut after its record)",
-                sessionId=self.sessionId, eventType=event["type"],
-                requestId=record.get("requestId"),
+                sessionId=self.sessionId, eventType=event.type, requestId=record.requestId,
             )
         derived = derive(events, requests, self.baseTitle)
         self.history = events

@@ -8,48 +8,54 @@ back at start alike.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable
 
-from attrs import define, field
+from attrs import define, field, frozen
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from vehicle.errors import VehicleError
-from vehicle.session._values import Caller, Effects, Lease, parseTimestamp
+from vehicle.protocol import Effects, Event, Holder, JSONObject, LeaseInfo, intOf, objectOf, toObject
+from vehicle.session._values import Caller, Lease, parseTimestamp
 
 
-def holderOf(lease: Lease) -> dict[str, str]:
-    return {"principal": lease.principal, "clientId": lease.clientId}
+def holderOf(lease: Lease) -> JSONObject:
+    """
+    The lease's holder as an event's data says it.
+    """
+    return toObject(lease.holder)
 
 
-def renewedByUse(lease: Lease | None, event: Mapping[str, Any]) -> Lease | None:
+def renewedByUse(lease: Lease | None, event: Event) -> Lease | None:
     """
     The renewal rule: any event of a mutation by the lease's holder renews
     the lease at the event's time (the lease's own claims say more, and a
     delete ends everything).
     """
-    if lease is None or event["type"] in ("lease.claimed", "lease.renewed", "session.deleted"):
+    if lease is None or event.type in ("lease.claimed", "lease.renewed", "session.deleted"):
         return lease
-    by = (event.get("data") or {}).get("by")
-    if isinstance(by, dict) and by.get("principal") == lease.principal and by.get(
-        "clientId"
-    ) == lease.clientId:
-        return lease.renewed(parseTimestamp(event["timestamp"]))
+    by = objectOf(event.data.get("by"))
+    if by.get("principal") == lease.principal and by.get("clientId") == lease.clientId:
+        return lease.renewed(parseTimestamp(event.timestamp))
     return lease
 
 
-def leaseAfter(lease: Lease | None, event: Mapping[str, Any]) -> Lease | None:
+def leaseAfter(lease: Lease | None, event: Event) -> Lease | None:
     """
     The lease after one event of the log: renewal by use, then what the
     lease's own events say.  Start rebuilds the lease with it.
     """
     lease = renewedByUse(lease, event)
-    kind, data = event["type"], event.get("data") or {}
+    kind, data = event.type, event.data
     if kind in ("lease.claimed", "lease.renewed"):
-        at = parseTimestamp(event["timestamp"])
+        at = parseTimestamp(event.timestamp)
+        principal, clientId = data.get("principal"), data.get("clientId")
+        ttlMs = intOf(data.get("ttlMs"))
+        if not isinstance(principal, str) or not isinstance(clientId, str) or ttlMs is None:
+            return lease
         return Lease(
-            principal=data["principal"],
-            clientId=data["clientId"],
-            ttlMs=int(data["ttlMs"]),
+            principal=principal,
+            clientId=clientId,
+            ttlMs=ttlMs,
             claimedAt=lease.claimedAt if (kind == "lease.renewed" and lease) else at,
             renewedAt=at,
         )
@@ -57,6 +63,16 @@ def leaseAfter(lease: Lease | None, event: Mapping[str, Any]) -> Lease | None:
         if lease is not None and data.get("clientId") == lease.clientId:
             return None
     return lease
+
+
+@frozen(kw_only=True)
+class Claimed:
+    """
+    What a claim says: the lease now, and whose it was before a takeover.
+    """
+
+    lease: LeaseInfo
+    tookOverFrom: Holder | None
 
 
 @define(eq=False)
@@ -68,7 +84,7 @@ class LeaseKeeper:
     """
 
     clock: IReactorTime
-    emit: Callable[[str, dict[str, Any]], Any]
+    emit: Callable[[str, JSONObject], object]
     lease: Lease | None = None
     #: The session is deleted: no timer is armed again.
     stopped: bool = False
@@ -110,12 +126,10 @@ class LeaseKeeper:
         return VehicleError(
             "lease_held",
             message,
-            {"holder": lease.asJSON(), "canTakeOver": canTakeOver},
+            {"holder": toObject(lease.info()), "canTakeOver": canTakeOver},
         )
 
-    def claimEffects(
-        self, caller: Caller, ttlMs: int, takeover: bool
-    ) -> tuple[dict[str, Any], Effects]:
+    def claimEffects(self, caller: Caller, ttlMs: int, takeover: bool) -> tuple[Claimed, Effects]:
         """
         Take the lease: free, or already ours (renewed), or the same
         principal's with C{takeover}.  Returns the frame's value and the
@@ -125,20 +139,21 @@ class LeaseKeeper:
         lease = self.current()
         tookOverFrom = None
         effects: Effects = []
+        holder = toObject(caller.holder())
         if lease is not None and lease.heldBy(caller):
             claimedAt = lease.claimedAt
-            effects.append(("lease.renewed", {**caller.holder(), "ttlMs": ttlMs}))
+            effects.append(("lease.renewed", {**holder, "ttlMs": ttlMs}))
         else:
             if lease is not None:
                 if not (takeover and lease.principal == caller.principal):
                     raise self._held(lease, caller)
-                tookOverFrom = holderOf(lease)
+                tookOverFrom = lease.holder
                 effects.append((
                     "lease.revoked",
-                    {**tookOverFrom, "by": caller.holder(), "reason": "takeover"},
+                    {**holderOf(lease), "by": holder, "reason": "takeover"},
                 ))
             claimedAt = now
-            effects.append(("lease.claimed", {**caller.holder(), "ttlMs": ttlMs}))
+            effects.append(("lease.claimed", {**holder, "ttlMs": ttlMs}))
         self.lease = Lease(
             principal=caller.principal,
             clientId=caller.clientId,
@@ -147,7 +162,7 @@ class LeaseKeeper:
             renewedAt=now,
         )
         self.armTimer()
-        return {"lease": self.lease.asJSON(), "tookOverFrom": tookOverFrom}, effects
+        return Claimed(lease=self.lease.info(), tookOverFrom=tookOverFrom), effects
 
     def releaseEffects(self, caller: Caller, reason: str = "release") -> Effects:
         """
@@ -160,25 +175,23 @@ class LeaseKeeper:
             raise VehicleError(
                 "lease_not_held",
                 "this client does not hold the session's lease",
-                {"holder": lease.asJSON() if lease else None},
+                {"holder": toObject(lease.info()) if lease else None},
             )
         self.drop()
-        return [("lease.released", {**caller.holder(), "reason": reason})]
+        return [("lease.released", {**toObject(caller.holder()), "reason": reason})]
 
-    def releaseOf(self, holder: Mapping[str, Any], reason: str) -> None:
+    def releaseOf(self, holder: Holder, reason: str) -> None:
         """
         Give the lease back when C{holder} holds it (a shutdown its holder
         sent ends the lease with the body), and say so; otherwise nothing.
         """
         lease = self.current()
-        if lease is None or holderOf(lease) != {
-            "principal": holder.get("principal"), "clientId": holder.get("clientId"),
-        }:
+        if lease is None or not lease.heldBy(holder):
             return
         self.drop()
         self.emit("lease.released", {**holderOf(lease), "reason": reason})
 
-    def observe(self, event: Mapping[str, Any]) -> None:
+    def observe(self, event: Event) -> None:
         """
         A durable event was written: its holder's mutation renews the lease.
         """

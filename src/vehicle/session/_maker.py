@@ -11,16 +11,33 @@ which L{Maker} tells of each session it publishes (L{Home.served}).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Callable, ClassVar, Protocol
 
 from attrs import define, evolve
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from vehicle.protocol import Answer, Event, JSONObject, RecordKind, RequestRecord, textOf, toObject
+from vehicle.session._journal import sentAnswer
 from vehicle.session._requests import requestRecord, storageError
 from vehicle.session._session import Session, normalizeTitle
-from vehicle.session._values import Caller, SessionMeta
+from vehicle.session._values import Caller, FolderRecord, SessionMeta
 from vehicle.store import DataDir, files, removeTree
+
+
+#: (sessionId, the session's folder) -> an agent's folders as made there.
+FolderMaker = Callable[[str, Path], dict[str, FolderRecord]]
+
+
+def movedFolders(folders: dict[str, FolderRecord], building: Path, final: Path) -> dict[str, FolderRecord]:
+    """
+    Folders recorded in a session's folder built aside, as they will be
+    once it is published (renamed into place).
+    """
+    return {
+        name: evolve(record, path=record.path.replace(str(building), str(final), 1))
+        for name, record in folders.items()
+    }
 
 
 class Home(Protocol):
@@ -28,7 +45,7 @@ class Home(Protocol):
     Where a published session is served from (the registry).
     """
 
-    def served(self, session: Session, record: dict[str, Any]) -> None:
+    def served(self, session: Session, record: RequestRecord) -> None:
         """
         C{session} is published by the request C{record}: serve it.
         """
@@ -58,8 +75,8 @@ class Maker:
         title: str | None,
         claim: bool,
         ttlMs: int | None = None,
-        createdEvent: dict[str, Any] | None = None,
-        makeFolders: Callable[[str, Path], dict[str, Any]] | None = None,
+        createdEvent: JSONObject | None = None,
+        makeFolders: FolderMaker | None = None,
     ) -> Session:
         """
         Build a new session's folder aside (C{sessions/.new-<id>/}): its
@@ -75,22 +92,20 @@ class Maker:
             layer.mkdir(building / "pi", 0o700)
             layer.mkdir(building / "work", 0o700)
             if makeFolders is not None:
-                final = str(self.dataDir.sessionDir(meta.sessionId))
-                folders = {
-                    name: {**identity, "path": str(identity["path"]).replace(str(building), final, 1)}
-                    for name, identity in makeFolders(meta.sessionId, building).items()
-                }
-                meta = evolve(meta, folders=folders)
+                meta = evolve(meta, folders=movedFolders(
+                    makeFolders(meta.sessionId, building), building,
+                    self.dataDir.sessionDir(meta.sessionId),
+                ))
             session, _, _ = Session.open(meta, building, self.clock, normalizeTitle(title))
             try:
                 session.writeMeta()
                 session.emit(
                     "session.created",
-                    {"by": caller.holder(), "profile": meta.profile, "model": meta.model,
-                     **(createdEvent or {})},
+                    {"by": toObject(caller.holder()), "profile": meta.profile,
+                     "model": meta.model, **(createdEvent or {})},
                 )
                 if claim:
-                    session.claim(caller, ttlMs or self.defaultLeaseTtlMs, takeover=False)
+                    session.takeLease(caller, ttlMs or self.defaultLeaseTtlMs)
             except BaseException:
                 session.close()
                 raise
@@ -102,25 +117,25 @@ class Maker:
     def publish(
         self,
         session: Session,
-        kind: str,
+        kind: RecordKind,
         caller: Caller,
         requestId: str,
-        request: Any,
-        frame: dict[str, Any],
+        raw: JSONObject,
+        sent: JSONObject,
         route: str,
-        extra: dict[str, Any] | None = None,
+        source: str | None = None,
     ) -> None:
         """
         The new session's one durable step: its record (the request that
-        made it, with the answer) is written in the folder built aside,
-        and the folder is renamed into place.  Then it is served.
+        made it, with its answer as sent) is written in the folder built
+        aside, and the folder is renamed into place.  Then it is served.
         """
         record = requestRecord(
-            kind, caller, requestId, request, frame, route, self.clock.seconds(), **(extra or {})
+            kind, caller, requestId, raw, sent, self.clock.seconds(), route=route, source=source
         )
         final = self.dataDir.sessionDir(session.sessionId)
         try:
-            session.journal.appendRecord(record)
+            session.appendRecord(record)
             session.close()
             self.dataDir.publish(session.sessionId)
         except BaseException as e:
@@ -136,7 +151,7 @@ class Maker:
             raise
         self._served(session, final, record)
 
-    def _served(self, session: Session, directory: Path, record: dict[str, Any]) -> None:
+    def _served(self, session: Session, directory: Path, record: RequestRecord) -> None:
         session.reopenAt(directory)
         self.home.served(session, record)
 
@@ -145,26 +160,27 @@ class Maker:
         caller: Caller,
         meta: SessionMeta,
         *,
-        requestId: str | None = None,
-        request: Any = None,
-        frameFor: Callable[[Session], dict[str, Any]] | None = None,
-        **options: Any,
-    ) -> tuple[Session, dict[str, Any]]:
+        requestId: str,
+        raw: JSONObject,
+        answerFor: Callable[[Session], Answer],
+        title: str | None,
+        claim: bool,
+        ttlMs: int | None = None,
+        makeFolders: FolderMaker | None = None,
+    ) -> tuple[Session, JSONObject]:
         """
-        Make a session in one step (L{prepare} with C{options}, then
-        L{publish} with the creating request's record); returns it and the
-        answer's frame.
+        Make a session in one step (L{prepare}, then L{publish} with the
+        creating request's record); returns it and its answer as sent.
         """
         try:
-            session = self.prepare(caller, meta, **options)
+            session = self.prepare(
+                caller, meta, title=title, claim=claim, ttlMs=ttlMs, makeFolders=makeFolders
+            )
         except OSError as e:
             raise storageError(e) from e
-        frame = frameFor(session) if frameFor is not None else {}
-        self.publish(
-            session, "create", caller, requestId or meta.sessionId, request or {}, frame,
-            f"create:{caller.graphId}",
-        )
-        return session, frame
+        sent = sentAnswer(answerFor(session))
+        self.publish(session, "create", caller, requestId, raw, sent, f"create:{caller.graphId}")
+        return session, sent
 
     def abandon(self, sessionId: str) -> None:
         """
@@ -212,22 +228,24 @@ class Maker:
         session.trashed(self.dataDir.trashDir(trashedAs))
         return trashedAs
 
-    def finishDelete(self, session: Session, event: dict[str, Any]) -> None:
+    def finishDelete(self, session: Session, event: Event) -> None:
         """
         Move a deleted session's folder to the trash name its
         C{session.deleted} event reserved, with a note on how to bring it
         back.
         """
-        data = event.get("data") or {}
         sessionId = session.sessionId
+        trashedAs = textOf(event.data.get("trashedAs"))
+        if not trashedAs:
+            raise ValueError(f"the deletion of {sessionId} names no trash folder")
         self.dataDir.finishTrash(
             sessionId,
-            data["trashedAs"],
+            trashedAs,
             {
                 "sessionId": sessionId,
                 "graphId": session.meta.graphId,
-                "deletedAt": event["timestamp"],
-                "by": data.get("by"),
+                "deletedAt": event.timestamp,
+                "by": event.data.get("by"),
                 "restore": (
                     "stop the service, move this directory back to "
                     f"sessions/{sessionId}/, start it, and restore the "

@@ -1,22 +1,24 @@
 # -*- test-case-name: tests.live.test_mirror,tests.unit.test_public -*-
 """
-Who follows a session's life beyond the session room (the mirror, public
-accounting): told when a session is created (or loaded), renamed, when a
+Who follows sessions' lives (the bodies, the mirror, public accounting),
+heard one way: told when a session is created (or loaded), renamed, when a
 run of it settled and when it is deleted, and asked for its part of a
-delete's answer.  The host wires them (the tap); the session room only
-tells them.
+delete's answer.  The host wires them (the tap) in the order they are to
+hear; the registry and the session only tell them.  One failure rule: an
+observer that fails is logged, and the others are told all the same.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Callable, ClassVar, Protocol
 
 from attrs import define, field
 from twisted.logger import Logger
 
+from vehicle.protocol import JSONObject
+from vehicle.session._interfaces import RunSettled
+from vehicle.session._session import Session
 
-if TYPE_CHECKING:
-    from vehicle.session._session import Session
 
 
 class SessionObserver(Protocol):
@@ -28,9 +30,9 @@ class SessionObserver(Protocol):
 
     def renamed(self, session: Session) -> None: ...
 
-    def settled(self, session: Session, info: dict[str, Any]) -> None: ...
+    def settled(self, session: Session, run: RunSettled) -> None: ...
 
-    def deleting(self, session: Session) -> dict[str, Any] | None: ...
+    def deleting(self, session: Session) -> JSONObject | None: ...
 
     def deleted(self, session: Session) -> None: ...
 
@@ -38,8 +40,7 @@ class SessionObserver(Protocol):
 @define(eq=False)
 class Observers:
     """
-    The host's observers, told in the order they were added; one that fails
-    is logged, and the others are told all the same.
+    The host's observers, told in the order they were added.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -50,35 +51,35 @@ class Observers:
         self._all.append(observer)
 
     def created(self, session: Session) -> None:
-        for o in self._all:
-            self._tell(o.created, session)
+        self._tellAll(lambda o: o.created(session))
 
     def renamed(self, session: Session) -> None:
-        for o in self._all:
-            self._tell(o.renamed, session)
+        self._tellAll(lambda o: o.renamed(session))
 
-    def settled(self, session: Session, info: dict[str, Any]) -> None:
-        for o in self._all:
-            self._tell(o.settled, session, info)
+    def settled(self, session: Session, run: RunSettled) -> None:
+        self._tellAll(lambda o: o.settled(session, run))
 
     def deleted(self, session: Session) -> None:
-        for o in self._all:
-            self._tell(o.deleted, session)
+        self._tellAll(lambda o: o.deleted(session))
 
-    def deleting(self, session: Session) -> dict[str, Any]:
+    def deleting(self, session: Session) -> JSONObject:
         """
         The observers' parts of a delete's answer (C{mirror}: the mirror's
         document), by the answer's key.
         """
-        parts: dict[str, Any] = {}
-        for o in self._all:
-            part = o.deleting(session)
-            if part:
-                parts.update(part)
+        parts: JSONObject = {}
+
+        def ask(observer: SessionObserver) -> None:
+            parts.update(observer.deleting(session) or {})
+
+        self._tellAll(ask)
         return parts
 
-    def _tell(self, what: Any, *args: Any) -> None:
-        try:
-            what(*args)
-        except Exception:
-            self._log.failure("A session observer failed")
+    def _tellAll(self, tell: Callable[[SessionObserver], None]) -> None:
+        for observer in self._all:
+            try:
+                tell(observer)
+            except Exception:
+                self._log.failure(
+                    "A session observer ({observer}) failed", observer=type(observer).__name__
+                )

@@ -10,20 +10,35 @@ the maker publishes.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, ClassVar
+from typing import ClassVar
 
 from attrs import define, field
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
+from vehicle.protocol import JSON, CommandStatus, Event, JSONObject, RequestRecord, SessionDeleted, fromJSON, objectOf, textOf
 from vehicle.session._lineage import finishBranch
 from vehicle.session._maker import Maker
 from vehicle.session._observers import Observers
-from vehicle.session._requests import fingerprint, replayed
+from vehicle.session._requests import Remembered, fingerprint, replayed
 from vehicle.session._session import Session
 from vehicle.session._values import Caller, SessionMeta
 from vehicle.store import DataDir, readJson
+
+
+def metaOf(data: JSONObject) -> SessionMeta:
+    """
+    A session's C{meta.json} read back (one written before a budget or a
+    profile was kept has the defaults).
+
+    @raise ValueError: it is not a session's meta.
+    """
+    return fromJSON(
+        {"profile": "chat", **data, "budget": {"maxTurns": 12, "maxCostUsd": 0.25,
+                                               **objectOf(data.get("budget"))}},
+        SessionMeta,
+    )
 
 
 NOT_FOUND_MESSAGE = "no such session"
@@ -59,13 +74,10 @@ class Registry:
     clock: IReactorTime
     defaultLeaseTtlMs: int = 30 * 60 * 1000
     sessions: dict[str, Session] = field(factory=dict)
-    #: (principal, requestId) -> (fingerprint, frame) for POST /sessions.
-    _creations: dict[tuple[str, str], tuple[str, dict[str, Any]]] = field(factory=dict)
-    #: Called with each session as it is created or loaded (the host wires
-    #: conductors here).
-    onSession: list[Callable[[Session], None]] = field(factory=list)
-    #: Who follows sessions' lives (the mirror, public accounting): told
-    #: of each session once its body is wired (L{onSession}).
+    #: (principal, requestId) -> (fingerprint, answer) for POST /sessions.
+    _creations: dict[tuple[str, str], Remembered] = field(factory=dict)
+    #: Who follows sessions' lives (the bodies, the mirror, public
+    #: accounting), in the order they are to hear.
     observers: Observers = field(factory=Observers)
     maker: Maker = field(init=False)
 
@@ -104,7 +116,7 @@ class Registry:
         mine.sort(key=lambda s: (s.updatedAt, s.cursor), reverse=True)
         return mine
 
-    def replayCreation(self, caller: Caller, requestId: str, request: Any) -> dict[str, Any] | None:
+    def replayCreation(self, caller: Caller, requestId: str, request: JSON) -> JSONObject | None:
         # Per principal; the graph is part of the request (a create through
         # another graph's path is another request).
         return replayed(
@@ -115,40 +127,43 @@ class Registry:
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex
 
-    def create(
-        self, caller: Caller, meta: SessionMeta, **options: Any
-    ) -> tuple[Session, dict[str, Any]]:
-        """
-        A session made in one step, and its answer's frame (L{Maker.create}).
-        """
-        return self.maker.create(caller, meta, **options)
-
     # -- serving --------------------------------------------------------------
 
-    def served(self, session: Session, record: dict[str, Any]) -> None:
+    def served(self, session: Session, record: RequestRecord) -> None:
         """
         The maker published C{session} by C{record}: serve it (a create is
         remembered for its replay).
         """
-        if record["kind"] == "create":
-            self._creations[(record["principal"], record["requestId"])] = (
-                record["fingerprint"], record["frame"]
+        if record.kind == "create" and record.requestId and record.fingerprint:
+            self._creations[(record.principal, record.requestId)] = (
+                record.fingerprint, record.frame
             )
         self._adopt(session)
 
     def _adopt(self, session: Session) -> None:
         self.sessions[session.sessionId] = session
-        session.whenDeleted(self._forget)
-        session.observers = self.observers
-        for hook in self.onSession:
-            hook(session)
+        session.followers = self.observers
         self.observers.created(session)
+
+    def delete(self, caller: Caller, session: Session) -> SessionDeleted:
+        """
+        Move the session to the trash (L{Maker.delete}): its observers are
+        asked for their part of the answer first, and told after.
+        """
+        parts = self.observers.deleting(session)
+        trashedAs = self.maker.delete(caller, session)
+        self._forget(session)
+        self.observers.deleted(session)
+        return SessionDeleted(
+            sessionId=session.sessionId, trashedAs=trashedAs,
+            mirror=objectOf(parts["mirror"]) if "mirror" in parts else None,
+        )
 
     def _forget(self, session: Session) -> None:
         self.sessions.pop(session.sessionId, None)
         for key, (_, frame) in list(self._creations.items()):
-            value = frame.get("value") or {}
-            if (value.get("session") or {}).get("sessionId") == session.sessionId:
+            made = objectOf(objectOf(frame.get("value")).get("session"))
+            if made.get("sessionId") == session.sessionId:
                 del self._creations[key]
 
     # -- start --------------------------------------------------------------
@@ -165,7 +180,7 @@ class Registry:
         for line in self.dataDir.sweep():
             self._log.info("Start: {what}", what=line)
         reserved = set(self.dataDir.emptyTrashReservations())
-        branches: list[tuple[Session, dict[str, Any]]] = []
+        branches: list[tuple[Session, RequestRecord]] = []
         for sessionId in self.dataDir.listSessionIds():
             try:
                 session, records = self._load(sessionId)
@@ -176,30 +191,27 @@ class Registry:
                     error=str(e),
                 )
                 continue
-            last = session.journal.last()
-            if (
-                last is not None
-                and last["type"] == "session.deleted"
-                and last["data"].get("trashedAs") in reserved
-            ):
+            last = session.feed.last()
+            trashedAs = textOf(last.data.get("trashedAs")) if last is not None else None
+            if last is not None and last.type == "session.deleted" and trashedAs in reserved:
                 # A delete cut before its move (its trash name still
                 # reserved; a session an operator moved back from the trash
                 # has none, and is served again).
                 session.close()
-                reserved.discard(last["data"]["trashedAs"])
+                reserved.discard(trashedAs)
                 self._finishCutDelete(session, last)
                 continue
             self._adopt(session)
-            branches += [(session, r) for r in records if r.get("kind") == "branched"]
+            branches += [(session, r) for r in records if r.kind == "branched"]
         for line in self.dataDir.sweepTrash():
             self._log.info("Start: {what}", what=line)
         for branchSession, record in branches:
             finishBranch(self.sessions, branchSession, record)
         for session in list(self.sessions.values()):
             for command in session.openCommands():
-                session.setStatus(command["commandId"], "interrupted", reason="host_restarted")
+                session.move(command.commandId, CommandStatus.interrupted, reason="host_restarted")
 
-    def _finishCutDelete(self, session: Session, last: dict[str, Any]) -> None:
+    def _finishCutDelete(self, session: Session, last: Event) -> None:
         sessionId = session.sessionId
         try:
             self.maker.finishDelete(session, last)
@@ -208,33 +220,29 @@ class Registry:
                             sessionId=sessionId, error=str(e))
         else:
             self._log.info("Start: finished deleting {sessionId} (trash/{name})",
-                           sessionId=sessionId, name=last["data"].get("trashedAs"))
+                           sessionId=sessionId, name=last.data.get("trashedAs"))
 
-    def _load(self, sessionId: str) -> tuple[Session, list[dict[str, Any]]]:
+    def _load(self, sessionId: str) -> tuple[Session, list[RequestRecord]]:
         """
         One session read back from its folder, with its request records.
         """
         directory = self.dataDir.sessionDir(sessionId)
-        metaJSON = readJson(directory / "meta.json")
-        meta = SessionMeta.fromJSON(metaJSON)
-        session, eventRecords, requestRecords = Session.open(
-            meta, directory, self.clock, metaJSON.get("title")
-        )
+        metaJSON = objectOf(readJson(directory / "meta.json"))
+        meta = metaOf(metaJSON)
+        title = textOf(metaJSON.get("title"))
+        session, events, requestRecords = Session.open(meta, directory, self.clock, title)
         try:
-            session.journal.restore(eventRecords, requestRecords)
+            session.restore(events, requestRecords)
         except BaseException:
             session.close()
             raise
         for record in requestRecords:
-            if record.get("kind") == "create":
-                self._creations[(record["principal"], record["requestId"])] = (
-                    fingerprint(record["body"], f"create:{meta.graphId}"),
-                    record["frame"],
+            if record.kind == "create" and record.requestId is not None:
+                self._creations[(record.principal, record.requestId)] = (
+                    fingerprint(record.body, f"create:{meta.graphId}"), record.frame,
                 )
-        last = session.journal.last()
-        if session.title != metaJSON.get("title") and not (
-            last is not None and last["type"] == "session.deleted"
-        ):
+        last = session.feed.last()
+        if session.title != title and not (last is not None and last.type == "session.deleted"):
             # meta.json follows the log: put right what a cut rename left.
             session.writeMeta()
             self._log.info("Start: rewrote the title in {sessionId}'s meta.json", sessionId=sessionId)

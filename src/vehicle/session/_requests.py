@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_crash -*-
+# -*- test-case-name: tests.unit.test_requests,tests.unit.test_crash -*-
 """
 A session's request log (C{commands.jsonl}) and the idempotency rule: the
 record that remembers an accepted request, its fingerprint on its route,
@@ -12,26 +12,39 @@ import errno
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
 
 from vehicle.errors import VehicleError
+from vehicle.protocol import (
+    JSON,
+    Command,
+    Effects,
+    Event,
+    JSONObject,
+    RecordKind,
+    RequestRecord,
+    fromJSON,
+    objectOf,
+)
 from vehicle.session._values import Caller, isoTimestamp
 from vehicle.store import JsonlLog
 
 
 #: The route a kind of remembered request came by: a requestId reused on
 #: another route is a conflict, never the other route's replay.
-ROUTE_OF = {
+ROUTE_OF: dict[RecordKind, str] = {
     "create": "create", "claim": "claim", "release": "release", "rename": "rename",
     "command": "commands", "policy": "commands", "branch": "commands", "chime": "chimes",
     "branched": "commands",
 }
 
+#: What is remembered of an answered request: its fingerprint and its frame.
+Remembered = tuple[str, JSONObject]
 
-def fingerprint(request: Any, route: str | None = None) -> str:
+
+def fingerprint(request: JSON, route: str | None = None) -> str:
     """
-    A stable digest of a request (its route and body), to tell a replay
-    from a conflict.
+    A stable digest of a request (its route and body, as sent), to tell a
+    replay from a conflict.
     """
     subject = request if route is None else {"route": route, "body": request}
     canonical = json.dumps(subject, sort_keys=True, separators=(",", ":"))
@@ -39,8 +52,8 @@ def fingerprint(request: Any, route: str | None = None) -> str:
 
 
 def replayed(
-    known: tuple[str, dict[str, Any]] | None, requestId: str, request: Any, route: str
-) -> dict[str, Any] | None:
+    known: Remembered | None, requestId: str, request: JSON, route: str
+) -> JSONObject | None:
     """
     The idempotency rule, in one place: a known request with the same body
     replays its frame, with another body it is a conflict.
@@ -61,24 +74,38 @@ def replayed(
 
 
 def requestRecord(
-    kind: str, caller: Caller, requestId: str, request: Any, frame: dict[str, Any],
-    route: str, now: float, **extra: Any,
-) -> dict[str, Any]:
+    kind: RecordKind,
+    caller: Caller,
+    requestId: str,
+    request: JSONObject,
+    frame: JSONObject,
+    now: float,
+    *,
+    route: str | None = None,
+    cursor: int | None = None,
+    effects: Effects | None = None,
+    command: Command | None = None,
+    source: str | None = None,
+) -> RequestRecord:
     """
     The line of C{commands.jsonl} that remembers an accepted request: who
-    sent it, its fingerprint (on its route), its body and its answer.
+    sent it, its fingerprint (on its route: its kind's, unless named), its
+    body and its answer.
     """
-    return {
-        "kind": kind,
-        "requestId": requestId,
-        "principal": caller.principal,
-        "clientId": caller.clientId,
-        "fingerprint": fingerprint(request, route),
-        "at": isoTimestamp(now),
-        "body": request,
-        "frame": frame,
-        **extra,
-    }
+    return RequestRecord(
+        kind=kind,
+        requestId=requestId,
+        principal=caller.principal,
+        clientId=caller.clientId,
+        fingerprint=fingerprint(request, route or ROUTE_OF[kind]),
+        at=isoTimestamp(now),
+        body=request,
+        frame=frame,
+        cursor=cursor,
+        effects=effects,
+        command=command,
+        source=source,
+    )
 
 
 def storageError(error: OSError) -> VehicleError:
@@ -94,16 +121,63 @@ def storageError(error: OSError) -> VehicleError:
     )
 
 
-def openLogs(
-    directory: Path,
-) -> tuple[JsonlLog, list[dict[str, Any]], JsonlLog, list[dict[str, Any]]]:
+def eventOf(line: JSONObject) -> Event:
+    """
+    An event read back from C{events.jsonl} (its C{data} an object, if
+    anything).
+
+    @raise ValueError: the line is not an event.
+    """
+    return fromJSON({**line, "data": objectOf(line.get("data"))}, Event)
+
+
+def recordOf(line: JSONObject) -> RequestRecord:
+    """
+    A request's record read back from C{commands.jsonl}.  A part an older
+    or odder record holds in a shape the host no longer writes is left out
+    (its body and answer as objects, if anything): what it says of the
+    rest still counts.
+
+    @raise ValueError: the line is not a record.
+    """
+    fitted: JSONObject = {**line, "body": objectOf(line.get("body")),
+                          "frame": objectOf(line.get("frame"))}
+    for name, fits in (
+        ("cursor", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+        ("effects", lambda v: isinstance(v, list)),
+        ("fingerprint", lambda v: isinstance(v, str)),
+        ("requestId", lambda v: isinstance(v, str)),
+    ):
+        if name in fitted and not fits(fitted[name]):
+            del fitted[name]
+    fitted.setdefault("requestId", None)
+    try:
+        return fromJSON(fitted, RequestRecord)
+    except ValueError:
+        # The command it made, in a shape this host cannot read: its body
+        # makes it again (L{commandOfRecord}).
+        fitted.pop("command", None)
+        fitted.pop("effects", None)
+        return fromJSON(fitted, RequestRecord)
+
+
+def openLogs(directory: Path) -> tuple[JsonlLog, list[Event], JsonlLog, list[RequestRecord]]:
     """
     Open a session's two logs (made when missing) and read them back.
+
+    @raise ValueError: a line of either is not what the host writes there.
     """
-    events, eventRecords = JsonlLog.open(directory / "events.jsonl", seqField="seq")
+    events, eventLines = JsonlLog.open(directory / "events.jsonl", seqField="seq")
     try:
-        commands, requestRecords = JsonlLog.open(directory / "commands.jsonl")
+        commands, recordLines = JsonlLog.open(directory / "commands.jsonl")
+        try:
+            return (
+                events, [eventOf(line) for line in eventLines],
+                commands, [recordOf(line) for line in recordLines],
+            )
+        except BaseException:
+            commands.close()
+            raise
     except BaseException:
         events.close()
         raise
-    return events, eventRecords, commands, requestRecords

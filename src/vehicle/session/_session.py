@@ -1,41 +1,65 @@
 # -*- test-case-name: tests.unit.test_web,tests.unit.test_crash,tests.unit.test_session_parts -*-
 """
-The session aggregate: one conversation's meta and title, joined to its
-parts: the journal (L{_journal}: the two logs, the one durable step of a
-request and reading back after a refused write), the lease (L{_lease}), the
-command state machine (L{_command}), the room (L{_room}: its policy and
-chimes) and the watchers (L{_watchers}).
+One conversation, its own owner: its meta and title, its verbs (claim,
+release, rename, a command, a chime, a branch remembered), and its parts,
+which are its alone: the journal (L{_journal}: the two logs and the one
+durable step of a request), the lease (L{_lease}), the command state
+machine (L{_command}), the room (L{_room}) and the watchers
+(L{_watchers}).
 
-It knows nothing of HTTP or of pi: the web room calls it with a L{Caller},
-and the body's conductor (see L{IConductor}) is handed accepted commands.
+It knows nothing of HTTP or of pi.  The host's request rules (trust,
+idempotency, which session) stand above it and call its verbs with a
+L{Caller} and a parsed request; the body's conductor (L{IConductor}) is
+handed the commands it accepts and asks it to move them on.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import ClassVar, Literal, Protocol
 
 from attrs import define, field
-from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
-from zope.interface import Interface
 
-from vehicle.session._command import Command, CommandBook, Committer, adoptedPreview
+from vehicle.errors import VehicleError
+from vehicle.protocol import (
+    JSON,
+    Answer,
+    BodyState,
+    ChimeRequest,
+    ClaimRequest,
+    Command,
+    CommandAccepted,
+    CommandCancelled,
+    CommandRequest,
+    CommandStatus,
+    CommandType,
+    Disposition,
+    DriverClaimed,
+    DriverReleased,
+    Effects,
+    Event,
+    HeldChime,
+    Holder,
+    JSONObject,
+    RecordKind,
+    RenameRequest,
+    RequestRecord,
+    SessionRenamed,
+    SessionSummary,
+    toObject,
+)
+from vehicle.session._chimes import Chimes
+from vehicle.session._command import CommandBook, adoptedPreview, commandOf
+from vehicle.session._interfaces import IConductor, RunSettled
 from vehicle.session._journal import Journal
 from vehicle.session._lease import LeaseKeeper
-from vehicle.session._observers import Observers
 from vehicle.session._restore import Derived
 from vehicle.session._room import Room
-from vehicle.session._watchers import Listener, Watchers
 from vehicle.session._values import Caller, Lease, SessionMeta, isoTimestamp
+from vehicle.session._watchers import Feed, Watchers
 from vehicle.store import writeJsonAtomic
-
-
-#: How many events one watch answer carries at most (spec, "Watch").
-WATCH_LIMIT = 500
-#: The longest long-poll wait (spec, "Watch").
-MAX_WAIT_MS = 30_000
 
 
 def normalizeTitle(title: str | None) -> str | None:
@@ -50,59 +74,34 @@ def normalizeTitle(title: str | None) -> str | None:
     return cleaned or None
 
 
-class IConductor(Interface):
+class Followers(Protocol):
     """
-    What drives a session's body: the session hands it accepted commands
-    and asks it whether anything is under way; the host disposes of it and
-    snapshots it; a body's door asks it to meter model requests.  Provided
-    by the body room (L{vehicle.body.Conductor}).
+    Who follows the session's life (its registry's observers): told by the
+    session itself of what happens inside it.
     """
 
-    def commandAccepted(command: Command) -> None:
-        """
-        A command was accepted and logged; deliver it.
-        """
+    def renamed(self, session: Session) -> None: ...
 
-    def running() -> bool:
-        """
-        Is a run under way?
-        """
+    def settled(self, session: Session, run: RunSettled) -> None: ...
 
-    def bodyState() -> str:
-        """
-        C{dormant}, C{starting}, C{live} or C{stopping}.
-        """
 
-    def meterModelRequest() -> str | None:
-        """
-        May the body's door forward one more model request?  L{None} if so,
-        else why not.
-        """
+class Nobody:
+    """
+    Followers of a session nobody follows (yet).
+    """
 
-    def snapshot() -> Deferred:
-        """
-        Fire with C{{transcript, queue, tools, stats}} for C{inspect}.
-        """
+    def renamed(self, session: Session) -> None:
+        pass
 
-    def dispose(reason: str) -> Deferred:
-        """
-        Dispose of the body (if any); fire when it is gone.
-        """
-
-    def close() -> Deferred:
-        """
-        The host stops: deliver nothing more, dispose of the body, and
-        leave open commands open (the next start reports them).
-        """
+    def settled(self, session: Session, run: RunSettled) -> None:
+        pass
 
 
 @define(eq=False)
 class Session:
     """
-    One conversation: its meta and title, joined to the parts that hold the
-    rest by their own rules: the logs (L{Journal}), the lease
-    (L{LeaseKeeper}), the commands (L{CommandBook}: only the session moves
-    one, the body asks by L{setStatus}), the room (L{Room}), the watchers.
+    One conversation: its meta and title, its verbs, and the parts that
+    hold the rest by their own rules, which nothing outside reaches.
     What the logs say when read back goes to each part (L{restored}); a
     durable event goes to the lease and the watchers (L{told}).
     """
@@ -112,51 +111,62 @@ class Session:
     meta: SessionMeta
     clock: IReactorTime
     title: str | None
-    journal: Journal
+    _journal: Journal
     preview: str | None = None
     #: The preview is a branch's inherited one, until it says something.
     previewInherited: bool = False
     deleted: bool = False
-    room: Room = field(factory=Room)
     conductor: IConductor | None = None
     #: The newest delegation token from the owner's requests: memory only.
     delegatedToken: str | None = field(default=None, repr=False)
-    _onDeleted: list[Callable[["Session"], None]] = field(factory=list)
-    #: Who follows this session's life (its registry's L{Observers}).
-    observers: Observers = field(factory=Observers)
-    leases: LeaseKeeper = field(init=False)
-    book: CommandBook = field(init=False)
-    watchers: Watchers = field(init=False)
+    #: Who follows this session's life (its registry's observers).
+    followers: Followers = field(factory=Nobody)
+    _room: Room = field(factory=Room)
+    _leases: LeaseKeeper = field(init=False)
+    _book: CommandBook = field(init=False)
+    _chimes: Chimes = field(init=False)
+    _watchers: Watchers = field(init=False)
+    #: Its events, for those who read or watch them.
+    feed: Feed = field(init=False)
 
-    @leases.default
+    @_leases.default
     def _newLeaseKeeper(self) -> LeaseKeeper:
         return LeaseKeeper(clock=self.clock, emit=self.emit)
 
-    @book.default
+    @_book.default
     def _newCommandBook(self) -> CommandBook:
-        return CommandBook(clock=self.clock, emit=self.emit, commit=self.journal.commit,
-                           accepted=self.accepted)
+        return CommandBook(clock=self.clock, emit=self.emit, commit=self._journal.commit,
+                           accepted=self._accepted)
 
-    @watchers.default
+    @_chimes.default
+    def _newChimes(self) -> Chimes:
+        return Chimes(clock=self.clock, room=self._room, book=self._book,
+                      commit=self._journal.commit)
+
+    @_watchers.default
     def _newWatchers(self) -> Watchers:
         return Watchers(self.meta.sessionId)
 
+    @feed.default
+    def _newFeed(self) -> Feed:
+        return Feed(log=self._journal, watchers=self._watchers, clock=self.clock)
+
     def __attrs_post_init__(self) -> None:
-        self.journal.owner = self
+        self._journal.owner = self
 
     @classmethod
     def open(
         cls, meta: SessionMeta, directory: Path, clock: IReactorTime, title: str | None
-    ) -> tuple["Session", list[dict[str, Any]], list[dict[str, Any]]]:
+    ) -> tuple[Session, list[Event], list[RequestRecord]]:
         """
         A session over its folder's logs (made when missing), with the
-        records read back from them (for L{Journal.restore}); C{title} is
-        what C{meta.json} holds.
+        records read back from them (for L{restore}); C{title} is what
+        C{meta.json} holds.
         """
         journal, events, requests = Journal.open(meta.sessionId, directory, clock, title)
         return cls(meta=meta, clock=clock, title=title, journal=journal), events, requests
 
-    # -- identity and the parts' faces ------------------------------------
+    # -- what it is -----------------------------------------------------------
 
     @property
     def sessionId(self) -> str:
@@ -164,227 +174,374 @@ class Session:
 
     @property
     def directory(self) -> Path:
-        return self.journal.directory
+        return self._journal.directory
 
     @property
     def closed(self) -> bool:
-        return self.journal.closed
-
-    @property
-    def commands(self) -> dict[str, dict[str, Any]]:
-        return self.book.records
-
-    @property
-    def chimes(self) -> dict[str, dict[str, Any]]:
-        return self.room.chimes
-
-    @property
-    def roomPolicy(self) -> str:
-        return self.room.policy
-
-    @property
-    def lease(self) -> Lease | None:
-        # As it stands, without retiring a lapsed one (see currentLease).
-        return self.leases.lease
-
-    # What the crash tests compare between a live session and one read
-    # back from disk.
-    @property
-    def _history(self) -> list[dict[str, Any]]:
-        return self.journal.history
-
-    @property
-    def _requests(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        return self.journal.requests
-
-    # -- events (the journal writes them, the watchers carry them) ---------
+        return self._journal.closed
 
     @property
     def cursor(self) -> int:
-        return self.journal.cursor
+        return self.feed.cursor
 
     @property
     def updatedAt(self) -> float:
-        at = self.journal.lastAt()
-        return self.meta.createdAt if at is None else at
+        at = self._journal.lastAt()
+        return self.meta.createdSeconds if at is None else at
 
-    def emit(self, eventType: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
+    @property
+    def roomPolicy(self) -> str:
+        return self._room.policy
+
+    def commands(self) -> list[Command]:
+        """
+        Every command of the session, in the order they were accepted.
+        """
+        return list(self._book.commands.values())
+
+    def findCommand(self, commandId: str) -> Command | None:
+        return self._book.get(commandId)
+
+    def openCommands(self) -> list[Command]:
+        return self._book.open()
+
+    def waitingChimes(self) -> list[HeldChime]:
+        return self._room.waiting()
+
+    def knowsRequest(self, requestId: str) -> bool:
+        return requestId in self._journal.requests
+
+    def currentLease(self) -> Lease | None:
+        """
+        The lease, retired first if it has lapsed.
+        """
+        return self._leases.current()
+
+    def running(self) -> bool:
+        return self.conductor is not None and bool(self.conductor.running())
+
+    def bodyState(self) -> BodyState:
+        if self.conductor is None:
+            return "dormant"
+        return self.conductor.bodyState()
+
+    def summary(self, ahead: int = 0) -> SessionSummary:
+        """
+        The session as the list and the answers show it.
+
+        @param ahead: how many events the request being answered is about
+            to write: its answer shows the session after them.
+        """
+        lease = self.currentLease()
+        meta = self.meta
+        return SessionSummary(
+            sessionId=meta.sessionId,
+            graphId=meta.graphId,
+            principal=meta.principal,
+            role=meta.role,
+            profile=meta.profile,
+            model=meta.model,
+            createdAt=meta.createdAt,
+            budget=meta.budget,
+            parent=meta.parent,
+            isolation=meta.isolation,
+            graphs=meta.graphs,
+            funding=meta.funding,
+            title=self.title,
+            preview=self.preview,
+            access=meta.access,
+            updatedAt=isoTimestamp(self.clock.seconds() if ahead else self.updatedAt),
+            cursor=self.cursor + ahead,
+            status="running" if self.running() else "idle",
+            body=self.bodyState(),
+            lease=lease.info() if lease else None,
+            roomPolicy=self._room.policy,
+        )
+
+    def durableState(self) -> dict[str, object]:
+        """
+        Everything about the session its logs say, by name: what a session
+        read back from disk must agree with (the crash tests compare them).
+        """
+        lease = self._leases.lease
+        return {
+            "title": self.title,
+            "preview": self.preview,
+            "roomPolicy": self._room.policy,
+            "lease": lease,
+            "commands": dict(self._book.commands),
+            "chimes": dict(self._room.chimes),
+            "requests": dict(self._journal.requests),
+            "history": list(self._journal.history),
+        }
+
+    # -- events -----------------------------------------------------------------
+
+    def emit(self, eventType: str, data: JSONObject | None = None) -> Event:
         """
         Append a durable event (L{Journal.emit}); the lease and the
         watchers follow it (L{told}).
         """
-        return self.journal.emit(eventType, data)
+        return self._journal.emit(eventType, data)
 
-    def told(self, event: dict[str, Any]) -> None:
-        self.leases.observe(event)
-        self.watchers.publish(event)
+    def told(self, event: Event) -> None:
+        self._leases.observe(event)
+        self._watchers.publish(event)
 
-    def broadcast(self, eventType: str, data: dict[str, Any]) -> None:
+    # -- the rules of a driver ----------------------------------------------------
+
+    def requireLease(self, caller: Caller) -> None:
         """
-        Send an ephemeral event (C{message.delta}) to live watchers only.
+        @raise VehicleError: C{lease_required} or C{lease_held}.
         """
-        self.watchers.broadcast(eventType, data, isoTimestamp(self.clock.seconds()))
+        self._leases.require(caller)
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        return self.watchers.subscribe(listener)
+    # -- the verbs --------------------------------------------------------------
 
-    def eventsAfter(self, since: int, limit: int = WATCH_LIMIT) -> tuple[list[dict[str, Any]], bool]:
-        return self.journal.eventsAfter(since, limit)
-
-    def nextEvent(self) -> Deferred:
-        return self.watchers.nextEvent()
-
-    def runsSoFar(self) -> int:
-        return self.journal.runsSoFar()
-
-    # -- lease (the rules are L{LeaseKeeper}'s) ---------------------------
-
-    def currentLease(self) -> Lease | None:
-        return self.leases.current()
-
-    def claim(self, caller: Caller, ttlMs: int, takeover: bool) -> dict[str, Any]:
+    def replay(self, requestId: str, raw: JSON, route: str) -> JSONObject | None:
         """
-        Take the lease and say so at once (a request that is remembered
-        uses L{LeaseKeeper.claimEffects} and L{commit} instead).
+        The answer already sent to this request, or L{None} when it is new.
+
+        @raise VehicleError: C{request_id_conflict}.
         """
-        value, effects = self.leases.claimEffects(caller, ttlMs, takeover)
+        return self._journal.replay(requestId, raw, route)
+
+    def claim(self, caller: Caller, request: ClaimRequest, defaultTtlMs: int) -> JSONObject:
+        """
+        Take the lease: free, ours already (renewed), or the same
+        person's with C{takeover}.
+        """
+        self.meta.checkDriver(caller)
+        ttlMs = request.ttlMs if request.ttlMs is not None else defaultTtlMs
+        claimed, effects = self._leases.claimEffects(caller, ttlMs, request.takeover)
+        answer = Answer(type="driver.claimed", value=DriverClaimed(
+            lease=claimed.lease, tookOverFrom=claimed.tookOverFrom,
+            session=self.summary(ahead=len(effects)),
+        ))
+        return self._commit("claim", caller, request.requestId, request.raw, answer, effects)
+
+    def takeLease(self, caller: Caller, ttlMs: int) -> None:
+        """
+        Take the lease and say so at once, remembering no request (a new
+        session's creator: its creation is remembered by its maker).
+        """
+        _, effects = self._leases.claimEffects(caller, ttlMs, takeover=False)
         for eventType, data in effects:
             self.emit(eventType, data)
-        return value
 
-    def releaseLeaseOf(self, holder: Mapping[str, Any], reason: str) -> None:
-        self.leases.releaseOf(holder, reason)
+    def release(self, caller: Caller, requestId: str, raw: JSONObject) -> JSONObject:
+        effects = self._leases.releaseEffects(caller)
+        answer = Answer(type="driver.released",
+                        value=DriverReleased(session=self.summary(ahead=len(effects))))
+        return self._commit("release", caller, requestId, raw, answer, effects)
 
-    # -- the durable step (the journal's) ---------------------------------
-
-    def replay(self, requestId: str, request: Any, route: str) -> dict[str, Any] | None:
-        return self.journal.replay(requestId, request, route)
-
-    @property
-    def commit(self) -> Committer:
-        """The one durable step of an accepted request (L{Journal.commit})."""
-        return self.journal.commit
-
-    def reopenAt(self, directory: Path) -> None:
+    def rename(self, caller: Caller, request: RenameRequest) -> JSONObject:
         """
-        Go on at C{directory}, where the folder was published.
+        Rename: the event is the step (with the request's record when it
+        has a C{requestId}); C{meta.json} follows, and is put right at
+        start should the host be cut between the two.
         """
-        self.journal.reopenAt(directory)
-        self.leases.armTimer()
+        self.title = normalizeTitle(request.title)
+        answer = Answer(type="session.renamed", value=SessionRenamed(session=self.summary(1)))
+        sent = self._commit(
+            "rename", caller, request.requestId, request.raw, answer,
+            [("session.renamed", {"title": self.title})],
+        )
+        try:
+            self.writeMeta()
+        except OSError as e:
+            # The title is durable in the log; meta.json is put right at start.
+            self._log.warn(
+                "Session {sessionId}: meta.json could not be rewritten ({error}); "
+                "the title is kept in the log", sessionId=self.sessionId, error=str(e),
+            )
+        self.followers.renamed(self)
+        return sent
 
-    def forgetting(self) -> None:
-        self.leases.drop()
+    def command(self, caller: Caller, request: CommandRequest) -> JSONObject:
+        """
+        Accept one command for the body (a branch is the host's, not the
+        session's): the driver's rights and the lease, then the verb.
+        """
+        kind = request.type
+        if kind.leased:
+            self.meta.checkDriver(caller)
+            self._leases.require(caller)
+        if kind == CommandType.cancel:
+            return self._cancel(caller, request)
+        if kind == CommandType.setRoomPolicy:
+            return self._chimes.setPolicy(caller, request)
+        if kind in (CommandType.acceptChime, CommandType.rejectChime):
+            return self._chimes.resolve(caller, request)
+        command = commandOf(request, caller.holder(), self._book.now())
+        return self._book.accept(
+            command, Answer(type="command.accepted", value=CommandAccepted(command=command)),
+            caller=caller, requestId=request.requestId, raw=request.raw,
+        )
+
+    def _cancel(self, caller: Caller, request: CommandRequest) -> JSONObject:
+        targetId = request.targetCommandId or ""
+        target = self._book.get(targetId)
+        if (
+            target is None
+            or target.status not in (CommandStatus.accepted, CommandStatus.queued)
+            or target.text is None
+        ):
+            raise VehicleError(
+                "not_cancellable",
+                f"command {targetId!r} is not waiting in the queue",
+                {"targetCommandId": targetId,
+                 "status": target.status.value if target else None},
+            )
+        command = commandOf(request, caller.holder(), self._book.now())
+        sent = self._book.accept(
+            command,
+            Answer(type="command.cancelled",
+                   value=CommandCancelled(command=command, cancelled=targetId)),
+            caller=caller, requestId=request.requestId, raw=request.raw,
+        )
+        if self.conductor is None:
+            # Nothing was delivered anywhere: taking it out is bookkeeping.
+            self.move(targetId, CommandStatus.cancelled, reason="cancelled")
+            self.move(command.commandId, CommandStatus.completed)
+        return sent
+
+    # -- chimes -------------------------------------------------------------------
+
+    def chime(self, caller: Caller, request: ChimeRequest, immediate: bool = True) -> JSONObject:
+        """
+        A collaborator's attributed message, as the room's policy says
+        (L{Chimes.chime}).
+        """
+        lease = self.currentLease()
+        return self._chimes.chime(
+            caller, request, lease.holder if lease is not None else None, immediate
+        )
+
+    # -- a branch, as its source remembers it -------------------------------------
+
+    def rememberBranch(
+        self, caller: Caller, requestId: str, raw: JSONObject, sent: JSONObject,
+        kind: Literal["fork", "clone"], branchId: str, entryId: str | None,
+    ) -> None:
+        """
+        A fork or clone of this session was published: the source
+        remembers the request (a retry replays it) and says so
+        (C{session.forked}, C{session.cloned}).
+        """
+        self._commit(
+            "branch", caller, requestId, raw, sent,
+            [(f"session.{'forked' if kind == 'fork' else 'cloned'}",
+              {"branchId": branchId, "entryId": entryId, "by": toObject(caller.holder())})],
+        )
+
+    # -- what the body asks ---------------------------------------------------------
+
+    def move(
+        self,
+        commandId: str,
+        status: CommandStatus,
+        *,
+        disposition: Disposition | None = None,
+        error: str | None = None,
+        code: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """
+        Move a command on (the book's rules): the body asks, the session
+        moves it.
+        """
+        self._book.move(
+            commandId, status, disposition=disposition, error=error, code=code, reason=reason
+        )
+
+    def requeue(self, commandId: str) -> None:
+        self._book.requeue(commandId)
+
+    def releaseLeaseOf(self, holder: Holder, reason: str) -> None:
+        self._leases.releaseOf(holder, reason)
+
+    def settled(self, run: RunSettled) -> None:
+        """
+        A run of this session settled (the body says so): its followers
+        hear of it (the mirror catches up, a credit run is debited).
+        """
+        self.followers.settled(self, run)
+
+    def _accepted(self, command: Command) -> None:
+        """
+        A command was accepted: its first words may become the session's
+        preview, and the body is handed it, the very value the book holds.
+        """
+        self.preview, self.previewInherited = adoptedPreview(
+            self.preview, self.previewInherited, command
+        )
+        if self.conductor is not None:
+            self.conductor.commandAccepted(command)
+
+    # -- its logs and its folder ------------------------------------------------------
+
+    def _commit(
+        self, kind: RecordKind, caller: Caller, requestId: str | None, raw: JSONObject,
+        answer: Answer | JSONObject, effects: Effects,
+    ) -> JSONObject:
+        return self._journal.commit(kind, caller, requestId, raw, answer, effects)
+
+    def restore(self, events: list[Event], requests: list[RequestRecord]) -> None:
+        """
+        Take up what the logs read back say (L{Journal.restore}).
+        """
+        self._journal.restore(events, requests)
 
     def restored(self, derived: Derived) -> None:
         """
-        What the logs say the session is (L{Journal.restore}), taken by
-        each part.
+        What the logs say the session is, taken by each part.
         """
-        self.book.records = derived.commands
-        self.room = Room(policy=derived.roomPolicy, chimes=derived.chimes)
+        self._book.commands = derived.commands
+        self._room.policy, self._room.chimes = derived.room.policy, derived.room.chimes
         self.title = derived.title
         self.preview, self.previewInherited = derived.preview, derived.previewInherited
-        self.leases.lease = derived.lease
-        self.leases.armTimer()
+        self._leases.lease = derived.lease
+        self._leases.armTimer()
 
-    # -- meta -------------------------------------------------------------
+    def forgetting(self) -> None:
+        self._leases.drop()
+
+    def appendRecord(self, record: RequestRecord) -> None:
+        """
+        The request that made this session, written in its folder before
+        it is published.
+        """
+        self._journal.appendRecord(record)
 
     def writeMeta(self) -> None:
         """
         Rewrite C{meta.json} whole (atomically): the fixed meta and the title.
         """
-        writeJsonAtomic(self.directory / "meta.json", {**self.meta.asJSON(), "title": self.title})
+        writeJsonAtomic(self.directory / "meta.json", {**toObject(self.meta), "title": self.title})
 
-    # -- commands (the state machine is L{CommandBook}'s) -------------------
-
-    def openCommands(self) -> list[dict[str, Any]]:
-        return self.book.open()
-
-    def running(self) -> bool:
-        return self.conductor is not None and bool(self.conductor.running())
-
-    def setStatus(self, commandId: str, status: str, **extra: Any) -> None:
+    def reopenAt(self, directory: Path) -> None:
         """
-        Move a command on (L{CommandBook.setStatus}): the body asks, the
-        session moves it.
+        Go on at C{directory}, where the folder was published.
         """
-        self.book.setStatus(commandId, status, **extra)
-
-    def requeue(self, commandId: str) -> None:
-        self.book.requeue(commandId)
-
-    def accepted(self, record: dict[str, Any], command: Command) -> None:
-        """
-        A command was accepted (L{CommandBook.accept}): its first words
-        may become the session's preview, and the body is handed it (as
-        the book made it, a typed value).
-        """
-        self.preview, self.previewInherited = adoptedPreview(
-            self.preview, self.previewInherited, record
-        )
-        if self.conductor is not None:
-            self.conductor.commandAccepted(command)
-
-    # -- summary ----------------------------------------------------------
-
-    def summary(self, ahead: int = 0) -> dict[str, Any]:
-        """
-        The session as the list and the answers show it.
-
-        @param ahead: how many events the request being answered is about
-            to write (L{commit}): its answer shows the session after them.
-        """
-        lease = self.currentLease()
-        out = self.meta.asJSON()
-        out.pop("folders", None)  # host paths: not the client's business
-        out.update(
-            {
-                "title": self.title,
-                "preview": self.preview,
-                "access": self.meta.access,
-                "updatedAt": isoTimestamp(self.clock.seconds() if ahead else self.updatedAt),
-                "cursor": self.cursor + ahead,
-                "status": "running" if self.running() else "idle",
-                "body": self.bodyState(),
-                "lease": lease.asJSON() if lease else None,
-                "roomPolicy": self.roomPolicy,
-            }
-        )
-        return out
-
-    def bodyState(self) -> str:
-        if self.conductor is None:
-            return "dormant"
-        return str(self.conductor.bodyState())
-
-    # -- the end of a run, of the host, of the session ----------------------
-
-    def settled(self, info: dict[str, Any]) -> None:
-        """
-        A run of this session settled (the body says so): its observers
-        follow (the mirror catches up).
-        """
-        self.observers.settled(self, info)
+        self._journal.reopenAt(directory)
+        self._leases.armTimer()
 
     def close(self) -> None:
-        self.leases.cancelTimer()
-        self.journal.close()
+        self._leases.cancelTimer()
+        self._journal.close()
 
-    def whenDeleted(self, callback: Callable[["Session"], None]) -> None:
-        self._onDeleted.append(callback)
-
-    def markDeleted(self, trashedAs: str, caller: Caller) -> dict[str, Any]:
+    def markDeleted(self, trashedAs: str, caller: Caller) -> Event:
         """
         The delete's one durable step: C{session.deleted} (naming the trash
         directory already reserved) as the last event of the log.  It wakes
-        every watcher; the registry then moves the directory (and start
+        every watcher; the maker then moves the directory (and start
         finishes that move should the host be cut before it ends).
-
-        @return: the event.
         """
-        self.leases.stop()
-        event: dict[str, Any] = self.journal.guarded(
-            self.emit, "session.deleted", {"trashedAs": trashedAs, "by": caller.holder()}
+        self._leases.stop()
+        event = self._journal.guarded(
+            self.emit, "session.deleted",
+            {"trashedAs": trashedAs, "by": toObject(caller.holder())},
         )
         self.close()
         self.deleted = True
@@ -392,9 +549,6 @@ class Session:
 
     def trashed(self, trashDir: Path) -> None:
         """
-        The directory now lives in the trash: tell whoever follows deletes.
+        The directory now lives in the trash.
         """
-        self.journal.directory = trashDir
-        for callback in self._onDeleted:
-            callback(self)
-        self.observers.deleted(self)
+        self._journal.directory = trashDir

@@ -1,51 +1,32 @@
 # -*- test-case-name: tests.unit.test_session_parts,tests.unit.test_web -*-
 """
 The session room's values: who calls (L{Caller}), what a session is fixed to
-at creation (L{SessionMeta}), the lease, and the protocol's event names.
+at creation (L{SessionMeta}, its C{meta.json}) and the lease (L{Lease}).
+The protocol's own values (commands, events, answers) are
+L{vehicle.protocol}'s.
 """
 
 from __future__ import annotations
 
 import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from attrs import evolve, field, frozen
 
+from vehicle.errors import VehicleError
+from vehicle.protocol import Funding, Holder, LeaseInfo, Parent, Profile, Role, RunBudget, omitted
 
-ROLES = ("owner", "editor", "viewer")
 
-#: The events one durable step writes, in order: C{(type, data)} each.
-Effects = list[tuple[str, dict[str, Any]]]
-WRITER_ROLES = ("owner", "editor")
+#: The roles, by name.
+ROLES: dict[str, Role] = {"owner": "owner", "editor": "editor", "viewer": "viewer"}
+WRITER_ROLES: tuple[Role, ...] = ("owner", "editor")
 
-#: Every durable event type the host writes (spec, "Watch").
-EVENT_TYPES = frozenset(
-    """
-    session.created session.revived session.shutdown session.forked session.cloned
-    session.renamed session.deleted body.materialized body.dormant body.exited
-    body.notice lease.claimed lease.renewed lease.released lease.revoked
-    lease.expired command.accepted command.delivered command.completed
-    command.aborted command.failed command.cancelled command.interrupted
-    run.started run.ended run.settled run.error message.completed tool.started
-    tool.result queue.updated queue.stranded budget.exceeded room.policy
-    chime.received chime.resolved compaction.started compaction.ended
-    retry.started extension.error abort.slow mirror.written mirror.failed
-    """.split()
-)
-
-#: Ephemeral events: streamed to SSE watchers only, never logged.
-EPHEMERAL_TYPES = frozenset({"message.delta"})
-
-TEXT_COMMANDS = ("prompt", "follow_up", "steer")
-#: Commands that need the exact lease (spec, "The lease").
-LEASED_COMMANDS = frozenset(
-    TEXT_COMMANDS
-    + ("abort", "cancel", "shutdown", "set_room_policy", "accept_chime", "reject_chime")
-)
-COMMAND_TYPES = LEASED_COMMANDS | {"fork", "clone"}
-
-OPEN_STATUSES = frozenset({"accepted", "queued", "delivered"})
-FINAL_STATUSES = frozenset({"completed", "aborted", "failed", "cancelled", "interrupted"})
+#: What kind of caller: this Sophia's own people (C{member}), or a public
+#: caller, a visitor (C{anonymous}) or a Sophia account (C{account}).
+CallerKind = Literal["member", "anonymous", "account"]
+CALLER_KINDS: dict[str, CallerKind] = {
+    "member": "member", "anonymous": "anonymous", "account": "account"
+}
 
 
 def isoTimestamp(seconds: float) -> str:
@@ -73,29 +54,28 @@ class Caller:
     @ivar role: the role on the bound graph, else the caller's role.
     @ivar graphId: the bound graph, or L{None} on an unbound path.
     @ivar delegatedToken: the MCP delegation token (memory only).
+    @ivar publicGraphs: every public graph (public mode: a conversation
+        reads them all).
+    @ivar modelKey: the caller's own model key (C{x-model-key}): memory only.
     """
 
     principal: str
     clientId: str
-    role: Literal["owner", "editor", "viewer"]
+    role: Role
     graphId: str | None = None
     delegatedToken: str | None = field(default=None, repr=False)
-    #: C{member} (this Sophia's own people), or a public caller:
-    #: C{anonymous} (a visitor) or C{account} (a Sophia account).
-    kind: str = "member"
+    kind: CallerKind = "member"
     email: str | None = None
     emailVerified: bool = False
-    #: Every public graph (public mode: a conversation reads them all).
     publicGraphs: tuple[str, ...] = ()
-    #: The caller's own model key (C{x-model-key}): memory only.
     modelKey: str | None = field(default=None, repr=False)
 
     @property
     def public(self) -> bool:
         return self.kind != "member"
 
-    def holder(self) -> dict[str, str]:
-        return {"principal": self.principal, "clientId": self.clientId}
+    def holder(self) -> Holder:
+        return Holder(principal=self.principal, clientId=self.clientId)
 
 
 @frozen(kw_only=True)
@@ -114,89 +94,117 @@ class Lease:
     def expiresAt(self) -> float:
         return self.renewedAt + self.ttlMs / 1000.0
 
-    def heldBy(self, caller: Caller) -> bool:
-        return self.principal == caller.principal and self.clientId == caller.clientId
+    @property
+    def holder(self) -> Holder:
+        return Holder(principal=self.principal, clientId=self.clientId)
 
-    def renewed(self, now: float) -> "Lease":
+    def heldBy(self, who: Caller | Holder) -> bool:
+        return self.principal == who.principal and self.clientId == who.clientId
+
+    def renewed(self, now: float) -> Lease:
         return evolve(self, renewedAt=max(now, self.renewedAt))
 
-    def asJSON(self) -> dict[str, Any]:
-        return {
-            "principal": self.principal,
-            "clientId": self.clientId,
-            "ttlMs": self.ttlMs,
-            "claimedAt": isoTimestamp(self.claimedAt),
-            "expiresAt": isoTimestamp(self.expiresAt),
-        }
+    def info(self) -> LeaseInfo:
+        return LeaseInfo(
+            principal=self.principal,
+            clientId=self.clientId,
+            ttlMs=self.ttlMs,
+            claimedAt=isoTimestamp(self.claimedAt),
+            expiresAt=isoTimestamp(self.expiresAt),
+        )
+
+
+@frozen(kw_only=True)
+class FolderRecord:
+    """
+    An agent's folder as the host made it: its path, device and inode.
+    """
+
+    path: str
+    device: int
+    inode: int
 
 
 @frozen(kw_only=True)
 class SessionMeta:
     """
-    What a session is fixed to at creation (C{meta.json}); only the title
-    changes later, and it is kept beside it by the session.
+    What a session is fixed to at creation (C{meta.json}, read and written
+    through the protocol's codec); only the title changes later, and it is
+    kept beside it by the session.
+
+    @ivar createdAt: when it was made (ISO 8601, as the answers show it).
+    @ivar folders: an agent's folders as the host made them.
+    @ivar funding: a public conversation's door; L{None} for members.
     """
 
     sessionId: str
     graphId: str
     principal: str
-    role: str
-    profile: Literal["chat", "agent"]
+    role: Role
+    profile: Profile = "chat"
     model: str
-    createdAt: float
-    maxTurns: int
-    maxCostUsd: float
-    parent: dict[str, Any] | None = None
-    isolation: str | None = None
-    graphs: tuple[str, ...] = ()
-    #: An agent's folders as the host made them (path, device, inode).
-    folders: dict[str, Any] | None = None
-    #: A public conversation's door: C{byok} (the caller's key) or
-    #: C{credit} (the house key, debited); L{None} for members.
-    funding: str | None = None
+    createdAt: str
+    budget: RunBudget
+    parent: Parent | None = None
+    isolation: str | None = omitted()
+    graphs: tuple[str, ...] | None = omitted()
+    folders: dict[str, FolderRecord] | None = omitted()
+    funding: Funding | None = omitted()
 
     @property
-    def access(self) -> str:
+    def access(self) -> Literal["read", "write"]:
         return "write" if self.role in WRITER_ROLES else "read"
 
-    def asJSON(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "sessionId": self.sessionId,
-            "graphId": self.graphId,
-            "principal": self.principal,
-            "role": self.role,
-            "profile": self.profile,
-            "model": self.model,
-            "createdAt": isoTimestamp(self.createdAt),
-            "budget": {"maxTurns": self.maxTurns, "maxCostUsd": self.maxCostUsd},
-            "parent": self.parent,
-        }
-        if self.isolation is not None:
-            out["isolation"] = self.isolation
-        if self.graphs:
-            out["graphs"] = list(self.graphs)
-        if self.folders:
-            out["folders"] = self.folders
-        if self.funding:
-            out["funding"] = self.funding
-        return out
+    @property
+    def maxTurns(self) -> int:
+        return self.budget.maxTurns
 
-    @classmethod
-    def fromJSON(cls, data: dict[str, Any]) -> "SessionMeta":
-        budget = data.get("budget") or {}
-        return cls(
-            sessionId=data["sessionId"],
-            graphId=data["graphId"],
-            principal=data["principal"],
-            role=data["role"],
-            profile=data.get("profile", "chat"),
-            model=data["model"],
-            createdAt=parseTimestamp(data["createdAt"]),
-            maxTurns=int(budget.get("maxTurns", 12)),
-            maxCostUsd=float(budget.get("maxCostUsd", 0.25)),
-            parent=data.get("parent"),
-            isolation=data.get("isolation"),
-            graphs=tuple(data.get("graphs") or ()),
-            folders=data.get("folders"),
-            funding=data.get("funding"),
-        )
+    @property
+    def maxCostUsd(self) -> float:
+        return self.budget.maxCostUsd
+
+    @property
+    def createdSeconds(self) -> float:
+        return parseTimestamp(self.createdAt)
+
+    @property
+    def publicGraphs(self) -> tuple[str, ...]:
+        return self.graphs or ()
+
+    # -- who may drive a session fixed so ---------------------------------------
+
+    def requireGraphPath(self, caller: Caller, verb: str) -> None:
+        """
+        Without the graph in the path the host does not know the caller's
+        role on it (only their grant's highest role): no driving or
+        branching so.
+
+        @raise VehicleError: C{access_reduced}.
+        """
+        if caller.graphId is None:
+            raise VehicleError(
+                "access_reduced",
+                f"{verb} a session through its graph's path (/g/<graph>/...), where your role "
+                "on that graph is known",
+                {"graphId": self.graphId},
+            )
+
+    def checkDriver(self, caller: Caller) -> None:
+        """
+        May this caller drive the session at all (its role now)?
+
+        @raise VehicleError: C{access_reduced}.
+        """
+        self.requireGraphPath(caller, "drive")
+        if self.access == "write" and caller.role not in WRITER_ROLES:
+            raise VehicleError(
+                "access_reduced",
+                "your role on this graph now only reads; this session writes",
+                {"role": caller.role},
+            )
+        if self.profile == "agent" and caller.role != "owner":
+            raise VehicleError(
+                "access_reduced",
+                "an agent session is driven only by the graph's owner",
+                {"role": caller.role},
+            )

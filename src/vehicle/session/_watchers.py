@@ -2,19 +2,24 @@
 """
 Who watches a session's events: listeners told of every event (durable or
 ephemeral, the SSE streams and the body's hooks) and long-polls waiting for
-the next durable one.
+the next durable one (L{Watchers}); and the session's face for them
+(L{Feed}): its log read back and its events as they happen.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar, Protocol
 
 from attrs import define, field
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from vehicle.protocol import Event, JSONObject
+from vehicle.session._values import isoTimestamp
 
-Listener = Callable[[dict[str, Any]], None]
+
+Listener = Callable[[Event], None]
 
 
 @define(eq=False)
@@ -27,9 +32,9 @@ class Watchers:
 
     sessionId: str
     _listeners: list[Listener] = field(factory=list)
-    _waiters: list[Deferred] = field(factory=list)
+    _waiters: list[Deferred[None]] = field(factory=list)
 
-    def publish(self, event: dict[str, Any]) -> None:
+    def publish(self, event: Event) -> None:
         """
         Tell every listener; a durable event (one with a C{seq}) also wakes
         the waiters.
@@ -39,19 +44,17 @@ class Watchers:
                 listener(event)
             except Exception:
                 self._log.failure("A watcher of {sessionId} failed", sessionId=self.sessionId)
-        if "seq" in event:
+        if event.durable:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 waiter.callback(None)
 
-    def broadcast(self, eventType: str, data: dict[str, Any], timestamp: str) -> None:
+    def broadcast(self, eventType: str, data: JSONObject, timestamp: str) -> None:
         """
         Tell every listener of an ephemeral event (C{message.delta}): it has
         no C{seq}, is never written, and wakes no waiter.
         """
-        self.publish(
-            {"type": eventType, "timestamp": timestamp, "sessionId": self.sessionId, "data": data}
-        )
+        self.publish(Event(type=eventType, timestamp=timestamp, sessionId=self.sessionId, data=data))
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """
@@ -78,16 +81,93 @@ class Watchers:
         """
         return len(self._waiters)
 
-    def nextEvent(self) -> Deferred:
+    def nextEvent(self) -> Deferred[None]:
         """
         A Deferred that fires (with L{None}) at the next durable event.
         Cancelling it just forgets it.
         """
 
-        def cancel(d: Deferred) -> None:
+        def cancel(d: Deferred[None]) -> None:
             if d in self._waiters:
                 self._waiters.remove(d)
 
-        d: Deferred = Deferred(cancel)
+        d: Deferred[None] = Deferred(cancel)
         self._waiters.append(d)
         return d
+
+
+#: How many events one watch answer carries at most (spec, "Watch").
+WATCH_LIMIT = 500
+#: The longest long-poll wait (spec, "Watch").
+MAX_WAIT_MS = 30_000
+
+
+class EventLog(Protocol):
+    """
+    A session's durable events as they were written (its journal).
+    """
+
+    @property
+    def cursor(self) -> int: ...
+
+    def last(self) -> Event | None: ...
+
+    def eventsAfter(self, since: int, limit: int) -> tuple[list[Event], bool]: ...
+
+    def runsSoFar(self) -> int: ...
+
+
+@define(eq=False)
+class Feed:
+    """
+    A session's events as its watchers see them: the durable ones read back
+    from its log, and every one (ephemeral ones too) as it happens.  The
+    session's one face for readers of its events (the web room's long-polls
+    and streams, public accounting, the body's run numbers).
+    """
+
+    _log: EventLog
+    _watchers: Watchers
+    clock: IReactorTime
+
+    @property
+    def cursor(self) -> int:
+        return self._log.cursor
+
+    def last(self) -> Event | None:
+        return self._log.last()
+
+    def after(self, since: int, limit: int = WATCH_LIMIT) -> tuple[list[Event], bool]:
+        """
+        The durable events with C{seq > since}, at most C{limit}, and
+        whether more may follow.
+        """
+        return self._log.eventsAfter(since, limit)
+
+    def runsSoFar(self) -> int:
+        return self._log.runsSoFar()
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """
+        Call C{listener} with every event from now on; returns the function
+        that stops it.
+        """
+        return self._watchers.subscribe(listener)
+
+    def next(self) -> Deferred[None]:
+        """
+        Fires at the next durable event; cancelling it forgets it.
+        """
+        return self._watchers.nextEvent()
+
+    def broadcast(self, eventType: str, data: JSONObject) -> None:
+        """
+        Send an ephemeral event (C{message.delta}) to live watchers only.
+        """
+        self._watchers.broadcast(eventType, data, isoTimestamp(self.clock.seconds()))
+
+    def watching(self) -> int:
+        return self._watchers.listening()
+
+    def waiting(self) -> int:
+        return self._watchers.waiting()

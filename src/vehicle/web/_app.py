@@ -10,7 +10,7 @@ nothing escapes as a traceback.
 from __future__ import annotations
 
 import functools
-from typing import Any, Awaitable, Callable, ClassVar, Protocol
+from typing import Awaitable, Callable, ClassVar, Concatenate, ParamSpec, Protocol, TypeVar
 
 from attrs import define, field
 from klein import Klein
@@ -25,15 +25,35 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from vehicle import __version__
 from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle.host import Drive, Replayed
+from vehicle.protocol import (
+    BodyView,
+    ChimeRequest,
+    ClaimRequest,
+    CommandRequest,
+    CreateRequest,
+    GrantRequest,
+    JSONObject,
+    ReleaseRequest,
+    RenameRequest,
+    SessionList,
+    Snapshot,
+    fromRequest,
+    textOf,
+    toJSON,
+)
 from vehicle.public import Public
-from vehicle.session import Caller, Drive, Registry, Replayed, Session, makeCapsule
+from vehicle.session import Caller, Registry, Session, makeCapsule
 from vehicle.web._frames import frame, parseBody, validate
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait, wantsEventStream
 
 
 #: What a route's coroutine gives back: the HTTP status and the frame.
-Answered = tuple[int, dict[str, Any]]
+Answered = tuple[int, JSONObject]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Snapshots(Protocol):
@@ -42,12 +62,12 @@ class Snapshots(Protocol):
     transcript, pi's queue, tools and stats, the mirror (the host's bodies).
     """
 
-    async def snapshotFor(self, session: Session) -> dict[str, Any]: ...
+    async def snapshotFor(self, session: Session) -> BodyView: ...
 
 
 def answered(
-    route: Callable[..., Awaitable[Answered]]
-) -> Callable[..., Deferred[bytes | None]]:
+    route: Callable[Concatenate[VehicleAPI, Request, P], Awaitable[Answered]]
+) -> Callable[Concatenate[VehicleAPI, Request, P], Deferred[bytes | None]]:
     """
     The one error mapping of every route: a replayed request answers its
     frame again, a L{VehicleError} its error frame, anything else the
@@ -56,8 +76,10 @@ def answered(
     """
 
     @functools.wraps(route)
-    def respond(self: VehicleAPI, request: Request, **kw: Any) -> Deferred[bytes | None]:
-        return Deferred.fromCoroutine(self._answer(request, route(self, request, **kw)))
+    def respond(
+        self: VehicleAPI, request: Request, *args: P.args, **kw: P.kwargs
+    ) -> Deferred[bytes | None]:
+        return Deferred.fromCoroutine(self._answer(request, route(self, request, *args, **kw)))
 
     return respond
 
@@ -96,7 +118,7 @@ class VehicleAPI:
         try:
             status, answer = await route
         except Replayed as replayed:
-            status, answer = 200, self._frame(request, replayed.result, replayed=True)
+            status, answer = 200, self._frame(request, replayed.sent, replayed=True)
         except VehicleError as e:
             status, answer = e.httpStatus, errorFrame(e, _requestId(request))
         except CancelledError:
@@ -122,23 +144,24 @@ class VehicleAPI:
             raise VehicleError("not_public", "public sessions are off on this host")
         return caller
 
-    def _parse(self, request: Request, schema: str) -> dict[str, Any]:
+    def _parse(self, request: Request, schema: str, kind: type[R]) -> R:
         """
         The request JSON, validated against its schema (its C{requestId}
-        is remembered for the error frame).
+        is remembered for the error frame), then read as its value, once.
         """
         raw = request.content.read() if request.content is not None else b""
         parsed = parseBody(raw, request.getHeader(b"content-type"))
         if isinstance(parsed, dict) and isinstance(parsed.get("requestId"), str):
             request.vehicleRequestId = parsed["requestId"]  # type: ignore[attr-defined]
-        return validate(schema, parsed)
+        return fromRequest(validate(schema, parsed), kind)
 
     def _onSession(
         self,
         request: Request,
         sessionId: str,
         schema: str,
-        verb: Callable[[Session, Caller, dict[str, Any]], dict[str, Any]],
+        kind: type[R],
+        verb: Callable[[Session, Caller, R], JSONObject],
     ) -> Answered:
         """
         A verb on one session: trust, find (C{not_found} before a bad
@@ -146,12 +169,14 @@ class VehicleAPI:
         """
         caller = self._caller(request)
         session = self.drive.find(caller, sessionId)
-        return 200, self._frame(request, verb(session, caller, self._parse(request, schema)))
+        return 200, self._frame(request, verb(session, caller, self._parse(request, schema, kind)))
 
-    def _frame(
-        self, request: Request, result: dict[str, Any], replayed: bool = False
-    ) -> dict[str, Any]:
-        return frame(result["type"], _requestId(request), result["value"], replayed=replayed)
+    def _frame(self, request: Request, sent: JSONObject, replayed: bool = False) -> JSONObject:
+        """
+        The frame of an answer as it was sent (and remembered).
+        """
+        return frame(textOf(sent.get("type")) or "", _requestId(request), sent.get("value"),
+                     replayed=replayed)
 
     # -- routes -------------------------------------------------------------
 
@@ -164,81 +189,85 @@ class VehicleAPI:
     @answered
     async def create(self, request: Request) -> Answered:
         caller = self._caller(request)
-        result = await self.drive.create(caller, self._parse(request, "create.request"))
-        return 201, self._frame(request, result)
+        sent = await self.drive.create(
+            caller, self._parse(request, "create.request", CreateRequest)
+        )
+        return 201, self._frame(request, sent)
 
     @router.route("/sessions", methods=["GET"])
     @answered
     async def listSessions(self, request: Request) -> Answered:
         caller = self._caller(request)
-        sessions = [s.summary() for s in self.registry.listFor(caller)]
-        return 200, frame("session.list", None, {"sessions": sessions})
+        sessions = tuple(s.summary() for s in self.registry.listFor(caller))
+        return 200, frame("session.list", None, toJSON(SessionList(sessions=sessions)))
 
     @router.route("/sessions/<sessionId>", methods=["GET"])
     @answered
     async def inspect(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)
-        value: dict[str, Any] = {
-            "session": session.summary(),
-            "commands": list(session.commands.values()),
-            "queue": {"steering": [], "followUp": []},
-            "chimes": session.room.waiting(),
-            "transcript": [],
-            "tools": None,
-            "stats": None,
-            "mirror": {"state": "off", "documentId": None, "folder": None,
-                       "reason": "the mirror is not configured", "writtenAt": None,
-                       "error": None},
-        }
-        value.update(await self.snapshots.snapshotFor(session))
-        return 200, frame("session.snapshot", None, value)
+        body = await self.snapshots.snapshotFor(session)
+        snapshot = Snapshot(
+            session=session.summary(),
+            commands=tuple(session.commands()),
+            queue=body.queue,
+            chimes=tuple(session.waitingChimes()),
+            transcript=body.transcript,
+            tools=body.tools,
+            stats=body.stats,
+            mirror=body.mirror,
+        )
+        return 200, frame("session.snapshot", None, toJSON(snapshot))
 
     @router.route("/sessions/<sessionId>", methods=["PATCH"])
     @answered
     async def rename(self, request: Request, sessionId: str) -> Answered:
-        return self._onSession(request, sessionId, "rename.request", self.drive.rename)
+        return self._onSession(
+            request, sessionId, "rename.request", RenameRequest, self.drive.rename
+        )
 
     @router.route("/sessions/<sessionId>", methods=["DELETE"])
     @answered
     async def delete(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
-        result = await self.drive.delete(self.drive.find(caller, sessionId), caller)
-        return 200, frame(result["type"], None, result["value"])
+        deleted = await self.drive.delete(self.drive.find(caller, sessionId), caller)
+        return 200, frame("session.deleted", None, toJSON(deleted))
 
     @router.route("/sessions/<sessionId>/claim", methods=["POST"])
     @answered
     async def claim(self, request: Request, sessionId: str) -> Answered:
-        return self._onSession(request, sessionId, "claim.request", self.drive.claim)
+        return self._onSession(request, sessionId, "claim.request", ClaimRequest, self.drive.claim)
 
     @router.route("/sessions/<sessionId>/release", methods=["POST"])
     @answered
     async def release(self, request: Request, sessionId: str) -> Answered:
-        return self._onSession(request, sessionId, "release.request", self.drive.release)
+        return self._onSession(
+            request, sessionId, "release.request", ReleaseRequest, self.drive.release
+        )
 
     @router.route("/sessions/<sessionId>/commands", methods=["POST"])
     @answered
     async def command(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.find(caller, sessionId)
-        status, result = await self.drive.command(
-            session, caller, self._parse(request, "command.request")
+        status, sent = await self.drive.command(
+            session, caller, self._parse(request, "command.request", CommandRequest)
         )
-        return status, self._frame(request, result)
+        return status, self._frame(request, sent)
 
     @router.route("/sessions/<sessionId>/chimes", methods=["POST"])
     @answered
     async def chime(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.findForChime(caller, sessionId)
-        result = self.drive.chime(session, caller, self._parse(request, "chime.request"))
-        return 202, self._frame(request, result)
+        sent = self.drive.chime(session, caller, self._parse(request, "chime.request", ChimeRequest))
+        return 202, self._frame(request, sent)
 
     @router.route("/sessions/<sessionId>/capsule", methods=["GET"])
     @answered
     async def capsule(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)
-        transcript = (await self.snapshots.snapshotFor(session)).get("transcript") or []
-        return 200, frame("session.capsule", None, makeCapsule(session, transcript))
+        transcript = (await self.snapshots.snapshotFor(session)).transcript
+        return 200, frame("session.capsule", None, toJSON(makeCapsule(session, transcript)))
 
     @router.route("/account", methods=["GET"])
     @answered
@@ -254,11 +283,11 @@ class VehicleAPI:
         caller = self._caller(request)
         if caller.public or caller.principal != "owner":
             raise VehicleError("forbidden", "only this Sophia's owner may grant credit")
-        sent = self._parse(request, "grant.request")
+        grant = self._parse(request, "grant.request", GrantRequest)
         if self.public is None:
             raise VehicleError("not_public", "public sessions are off on this host")
-        value = self.public.grant(caller, sent)
-        return 200, frame("account.granted", sent.get("requestId"), value)
+        value = self.public.grant(caller, grant)
+        return 200, frame("account.granted", grant.requestId, value)
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])
     @answered
@@ -275,7 +304,7 @@ class VehicleAPI:
             return 200, {}
         waitMs = parseWait(_arg(request.args or {}, b"waitMs"))
         value = await longPoll(session, parseCursor(since, "since", session), waitMs, self.clock)
-        return 200, frame("watch.completed", None, value)
+        return 200, frame("watch.completed", None, toJSON(value))
 
     async def _stream(self, request: Request, session: Session, since: int) -> None:
         stream = EventStream(

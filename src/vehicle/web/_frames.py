@@ -12,13 +12,14 @@ import re
 from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from vehicle import PROTOCOL
 from vehicle.errors import VehicleError
+from vehicle.protocol import JSON, JSONObject
 
 
 SCHEMAS = Path(__file__).parent.parent / "_schemas"
@@ -29,9 +30,12 @@ MAX_TEXT_BYTES = 64 * 1024
 
 
 def frame(
-    frameType: str, requestId: str | None, value: Any, *, replayed: bool = False
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
+    frameType: str, requestId: str | None, value: JSON, *, replayed: bool = False
+) -> JSONObject:
+    """
+    The frame of an answer (spec, "Frames").
+    """
+    out: JSONObject = {
         "protocol": PROTOCOL,
         "type": frameType,
         "requestId": requestId,
@@ -71,7 +75,7 @@ def mediaType(raw: bytes | str | None) -> str | None:
     return text.split(";", 1)[0].strip().lower() or None
 
 
-def parseBody(raw: bytes, contentType: bytes | str | None = None) -> Any:
+def parseBody(raw: bytes, contentType: bytes | str | None = None) -> JSON:
     """
     Decode a request body as JSON: sent as JSON (C{application/json}, any
     C{+json} type, or no C{Content-Type} at all), UTF-8, no deeper than
@@ -107,10 +111,10 @@ def parseBody(raw: bytes, contentType: bytes | str | None = None) -> Any:
     except ValueError as e:
         raise VehicleError("invalid_json", f"the body is not JSON: {_short(str(e))}")
     _checkValue(parsed)
-    return parsed
+    return cast(JSON, parsed)
 
 
-def _refuseConstant(name: str) -> Any:
+def _refuseConstant(name: str) -> JSON:
     raise ValueError(f"{name} is not a JSON number")
 
 
@@ -165,7 +169,7 @@ def _depth(text: str) -> int:
     return deepest
 
 
-def _checkValue(value: Any) -> None:
+def _checkValue(value: JSON) -> None:
     """
     Refuse lone surrogates (C{"\\ud800"}): they are not Unicode text.
     """
@@ -184,7 +188,7 @@ def _checkValue(value: Any) -> None:
             stack.extend(item)
 
 
-def validate(name: str, body: Any) -> dict[str, Any]:
+def validate(name: str, body: JSON) -> JSONObject:
     """
     Check C{body} against the request schema C{name}; the refusal names the
     first field at fault.
@@ -199,13 +203,13 @@ def validate(name: str, body: Any) -> dict[str, Any]:
         raise VehicleError(
             "invalid_request", "requestId is required", {"field": "requestId"}
         )
-    for key in ("text",):
-        if isinstance(body.get(key), str) and len(body[key].encode("utf-8")) > MAX_TEXT_BYTES:
-            raise VehicleError(
-                "body_too_large",
-                f"{key} is longer than {MAX_TEXT_BYTES} bytes",
-                {"field": key, "limit": MAX_TEXT_BYTES},
-            )
+    text = body.get("text")
+    if isinstance(text, str) and len(text.encode("utf-8")) > MAX_TEXT_BYTES:
+        raise VehicleError(
+            "body_too_large",
+            f"text is longer than {MAX_TEXT_BYTES} bytes",
+            {"field": "text", "limit": MAX_TEXT_BYTES},
+        )
     errors = sorted(validator(name).iter_errors(body), key=_errorOrder)
     if errors:
         raise _describe(errors[0], body)
@@ -217,7 +221,7 @@ def _errorOrder(error: ValidationError) -> tuple[int, int]:
     return (0 if error.validator in ("enum", "additionalProperties") else 1, -len(error.path))
 
 
-def _describe(error: ValidationError, body: dict[str, Any]) -> VehicleError:
+def _describe(error: ValidationError, body: JSONObject) -> VehicleError:
     # The most specific error inside if/then and $ref chains.
     while error.context:
         error = sorted(error.context, key=_errorOrder)[0]

@@ -14,7 +14,7 @@ from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
 
 from vehicle.errors import VehicleError, encode, errorFrame
-from vehicle.session import ROLES, Caller
+from vehicle.session import CALLER_KINDS, ROLES, Caller
 
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]{1,320}$")
@@ -64,10 +64,11 @@ def authenticate(request: IRequest, secret: str) -> Caller:
         roleHeader = "x-sophia-graph-role"
     else:
         roleHeader = "x-sophia-caller-role"
-    role = _header(request, roleHeader)
-    if role is None or role == "":
+    said = _header(request, roleHeader)
+    if said is None or said == "":
         raise VehicleError("identity_required", f"{roleHeader} is missing", {"header": roleHeader})
-    if role not in ROLES:
+    role = ROLES.get(said)
+    if role is None:
         raise VehicleError(
             "invalid_identity",
             f"{roleHeader} must be owner, editor or viewer",
@@ -83,8 +84,8 @@ def authenticate(request: IRequest, secret: str) -> Caller:
             {"header": "x-vehicle-client-id"},
         )
     token = _header(request, "x-sophia-delegated-token") or None
-    kind = _header(request, "x-sophia-caller-kind") or "member"
-    if kind not in ("member", "anonymous", "account"):
+    kind = CALLER_KINDS.get(_header(request, "x-sophia-caller-kind") or "member")
+    if kind is None:
         raise VehicleError(
             "invalid_identity",
             "x-sophia-caller-kind must be anonymous or account",
@@ -105,7 +106,7 @@ def authenticate(request: IRequest, secret: str) -> Caller:
     return Caller(
         principal=principal,
         clientId=clientId,
-        role=role,  # type: ignore[arg-type]
+        role=role,
         graphId=graphId,
         delegatedToken=token if graphId is not None else None,
         kind=kind,

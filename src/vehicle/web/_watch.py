@@ -9,11 +9,11 @@ catches up from the durable log, so it misses nothing and sees nothing twice.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Callable, ClassVar
 
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.web.server import Request
@@ -21,6 +21,7 @@ from zope.interface import implementer
 
 from vehicle import PROTOCOL
 from vehicle.errors import VehicleError
+from vehicle.protocol import Event, WatchCompleted, toObject
 from vehicle.session import MAX_WAIT_MS, Session
 
 
@@ -112,14 +113,14 @@ def _quality(params: str) -> float:
 
 async def longPoll(
     session: Session, since: int, waitMs: int, clock: IReactorTime
-) -> dict[str, Any]:
+) -> WatchCompleted:
     """
     The events after C{since} (at most L{WATCH_LIMIT}); with none and a
     C{waitMs}, wait for the next one (or the time to run out).
     """
-    events, more = session.eventsAfter(since)
+    events, more = session.feed.after(since)
     if not events and waitMs > 0 and not session.deleted:
-        waiting = session.nextEvent()
+        waiting = session.feed.next()
         timer = clock.callLater(waitMs / 1000.0, waiting.cancel)
         try:
             await waiting
@@ -128,21 +129,21 @@ async def longPoll(
         finally:
             if timer.active():
                 timer.cancel()
-        events, more = session.eventsAfter(since)
-    cursor = events[-1]["seq"] if events else since
-    return {"events": events, "cursor": cursor, "more": more}
+        events, more = session.feed.after(since)
+    cursor = (events[-1].seq or since) if events else since
+    return WatchCompleted(events=tuple(events), cursor=cursor, more=more)
 
 
-def sseEncode(event: dict[str, Any]) -> bytes:
+def sseEncode(event: Event) -> bytes:
     """
     One SSE message: C{id} (durable events only), C{event}, C{data} (the
     event as a frame, on one line: JSON escapes every line break).
     """
-    data = json.dumps({"protocol": PROTOCOL, **event}, separators=(",", ":"))
+    data = json.dumps({"protocol": PROTOCOL, **toObject(event)}, separators=(",", ":"))
     lines = []
-    if "seq" in event:
-        lines.append(f"id: {event['seq']}")
-    lines.append(f"event: {event['type']}")
+    if event.seq is not None:
+        lines.append(f"id: {event.seq}")
+    lines.append(f"event: {event.type}")
     lines.append(f"data: {data}")
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
@@ -161,13 +162,13 @@ class EventStream:
     since: int
     clock: IReactorTime
     keepaliveSeconds: float = 15.0
-    done: Deferred = field(factory=Deferred)
+    done: Deferred[None] = field(factory=Deferred)
     _sent: int = 0
     _paused: bool = False
     _stopped: bool = False
-    _unsubscribe: Any = None
+    _unsubscribe: Callable[[], None] | None = None
     _keepalive: LoopingCall | None = None
-    _catchingUp: Any = None
+    _catchingUp: IDelayedCall | None = None
 
     def start(self) -> None:
         self._sent = self.since
@@ -181,7 +182,7 @@ class EventStream:
             channel.setTimeout(None)
         request.registerProducer(self, True)
         request.write(b": connected\n\n")
-        self._unsubscribe = self.session.subscribe(self._live)
+        self._unsubscribe = self.session.feed.subscribe(self._live)
         self._keepalive = LoopingCall(self._ping)
         self._keepalive.clock = self.clock
         self._keepalive.start(self.keepaliveSeconds, now=False)
@@ -191,7 +192,7 @@ class EventStream:
         self._catchingUp = None
         if self._stopped or self._paused:
             return
-        events, more = self.session.eventsAfter(self._sent)
+        events, more = self.session.feed.after(self._sent)
         for event in events:
             self._write(event)
             if self._stopped:
@@ -201,23 +202,23 @@ class EventStream:
         elif self.session.deleted:
             self.stop()
 
-    def _live(self, event: dict[str, Any]) -> None:
+    def _live(self, event: Event) -> None:
         if self._stopped or self._paused:
             return
-        if "seq" not in event:
+        if event.seq is None:
             self.request.write(sseEncode(event))
             return
-        if event["seq"] == self._sent + 1 and self._catchingUp is None:
+        if event.seq == self._sent + 1 and self._catchingUp is None:
             self._write(event)
         elif self._catchingUp is None:
             self._catchUp()
 
-    def _write(self, event: dict[str, Any]) -> None:
-        if event["seq"] <= self._sent:
+    def _write(self, event: Event) -> None:
+        if event.seq is None or event.seq <= self._sent:
             return
         self.request.write(sseEncode(event))
-        self._sent = event["seq"]
-        if event["type"] == "session.deleted":
+        self._sent = event.seq
+        if event.type == "session.deleted":
             self.stop()
 
     def _ping(self) -> None:

@@ -1,0 +1,337 @@
+# -*- test-case-name: tests.unit.test_web,tests.unit.test_chimes -*-
+"""
+The host's rules of a request, above the sessions: which session (the
+caller's, or C{not_found}), idempotency (a request already answered
+replays), and what the host's other rooms say (a delegation token, public
+turns, the agent profile, a branch made by the body room).  The web room
+authenticates and parses; L{Drive} applies these rules and hands the
+request to the session's own verb, which returns its answer as sent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Protocol
+
+from attrs import define
+
+from vehicle.errors import VehicleError
+from vehicle.protocol import (
+    JSONObject,
+    TEXT_COMMANDS,
+    Answer,
+    ChimeRequest,
+    ClaimRequest,
+    CommandRequest,
+    CommandType,
+    CreateRequest,
+    Door,
+    ReleaseRequest,
+    RenameRequest,
+    RunBudget,
+    SessionCreated,
+    SessionDeleted,
+)
+from vehicle.session import Caller, FolderRecord, Registry, Session, SessionMeta, isoTimestamp
+
+
+class Replayed(Exception):
+    """
+    A request already answered: the web room sends its answer again
+    (C{replayed: true}).
+    """
+
+    def __init__(self, sent: JSONObject) -> None:
+        super().__init__(sent.get("type"))
+        self.sent = sent
+
+
+def replay(session: Session, requestId: str, raw: JSONObject, route: str) -> None:
+    """
+    The replay step of a session's request, once for every verb.
+
+    @raise Replayed: for a request already answered.
+    @raise VehicleError: C{request_id_conflict} for its id with another body.
+    """
+    found = session.replay(requestId, raw, route)
+    if found is not None:
+        raise Replayed(found)
+
+
+class PublicTurns(Protocol):
+    """
+    What public mode says in a request (L{vehicle.public.Public}).
+    """
+
+    def chooseDoor(self, caller: Caller, request: CreateRequest) -> Door: ...
+
+    def checkTurn(self, session: Session, caller: Caller) -> None: ...
+
+    def turnTaken(self, session: Session, caller: Caller, commandId: str) -> None: ...
+
+    def rememberKey(self, session: Session, caller: Caller) -> None: ...
+
+
+class AgentRules(Protocol):
+    """
+    What the agent profile says in a request (L{vehicle.agent.AgentProfile}).
+    """
+
+    async def checkCreate(self, caller: Caller, request: CreateRequest) -> str: ...
+
+    def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]: ...
+
+    async def precheck(self, session: Session) -> None: ...
+
+
+class BodyRules(Protocol):
+    """
+    What the body room does for a request: a branch made from pi's file,
+    a body let go before a delete.
+    """
+
+    async def branch(
+        self, source: Session, caller: Caller, request: CommandRequest
+    ) -> JSONObject: ...
+
+    async def dispose(self, session: Session) -> None: ...
+
+
+def refuseIfRunning(session: Session) -> None:
+    """
+    @raise VehicleError: C{session_running} while a run or a command is
+        under way.
+    """
+    work = [
+        {"commandId": c.commandId, "type": c.type.value, "status": c.status.value}
+        for c in session.openCommands()
+    ]
+    if work or session.running():
+        raise VehicleError(
+            "session_running",
+            "a run or a command is still under way: abort first",
+            {"open": work},
+        )
+
+
+@define(eq=False)
+class Drive:
+    """
+    The host's rules of every request, once each, in the order trust (the
+    web room) → parse (the web room) → which session → replay → rules →
+    the session's verb.
+    """
+
+    registry: Registry
+    chooseModel: Callable[[str | None], str]
+    agent: AgentRules
+    bodies: BodyRules
+    maxTurns: int = 12
+    maxCostUsd: float = 0.25
+    leaseTtlMs: int = 30 * 60 * 1000
+    #: Graph tools exist (an MCP URL is configured): bodies need a token.
+    requireDelegation: bool = False
+    public: PublicTurns | None = None
+
+    def find(self, caller: Caller, sessionId: str) -> Session:
+        """
+        The caller's session (or C{not_found}); the caller's newest
+        delegation token and own key are kept in its memory.
+        """
+        session = self.registry.find(caller, sessionId)
+        if caller.delegatedToken is not None and caller.graphId == session.meta.graphId:
+            session.delegatedToken = caller.delegatedToken
+        if self.public is not None and session.meta.funding == "byok":
+            self.public.rememberKey(session, caller)
+        return session
+
+    # -- a new session ----------------------------------------------------------
+
+    async def create(self, caller: Caller, request: CreateRequest) -> JSONObject:
+        if caller.graphId is None:
+            raise VehicleError(
+                "graph_required",
+                "create a session through a graph's path (/g/<graph>/sessions)",
+            )
+        if request.graphId is not None and request.graphId != caller.graphId:
+            raise VehicleError(
+                "graph_mismatch",
+                "graphId names another graph than the path this request came through",
+                {"graphId": caller.graphId},
+            )
+        self._replayCreation(caller, request)
+        door = self._public().chooseDoor(caller, request) if caller.public else None
+        model = door.model if door is not None else self.chooseModel(request.model)
+        isolation = None
+        if request.chosenProfile == "agent":
+            if caller.role != "owner":
+                raise VehicleError(
+                    "forbidden_profile",
+                    "only the graph's owner may create an agent session",
+                    {"role": caller.role},
+                )
+            isolation = await self.agent.checkCreate(caller, request)
+            # The world may have changed while the box was probed.
+            self._replayCreation(caller, request)
+        session, sent = self.registry.maker.create(
+            caller,
+            self._meta(caller, request, model, door, isolation),
+            requestId=request.requestId,
+            raw=request.raw,
+            answerFor=lambda made: self._created(made, caller, request),
+            title=request.title,
+            claim=request.claims,
+            ttlMs=request.ttlMs,
+            makeFolders=self.agent.makeFolders if request.chosenProfile == "agent" else None,
+        )
+        if self.public is not None and caller.public:
+            self.public.rememberKey(session, caller)
+        return sent
+
+    def _meta(
+        self, caller: Caller, request: CreateRequest, model: str, door: Door | None,
+        isolation: str | None,
+    ) -> SessionMeta:
+        """
+        What the new session is fixed to: a public conversation's budget is
+        the host's, whatever it asks.
+        """
+        assert caller.graphId is not None
+        asked = request.budget
+        if door is not None:
+            budget = door.budget
+        else:
+            budget = RunBudget(
+                maxTurns=asked.maxTurns if asked and asked.maxTurns is not None else self.maxTurns,
+                maxCostUsd=(
+                    asked.maxCostUsd if asked and asked.maxCostUsd is not None
+                    else self.maxCostUsd
+                ),
+            )
+        return SessionMeta(
+            sessionId=self.registry.newSessionId(),
+            graphId=caller.graphId,
+            principal=caller.principal,
+            role=caller.role,
+            profile=request.chosenProfile,
+            model=model,
+            createdAt=isoTimestamp(self.registry.clock.seconds()),
+            budget=budget,
+            isolation=isolation if request.chosenProfile == "agent" else None,
+            funding=door.funding if door is not None else None,
+            graphs=caller.publicGraphs if caller.public and caller.publicGraphs else None,
+        )
+
+    @staticmethod
+    def _created(session: Session, caller: Caller, request: CreateRequest) -> Answer:
+        session.delegatedToken = caller.delegatedToken
+        return Answer(type="session.created", value=SessionCreated(
+            session=session.summary(), clientId=caller.clientId, holdsLease=request.claims,
+        ))
+
+    def _replayCreation(self, caller: Caller, request: CreateRequest) -> None:
+        found = self.registry.replayCreation(caller, request.requestId, request.raw)
+        if found is not None:
+            raise Replayed(found)
+
+    def _public(self) -> PublicTurns:
+        if self.public is None:
+            raise VehicleError("not_public", "public sessions are off on this host")
+        return self.public
+
+    # -- one session's verbs --------------------------------------------------------
+
+    def claim(self, session: Session, caller: Caller, request: ClaimRequest) -> JSONObject:
+        replay(session, request.requestId, request.raw, "claim")
+        return session.claim(caller, request, self.leaseTtlMs)
+
+    def release(self, session: Session, caller: Caller, request: ReleaseRequest) -> JSONObject:
+        replay(session, request.requestId, request.raw, "release")
+        return session.release(caller, request.requestId, request.raw)
+
+    def rename(self, session: Session, caller: Caller, request: RenameRequest) -> JSONObject:
+        if request.requestId is not None:
+            replay(session, request.requestId, request.raw, "rename")
+        return session.rename(caller, request)
+
+    async def command(
+        self, session: Session, caller: Caller, request: CommandRequest
+    ) -> tuple[int, JSONObject]:
+        """
+        A command: a branch (made by the body room from pi's file), or one
+        command accepted for the session's body.
+
+        @return: the HTTP status and the answer as sent.
+        """
+        replay(session, request.requestId, request.raw, "commands")
+        kind = request.type
+        if kind.branches:
+            # Ownership is enough: the source is not touched.
+            return 201, await self.bodies.branch(session, caller, request)
+        startsBody = request.text is not None or kind == CommandType.acceptChime
+        if (
+            self.requireDelegation
+            and (kind in TEXT_COMMANDS or kind == CommandType.acceptChime)
+            and session.bodyState() != "live"
+            and session.delegatedToken is None
+        ):
+            raise VehicleError(
+                "delegation_required",
+                "this session has no delegation token yet: the session's owner must "
+                "send a request through its graph first",
+            )
+        turns = (
+            self.public
+            if session.meta.funding is not None and kind in TEXT_COMMANDS
+            else None
+        )
+        if turns is not None:
+            session.meta.checkDriver(caller)
+            session.requireLease(caller)
+            turns.checkTurn(session, caller)
+        if startsBody and session.bodyState() == "dormant":
+            # Refuse now, with the protocol's status, rather than accept a
+            # command whose body cannot be made; the world may change
+            # while that is looked at.
+            session.meta.checkDriver(caller)
+            await self.agent.precheck(session)
+            session = self.find(caller, session.sessionId)
+            replay(session, request.requestId, request.raw, "commands")
+        sent = session.command(caller, request)
+        if turns is not None:
+            turns.turnTaken(session, caller, request.id)
+        return 202, sent
+
+    def findForChime(self, caller: Caller, sessionId: str) -> Session:
+        """
+        The session a collaborator chimes into (L{Registry.findForChime});
+        a public conversation takes no chimes.
+        """
+        session = self.registry.findForChime(caller, sessionId)
+        if session.meta.funding is not None or caller.public:
+            raise VehicleError("chimes_closed", "a public conversation takes no chimes")
+        return session
+
+    def chime(self, session: Session, caller: Caller, request: ChimeRequest) -> JSONObject:
+        replay(session, request.requestId, request.raw, "chimes")
+        # Under co-drive a chime becomes a command at once, unless that would
+        # start a body that may not start now (no delegation token): then it
+        # waits for the driver, as under suggest.
+        immediate = not (
+            self.requireDelegation
+            and session.delegatedToken is None
+            and session.bodyState() != "live"
+        )
+        return session.chime(caller, request, immediate)
+
+    async def delete(self, session: Session, caller: Caller) -> SessionDeleted:
+        """
+        Delete: refused while anything runs; the body is let go first, then
+        the session is moved to the trash.
+        """
+        sessionId = session.sessionId
+        refuseIfRunning(session)
+        await self.bodies.dispose(session)
+        session = self.find(caller, sessionId)  # still ours, still there
+        refuseIfRunning(session)
+        return self.registry.delete(caller, session)

@@ -1,0 +1,119 @@
+# -*- test-case-name: tests.unit.test_tap -*-
+"""
+The host's own parts beside its bodies: the service that loads every
+session at start and stops everything at stop (L{HostService}), the body
+room's part in a request (L{BodyRoomRules}: a branch, a body let go before
+a delete), and the mirror as one of the sessions' observers
+(L{MirrorFollower}).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar
+
+from attrs import define
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from vehicle.agent import AgentProfile
+from vehicle.body import RunInThread, branch
+from vehicle.errors import VehicleError
+from vehicle.host._bodies import Bodies
+from vehicle.mirror import Mirror
+from vehicle.protocol import CommandRequest, JSONObject
+from vehicle.session import Caller, Registry, RunSettled, Session
+
+
+@define(eq=False)
+class HostService(Service):
+    """
+    Loads every session at start (and sweeps what an agent's runs left,
+    and probes the box in the background); at stop, ends the watches,
+    disposes of the bodies and closes the logs.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    registry: Registry
+    bodies: Bodies
+    #: Ends every open event stream (the web room's).
+    stopStreams: Callable[[], None]
+    version: str = ""
+
+    def startService(self) -> None:
+        super().startService()
+        self.registry.loadAll()
+        agent = self.bodies.agent
+        if agent is not None:
+            agent.sweepRunDirs()
+            Deferred.fromCoroutine(self._probe(agent))
+        self._log.info(
+            "vehicle {version} serving {count} sessions from {dataDir}",
+            version=self.version,
+            count=len(self.registry.sessions),
+            dataDir=str(self.registry.dataDir.root),
+        )
+
+    async def _probe(self, agent: AgentProfile) -> None:
+        try:
+            tier = await agent.decide()
+        except VehicleError as e:
+            self._log.warn("Agent sessions are unavailable here: {reason}", reason=e.message)
+        except Exception as e:
+            self._log.error("The box probe could not run: {error!r}", error=e)
+        else:
+            self._log.info("Agent bodies run in isolation tier {tier}", tier=tier)
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        self.stopStreams()
+        stopped = self.bodies.stop()
+        stopped.addBoth(lambda _: self.registry.close())
+        return stopped
+
+
+@define(eq=False)
+class BodyRoomRules:
+    """
+    The body room's part in a request (L{vehicle.host.BodyRules}): a
+    branch from pi's file, a body let go before a delete.
+    """
+
+    registry: Registry
+    bodies: Bodies
+    agent: AgentProfile
+    runInThread: RunInThread
+
+    async def branch(self, source: Session, caller: Caller, request: CommandRequest) -> JSONObject:
+        return await branch(
+            self.registry, source, caller, request, self.agent.recordFolders, self.runInThread
+        )
+
+    async def dispose(self, session: Session) -> None:
+        await self.bodies.disposeFor(session)
+
+
+@define(eq=False)
+class MirrorFollower:
+    """
+    The mirror as an observer of sessions (L{vehicle.session.SessionObserver}).
+    """
+
+    mirror: Mirror
+
+    def created(self, session: Session) -> None:
+        self.mirror.attach(session)
+
+    def renamed(self, session: Session) -> None:
+        self.mirror.afterRename(session)
+
+    def settled(self, session: Session, run: RunSettled) -> None:
+        self.mirror.afterSettle(session)
+
+    def deleting(self, session: Session) -> JSONObject | None:
+        info = self.mirror.deleteInfo(session)
+        return {"mirror": dict(info)} if info else None
+
+    def deleted(self, session: Session) -> None:
+        self.mirror.forget(session)

@@ -1,0 +1,73 @@
+# -*- test-case-name: tests.unit.test_protocol -*-
+"""
+JSON as the type checker sees it: the values the wire carries, nothing
+looser.  Code that reads a JSON value narrows it (C{isinstance}) before it
+trusts it; the protocol's own values are attrs classes (L{vehicle.protocol})
+and become JSON only through the codec.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, ForwardRef, TypeAlias, Union
+
+
+if TYPE_CHECKING:
+    #: Any JSON value.
+    JSON: TypeAlias = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
+else:
+    # The same alias, its self-references bound to this module, so that
+    # reading the annotations of a class elsewhere (the codec does) finds it.
+    _self = ForwardRef("JSON", module=__name__)
+    JSON = Union[None, bool, int, float, str, list[_self], dict[str, _self]]
+
+#: A JSON object.
+JSONObject: TypeAlias = dict[str, JSON]
+
+
+def dumps(value: object) -> bytes:
+    """
+    Compact JSON in UTF-8 (ASCII, in fact: anything else is escaped, so a
+    lone surrogate pi sent is carried, never an encoding error): a frame's
+    bytes.
+    """
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def loads(data: bytes | str) -> JSON:
+    """
+    JSON text read back (the caller narrows what it expects).
+    """
+    value: JSON = json.loads(data)
+    return value
+
+
+def objectOf(value: JSON) -> JSONObject:
+    """
+    C{value} if it is a JSON object, else an empty one: for optional
+    sub-objects read back from a log or pi.
+    """
+    return value if isinstance(value, dict) else {}
+
+
+def textOf(value: JSON) -> str | None:
+    """
+    C{value} if it is a string, else L{None}.
+    """
+    return value if isinstance(value, str) else None
+
+
+def intOf(value: JSON) -> int | None:
+    """
+    C{value} if it is an integer (not a bool), else L{None}.
+    """
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def numberOf(value: JSON) -> float | None:
+    """
+    C{value} as a float if it is a number (not a bool), else L{None}.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None

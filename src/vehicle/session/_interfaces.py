@@ -1,0 +1,72 @@
+# -*- test-case-name: tests.unit.test_conductor -*-
+"""
+What a session asks of the body room, as an interface it is handed (the
+conductor, L{IConductor}), and what a settled run tells its followers
+(L{RunSettled}).
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+from twisted.internet.defer import Deferred
+from zope.interface import Interface
+
+from vehicle.protocol import BodyState, BodyView, Command
+
+
+@frozen(kw_only=True)
+class RunSettled:
+    """
+    A run of a session settled: the seq of its C{run.settled} event (the
+    key its cost is debited under), whether it was aborted, what it cost.
+    """
+
+    seq: int | None
+    aborted: bool
+    costUsd: float | None = None
+
+
+class IConductor(Interface):
+    """
+    What drives a session's body: the session hands it accepted commands
+    and asks it whether anything is under way; the host disposes of it and
+    snapshots it; a body's door asks it to meter model requests.  Provided
+    by the body room (L{vehicle.body.Conductor}).
+    """
+
+    def commandAccepted(command: Command) -> None:
+        """
+        A command was accepted and logged; deliver it.
+        """
+
+    def running() -> bool:
+        """
+        Is a run under way?
+        """
+
+    def bodyState() -> BodyState:
+        """
+        C{dormant}, C{starting}, C{live} or C{stopping}.
+        """
+
+    def meterModelRequest() -> str | None:
+        """
+        May the body's door forward one more model request?  L{None} if so,
+        else why not.
+        """
+
+    def snapshot() -> Deferred[BodyView]:
+        """
+        Fire with what the body adds to C{inspect}.
+        """
+
+    def dispose(reason: str) -> Deferred[None]:
+        """
+        Dispose of the body (if any); fire when it is gone.
+        """
+
+    def close() -> Deferred[None]:
+        """
+        The host stops: deliver nothing more, dispose of the body, and
+        leave open commands open (the next start reports them).
+        """
