@@ -14,7 +14,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from vehicle.gardend import Config, Manifest, StandIn
+from vehicle_local.standin import Config, Manifest, StandIn
 
 from tests.support._localrun import REPO, sleep
 from tests.support.live import requirePi

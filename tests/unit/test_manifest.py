@@ -15,8 +15,8 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.gardend import ChildProcess, Manifest, ManifestError, describeStatus, waitHealthy
-from vehicle.gardend._manifest import INJECTED
+from vehicle_local.standin import ChildProcess, Manifest, ManifestError, describeStatus, waitHealthy
+from vehicle_local.standin._manifest import INJECTED
 
 from tests.support._localrun import REPO
 from tests.support.manifest import MANIFEST, writeManifest

@@ -24,8 +24,8 @@ from twisted.internet.interfaces import IReactorProcess, IReactorTime
 from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
 
-from vehicle.gardend._config import ServiceConfig
-from vehicle.gardend._frontdoor import MOUNT, SERVICE_ID
+from vehicle_local.standin._config import ServiceConfig
+from vehicle_local.standin._gateway import MOUNT, SERVICE_ID
 
 
 class ManifestError(ValueError):

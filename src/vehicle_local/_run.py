@@ -29,7 +29,7 @@ from twisted.logger import FilteringLogObserver, ILogObserver, formatEvent, glob
 from twisted.python import usage
 from zope.interface import implementer
 
-from vehicle.gardend import (
+from vehicle_local.standin import (
     ChildProcess,
     Config,
     Manifest,
@@ -56,7 +56,7 @@ class Options(usage.Options):
     synopsis = "scripts/run [--port N] [--data-dir DIR] [--graph G] [-v]"
     optFlags = [["verbose", "v", "Show every part's log lines as they come."]]
     optParameters = [
-        ["port", None, 8700, "The front door's loopback port.", int],
+        ["port", None, 8700, "The gateway's loopback port.", int],
         ["data-dir", None, DEFAULT_DATA_DIR,
          "Where the local run keeps sessions, the master key and the logs."],
         ["graph", None, "demo", "The graph the local run offers."],
@@ -225,14 +225,14 @@ class LocalRun:
             child.spawn(
                 self.reactor,
                 sys.executable,
-                ["-m", "vehicle.testing", "--port", str(port)],
+                ["-m", "vehicle_local.model", "--port", str(port)],
                 {"PATH": baseEnv["PATH"], "PYTHONUNBUFFERED": "1"},
             )
             self.children.append(child)
-            assert self.standIn is not None and self.standIn.frontDoor.client is not None
+            assert self.standIn is not None and self.standIn.gateway.client is not None
             url = f"http://127.0.0.1:{port}"
             if not await waitHealthy(
-                self.standIn.frontDoor.client, self.reactor, child, url + "/health", 30
+                self.standIn.gateway.client, self.reactor, child, url + "/health", 30
             ):
                 raise self._failed(child, "the scripted model did not start")
             provider, model = "scripted", "scripted/echo-1"
@@ -306,7 +306,7 @@ Ctrl-C stops everything.
     def stopAll(self) -> Deferred:
         """
         Stop every part still running: the host first (it stops its pi
-        bodies), then the model; then the front door.
+        bodies), then the model; then the gateway.
         """
         self.stopping = True
 
@@ -340,7 +340,3 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(status)
 
     react(lambda reactor: Deferred.fromCoroutine(start(reactor)))
-
-
-if __name__ == "__main__":
-    main()

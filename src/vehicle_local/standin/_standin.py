@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_gardend -*-
 """
 The whole stand-in assembled: the store, the delegation key, C{/mcp} and the
-front door on one loopback port, with the handles tests reach for (the audit,
+gateway on one loopback port, with the handles tests reach for (the audit,
 documents, offline switch, minted tokens, the headers the host was sent).
 """
 
@@ -18,12 +18,12 @@ from twisted.internet.interfaces import IListeningPort, IReactorTCP, IReactorTim
 from twisted.web.server import Site
 
 from vehicle._reactors import IHostReactor
-from vehicle.gardend._config import Config
-from vehicle.gardend._delegation import Delegations
-from vehicle.gardend._frontdoor import SERVICE_ID, FrontDoor
-from vehicle.gardend._manifest import ChildProcess, Manifest, waitHealthy
-from vehicle.gardend._mcp import MCPEndpoint
-from vehicle.gardend._store import FolderStore
+from vehicle_local.standin._config import Config
+from vehicle_local.standin._delegation import Delegations
+from vehicle_local.standin._gateway import SERVICE_ID, Gateway
+from vehicle_local.standin._manifest import ChildProcess, Manifest, waitHealthy
+from vehicle_local.standin._mcp import MCPEndpoint
+from vehicle_local.standin._store import FolderStore
 
 
 @define
@@ -32,7 +32,7 @@ class StandIn:
     A gardend for one service, over a folder-backed workspace.
 
     @ivar root: the workspace's directory.
-    @ivar reactor: for the front door's outgoing requests.
+    @ivar reactor: for the gateway's outgoing requests.
     @ivar clock: for token lifetimes and timestamps (the reactor by default).
     """
 
@@ -43,7 +43,7 @@ class StandIn:
     store: FolderStore = field(init=False)
     delegations: Delegations = field(init=False)
     mcp: MCPEndpoint = field(init=False)
-    frontDoor: FrontDoor = field(init=False)
+    gateway: Gateway = field(init=False)
     _port: Optional[IListeningPort] = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -53,7 +53,7 @@ class StandIn:
         self.mcp = MCPEndpoint(
             config=self.config, store=self.store, delegations=self.delegations
         )
-        self.frontDoor = FrontDoor(
+        self.gateway = Gateway(
             config=self.config,
             mcp=self.mcp,
             delegations=self.delegations,
@@ -62,9 +62,9 @@ class StandIn:
 
     def resource(self) -> Any:
         """
-        The front door and C{/mcp} as one web resource (for C{StubTreq}).
+        The gateway and C{/mcp} as one web resource (for C{StubTreq}).
         """
-        return self.frontDoor.router.resource()
+        return self.gateway.router.resource()
 
     def listen(self, reactor: IReactorTCP | None = None, port: int = 0) -> IListeningPort:
         """
@@ -108,7 +108,7 @@ class StandIn:
         """
         Every request forwarded to the host: C{{"method", "path", "headers"}}.
         """
-        return self.frontDoor.requestsSeen
+        return self.gateway.requestsSeen
 
     async def launch(
         self,
@@ -148,7 +148,7 @@ class StandIn:
             name=manifest.serviceId, logPath=logPath, clock=self.reactor, echo=echo
         ).spawn(self.reactor, manifest.command, manifest.args, env, manifest.workingDir)
         url = f"http://127.0.0.1:{port}"
-        client = self.frontDoor.client
+        client = self.gateway.client
         assert client is not None
         clock = self.clock if self.clock is not None else self.reactor
         if not await waitHealthy(client, clock, child, url + manifest.healthPath, healthSeconds):
@@ -161,9 +161,9 @@ class StandIn:
 
     def setServiceUrl(self, url: str) -> None:
         """
-        Point the front door at the host (once its port is known).
+        Point the gateway at the host (once its port is known).
         """
-        self.frontDoor.serviceUrl = url.rstrip("/")
+        self.gateway.serviceUrl = url.rstrip("/")
 
     def setOffline(self, offline: bool) -> None:
         """
@@ -175,7 +175,7 @@ class StandIn:
         self, principal: str, graph: str, role: str, reads: Sequence[str] = ()
     ) -> str:
         """
-        A delegation token, as the front door would hand the host (C{reads}:
+        A delegation token, as the gateway would hand the host (C{reads}:
         the other graphs a public caller's token reads).
         """
         return self.delegations.mint(principal, graph, role, SERVICE_ID, reads=reads)

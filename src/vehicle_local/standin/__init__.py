@@ -6,7 +6,7 @@ public mode visitors and Sophia accounts), and C{/mcp} over a folder-backed
 workspace. Not gardend: only the parts the host touches.
 """
 
-from vehicle.gardend._config import (
+from vehicle_local.standin._config import (
     Account,
     ClientToken,
     Config,
@@ -14,18 +14,18 @@ from vehicle.gardend._config import (
     PublicConfig,
     ServiceConfig,
 )
-from vehicle.gardend._delegation import Delegation, DelegationRefused, Delegations
-from vehicle.gardend._frontdoor import FrontDoor
-from vehicle.gardend._mcp import CATALOG, MCPEndpoint
-from vehicle.gardend._manifest import (
+from vehicle_local.standin._delegation import Delegation, DelegationRefused, Delegations
+from vehicle_local.standin._gateway import Gateway
+from vehicle_local.standin._mcp import CATALOG, MCPEndpoint
+from vehicle_local.standin._manifest import (
     ChildProcess,
     Manifest,
     ManifestError,
     describeStatus,
     waitHealthy,
 )
-from vehicle.gardend._standin import ServiceFailed, StandIn, freeLoopbackPort
-from vehicle.gardend._store import FolderStore, ToolError
+from vehicle_local.standin._standin import ServiceFailed, StandIn, freeLoopbackPort
+from vehicle_local.standin._store import FolderStore, ToolError
 
 __all__ = [
     "Account",
@@ -38,7 +38,7 @@ __all__ = [
     "DelegationRefused",
     "Delegations",
     "FolderStore",
-    "FrontDoor",
+    "Gateway",
     "Manifest",
     "ManifestError",
     "MCPEndpoint",
