@@ -12,10 +12,43 @@ stands in for the world around the host when it runs on one machine:
     starting a service from its manifest);
   - L{vehicle_local.model}: the scripted OpenAI-compatible model;
   - the one-command local run (C{scripts/run}, C{python -m vehicle_local}):
-    the stand-in, the model and the host as one service tree.
+    the stand-in, the model and the host as one service tree
+    (L{makeLocalRun}), each child process a L{Supervised} service.
 """
 
-from vehicle_local._run import LocalRunFailed, Options, main, masterKey
+from vehicle_local._run import (
+    LocalRun,
+    LocalRunFailed,
+    LogFile,
+    Options,
+    main,
+    makeLocalRun,
+    masterKey,
+    runLocally,
+)
+from vehicle_local._supervise import (
+    ChildProcess,
+    InTurn,
+    ServiceFailed,
+    Supervised,
+    describeStatus,
+    waitHealthy,
+)
 
 
-__all__ = ["LocalRunFailed", "Options", "main", "masterKey"]
+__all__ = [
+    "ChildProcess",
+    "InTurn",
+    "LocalRun",
+    "LocalRunFailed",
+    "LogFile",
+    "Options",
+    "ServiceFailed",
+    "Supervised",
+    "describeStatus",
+    "main",
+    "makeLocalRun",
+    "masterKey",
+    "runLocally",
+    "waitHealthy",
+]

@@ -652,8 +652,8 @@ class PublicGatewayTests(TestCase):
     async def test_nonPublicGraphRefused(self) -> None:
         """
         A visitor on a graph that is not public, an unknown graph or a path
-        with no graph is a 401; an account there a 403; a bearer the front
-        door does not know is a 401 even on a public graph; with public mode
+        with no graph is a 401; an account there a 403; a bearer the
+        gateway does not know is a 401 even on a public graph; with public mode
         off a visitor is a 401 everywhere.  None reaches the host.
         """
         cases = [
