@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.unit.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend,tests.unit.test_manifest -*-
 """
 The whole stand-in assembled: the store, the delegation key, C{/mcp} and the
 gateway on one loopback port, with the handles tests reach for (the audit,
