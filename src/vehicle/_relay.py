@@ -2,7 +2,7 @@
 """
 The one way a request is passed on to an upstream and its answer streamed
 back, shared by the two reverse proxies of the project: the model's door
-into a box (L{vehicle.box.ModelDoor}) and the gardend stand-in's front door.
+into a box (L{vehicle.box.ModelDoor}) and the gardend stand-in's gateway.
 
 Each proxy decides what to send (which headers, which credentials) and what
 to refuse; this module only forwards the request as it came, copies the

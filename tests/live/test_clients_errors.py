@@ -14,7 +14,7 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
-from vehicle.gardend import freeLoopbackPort
+from vehicle_local.standin import freeLoopbackPort
 
 from tests.support._clients import Client, clientEnvironment, runClient
 from tests.support._tls import ThrowawayCA, listenTLS

@@ -1,7 +1,7 @@
 """
 Both clients over https, certificates verified, as a person runs them: a
 throwaway CA made in the test signs the certificate of a TLS listener in
-front of the gardend stand-in's front door, which forwards to a live host
+front of the gardend stand-in's gateway, which forwards to a live host
 (real pi, the scripted model); the clients trust that CA by C{--ca-file}.
 """
 

@@ -21,8 +21,8 @@ from twisted.web.server import Site
 
 from vehicle.box import _proxy
 from vehicle.box._proxy import ModelDoor, Upstream, doorsClosed
-from vehicle.testing import ScriptedModel
-from vehicle.testing._model import StreamedError
+from vehicle_local.model import ScriptedModel
+from vehicle_local.model._model import StreamedError
 
 from tests.support.scrub import KEY, escaped
 from tests.support.unixhttp import UnixEndpoints

@@ -1,5 +1,5 @@
 """
-The live half of L{tests.unit.test_gardend}: L{FrontDoorTests}, L{OfficialSDKTests}, L{PublicFrontDoorTests}
+The live half of L{tests.unit.test_gardend}: L{GatewayTests}, L{OfficialSDKTests}, L{PublicGatewayTests}
 (real processes, sockets or the real reactor; see that module for the rest).
 """
 
@@ -20,7 +20,7 @@ from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.server import Site
 
-from vehicle.gardend import Config, StandIn
+from vehicle_local.standin import Config, StandIn
 
 from tests.support._headers import bytesNames
 from tests.support.gardend import (
@@ -98,9 +98,9 @@ class _Chunks(Protocol):
         self.done.callback(None)
 
 
-class FrontDoorTests(TestCase):
+class GatewayTests(TestCase):
     """
-    The front door on loopback, forwarding to a L{FakeHost} on loopback.
+    The gateway on loopback, forwarding to a L{FakeHost} on loopback.
     """
 
     timeout = 20
@@ -145,7 +145,7 @@ class FrontDoorTests(TestCase):
 
     async def test_health(self) -> None:
         """
-        The front door's own C{/health} answers without credentials.
+        The gateway's own C{/health} answers without credentials.
         """
         response, body = await self.request("GET", "/health", None)
         self.assertEqual((response.code, json.loads(body)), (200, {"ok": True}))
@@ -267,7 +267,7 @@ class FrontDoorTests(TestCase):
         Without C{delegateCaller} no delegation token is minted; with
         C{acceptsModelKey} the caller's model key passes.
         """
-        hostUrl = self.standIn.frontDoor.serviceUrl
+        hostUrl = self.standIn.gateway.serviceUrl
         standIn = self.makeStandIn(hostUrl, delegateCaller=False, acceptsModelKey=True)
         await self.request(
             "GET",
@@ -314,7 +314,7 @@ class FrontDoorTests(TestCase):
 
     async def test_disconnectCancelsUpstream(self) -> None:
         """
-        When the caller goes away mid-stream, the front door drops its
+        When the caller goes away mid-stream, the gateway drops its
         request to the host.
         """
         response = await self.client.get(
@@ -333,7 +333,7 @@ class FrontDoorTests(TestCase):
 
     async def test_delegatedTokenOnMcp(self) -> None:
         """
-        The token the front door hands the host works on C{/mcp} of the same
+        The token the gateway hands the host works on C{/mcp} of the same
         port: the write lands in the path's graph with the caller as actor.
         """
         await self.request("GET", "/services/vehicle/g/g1/sessions", "edit-secret")
@@ -442,9 +442,9 @@ class OfficialSDKTests(TestCase):
         self.assertEqual(standIn.audit()[0]["via"], "service:vehicle")
 
 
-class PublicFrontDoorTests(TestCase):
+class PublicGatewayTests(TestCase):
     """
-    The front door in public mode, forwarding to a L{FakeHost}: visitors and
+    The gateway in public mode, forwarding to a L{FakeHost}: visitors and
     Sophia accounts reach the public graphs as viewers.
     """
 
@@ -652,8 +652,8 @@ class PublicFrontDoorTests(TestCase):
     async def test_nonPublicGraphRefused(self) -> None:
         """
         A visitor on a graph that is not public, an unknown graph or a path
-        with no graph is a 401; an account there a 403; a bearer the front
-        door does not know is a 401 even on a public graph; with public mode
+        with no graph is a 401; an account there a 403; a bearer the
+        gateway does not know is a 401 even on a public graph; with public mode
         off a visitor is a 401 everywhere.  None reaches the host.
         """
         cases = [

@@ -3,7 +3,7 @@ Tests for the graph tools in the body: the project's pi extension with an MCP
 endpoint in its boot config.
 
 Real, pinned pi (C{.venv/pi}) launched with L{vehicle.body._picommand}, the real
-gardend stand-in (L{vehicle.gardend.StandIn}) on loopback, and the scripted
+gardend stand-in (L{vehicle_local.standin.StandIn}) on loopback, and the scripted
 model. The test plays the host: it answers pi's C{sophia.delegated-token} UI
 requests with tokens from L{StandIn.mintDelegation} (or cancels them), and a
 recording front on the stand-in's port sees every MCP HTTP request with its
@@ -34,8 +34,8 @@ from vehicle.body._picommand import (
     findPi,
 )
 from vehicle.box._proxy import ModelDoor, Upstream
-from vehicle.gardend import Config, StandIn, freeLoopbackPort
-from vehicle.testing import ScriptedModel
+from vehicle_local.standin import Config, StandIn, freeLoopbackPort
+from vehicle_local.model import ScriptedModel
 
 from tests.support._mcp_variant import useVariant
 from tests.support.piconfig import providerConfig

@@ -11,8 +11,8 @@ from twisted.internet.defer import Deferred, gatherResults
 from twisted.trial.unittest import TestCase
 
 from attrs import evolve
-from vehicle.testing import Error
-from vehicle.testing._model import StreamedError
+from vehicle_local.model import Error
+from vehicle_local.model._model import StreamedError
 
 from tests.support.live import LiveHost, settledEvent
 from tests.support.public import ACCOUNT, VISITOR, account, visitor

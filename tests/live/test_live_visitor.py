@@ -1,7 +1,7 @@
 """
 Integration: public mode end to end.  A live host with real pi bodies behind
 the gardend stand-in in public mode: visitors (their own key, or none) and a
-Sophia account come in through the front door with no login of this Sophia,
+Sophia account come in through the gateway with no login of this Sophia,
 and one visitor rides with the C{vehicle ride} console script.
 """
 
@@ -18,7 +18,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from vehicle.gardend import Config, StandIn
+from vehicle_local.standin import Config, StandIn
 
 from tests.support.harness import SECRET
 from tests.support.live import LiveHost, requirePi, sleep
@@ -72,9 +72,9 @@ def publicStandIn(testCase: TestCase) -> StandIn:
     return stand
 
 
-class FrontDoorClient:
+class GatewayClient:
     """
-    A client of the stand-in's front door on one graph, sending the same
+    A client of the stand-in's gateway on one graph, sending the same
     headers every time (as one visitor, account or member would).
     """
 
@@ -125,7 +125,7 @@ async def publicHost(testCase: TestCase) -> tuple[LiveHost, StandIn]:
 
 class VisitorTests(TestCase):
     """
-    Visitors and accounts through the front door in public mode.
+    Visitors and accounts through the gateway in public mode.
     """
 
     timeout = 60
@@ -138,9 +138,9 @@ class VisitorTests(TestCase):
         and the host saw it only as a minted C{anon:} principal.
         """
         host, stand = await publicHost(self)
-        visitor = FrontDoorClient(self, stand, "g-public",
+        visitor = GatewayClient(self, stand, "g-public",
                        **{"x-visitor-id": "v1", "x-model-key": VISITOR_KEY})
-        other = FrontDoorClient(self, stand, "g-public",
+        other = GatewayClient(self, stand, "g-public",
                      **{"x-visitor-id": "v2", "x-model-key": VISITOR_KEY})
 
         code, frame = await visitor.call("POST", "/sessions", {"requestId": "c1"})
@@ -189,7 +189,7 @@ class VisitorTests(TestCase):
         402 C{model_key_required}, with both doors described.
         """
         host, stand = await publicHost(self)
-        visitor = FrontDoorClient(self, stand, "g-public", **{"x-visitor-id": "v3"})
+        visitor = GatewayClient(self, stand, "g-public", **{"x-visitor-id": "v3"})
         code, frame = await visitor.call("POST", "/sessions", {"requestId": "c1"})
         self.assertEqual((code, frame["code"]), (402, "model_key_required"))
         doors = frame["details"]["doors"]
@@ -202,7 +202,7 @@ class VisitorTests(TestCase):
         A run on the visitor's own key ends with pi's C{stop}, not an error.
         """
         host, stand = await publicHost(self)
-        visitor = FrontDoorClient(self, stand, "g-public",
+        visitor = GatewayClient(self, stand, "g-public",
                        **{"x-visitor-id": "v1", "x-model-key": VISITOR_KEY})
         code, frame = await visitor.call("POST", "/sessions", {"requestId": "c1"})
         sid = frame["value"]["session"]["sessionId"]
@@ -216,14 +216,14 @@ class VisitorTests(TestCase):
         """
         A verified account's first C{GET /account} grants its signup credit;
         its credit conversation's body reads another public graph with the
-        delegation the front door minted (and not a private one), and the
+        delegation the gateway minted (and not a private one), and the
         run is debited.  A member of this Sophia is a member; a visitor on a
         private graph never reaches the host.
         """
         host, stand = await publicHost(self)
         stand.store.createDocument("g-pub2", "Herd", "herd")
         stand.store.createDocument("g1", "Secret", "herd")
-        account = FrontDoorClient(self, stand, "g-public", authorization="Bearer " + ACCOUNT_TOKEN)
+        account = GatewayClient(self, stand, "g-public", authorization="Bearer " + ACCOUNT_TOKEN)
         code, frame = await account.call("GET", "/account")
         self.assertEqual(code, 200, frame)
         value = frame["value"]
@@ -272,7 +272,7 @@ class VisitorTests(TestCase):
         self.assertGreater(frame["value"]["credit"]["spentUsd"], 0)
         self.assertEqual(frame["value"]["credit"]["grantedUsd"], PUBLIC.signupGrantUsd)
 
-        member = FrontDoorClient(self, stand, "g1", authorization="Bearer " + MASTER)
+        member = GatewayClient(self, stand, "g1", authorization="Bearer " + MASTER)
         code, frame = await member.call("GET", "/account")
         self.assertEqual((code, frame["value"]["kind"]), (200, "member"))
 

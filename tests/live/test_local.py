@@ -17,7 +17,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import SkipTest, TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from vehicle.gardend import freeLoopbackPort
+from vehicle_local.standin import freeLoopbackPort
 
 from tests.support._localrun import (
     REPO,
@@ -173,7 +173,7 @@ class FailureTests(_CloneCase):
         data = self.base / "data"
         run = self.start(clone, "--port", str(freeLoopbackPort()), "--data-dir", str(data))
         await run.banner()
-        models = [pid for pid, cmd in childrenOf(run.process.pid) if "vehicle.testing" in cmd]
+        models = [pid for pid, cmd in childrenOf(run.process.pid) if "vehicle_local.model" in cmd]
         self.assertEqual(len(models), 1, childrenOf(run.process.pid))
         os.kill(models[0], 9)
         status = await run.process.ended

@@ -14,7 +14,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from vehicle.gardend import Config, Manifest, StandIn
+from vehicle_local.standin import Config, Manifest, StandIn
 
 from tests.support._localrun import REPO, sleep
 from tests.support.live import requirePi
@@ -59,7 +59,7 @@ class StandInLaunchTests(TestCase):
                      "VEHICLE_MODELS": str(models), "VEHICLE_DEFAULT_MODEL": "scripted/echo-1",
                      "VEHICLE_DATA_DIR": "", "MNEMOSYNE_MCP_ACCESS_TOKEN": "operator's"},
         )
-        self.addCleanup(host.stop)
+        self.addCleanup(host.stopService)
         pool = HTTPConnectionPool(reactor, persistent=False)
         http = HTTPClient(Agent(reactor, pool=pool))
         response = await http.post(
@@ -73,8 +73,9 @@ class StandInLaunchTests(TestCase):
         # DATA_DIR is gardend's, not the manifest's.
         self.assertTrue((dataDir / "sessions" / sessionId).is_dir())
         self.assertEqual((dataDir / "vehicle.lock").read_text().strip(),
-                         str(host.transport.pid))
+                         str(host.process.transport.pid))
         # The host was handed the delegation flag the manifest sets.
         self.assertIn("x-sophia-delegated-token", standIn.requestsSeen[-1]["headers"])
-        self.assertEqual(await host.stop(), -15)
+        await host.stopService()
+        self.assertEqual(await host.whenEnded(), -15)
         await sleep(0)

@@ -1,6 +1,6 @@
 """
 Tests for L{vehicle.mirror}: the mirror state machine and its MCP client,
-against a real L{vehicle.gardend.StandIn} on loopback (the real reactor), with
+against a real L{vehicle_local.standin.StandIn} on loopback (the real reactor), with
 a small stand-in session over a real directory and a hand-written pi file.
 """
 
@@ -16,7 +16,7 @@ from twisted.internet import reactor as globalReactor
 from twisted.internet.defer import gatherResults
 from twisted.trial.unittest import TestCase
 
-from vehicle.gardend import Config, StandIn
+from vehicle_local.standin import Config, StandIn
 from vehicle.mirror import MIRROR_FILE, MCPClient, Mirror, MirrorError
 from vehicle.protocol import Parent, RunBudget, fromJSON
 from vehicle.session import SessionMeta, isoTimestamp
@@ -286,7 +286,7 @@ class MirrorTests(TestCase):
         there (a new reading does not show it) fails the pass there, and no
         document is made.
         """
-        from vehicle.gardend._store import ToolError
+        from vehicle_local.standin._store import ToolError
 
         def refuse(this: Any, graphId: str, args: Any) -> Any:
             raise ToolError("quota", "No more folders today")

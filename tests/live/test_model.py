@@ -1,5 +1,5 @@
 """
-Tests for L{vehicle.testing._model}: the scripted OpenAI-compatible server,
+Tests for L{vehicle_local.model._model}: the scripted OpenAI-compatible server,
 driven over a real loopback port with treq (and a raw client for disconnects).
 """
 
@@ -18,7 +18,7 @@ from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from vehicle.testing import Error, Hang, ScriptedModel, Text, ToolCall, Usage
+from vehicle_local.model import Error, Hang, ScriptedModel, Text, ToolCall, Usage
 
 
 def _sse(body: bytes) -> list[Any]:

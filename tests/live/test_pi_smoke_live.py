@@ -22,7 +22,7 @@ from vehicle.body._picommand import (
     bootConfig,
     findPi,
 )
-from vehicle.testing import ScriptedModel
+from vehicle_local.model import ScriptedModel
 
 from tests.support.piconfig import providerConfig
 from tests.support.realpi import PI_ROOT, PiProcess, Record, spawnPi

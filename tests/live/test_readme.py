@@ -21,7 +21,7 @@ from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from vehicle.gardend import freeLoopbackPort
+from vehicle_local.standin import freeLoopbackPort
 
 from tests.support._localrun import REPO, LocalRun, Ride, cleanClone, personEnv
 from tests.support.live import requirePi, sleep

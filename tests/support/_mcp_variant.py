@@ -4,7 +4,7 @@ store, answered in other shapes and other words, as another gardend (or a
 later one) might.  The host must depend on ids and on reading, never on one
 answer's nesting or one refusal's wording (issue 10, section 4).
 
-What differs from L{vehicle.gardend._mcp.MCPEndpoint}:
+What differs from L{vehicle_local.standin._mcp.MCPEndpoint}:
   - C{get_workspace} wraps its tree (C{data.workspace.tree.nodes}), names a
     folder's id C{folderId} and its name C{label}, nests folders under
     C{nodes} and documents under C{docs} (with C{documentId});
@@ -29,10 +29,10 @@ from typing import Any, Mapping
 
 from attrs import define, field
 
-from vehicle.gardend import StandIn
-from vehicle.gardend._delegation import Delegation
-from vehicle.gardend._mcp import CATALOG, MCPEndpoint, ToolSpec, _reachable
-from vehicle.gardend._store import ToolError
+from vehicle_local.standin import StandIn
+from vehicle_local.standin._delegation import Delegation
+from vehicle_local.standin._mcp import CATALOG, MCPEndpoint, ToolSpec, _reachable
+from vehicle_local.standin._store import ToolError
 
 
 _RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
@@ -189,5 +189,5 @@ def useVariant(
         resources=resources,
     )
     standIn.mcp = variant
-    standIn.frontDoor.mcp = variant
+    standIn.gateway.mcp = variant
     return variant

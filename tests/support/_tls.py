@@ -1,7 +1,7 @@
 """
 TLS for the clients' tests: a throwaway CA made in the test (no network, no
 file from elsewhere), a server certificate it signs, and a TLS listener in
-front of any web resource (the gardend stand-in's front door).
+front of any web resource (the gardend stand-in's gateway).
 """
 
 from __future__ import annotations

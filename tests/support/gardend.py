@@ -1,5 +1,5 @@
 """
-Configurations of the gardend stand-in (L{vehicle.gardend}) for its tests:
+Configurations of the gardend stand-in (L{vehicle_local.standin}) for its tests:
 the master key C{MASTER} and the service's C{SECRET}; L{configData} and
 L{makeConfig} (two graphs, a viewing and an editing token);
 L{publicConfigData} and L{makePublicConfig} (the same in public mode, with
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vehicle.gardend import Config
+from vehicle_local.standin import Config
 
 
 MASTER = "master-key-0123"

@@ -22,11 +22,11 @@ from twisted.trial.unittest import SkipTest, TestCase
 
 from vehicle._tap import buildHost
 from vehicle.body._picommand import PiNotInstalled, findPi
-from vehicle.gardend import freeLoopbackPort
+from vehicle_local.standin import freeLoopbackPort
 from vehicle.models import ModelCatalog
 from vehicle.protocol import toObject
 from vehicle.settings import Settings, defaultPiRoot
-from vehicle.testing import ScriptedModel
+from vehicle_local.model import ScriptedModel
 from vehicle.web import VehicleSite
 
 from tests.support._headers import bytesNames
@@ -355,10 +355,10 @@ class TwistdHost(LiveHost):
 
 def startStandIn(testCase: TestCase, masterKey: str = "master-test", graphs: tuple[str, ...] = ("g1",)) -> Any:
     """
-    The gardend stand-in on a loopback port for one test (front door and
-    MCP); point its front door at a host with C{setServiceUrl}.
+    The gardend stand-in on a loopback port for one test (gateway and
+    MCP); point its gateway at a host with C{setServiceUrl}.
     """
-    from vehicle.gardend import Config, StandIn
+    from vehicle_local.standin import Config, StandIn
 
     config = Config.fromJSON(
         {

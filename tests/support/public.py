@@ -2,7 +2,7 @@
 Public-mode fixtures: the settings C{SCRIPTED} (scripted provider, default
 limits) and C{PUBLIC} (the same with small daily and per-session limits),
 the identities C{VISITOR} and C{ACCOUNT}, a visitor's own model C{KEY},
-and the front door's headers for a visitor (L{visitor}) and an account
+and the gateway's headers for a visitor (L{visitor}) and an account
 (L{account}).
 """
 

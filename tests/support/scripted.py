@@ -1,5 +1,5 @@
 """
-What a prompt says to the scripted model (C{vehicle.testing}): L{bashMarker}
+What a prompt says to the scripted model (C{vehicle_local.model}): L{bashMarker}
 asks it for one C{bash} tool call.
 """
 

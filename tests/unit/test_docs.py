@@ -12,7 +12,8 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle import _local, _tap
+import vehicle_local
+from vehicle import _tap
 
 
 ROOT = Path(__file__).parent.parent.parent
@@ -21,8 +22,8 @@ WATCHED = [OPERATING, ROOT / "docs" / "ids.md"]
 
 #: Where the host and the local run read their environment.
 READERS = [
-    ROOT / "src" / "vehicle" / p
-    for p in ("settings.py", "models.py", "_tap.py", "_local.py")
+    *(ROOT / "src" / "vehicle" / p for p in ("settings.py", "models.py", "_tap.py")),
+    ROOT / "src" / "vehicle_local" / "_run.py",
 ]
 
 #: Read by the local run only to pass on to its children as they are.
@@ -86,7 +87,7 @@ class OperatingTests(SynchronousTestCase):
         naming it, and the row gives the option's default.
         """
         document = OPERATING.read_text("utf-8")
-        for options in (_tap.Options, _local.Options):
+        for options in (_tap.Options, vehicle_local.Options):
             for name, short, default, *_ in options.optParameters:
                 row = rowOf(document, f"`--{name}")
                 self.assertIsNotNone(row, f"--{name}")

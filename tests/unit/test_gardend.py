@@ -1,7 +1,7 @@
 """
-Tests for L{vehicle.gardend}: the stand-in's configuration, delegation tokens,
+Tests for L{vehicle_local.standin}: the stand-in's configuration, delegation tokens,
 C{/mcp} (raw JSON-RPC and the official MCP SDK client), the folder store and
-the front door (header stripping and minting, graph paths, streaming, public
+the gateway (header stripping and minting, graph paths, streaming, public
 mode's visitors and accounts).
 """
 
@@ -16,8 +16,8 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.gardend import Config, ConfigError, DelegationRefused, Delegations, StandIn
-from vehicle.gardend.__main__ import Options
+from vehicle_local.standin import Config, ConfigError, DelegationRefused, Delegations, StandIn
+from vehicle_local.standin.__main__ import Options
 
 from tests.support.gardend import (
     ACCOUNT_TOKEN,
@@ -133,7 +133,7 @@ class ConfigTests(SynchronousTestCase):
 
     def test_commandLine(self) -> None:
         """
-        C{python -m vehicle.gardend} requires C{--config} and C{--root} and
+        C{python -m vehicle_local.standin} requires C{--config} and C{--root} and
         parses the file.
         """
         path = Path(self.mktemp())

@@ -1,25 +1,24 @@
 """
 The gardend manifest (C{services/vehicle/service.json}): parsed and resolved
-as gardend does, the environment it injects, the supervised child, and the
-stand-in starting the real host from the project's own manifest.
+as gardend does, the environment it injects, and the service the stand-in
+makes of it (the supervised child itself: L{tests.unit.test_supervise}).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
-from twisted.internet.error import ProcessDone, ProcessTerminated
-from twisted.internet.task import Clock
-from twisted.python.failure import Failure
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.gardend import ChildProcess, Manifest, ManifestError, describeStatus, waitHealthy
-from vehicle.gardend._manifest import INJECTED
+from vehicle_local import ServiceFailed
+from vehicle_local.standin import Manifest, ManifestError, StandIn
+from vehicle_local.standin._manifest import INJECTED
 
 from tests.support._localrun import REPO
+from tests.support.gardend import SECRET, makeConfig
 from tests.support.manifest import MANIFEST, writeManifest
+from tests.support.processes import HealthClient, ProcessReactor
 
 
 class ManifestTests(SynchronousTestCase):
@@ -100,127 +99,77 @@ class ManifestTests(SynchronousTestCase):
             self.assertRaises(ManifestError, other.serviceConfig, "http://127.0.0.1:1", "s")
 
 
-class _FakeTransport:
-    def __init__(self) -> None:
-        self.signals: list[str] = []
-        self.stdinClosed = False
+class ServiceForTests(SynchronousTestCase):
+    """
+    L{StandIn.serviceFor} and L{StandIn.launch}: the service gardend would
+    start from a manifest, as a supervised child, fronted once healthy.
+    """
 
-    def signalProcess(self, name: str) -> None:
-        self.signals.append(name)
+    def setUp(self) -> None:
+        self.tmp = Path(self.mktemp()).absolute()
+        self.reactor = ProcessReactor()
+        self.http = HealthClient()
+        self.standIn = StandIn(root=self.tmp / "gardend", config=makeConfig(),
+                               reactor=self.reactor, http=self.http)
+        self.standIn.listen(port=8711)
+        self.manifest = Manifest.fromPath(writeManifest(self.tmp, healthPath="/ready"))
 
-    def closeStdin(self) -> None:
-        self.stdinClosed = True
-
-
-class ChildProcessTests(SynchronousTestCase):
-    def child(self, **kw: Any) -> tuple[ChildProcess, _FakeTransport, Clock]:
-        clock = Clock()
-        log = Path(self.mktemp())
-        log.parent.mkdir(parents=True, exist_ok=True)
-        child = ChildProcess(name="part", logPath=log, clock=clock, **kw)
-        transport = _FakeTransport()
-        child.makeConnection(transport)  # type: ignore[arg-type]
-        return child, transport, clock
-
-    def test_linesLoggedAndEchoed(self) -> None:
+    def test_asGardendStartsIt(self) -> None:
         """
-        Output goes to the log; whole lines are echoed with the part's
-        name; the last ones are kept, the partial one included.
+        The manifest's command, arguments and folder; gardend's variables
+        over the operator's and the manifest's, made as it starts (the data
+        dir with them); its health at its own port.
         """
-        seen: list[tuple[str, str]] = []
-        child, transport, _ = self.child(echo=lambda n, l: seen.append((n, l)), tailLines=2)
-        self.assertTrue(transport.stdinClosed)
-        child._log = open(child.logPath, "ab", buffering=0)
-        child.childDataReceived(1, b"one\ntw")
-        child.childDataReceived(2, b"o\r\nthree\nfou")
-        self.assertEqual(seen, [("part", "one"), ("part", "two"), ("part", "three")])
-        self.assertEqual(child.lastLines(), ["two", "three", "fou"])
-        child.processEnded(Failure(ProcessDone(0)))
-        self.assertEqual(child.logPath.read_bytes(), b"one\ntwo\r\nthree\nfou")
+        service = self.standIn.serviceFor(
+            self.manifest, dataDir=self.tmp / "data", logPath=self.tmp / "logs" / "host.log",
+            baseEnv={"PATH": "/bin", "PORT": "1"},
+        )
+        self.assertEqual(service.name, "vehicle")
+        self.assertFalse((self.tmp / "data").exists())
+        service.startService()
+        [spawned] = self.reactor.spawned
+        self.assertEqual(spawned.args, [self.manifest.command, "-x"])
+        self.assertEqual(spawned.path, str(self.manifest.workingDir))
+        env = dict(spawned.env or {})
+        self.assertEqual(set(INJECTED) - set(env), set())
+        self.assertEqual(env["A"], "1")
+        self.assertEqual(env["PATH"], "/bin")
+        self.assertEqual(env["DATA_DIR"], str(self.tmp / "data"))
+        self.assertEqual(env["MNEMOSYNE_MCP_URL"], "http://127.0.0.1:8711/mcp")
+        self.assertEqual(env["GARDEN_LOOPBACK_API_URL"], "http://127.0.0.1:8711")
+        self.assertEqual(env["MNEMOSYNE_INTERNAL_SERVICE_SECRET"], SECRET)
+        self.assertNotEqual(env["PORT"], "1")
+        self.assertEqual(service.url, f"http://127.0.0.1:{env['PORT']}")
+        self.assertEqual(service.healthPath, "/ready")
+        self.assertTrue((self.tmp / "data").is_dir())
 
-    def test_exitStatus(self) -> None:
-        for reason, status in ((ProcessDone(0), 0),
-                               (ProcessTerminated(exitCode=3), 3),
-                               (ProcessTerminated(signal=9), -9)):
-            child, _, _ = self.child()
-            child.processEnded(Failure(reason))
-            self.assertEqual(self.successResultOf(child.ended), status)
-            self.assertFalse(child.running)
-        self.assertEqual(describeStatus(-9), "killed by SIGKILL")
-        self.assertEqual(describeStatus(1), "exit status 1")
-
-    def test_stopEscalates(self) -> None:
+    def test_launchFronts(self) -> None:
         """
-        C{TERM} first; C{KILL} only if it is still there after the grace.
+        Once its health path answers 200, the gateway forwards to it.
         """
-        child, transport, clock = self.child()
-        d = child.stop(graceSeconds=5)
-        self.assertEqual(transport.signals, ["TERM"])
-        clock.advance(4.9)
-        self.assertEqual(transport.signals, ["TERM"])
-        clock.advance(0.2)
-        self.assertEqual(transport.signals, ["TERM", "KILL"])
+        self.http.answers = [503, 200]
+        d = Deferred.fromCoroutine(self.standIn.launch(
+            self.manifest, dataDir=self.tmp / "data", logPath=self.tmp / "host.log",
+            baseEnv={"PATH": "/bin"}))
         self.assertNoResult(d)
-        child.processEnded(Failure(ProcessTerminated(signal=9)))
-        self.assertEqual(self.successResultOf(d), -9)
+        self.reactor.advance(0.1)
+        service = self.successResultOf(d)
+        self.assertEqual(self.standIn.gateway.serviceUrl, service.url)
+        self.assertEqual(self.http.urls, [f"{service.url}/ready"] * 2)
 
-    def test_stopInTime(self) -> None:
-        child, transport, clock = self.child()
-        d = child.stop(graceSeconds=5)
-        child.processEnded(Failure(ProcessDone(0)))
-        self.assertEqual(self.successResultOf(d), 0)
-        self.assertEqual(clock.getDelayedCalls(), [])
-        self.assertEqual(self.successResultOf(child.stop()), 0)
-        self.assertEqual(transport.signals, ["TERM"])
-
-
-class _Response:
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-    def content(self) -> Deferred:
-        return succeed(b"")
-
-
-class _Client:
-    def __init__(self, answers: list[Any]) -> None:
-        self.answers = answers
-        self.urls: list[str] = []
-
-    def get(self, url: str, timeout: float) -> Deferred:
-        self.urls.append(url)
-        answer = self.answers.pop(0) if self.answers else 503
-        if isinstance(answer, Exception):
-            from twisted.internet.defer import fail
-
-            return fail(answer)
-        return succeed(_Response(answer))
-
-
-class WaitHealthyTests(SynchronousTestCase):
-    def child(self, clock: Clock) -> ChildProcess:
-        return ChildProcess(name="p", logPath=Path(self.mktemp()), clock=clock)
-
-    def test_untilOk(self) -> None:
-        clock = Clock()
-        client = _Client([ConnectionRefusedError(), 503, 200])
-        d = Deferred.fromCoroutine(waitHealthy(client, clock, self.child(clock), "http://h/health", 5))
-        clock.advance(0.1)
-        clock.advance(0.1)
-        self.assertIs(self.successResultOf(d), True)
-        self.assertEqual(client.urls, ["http://h/health"] * 3)
-
-    def test_deadline(self) -> None:
-        clock = Clock()
-        d = Deferred.fromCoroutine(waitHealthy(_Client([]), clock, self.child(clock), "u", 1))
-        for _ in range(11):
-            clock.advance(0.1)
-        self.assertIs(self.successResultOf(d), False)
-
-    def test_childEnded(self) -> None:
-        clock = Clock()
-        child = self.child(clock)
-        d = Deferred.fromCoroutine(waitHealthy(_Client([]), clock, child, "u", 60))
-        child.processEnded(Failure(ProcessTerminated(exitCode=1)))
-        clock.advance(0.1)
-        self.assertIs(self.successResultOf(d), False)
+    def test_launchFailsAndStops(self) -> None:
+        """
+        A service that stays unhealthy is stopped (C{TERM}) and the launch
+        fails with L{ServiceFailed}; the gateway is not pointed at it.
+        """
+        before = self.standIn.gateway.serviceUrl
+        d = Deferred.fromCoroutine(self.standIn.launch(
+            self.manifest, dataDir=self.tmp / "data", logPath=self.tmp / "host.log",
+            baseEnv={"PATH": "/bin"}, healthSeconds=1))
+        self.reactor.pump([0.1] * 11)
+        [spawned] = self.reactor.spawned
+        self.assertEqual(spawned.transport.signals, ["TERM"])
+        self.assertNoResult(d)
+        spawned.end(signal=15)
+        self.failureResultOf(d, ServiceFailed)
+        self.assertEqual(self.standIn.gateway.serviceUrl, before)

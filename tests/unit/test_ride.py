@@ -1,7 +1,7 @@
 """
 Tests for C{vehicle ride} (L{vehicle.clients}) and the C{vehicle} console script: the line
 protocol against the real host in memory (L{tests.support.harness}) behind a fake
-front door, the credentials, the stdio line receiver, and one ride of the
+gateway, the credentials, the stdio line receiver, and one ride of the
 real console script against a live host behind the gardend stand-in.
 """
 
@@ -62,7 +62,7 @@ class _GardendRefusal(Resource):
         ).encode()
 
 
-class FakeFrontDoor:
+class FakeGateway:
     """
     A treq-like client standing for gardend: checks the bearer, strips
     C{/services/vehicle/g/<graph>}, and calls the harness's host with the
@@ -108,13 +108,13 @@ class FakeFrontDoor:
 
 class RideTests(SynchronousTestCase):
     """
-    L{Ride} against the real host in memory, through a fake front door.
+    L{Ride} against the real host in memory, through a fake gateway.
     """
 
     def setUp(self) -> None:
         self.harness = Harness(self)
         self.addCleanup(self.harness.stop)
-        self.front = FakeFrontDoor(self.harness)
+        self.front = FakeGateway(self.harness)
         self.counter = 0
 
     def newId(self, prefix: str) -> str:
@@ -832,7 +832,7 @@ class StdioLinesTests(SynchronousTestCase):
         harness = Harness(self)
         self.addCleanup(harness.stop)
         frames: list[dict[str, Any]] = []
-        link = HostLink(http=FakeFrontDoor(harness), gardend=GARDEND, graph="g1",
+        link = HostLink(http=FakeGateway(harness), gardend=GARDEND, graph="g1",
                     headers={"Authorization": f"Bearer {TOKEN}"})
         ride = Ride(link=link, clientId="alice", write=frames.append)
         d = Deferred.fromCoroutine(ride.run(new=NewSession()))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twisted.internet.error import ProcessDone, ProcessExitedAlready, ProcessTerminated
+from twisted.internet.error import ProcessDone, ProcessTerminated
 from twisted.internet.interfaces import IProcessTransport
 from twisted.internet.task import Clock
 from twisted.internet.testing import EventLoggingObserver
@@ -19,57 +19,7 @@ from zope.interface.verify import verifyObject
 
 from vehicle.body import MAX_LINE_BYTES, BodyExited, IBodySink, PiCommandError, PiProtocol
 
-
-@implementer(IProcessTransport)
-class FakeProcessTransport:
-    """
-    Records what the protocol does to its child.
-    """
-
-    pid = 4242
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.signals: list[str] = []
-        self.stdinClosed = False
-        self.exited = False
-
-    def write(self, data: bytes) -> None:
-        assert not self.stdinClosed, "write after closeStdin"
-        self.written.append(data)
-
-    def writeSequence(self, seq: list[bytes]) -> None:
-        for data in seq:
-            self.write(data)
-
-    def writeToChild(self, childFD: int, data: bytes) -> None:
-        raise NotImplementedError()
-
-    def closeStdin(self) -> None:
-        self.stdinClosed = True
-
-    def closeStdout(self) -> None:
-        pass
-
-    def closeStderr(self) -> None:
-        pass
-
-    def closeChildFD(self, descriptor: int) -> None:
-        pass
-
-    def loseConnection(self) -> None:
-        self.closeStdin()
-
-    def getPeer(self) -> Any:
-        return None
-
-    def getHost(self) -> Any:
-        return None
-
-    def signalProcess(self, signalID: str | int) -> None:
-        if self.exited:
-            raise ProcessExitedAlready()
-        self.signals.append(str(signalID))
+from tests.support.processes import FakeProcessTransport
 
 
 @implementer(IBodySink)

@@ -165,7 +165,8 @@ class TestCaseNameTests(SynchronousTestCase):
 
     def test_everyNameExists(self) -> None:
         missing = []
-        sources = sorted((ROOT / "src" / "vehicle").rglob("*.py"))
+        sources = sorted(path for package in ("vehicle", "vehicle_local")
+                         for path in (ROOT / "src" / package).rglob("*.py"))
         named = 0
         for source in sources:
             with source.open(encoding="utf-8") as f:
@@ -178,4 +179,5 @@ class TestCaseNameTests(SynchronousTestCase):
                 if not module.is_file():
                     missing.append(f"{source.relative_to(ROOT)}: {name.strip()}")
         self.assertGreater(named, 50)
+        self.assertIn(ROOT / "src" / "vehicle_local" / "_run.py", sources)
         self.assertEqual(missing, [])

@@ -1,9 +1,9 @@
 # -*- test-case-name: tests.unit.test_ride,tests.unit.test_tail -*-
 """
-The host's clients, through gardend's front door: C{vehicle ride}, the
+The host's clients, through gardend's gateway: C{vehicle ride}, the
 stdio (JSONL) client, and C{vehicle tail}, an operator's view of a
 session's events.  They know the host only by its routes and frames, and
-share the link (credentials, the front door's URL), the HTTP client and
+share the link (credentials, the gateway's URL), the HTTP client and
 the stdio lines.
 """
 

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_ride -*-
 """
-How a client reaches the host: through gardend's front door, with the
+How a client reaches the host: through gardend's gateway, with the
 caller's credentials (a bearer token, or a visitor's id) and its model key,
 each read once from the environment or a file, never from the command line.
 """
@@ -196,7 +196,7 @@ def localFrame(frameType: str, requestId: str | None, value: Any) -> dict[str, A
 @frozen(kw_only=True)
 class HostLink:
     """
-    The host's routes under one graph, through gardend's front door.
+    The host's routes under one graph, through gardend's gateway.
 
     @ivar http: a treq C{HTTPClient} (or C{StubTreq}).
     @ivar gardend: gardend's URL (C{https://cow-tools.example}).
@@ -211,7 +211,7 @@ class HostLink:
 
     def url(self, path: str, query: Mapping[str, str] | None = None) -> str:
         """
-        The front door's URL for the host's C{path} on the bound graph.
+        The gateway's URL for the host's C{path} on the bound graph.
         """
         url = f"{self.gardend}/services/vehicle/g/{quote(self.graph, safe='')}{path}"
         if query:

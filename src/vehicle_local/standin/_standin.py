@@ -1,7 +1,7 @@
-# -*- test-case-name: tests.unit.test_gardend -*-
+# -*- test-case-name: tests.unit.test_gardend,tests.unit.test_manifest -*-
 """
 The whole stand-in assembled: the store, the delegation key, C{/mcp} and the
-front door on one loopback port, with the handles tests reach for (the audit,
+gateway on one loopback port, with the handles tests reach for (the audit,
 documents, offline switch, minted tokens, the headers the host was sent).
 """
 
@@ -10,20 +10,22 @@ from __future__ import annotations
 import secrets
 import socket
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from attrs import define, field
 from twisted.internet.address import IPv4Address
 from twisted.internet.interfaces import IListeningPort, IReactorTCP, IReactorTime
 from twisted.web.server import Site
+from treq.client import HTTPClient
 
 from vehicle._reactors import IHostReactor
-from vehicle.gardend._config import Config
-from vehicle.gardend._delegation import Delegations
-from vehicle.gardend._frontdoor import SERVICE_ID, FrontDoor
-from vehicle.gardend._manifest import ChildProcess, Manifest, waitHealthy
-from vehicle.gardend._mcp import MCPEndpoint
-from vehicle.gardend._store import FolderStore
+from vehicle_local.standin._config import Config
+from vehicle_local.standin._delegation import Delegations
+from vehicle_local.standin._gateway import SERVICE_ID, Gateway
+from vehicle_local._supervise import Echo, Named, ServiceFailed, Supervised
+from vehicle_local.standin._manifest import Manifest
+from vehicle_local.standin._mcp import MCPEndpoint
+from vehicle_local.standin._store import FolderStore
 
 
 @define
@@ -32,18 +34,21 @@ class StandIn:
     A gardend for one service, over a folder-backed workspace.
 
     @ivar root: the workspace's directory.
-    @ivar reactor: for the front door's outgoing requests.
+    @ivar reactor: for the gateway's outgoing requests.
     @ivar clock: for token lifetimes and timestamps (the reactor by default).
+    @ivar http: the gateway's HTTP client, for forwarding and health checks
+        (treq's over the reactor by default).
     """
 
     root: Path = field(converter=Path)
     config: Config
     reactor: IHostReactor
     clock: Optional[IReactorTime] = None
+    http: Optional[HTTPClient] = None
     store: FolderStore = field(init=False)
     delegations: Delegations = field(init=False)
     mcp: MCPEndpoint = field(init=False)
-    frontDoor: FrontDoor = field(init=False)
+    gateway: Gateway = field(init=False)
     _port: Optional[IListeningPort] = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -53,18 +58,19 @@ class StandIn:
         self.mcp = MCPEndpoint(
             config=self.config, store=self.store, delegations=self.delegations
         )
-        self.frontDoor = FrontDoor(
+        self.gateway = Gateway(
             config=self.config,
             mcp=self.mcp,
             delegations=self.delegations,
             reactor=self.reactor,
+            client=self.http,
         )
 
     def resource(self) -> Any:
         """
-        The front door and C{/mcp} as one web resource (for C{StubTreq}).
+        The gateway and C{/mcp} as one web resource (for C{StubTreq}).
         """
-        return self.frontDoor.router.resource()
+        return self.gateway.router.resource()
 
     def listen(self, reactor: IReactorTCP | None = None, port: int = 0) -> IListeningPort:
         """
@@ -108,7 +114,67 @@ class StandIn:
         """
         Every request forwarded to the host: C{{"method", "path", "headers"}}.
         """
-        return self.frontDoor.requestsSeen
+        return self.gateway.requestsSeen
+
+    def serviceFor(
+        self,
+        manifest: Manifest,
+        *,
+        dataDir: Path,
+        logPath: Path,
+        baseEnv: Mapping[str, str],
+        profileId: str = "local",
+        echo: Optional[Echo] = None,
+    ) -> Supervised:
+        """
+        The service as gardend starts it, not started yet: a private
+        loopback C{PORT}, its C{DATA_DIR}, the secret, C{/mcp} and the rest
+        injected over the manifest's C{env}; C{command args} run in
+        C{workingDir}; healthy once C{healthPath} answers 200.  It is to
+        start once the stand-in serves (its URLs are in the environment).
+
+        @param baseEnv: what the operator passes on (C{PATH}, model settings).
+        """
+        port = freeLoopbackPort()
+
+        def environment() -> Mapping[str, str]:
+            # As it starts: the stand-in is serving by then, its URL known.
+            injected = {
+                "PORT": str(port),
+                "DATA_DIR": str(dataDir),
+                "MNEMOSYNE_MCP_URL": self.mcpUrl,
+                "MNEMOSYNE_MCP_ACCESS_TOKEN": secrets.token_urlsafe(24),
+                "MNEMOSYNE_INTERNAL_SERVICE_SECRET": self.config.service.secret,
+                "GARDEN_LOOPBACK_API_URL": self.url,
+                "GARDEN_SERVICE_ID": manifest.serviceId,
+                "GARDEN_PROFILE_ID": profileId,
+            }
+            Path(dataDir).mkdir(parents=True, exist_ok=True)
+            return manifest.environment(baseEnv, injected)
+
+        return Supervised(
+            name=manifest.serviceId,
+            command=manifest.command,
+            args=manifest.args,
+            environment=environment,
+            cwd=manifest.workingDir,
+            logPath=logPath,
+            reactor=self.reactor,
+            url=f"http://127.0.0.1:{port}",
+            healthPath=manifest.healthPath,
+            echo=echo,
+        )
+
+    async def front(self, service: Supervised, healthSeconds: float = 60.0) -> None:
+        """
+        Wait until the started C{service} is healthy, then point the
+        gateway at it.
+
+        @raise ServiceFailed: when it ends or stays unhealthy first.
+        """
+        assert self.gateway.client is not None and service.url is not None
+        await service.whenHealthy(self.gateway.client, healthSeconds)
+        self.setServiceUrl(service.url)
 
     async def launch(
         self,
@@ -117,53 +183,35 @@ class StandIn:
         dataDir: Path,
         logPath: Path,
         baseEnv: Mapping[str, str],
-        profileId: str = "local",
-        echo: Optional[Callable[[str, str], None]] = None,
         healthSeconds: float = 60.0,
-    ) -> ChildProcess:
+    ) -> Supervised:
         """
-        Start the service as gardend does: a private loopback C{PORT}, its
-        C{DATA_DIR}, the secret, C{/mcp} and the rest injected over the
-        manifest's C{env}; run C{command args} in C{workingDir}; poll
-        C{healthPath} until it answers 200, then front it.
+        Start the service from its manifest (L{serviceFor}) and front it
+        once it is healthy (L{front}); stop it with its C{stopService}.
 
-        @param baseEnv: what the operator passes on (C{PATH}, model settings).
-        @return: the running service; its C{ended} fires when it exits.
-        @raise ServiceFailed: when it exits or stays unhealthy first.
+        @raise ServiceFailed: when it ends or stays unhealthy first (it is
+            stopped by then).
         """
-        port = freeLoopbackPort()
-        injected = {
-            "PORT": str(port),
-            "DATA_DIR": str(dataDir),
-            "MNEMOSYNE_MCP_URL": self.mcpUrl,
-            "MNEMOSYNE_MCP_ACCESS_TOKEN": secrets.token_urlsafe(24),
-            "MNEMOSYNE_INTERNAL_SERVICE_SECRET": self.config.service.secret,
-            "GARDEN_LOOPBACK_API_URL": self.url,
-            "GARDEN_SERVICE_ID": manifest.serviceId,
-            "GARDEN_PROFILE_ID": profileId,
-        }
-        env = manifest.environment(baseEnv, injected)
-        Path(dataDir).mkdir(parents=True, exist_ok=True)
-        child = ChildProcess(
-            name=manifest.serviceId, logPath=logPath, clock=self.reactor, echo=echo
-        ).spawn(self.reactor, manifest.command, manifest.args, env, manifest.workingDir)
-        url = f"http://127.0.0.1:{port}"
-        client = self.frontDoor.client
-        assert client is not None
-        clock = self.clock if self.clock is not None else self.reactor
-        if not await waitHealthy(client, clock, child, url + manifest.healthPath, healthSeconds):
-            if child.running:
-                await child.stop()
-                raise ServiceFailed(child, f"{url}{manifest.healthPath} did not answer 200")
-            raise ServiceFailed(child, "it stopped before answering its health check")
-        self.setServiceUrl(url)
-        return child
+        service = self.serviceFor(manifest, dataDir=dataDir, logPath=logPath, baseEnv=baseEnv)
+        service.startService()
+        try:
+            await self.front(service, healthSeconds)
+        except ServiceFailed:
+            await service.stopService()
+            raise
+        return service
+
+    def serving(self, port: int) -> Named:
+        """
+        A service serving the stand-in on C{127.0.0.1:port} while it runs.
+        """
+        return _Serving(standIn=self, port=port)
 
     def setServiceUrl(self, url: str) -> None:
         """
-        Point the front door at the host (once its port is known).
+        Point the gateway at the host (once its port is known).
         """
-        self.frontDoor.serviceUrl = url.rstrip("/")
+        self.gateway.serviceUrl = url.rstrip("/")
 
     def setOffline(self, offline: bool) -> None:
         """
@@ -175,7 +223,7 @@ class StandIn:
         self, principal: str, graph: str, role: str, reads: Sequence[str] = ()
     ) -> str:
         """
-        A delegation token, as the front door would hand the host (C{reads}:
+        A delegation token, as the gateway would hand the host (C{reads}:
         the other graphs a public caller's token reads).
         """
         return self.delegations.mint(principal, graph, role, SERVICE_ID, reads=reads)
@@ -211,16 +259,23 @@ class StandIn:
         self.store.trash(graph, documentId)
 
 
-class ServiceFailed(Exception):
+@define(eq=False)
+class _Serving(Named):
     """
-    A service the stand-in started stopped or never became healthy.
-
-    @ivar child: the service's process (its C{lastLines()} tell why).
+    The stand-in listening while the service runs (L{StandIn.serving}).
     """
 
-    def __init__(self, child: ChildProcess, reason: str) -> None:
-        super().__init__(reason)
-        self.child = child
+    standIn: StandIn
+    port: int
+    name: str = "gardend"
+
+    def startService(self) -> None:
+        self.standIn.listen(port=self.port)
+        Named.startService(self)
+
+    def stopService(self) -> Any:
+        Named.stopService(self)
+        return self.standIn.stopListening()
 
 
 def freeLoopbackPort() -> int:

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from attrs import field, frozen
 from twisted.internet.interfaces import IReactorTime
 
-from vehicle.gardend._config import ROLES
+from vehicle_local.standin._config import ROLES
 
 _PREFIX = "gdt1"
 

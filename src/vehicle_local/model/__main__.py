@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.live.test_model -*-
 """
-C{python -m vehicle.testing --port N}: run the scripted model alone on loopback.
+C{python -m vehicle_local.model --port N}: run the scripted model alone on loopback.
 
 Prints the base URL (ending in C{/v1}) on stdout, then serves until killed.
 """
@@ -14,7 +14,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 from twisted.python import usage
 
-from vehicle.testing._model import ScriptedModel
+from vehicle_local.model._model import ScriptedModel
 from vehicle._reactors import IClientReactor
 
 
@@ -23,7 +23,7 @@ class Options(usage.Options):
     Command-line options of the standalone scripted model.
     """
 
-    synopsis = "Usage: python -m vehicle.testing [--port N]"
+    synopsis = "Usage: python -m vehicle_local.model [--port N]"
     longdesc = "Serve the scripted OpenAI-compatible model on 127.0.0.1 and print its base URL."
 
     optParameters = [

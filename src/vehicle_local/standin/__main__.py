@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_gardend -*-
 """
-C{python -m vehicle.gardend --config FILE --root DIR --port N}: run the
+C{python -m vehicle_local.standin --config FILE --root DIR --port N}: run the
 stand-in on loopback until interrupted.
 """
 
@@ -16,8 +16,8 @@ from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
 from twisted.python import usage
 
 from vehicle._reactors import IHostReactor
-from vehicle.gardend._config import Config, ConfigError
-from vehicle.gardend._standin import StandIn
+from vehicle_local.standin._config import Config, ConfigError
+from vehicle_local.standin._standin import StandIn
 
 _log = Logger()
 
@@ -64,7 +64,7 @@ def main(reactor: IHostReactor, argv: Sequence[str]) -> "Deferred[None]":
         "gardend stand-in on {url} (mcp {mcpUrl}), fronting {service}",
         url=standIn.url,
         mcpUrl=standIn.mcpUrl,
-        service=standIn.frontDoor.serviceUrl,
+        service=standIn.gateway.serviceUrl,
     )
     return Deferred()
 

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_gardend -*-
 """
-The stand-in's front door: authenticates the caller (a member, or in public
+The stand-in's gateway: authenticates the caller (a member, or in public
 mode a visitor or Sophia account on a public graph), drops every identity
 header the caller sent, mints gardend's set (secret, principal, roles, graph,
 delegation token, caller kind) and forwards C{/services/vehicle/...} to the
@@ -28,9 +28,9 @@ from treq.client import HTTPClient
 
 from vehicle._reactors import IClientReactor
 from vehicle._relay import copyAnswer, passOn, relayBody
-from vehicle.gardend._config import Account, ClientToken, Config
-from vehicle.gardend._delegation import Delegations
-from vehicle.gardend._mcp import MCPEndpoint
+from vehicle_local.standin._config import Account, ClientToken, Config
+from vehicle_local.standin._delegation import Delegations
+from vehicle_local.standin._mcp import MCPEndpoint
 
 #: The mount gardend gives the service.
 MOUNT = b"/services/vehicle"
@@ -65,7 +65,7 @@ _HOP = frozenset(
 @frozen(kw_only=True)
 class Caller:
     """
-    Who the front door let in.
+    Who the gateway let in.
 
     @ivar principal: the C{x-user-id} it mints.
     @ivar token: the client token, or L{None} for the master key (or a
@@ -125,7 +125,7 @@ def _json(request: Request, status: int, body: Any) -> bytes:
 
 
 @define
-class FrontDoor:
+class Gateway:
     """
     gardend's way in, for one service.
 
@@ -162,7 +162,7 @@ class FrontDoor:
         of a gardend in public mode, a Sophia account (a bearer that is an
         account's ID token) or, with no bearer at all, a visitor.
 
-        @raise _Refusal: 401 without a credential the front door knows (a
+        @raise _Refusal: 401 without a credential the gateway knows (a
             bearer it does not know is refused even on a public graph, so an
             expired sign-in is never quietly downgraded to a visitor).
         """
@@ -235,7 +235,7 @@ class FrontDoor:
     @router.route("/health", methods=["GET"])
     def health(self, request: Request) -> bytes:
         """
-        The front door's own health.
+        The gateway's own health.
         """
         return _json(request, 200, {"ok": True})
 

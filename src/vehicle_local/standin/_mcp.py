@@ -15,10 +15,10 @@ from attrs import define
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
-from vehicle.gardend._config import Config
-from vehicle.gardend._delegation import Delegation, DelegationRefused, Delegations
-from vehicle.gardend._store import ToolError
-from vehicle.gardend._tools import CATALOG, READ, TOOLS, WRITE, DocumentTools, ToolSpec
+from vehicle_local.standin._config import Config
+from vehicle_local.standin._delegation import Delegation, DelegationRefused, Delegations
+from vehicle_local.standin._store import ToolError
+from vehicle_local.standin._tools import CATALOG, READ, TOOLS, WRITE, DocumentTools, ToolSpec
 
 #: Protocol revisions the stand-in negotiates on C{initialize}, newest first.
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")

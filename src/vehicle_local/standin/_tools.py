@@ -3,7 +3,7 @@
 gardend's document tools as the stand-in offers them: their catalog (name,
 description, scope, arguments) and what each does over the L{FolderStore}.
 Who may call which, on which graph, is the endpoint's
-(L{vehicle.gardend._mcp.MCPEndpoint}).
+(L{vehicle_local.standin._mcp.MCPEndpoint}).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from attrs import define, frozen
 
-from vehicle.gardend._store import FolderStore, ToolError, checkId
+from vehicle_local.standin._store import FolderStore, ToolError, checkId
 
 
 READ = "documents.read"
