@@ -15,7 +15,7 @@ from acp import RequestError, text_block
 from twisted.trial.unittest import TestCase
 
 from tests.support._clients import Client, clientEnvironment, startClient
-from tests.support.acp import AsyncioThread, Editor
+from tests.support.acp import AsyncioThread, Editor, vehicleEditor
 from tests.support.live import LiveHost, requirePi, startStandIn
 
 
@@ -46,8 +46,8 @@ class _Live(TestCase):
                 await editor.close()
 
     async def editor(self, *args: str) -> Editor:
-        editor = Editor(self.loop, self.stand.url, MASTER, *args,
-                        home=str(Path(self.mktemp()).absolute()))
+        editor = vehicleEditor(self.loop, self.stand.url, MASTER, *args,
+                               home=str(Path(self.mktemp()).absolute()))
         self.editors.append(editor)
         self.initialized = await editor.start()
         return editor

@@ -12,6 +12,7 @@ import concurrent.futures
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -59,38 +60,46 @@ class AsyncioThread:
 
 class _Recorder:
     """
-    The editor's side of the connection: keeps every C{session/update}.
+    The editor's side of the connection: keeps every C{session/update},
+    and when it came (C{time.perf_counter}).
     """
 
     def __init__(self) -> None:
         self.updates: list[tuple[str, dict[str, Any]]] = []
+        self.times: list[float] = []
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.times.append(time.perf_counter())
         self.updates.append((session_id, update.model_dump(by_alias=True, exclude_none=True)))
 
     async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
         raise RequestError.method_not_found("session/request_permission")
 
 
+def vehicleEditor(loop: AsyncioThread, gardend: str, token: str, *args: str,
+                  home: str, graph: str = "g1") -> "Editor":
+    """
+    An editor of C{vehicle acp --gardend <gardend> --graph <graph> <args>},
+    with C{token} as C{$VEHICLE_TOKEN} and C{home} as C{$HOME}.
+    """
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "VEHICLE_TOKEN": token}
+    return Editor(loop, [VEHICLE, "acp", "--gardend", gardend, "--graph", graph, *args], env)
+
+
 class Editor:
     """
-    One editor: a C{vehicle acp} child and the ACP client library's
-    connection to it.
+    One editor: an ACP agent in a child (C{argv}, with C{env}) and the ACP
+    client library's connection to it.
 
     @ivar updates: every C{session/update}, as C{(sessionId, update)} with
         the wire's field names.
     @ivar stderr: what the child wrote on standard error.
     """
 
-    def __init__(self, loop: AsyncioThread, gardend: str, token: str, *args: str,
-                 home: str, graph: str = "g1") -> None:
+    def __init__(self, loop: AsyncioThread, argv: list[str], env: dict[str, str]) -> None:
         self.loop = loop
-        self.argv = [VEHICLE, "acp", "--gardend", gardend, "--graph", graph, *args]
-        self.env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": home,
-            "VEHICLE_TOKEN": token,
-        }
+        self.argv = argv
+        self.env = env
         self.recorder = _Recorder()
         self.stderr = b""
         self.exitCode: int | None = None
