@@ -61,8 +61,12 @@ class _Sink:
         pass
 
 
-async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], list[int]]:
-    """Prompt → first delta, straight to a pi child (warm: one prompt first)."""
+async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], list[int], float]:
+    """
+    Prompt → first delta, straight to a pi child (warm: one prompt first);
+    the child's resident memory; and the cold figure: from its spawn to the
+    first delta of its first prompt.
+    """
     pi = findPi(defaultPiRoot())
     root = Path(tempfile.mkdtemp(prefix="vehicle-bench-pi-"))
     for d in ("agent", "home", "sess", "work"):
@@ -74,9 +78,10 @@ async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], 
                         path=f"{pi.node.parent}:/usr/bin:/bin")
     sink = _Sink()
     proto = PiProtocol(sink)
+    spawned = time.perf_counter()
     transport = reactor.spawnProcess(proto, argv[0], argv, env=env, path=str(root / "work"),
                                      childFDs={0: "w", 1: "r", 2: "r", 3: "w"})
-    spec = dict(host.api.models.providers["scripted"])
+    spec = host.scriptedProvider()
     transport.writeToChild(3, bootConfig(providers={"scripted": spec},
                                          budget={"maxTurns": 12, "maxCostUsd": 1.0}))
     transport.closeChildFD(3)
@@ -90,9 +95,11 @@ async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], 
         await sink.settled
         if n:
             times.append(first - start)
+        else:
+            cold = first - spawned
     live = rss(transport.pid)
     await proto.terminate(reactor)
-    return times, [live]
+    return times, [live], cold
 
 
 async def throughHost(host: LiveHost, runs: int) -> tuple[list[float], int]:
@@ -172,7 +179,7 @@ async def main(reactor: Any, runs: int = 5) -> None:
     host = await LiveHost(case).start()
     try:
         hostTimes, hostRss = await throughHost(host, runs)
-        directTimes, directRss = await direct(reactor, host, runs)
+        directTimes, directRss, _ = await direct(reactor, host, runs)
     finally:
         await case.cleanup()
     durable, ephemeral = perEvent()

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.unit.test_clients_cli -*-
 """
-The C{vehicle} console script: C{vehicle ride} (the stdio JSONL client) and
-C{vehicle tail} (an operator's tail of a session's events).  Only parsing
+The C{vehicle} console script: C{vehicle ride} (the stdio JSONL client),
+C{vehicle tail} (an operator's tail of a session's events) and C{vehicle
+acp} (an Agent Client Protocol agent for editors).  Only parsing
 and the reactor; the work is in L{vehicle.clients}.
 """
 
@@ -25,7 +26,7 @@ from twisted.python import usage
 
 import vehicle
 from vehicle._reactors import IClientReactor
-from vehicle.clients import RideOptions, TailOptions, runRide, runTail
+from vehicle.clients import AcpOptions, RideOptions, TailOptions, runAcp, runRide, runTail
 from vehicle.settings import defaultPiRoot
 
 
@@ -98,10 +99,11 @@ def versionText(piRoot: Path | None = None, runtime: Path = RUNTIME_PI) -> str:
 
 class Options(usage.Options):
     longdesc = ""
-    synopsis = "vehicle (ride | tail) [options]  |  vehicle --version"
+    synopsis = "vehicle (ride | tail | acp) [options]  |  vehicle --version"
     subCommands = [
         ["ride", None, RideOptions, "Ride a session: JSONL requests on stdin, frames on stdout."],
         ["tail", None, TailOptions, "Follow a session's events over SSE."],
+        ["acp", None, AcpOptions, "Be an Agent Client Protocol agent for an editor, over stdio."],
     ]
 
     def opt_version(self) -> None:
@@ -114,7 +116,7 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         if self.subCommand is None:
-            raise usage.UsageError("a subcommand is required: ride or tail (or --version)")
+            raise usage.UsageError("a subcommand is required: ride, tail or acp (or --version)")
 
 
 async def _exitCode(work: Awaitable[int]) -> None:
@@ -124,7 +126,7 @@ async def _exitCode(work: Awaitable[int]) -> None:
 
 
 def _usageLine(options: Options, argv: Sequence[str], error: usage.UsageError) -> str:
-    sub = next((a for a in argv if a in ("ride", "tail")), None)
+    sub = next((a for a in argv if a in ("ride", "tail", "acp")), None)
     name = f"vehicle {sub}" if sub else "vehicle"
     return f"{name}: {error} (see {name} --help)"
 
@@ -134,7 +136,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     Parse C{argv} (default: C{sys.argv[1:]}) and run the subcommand on the
     real reactor.  A usage error is one line on standard error (exit 2).
     Warnings and errors go to standard error; standard output carries only
-    frames (ride) or events (tail).
+    frames (ride), events (tail) or protocol messages (acp).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     options = Options()
@@ -152,7 +154,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         ],
         redirectStandardIO=False,
     )
-    run: Any = runRide if options.subCommand == "ride" else runTail
+    run: Any = {"ride": runRide, "tail": runTail, "acp": runAcp}[str(options.subCommand)]
 
     def start(reactor: IClientReactor) -> Deferred[None]:
         return Deferred.fromCoroutine(_exitCode(run(reactor, options.subOptions, environ)))

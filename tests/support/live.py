@@ -75,28 +75,30 @@ class LiveHost:
         await self._startHost()
         return self
 
-    async def _startHost(self) -> None:
-        catalog = ModelCatalog(
-            {
-                "scripted": {
-                    "baseUrl": self.model.url,
-                    "api": "openai-completions",
-                    "apiKey": self.key,
-                    "models": [
-                        {
-                            "id": "echo-1",
-                            "name": "Echo",
-                            "reasoning": False,
-                            "input": ["text"],
-                            "cost": {"input": 3, "output": 15, "cacheRead": 0, "cacheWrite": 0},
-                            "contextWindow": 128000,
-                            "maxTokens": 4096,
-                        }
-                    ],
+    def scriptedProvider(self) -> dict[str, Any]:
+        """
+        pi's provider entry for the scripted model (C{scripted/echo-1}),
+        with the host's key.
+        """
+        return {
+            "baseUrl": self.model.url,
+            "api": "openai-completions",
+            "apiKey": self.key,
+            "models": [
+                {
+                    "id": "echo-1",
+                    "name": "Echo",
+                    "reasoning": False,
+                    "input": ["text"],
+                    "cost": {"input": 3, "output": 15, "cacheRead": 0, "cacheWrite": 0},
+                    "contextWindow": 128000,
+                    "maxTokens": 4096,
                 }
-            },
-            "scripted/echo-1",
-        )
+            ],
+        }
+
+    async def _startHost(self) -> None:
+        catalog = ModelCatalog({"scripted": self.scriptedProvider()}, "scripted/echo-1")
         settings = Settings(
             secret=SECRET,
             dataDir=self.root,

@@ -1,12 +1,16 @@
-# -*- test-case-name: tests.unit.test_ride,tests.unit.test_tail -*-
+# -*- test-case-name: tests.unit.test_ride,tests.unit.test_tail,tests.unit.test_acp -*-
 """
 The host's clients, through gardend's gateway: C{vehicle ride}, the
-stdio (JSONL) client, and C{vehicle tail}, an operator's view of a
-session's events.  They know the host only by its routes and frames, and
-share the link (credentials, the gateway's URL), the HTTP client and
+stdio (JSONL) client, C{vehicle tail}, an operator's view of a session's
+events, and C{vehicle acp}, an Agent Client Protocol agent for editors.
+They know the host only by its routes and frames, and share the link
+(credentials, the gateway's URL), the HTTP client and
 the stdio lines.
 """
 
+from vehicle.clients._acp import AcpAgent, AcpOptions, AcpSession, runAcp
+from vehicle.clients._acpmap import EventMapper, promptCommand, replay, stopReason
+from vehicle.clients._acprpc import RPCError, readMessage
 from vehicle.clients._client import clientHTTP
 from vehicle.clients._link import (
     Credentials,
@@ -36,6 +40,16 @@ from vehicle.clients._tail import (
 
 
 __all__ = [
+    "AcpAgent",
+    "AcpOptions",
+    "AcpSession",
+    "EventMapper",
+    "RPCError",
+    "promptCommand",
+    "readMessage",
+    "replay",
+    "runAcp",
+    "stopReason",
     "SSEParser",
     "Tail",
     "TailAll",

@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.stdio import StandardIO
 from twisted.python import usage
+from twisted.web.client import HTTPConnectionPool
 
 from vehicle._reactors import IClientReactor
 from vehicle.clients._client import GardendOptions, clientHTTP
@@ -50,6 +51,64 @@ def checkVariableName(name: str | None) -> None:
         )
 
 
+#: The options of each client that drives a session (the ride, the ACP
+#: agent), beside L{GardendOptions}'.
+DRIVER_PARAMETERS: list[list[Any]] = [
+    ["client-id", None, None, "This client's x-vehicle-client-id (default: a fresh one)."],
+    ["model-key-env", None, None, "The variable holding your model key "
+     "(default: VEHICLE_MODEL_KEY)."],
+]
+
+
+def checkDriver(options: Mapping[str, Any]) -> None:
+    """
+    The driving options' checks: C{--profile}, C{--model-key-env}.
+
+    @raise usage.UsageError: one fails.
+    """
+    if options["profile"] not in (None, "chat", "agent"):
+        raise usage.UsageError("--profile is chat or agent")
+    checkVariableName(options["model-key-env"])
+
+
+def readCredentials(
+    options: Mapping[str, Any],
+    environ: Mapping[str, str] | None,
+    say: Callable[[str], None] | None,
+    command: str,
+) -> tuple[Credentials | None, Callable[[str], None]]:
+    """
+    A client's credentials (L{credentialsFor}, from C{environ}, by default
+    the process's), and how it speaks to the person (C{say}, by default
+    L{sayOnStderr}); L{None} for the credentials when they cannot be had,
+    which was said in one line starting C{vehicle <command>:}.
+    """
+    environ = os.environ if environ is None else environ
+    say = say if say is not None else sayOnStderr
+    try:
+        return credentialsFor(options, environ), say
+    except CredentialError as e:
+        say(f"vehicle {command}: {e}")
+        return None, say
+
+
+def driverLink(
+    reactor: IClientReactor, options: Mapping[str, Any], credentials: Credentials, clientId: str
+) -> tuple[HostLink, HTTPConnectionPool]:
+    """
+    The host's routes for a client that drives as C{clientId} (sent on
+    every request with the credentials), and its connection pool.
+    """
+    http, pool = clientHTTP(reactor, options["ca-file"], persistent=True)
+    link = HostLink(
+        http=http,
+        gardend=options["gardend"],
+        graph=options["graph"],
+        headers={**credentials.headers(), "X-Vehicle-Client-Id": clientId},
+    )
+    return link, pool
+
+
 class RideOptions(GardendOptions):
     """
     C{vehicle ride --gardend URL --graph G (--new | --session ID) ...}.
@@ -73,9 +132,7 @@ class RideOptions(GardendOptions):
         ["profile", None, None, "With --new: chat (default) or agent."],
         ["model", None, None, "With --new: provider/model."],
         ["title", None, None, "With --new: the session's title."],
-        ["client-id", None, None, "This ride's x-vehicle-client-id (default: a fresh one)."],
-        ["model-key-env", None, None, "The variable holding your model key "
-         "(default: VEHICLE_MODEL_KEY)."],
+        *DRIVER_PARAMETERS,
     ]
 
     def postOptions(self) -> None:
@@ -86,11 +143,9 @@ class RideOptions(GardendOptions):
             for name in ("profile", "model", "title"):
                 if self[name] is not None:
                     raise usage.UsageError(f"--{name} goes with --new")
-        if self["profile"] not in (None, "chat", "agent"):
-            raise usage.UsageError("--profile is chat or agent")
         if self["watch-only"] and self["new"]:
             raise usage.UsageError("--watch-only goes with --session (a new session is claimed)")
-        checkVariableName(self["model-key-env"])
+        checkDriver(self)
 
     def newSession(self) -> NewSession | None:
         if not self["new"]:
@@ -124,13 +179,7 @@ async def runRide(
         await output.close()
         return 2
     clientId = options["client-id"] or randomId("ride")
-    http, pool = clientHTTP(reactor, options["ca-file"], persistent=True)
-    link = HostLink(
-        http=http,
-        gardend=options["gardend"],
-        graph=options["graph"],
-        headers={**credentials.headers(), "X-Vehicle-Client-Id": clientId},
-    )
+    link, pool = driverLink(reactor, options, credentials, clientId)
     ride = Ride(
         link=link, clientId=clientId, write=output.sendFrame, watchOnly=bool(options["watch-only"])
     )

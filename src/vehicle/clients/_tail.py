@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 from typing import Any, Callable, Mapping, Sequence
 
 from attrs import define, evolve, field
@@ -23,8 +22,8 @@ from twisted.python.failure import Failure
 
 from vehicle._reactors import IClientReactor
 from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
-from vehicle.clients._link import CredentialError, HostLink, asFrame, credentialsFor
-from vehicle.clients._ridemain import boundedWait, explainRefusal, sayOnStderr
+from vehicle.clients._link import HostLink, asFrame
+from vehicle.clients._ridemain import boundedWait, explainRefusal, readCredentials
 from vehicle.clients._stdio import StdioLines
 
 
@@ -162,6 +161,10 @@ class Tail:
         keepalive every 15 s) is taken for dead and reconnected.
     @ivar connections: the connections that delivered the stream.
     @ivar drops: the streams that broke off before the session ended.
+    @ivar onEvent: when set, called with each event (the durable ones
+        once each, in order, and the deltas) instead of printing it.
+    @ivar onConnected: when set, called with L{connections} each time a
+        connection delivers the stream.
     """
 
     link: HostLink
@@ -179,6 +182,8 @@ class Tail:
     maxBackoff: float = 5.0
     patient: bool = False
     idleSeconds: float = 45.0
+    onEvent: Callable[[dict[str, Any]], None] | None = None
+    onConnected: Callable[[int], None] | None = None
     connections: int = field(init=False, default=0)
     drops: int = field(init=False, default=0)
     ended: bool = field(init=False, default=False)
@@ -263,6 +268,8 @@ class Tail:
             raise TailFailed(f"{frame.get('code')}: {frame.get('message')}", frame)
         self.connections += 1
         self._live = True
+        if self.onConnected is not None:
+            self.onConnected(self.connections)
         watchdog = _Watchdog(self.clock, self.idleSeconds, response)
         parser = SSEParser(self._message)
 
@@ -293,7 +300,9 @@ class Tail:
         seq = event.get("seq")
         eventType = str(event.get("type", "?"))
         if seq is None:
-            if self.deltas and typeMatches(self.types, eventType):
+            if self.onEvent is not None:
+                self.onEvent(event)
+            elif self.deltas and typeMatches(self.types, eventType):
                 if self.asJSON:
                     self._line(json.dumps(event, ensure_ascii=False))
                 else:
@@ -308,7 +317,9 @@ class Tail:
         if not isinstance(seq, int) or seq <= self.lastSeq:
             return  # already seen
         self.lastSeq = seq
-        if typeMatches(self.types, eventType):
+        if self.onEvent is not None:
+            self.onEvent(event)
+        elif typeMatches(self.types, eventType):
             if self.asJSON:
                 self._line(json.dumps(event, ensure_ascii=False))
             else:
@@ -530,12 +541,8 @@ async def runTail(
     @return: the exit code: 0; 1 when the tail was refused or gave up; 2
         for credentials; 3 when gardend could not be reached.
     """
-    environ = os.environ if environ is None else environ
-    say = say if say is not None else sayOnStderr
-    try:
-        credentials = credentialsFor(options, environ)
-    except CredentialError as e:
-        say(f"vehicle tail: {e}")
+    credentials, say = readCredentials(options, environ, say, "tail")
+    if credentials is None:
         return 2
     http, pool = clientHTTP(reactor, options["ca-file"])
     link = HostLink(

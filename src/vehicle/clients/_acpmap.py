@@ -1,0 +1,512 @@
+# -*- test-case-name: tests.unit.test_acp -*-
+"""
+What the Agent Client Protocol and the host say to each other, without
+I/O: an editor's prompt as a command's C{text} and C{contextRefs}; the
+host's events, transcript and summaries as C{session/update}s, replays and
+C{SessionInfo}s; how a command ended as a prompt's stop reason; the host's
+refusals as JSON-RPC errors.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+from attrs import define, field, frozen
+
+from vehicle.body import stripContextNote
+from vehicle.clients._acprpc import (
+    AUTH_REQUIRED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    RESOURCE_NOT_FOUND,
+    RPCError,
+)
+
+
+#: What a command's C{contextRefs} may hold (the host's limits).
+MAX_CONTEXT_REFS = 64
+MAX_CONTEXT_REF = 300
+
+#: The host's refusals that are the caller's credentials, or the caller's
+#: own mistake in the request (JSON-RPC "invalid params").
+_AUTH_CODES = frozenset({"unauthorized", "identity_required", "invalid_identity"})
+_PARAMS_CODES = frozenset(
+    {
+        "invalid_request",
+        "invalid_json",
+        "body_too_large",
+        "graph_mismatch",
+        "model_not_allowed",
+        "invalid_model_key",
+    }
+)
+
+#: pi's words when a provider refused to answer (its C{stopReason} is then
+#: C{error}): OpenAI-style C{content_filter}, Anthropic's C{refusal} and
+#: C{sensitive}, Google's safety stops.
+_REFUSAL = re.compile(r"content_filter|refus|sensitive|safety|prohibited", re.IGNORECASE)
+
+#: A tool's kind (ACP's C{ToolKind}) by words in its name, first match wins.
+_KINDS: Sequence[tuple[str, str]] = (
+    ("bash", "execute"),
+    ("exec", "execute"),
+    ("search", "search"),
+    ("find", "search"),
+    ("grep", "search"),
+    ("delete", "delete"),
+    ("trash", "delete"),
+    ("remove", "delete"),
+    ("move", "move"),
+    ("rename", "move"),
+    ("edit", "edit"),
+    ("write", "edit"),
+    ("create", "edit"),
+    ("update", "edit"),
+    ("fetch", "fetch"),
+    ("read", "read"),
+    ("get", "read"),
+    ("list", "read"),
+)
+
+
+def toolKind(name: str | None) -> str:
+    """
+    ACP's kind for a tool, from its name (C{other} when nothing fits).
+    """
+    lowered = (name or "").lower()
+    for word, kind in _KINDS:
+        if word in lowered:
+            return kind
+    return "other"
+
+
+def promptCommand(blocks: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """
+    An editor's prompt as a command's C{text} and C{contextRefs}: text
+    blocks in order; each resource link's name in its place in the text and
+    its URI among the C{contextRefs} (what the person had open).
+
+    @raise RPCError: C{INVALID_PARAMS} for a content type this agent does
+        not advertise (images, audio, embedded resources), a malformed
+        block, no text at all, or more references than the host takes.
+    """
+    parts: list[str] = []
+    refs: list[str] = []
+    for index, block in enumerate(blocks):
+        kind = block.get("type")
+        where = f"prompt[{index}]"
+        if kind == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise RPCError(
+                    INVALID_PARAMS, f"Invalid params: {where}.text is a string", {"field": where}
+                )
+            parts.append(text)
+        elif kind == "resource_link":
+            uri, name = block.get("uri"), block.get("name")
+            if not isinstance(uri, str) or not uri or not isinstance(name, str):
+                raise RPCError(
+                    INVALID_PARAMS,
+                    f"Invalid params: {where} is a resource link with a uri and a name",
+                    {"field": where},
+                )
+            if len(uri) > MAX_CONTEXT_REF:
+                raise RPCError(
+                    INVALID_PARAMS,
+                    f"Invalid params: {where}.uri is longer than {MAX_CONTEXT_REF} characters",
+                    {"field": where},
+                )
+            parts.append(name)
+            if uri not in refs:
+                refs.append(uri)
+        else:
+            raise RPCError(
+                INVALID_PARAMS,
+                f"Invalid params: {where} is {kind!r}; this agent takes text and resource_link "
+                "blocks only (its promptCapabilities)",
+                {"field": where},
+            )
+    if len(refs) > MAX_CONTEXT_REFS:
+        raise RPCError(
+            INVALID_PARAMS,
+            f"Invalid params: at most {MAX_CONTEXT_REFS} resource links a prompt",
+            {"field": "prompt"},
+        )
+    text = "".join(parts)
+    if not text.strip():
+        raise RPCError(INVALID_PARAMS, "Invalid params: the prompt has no text", {"field": "prompt"})
+    return text, refs
+
+
+def rpcErrorFor(frame: Mapping[str, Any], explain: Callable[[Mapping[str, Any]], str]) -> RPCError:
+    """
+    The JSON-RPC error for a refusal by the host or gardend (an C{error}
+    frame): credentials are "authentication required", an unknown session
+    "resource not found", a malformed request "invalid params", anything
+    else (a held lease, a session running, gardend unreachable) an error
+    of the implementation.  C{data} carries the host's C{code} and
+    C{details}.
+
+    @param explain: one line for the person (L{explainRefusal}'s).
+    """
+    code = str(frame.get("code") or "error")
+    data = {"code": code, "details": frame.get("details")}
+    if code in _AUTH_CODES:
+        return RPCError(AUTH_REQUIRED, explain(frame), data)
+    if code == "not_found":
+        return RPCError(RESOURCE_NOT_FOUND, f"not found: {frame.get('message')}", data)
+    if code in _PARAMS_CODES:
+        return RPCError(INVALID_PARAMS, f"Invalid params: {frame.get('message')}", data)
+    return RPCError(INTERNAL_ERROR, f"{code}: {frame.get('message')}", data)
+
+
+def leaseHeldMessage(sessionId: str, holder: Mapping[str, Any] | None, canTakeOver: bool) -> str:
+    """
+    Why a prompt cannot be sent: another client drives the session.
+    """
+    holder = holder or {}
+    who = f"client {holder.get('clientId', '?')} of {holder.get('principal', '?')}"
+    text = f"session {sessionId} is driven by another {who}"
+    if canTakeOver:
+        return (
+            text + ": it is yours elsewhere (another editor, a ride); start vehicle acp with "
+            '--takeover, or send _meta {"vehicle": {"takeover": true}}, to take it over'
+        )
+    return text + ": it cannot be taken over"
+
+
+def textOf(item: Mapping[str, Any]) -> str:
+    """
+    An item's C{text}, or C{""}.
+    """
+    text = item.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def textBlock(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def chunk(kind: str, text: str, messageId: str | None) -> dict[str, Any]:
+    """
+    A C{user_message_chunk} or C{agent_message_chunk} update.
+    """
+    update: dict[str, Any] = {"sessionUpdate": kind, "content": textBlock(text)}
+    if messageId is not None:
+        update["messageId"] = messageId
+    return update
+
+
+def toolCallUpdate(toolCallId: str, **changes: Any) -> dict[str, Any]:
+    return {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId, **changes}
+
+
+def toolCallStart(toolCallId: str, name: str | None, status: str) -> dict[str, Any]:
+    return {
+        "sessionUpdate": "tool_call",
+        "toolCallId": toolCallId,
+        "title": name or "tool",
+        "kind": toolKind(name),
+        "status": status,
+        "rawInput": {},
+    }
+
+
+def toolOutput(text: str) -> list[dict[str, Any]]:
+    return [{"type": "content", "content": textBlock(text)}]
+
+
+def _calls(item: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    calls = []
+    for call in item.get("toolCalls") or ():
+        if isinstance(call, dict) and isinstance(call.get("id"), str):
+            name = call.get("name")
+            calls.append((call["id"], name if isinstance(name, str) else None))
+    return calls
+
+
+def pairResults(transcript: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+    """
+    Each tool result of a transcript with the id of the call it answers
+    (the transcript's results carry no id: they follow their assistant
+    message, one per call, matched by the tool's name in order).
+    """
+    unanswered: list[tuple[str, str | None]] = []
+    pairs = []
+    for item in transcript:
+        role = item.get("role")
+        if role == "assistant":
+            unanswered = _calls(item)
+        elif role == "toolResult" and unanswered:
+            name = item.get("toolName")
+            match = next((call for call in unanswered if call[1] == name), unanswered[0])
+            unanswered.remove(match)
+            pairs.append((match[0], item))
+    return pairs
+
+
+def replay(transcript: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """
+    A session's transcript as the updates that show it again
+    (C{session/load}): the person's words, the replies, each tool call
+    with its status and output.
+    """
+    results = {id(item): callId for callId, item in pairResults(transcript)}
+    updates = []
+    for item in transcript:
+        role = item.get("role")
+        text = textOf(item)
+        messageId = item.get("entryId") if isinstance(item.get("entryId"), str) else None
+        if role == "user" and text:
+            updates.append(chunk("user_message_chunk", stripContextNote(text), messageId))
+        elif role == "assistant":
+            if text:
+                updates.append(chunk("agent_message_chunk", text, messageId))
+            for callId, name in _calls(item):
+                updates.append(toolCallStart(callId, name, "pending"))
+        elif role == "toolResult" and id(item) in results:
+            updates.append(
+                toolCallUpdate(
+                    results[id(item)],
+                    status="failed" if item.get("isError") else "completed",
+                    content=toolOutput(text),
+                )
+            )
+    return updates
+
+
+def sessionInfo(summary: Mapping[str, Any], cwd: str) -> dict[str, Any]:
+    """
+    A summary as ACP's C{SessionInfo}: its title, else its preview.  A
+    vehicle session belongs to a graph, not a folder: C{cwd} is the one
+    the listing was asked for.
+    """
+    info: dict[str, Any] = {"sessionId": summary["sessionId"], "cwd": cwd}
+    title = summary.get("title") or summary.get("preview")
+    if isinstance(title, str) and title:
+        info["title"] = title
+    if isinstance(summary.get("updatedAt"), str):
+        info["updatedAt"] = summary["updatedAt"]
+    return info
+
+
+@frozen(kw_only=True)
+class RunOutcome:
+    """
+    How a run ended, as far as a prompt's stop reason needs.
+    """
+
+    aborted: bool
+    stopReason: str | None = None
+    errorMessage: str | None = None
+    budget: str | None = None
+
+
+def stopReason(
+    terminal: str,
+    data: Mapping[str, Any],
+    run: RunOutcome | None,
+    cancelled: bool,
+) -> str:
+    """
+    The stop reason of a prompt whose command ended C{terminal}
+    (C{completed}, C{aborted}, C{cancelled}, C{failed}, C{interrupted})
+    with event C{data}, after C{run} (the last run that settled).
+
+    @param cancelled: the editor sent C{session/cancel} for it.
+    @raise RPCError: the command failed, was interrupted, or the model
+        failed: the prompt is answered with an error.
+    """
+    if cancelled:
+        return "cancelled"
+    if terminal == "failed":
+        raise RPCError(
+            INTERNAL_ERROR,
+            f"the prompt failed: {data.get('error') or 'no reason given'}",
+            {"code": data.get("code") or "command_failed"},
+        )
+    if terminal == "interrupted":
+        raise RPCError(
+            INTERNAL_ERROR,
+            f"the prompt was interrupted: {data.get('reason') or 'the host stopped'}",
+            {"code": "command_interrupted"},
+        )
+    if terminal == "cancelled":
+        return "max_turn_requests" if data.get("reason") == "budget_exceeded" else "cancelled"
+    if run is not None and run.budget is not None:
+        return "max_turn_requests"
+    if terminal == "aborted":
+        return "cancelled"
+    if run is None:
+        return "end_turn"
+    if run.stopReason == "length":
+        return "max_tokens"
+    if run.stopReason == "error":
+        message = run.errorMessage or "the model request failed"
+        if _REFUSAL.search(message):
+            return "refusal"
+        raise RPCError(INTERNAL_ERROR, f"the model failed: {message}", {"code": "run_error"})
+    if run.stopReason == "body_exited":
+        raise RPCError(
+            INTERNAL_ERROR, "the session's body died during the run", {"code": "body_exited"}
+        )
+    if run.aborted:
+        return "cancelled"
+    return "end_turn"
+
+
+#: Terminal command events, by the status they carry.
+TERMINAL = {
+    "command.completed": "completed",
+    "command.aborted": "aborted",
+    "command.cancelled": "cancelled",
+    "command.failed": "failed",
+    "command.interrupted": "interrupted",
+}
+
+
+@define
+class EventMapper:
+    """
+    One session's events as C{session/update}s, in order.
+
+    Tracks what a live stream needs: the text streamed of the assistant
+    message under way (so its C{message.completed} adds only what is
+    missing), the tool calls seen and those whose output is still to be
+    read from the transcript, the prompts this editor sent (whose user
+    message it already shows), and how the last run ended.
+
+    @ivar gap: deltas may have been missed (the stream was joined or
+        rejoined mid-message): deltas are held back until the message
+        completes, which then sends what the editor has not seen.
+    @ivar awaiting: tool calls that ended whose output is not shown yet.
+    @ivar lastRun: how the last run that settled ended.
+    """
+
+    gap: bool = False
+    awaiting: list[str] = field(factory=list)
+    lastRun: RunOutcome | None = None
+    _streamed: str = ""
+    _messages: int = 0
+    _runId: str = "run"
+    _ownTexts: list[str] = field(factory=list)
+    _tools: dict[str, str | None] = field(factory=dict)
+    _budget: str | None = None
+    _lastStop: str | None = None
+    _lastError: str | None = None
+
+    def expectUser(self, text: str) -> None:
+        """
+        This editor sent C{text}: its user message is not shown again.
+        """
+        self._ownTexts.append(text)
+
+    def forgetUser(self, text: str) -> None:
+        """
+        C{text} was not sent after all (the host refused it).
+        """
+        if text in self._ownTexts:
+            self._ownTexts.remove(text)
+
+    def _messageId(self) -> str:
+        return f"{self._runId}-m{self._messages}"
+
+    def feed(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """
+        The updates one event makes (often none).
+        """
+        kind = event.get("type")
+        data = event.get("data")
+        if not isinstance(data, dict):
+            return []
+        if kind == "message.delta":
+            return self._delta(data)
+        if kind == "message.completed":
+            return self._completed(data)
+        if kind == "run.started":
+            self._runId = str(data.get("runId") or "run")
+            self._messages = 0
+            self._budget = self._lastStop = self._lastError = None
+            return []
+        if kind == "budget.exceeded":
+            self._budget = str(data.get("reason") or "budget")
+            return []
+        if kind == "run.settled":
+            self.lastRun = RunOutcome(
+                aborted=bool(data.get("aborted")),
+                stopReason=data.get("stopReason") or self._lastStop,
+                errorMessage=self._lastError,
+                budget=self._budget,
+            )
+            self.gap = False
+            self._streamed = ""
+            return []
+        if kind == "tool.started":
+            return self._toolStarted(data)
+        if kind == "tool.result":
+            return self._toolResult(data)
+        if kind == "session.renamed":
+            return [{"sessionUpdate": "session_info_update", "title": data.get("title")}]
+        return []
+
+    def _delta(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        text = data.get("text")
+        if self.gap or not isinstance(text, str) or not text:
+            return []
+        self._streamed += text
+        return [chunk("agent_message_chunk", text, self._messageId())]
+
+    def _completed(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        text = textOf(data)
+        if data.get("role") == "user":
+            for own in self._ownTexts:
+                if text.startswith(own):
+                    self._ownTexts.remove(own)
+                    return []
+            return [chunk("user_message_chunk", stripContextNote(text), None)] if text else []
+        updates = []
+        streamed, self._streamed = self._streamed, ""
+        if text.startswith(streamed) and len(text) > len(streamed):
+            updates.append(chunk("agent_message_chunk", text[len(streamed):], self._messageId()))
+        self.gap = False
+        self._messages += 1
+        if isinstance(data.get("stopReason"), str):
+            self._lastStop = data["stopReason"]
+        if isinstance(data.get("errorMessage"), str):
+            self._lastError = data["errorMessage"]
+        for callId, name in _calls(data):
+            if callId not in self._tools:
+                self._tools[callId] = name
+                updates.append(toolCallStart(callId, name, "pending"))
+        return updates
+
+    def _toolStarted(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        callId = data.get("toolCallId")
+        if not isinstance(callId, str):
+            return []
+        if callId not in self._tools:
+            self._tools[callId] = data.get("toolName")
+            return [toolCallStart(callId, data.get("toolName"), "in_progress")]
+        return [toolCallUpdate(callId, status="in_progress")]
+
+    def _toolResult(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
+        callId = data.get("toolCallId")
+        if not isinstance(callId, str):
+            return []
+        self._tools.setdefault(callId, data.get("toolName"))
+        if callId not in self.awaiting:
+            self.awaiting.append(callId)
+        return [toolCallUpdate(callId, status="failed" if data.get("isError") else "completed")]
+
+    def outputs(self, transcript: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """
+        The output of each awaited tool call the transcript now holds; the
+        rest stay awaited.
+        """
+        updates = []
+        for callId, item in pairResults(transcript):
+            if callId in self.awaiting:
+                self.awaiting.remove(callId)
+                updates.append(toolCallUpdate(callId, content=toolOutput(textOf(item))))
+        return updates
