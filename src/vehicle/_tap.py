@@ -17,14 +17,13 @@ from twisted.internet.defer import Deferred
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IReactorCore, IReactorThreads
-from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python import usage
 
 from vehicle._reactors import IHostReactor, globalReactor
+from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile
-from vehicle.body import EXTENSION, Launcher, RunInThread, branch, inline
+from vehicle.body import EXTENSION, Launcher, RunInThread, branch
 from vehicle.errors import VehicleError
 from vehicle.host import Bodies
 from vehicle.mirror import Mirror
@@ -189,7 +188,7 @@ def buildHost(
         agent=agent,
         bodies=_BodyRules(
             registry=registry, bodies=bodies, agent=agent,
-            runInThread=runInThread or _threadRunner(reactor),
+            runInThread=runInThread or threadRunner(reactor),
         ),
         maxTurns=settings.maxTurns,
         maxCostUsd=settings.maxCostUsd,
@@ -206,21 +205,6 @@ def buildHost(
         public=public,
     )
     return api, HostService(registry=registry, api=api, host=bodies)
-
-
-def _threadRunner(reactor: IReactorCore) -> RunInThread:
-    """
-    The reactor's thread pool as a L{RunInThread}, or L{inline} for a
-    reactor without threads.
-    """
-    threaded = IReactorThreads(reactor, None)
-    if threaded is None:
-        return inline
-
-    async def runInThread(f: Any, *args: Any) -> Any:
-        return await deferToThreadPool(threaded, threaded.getThreadPool(), f, *args)
-
-    return runInThread
 
 
 @define(eq=False)
