@@ -17,6 +17,7 @@ from zope.interface import implementer
 
 from vehicle._reactors import IClientReactor, IHostReactor
 from vehicle._threads import threadRunner
+from vehicle._timers import cancelIfActive
 from vehicle.clients._lines import Call, Line, callFor, readLine
 from vehicle.mirror import Mirror
 
@@ -110,6 +111,40 @@ class ThreadRunnerTests(SynchronousTestCase):
         self.assertTrue(IHostReactor.extends(IClientReactor))
         for part in (IReactorTime, IReactorTCP, IReactorProcess):
             self.assertTrue(IHostReactor.extends(part), part)
+
+
+class CancelIfActiveTests(SynchronousTestCase):
+    """
+    L{cancelIfActive} lets go of a timer in whatever state it is.
+    """
+
+    def test_pending(self) -> None:
+        """
+        A pending call is cancelled: it never runs.
+        """
+        clock = MemoryReactorClock()
+        ran: list[int] = []
+        call = clock.callLater(1, ran.append, 1)
+        cancelIfActive(call)
+        self.assertFalse(call.active())
+        clock.advance(2)
+        self.assertEqual(ran, [])
+
+    def test_doneCancelledOrNone(self) -> None:
+        """
+        A call that already ran, one already cancelled, and no call at all
+        are left as they are, without the error C{cancel} would raise.
+        """
+        clock = MemoryReactorClock()
+        ran: list[int] = []
+        done = clock.callLater(1, ran.append, 1)
+        clock.advance(1)
+        cancelled = clock.callLater(1, ran.append, 2)
+        cancelled.cancel()
+        for call in (done, cancelled, None):
+            cancelIfActive(call)
+        clock.advance(2)
+        self.assertEqual(ran, [1])
 
 
 def _path(sessionId: str, tail: str = "") -> str:

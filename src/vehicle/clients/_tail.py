@@ -22,6 +22,7 @@ from twisted.python import usage
 from twisted.python.failure import Failure
 
 from vehicle._reactors import IClientReactor
+from vehicle._timers import cancelIfActive
 from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
 from vehicle.clients._link import CredentialError, HostLink, asFrame, credentialsFor
 from vehicle.clients._ridemain import boundedWait, explainRefusal, sayOnStderr
@@ -348,8 +349,7 @@ class _Watchdog:
             self._call = self.clock.callLater(self.seconds, self._fire)
 
     def stop(self) -> None:
-        if self._call is not None and self._call.active():
-            self._call.cancel()
+        cancelIfActive(self._call)
 
     def _fire(self) -> None:
         self.fired = True
