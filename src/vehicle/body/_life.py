@@ -14,6 +14,7 @@ from attrs import define
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
@@ -234,7 +235,7 @@ class BodyLife:
         return text
 
     def logFailure(self, result: Any) -> Any:
-        if hasattr(result, "getTraceback"):
+        if isinstance(result, Failure):
             self._log.failure(
                 "The conductor of {sessionId} failed", result, sessionId=self.session.sessionId
             )

@@ -13,7 +13,9 @@ from attrs import define, field
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
+from vehicle._timers import cancelIfActive
 from vehicle.session import Command
 
 
@@ -64,7 +66,7 @@ class Pump:
 
         def done(result: Any) -> None:
             self._pumping = False
-            if hasattr(result, "getTraceback"):
+            if isinstance(result, Failure):
                 self._log.failure("The pump failed", result)
 
         Deferred.fromCoroutine(drain()).addBoth(done)
@@ -78,6 +80,5 @@ class Pump:
         fired()
 
     def cancelIdle(self) -> None:
-        if self._idle is not None and self._idle.active():
-            self._idle.cancel()
+        cancelIfActive(self._idle)
         self._idle = None

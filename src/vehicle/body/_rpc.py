@@ -21,6 +21,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import Interface
 
+from vehicle._timers import cancelIfActive
+
 
 #: The longest stdout line accepted from pi; pi's lines grow with the
 #: conversation (C{agent_end}, C{get_messages}).
@@ -295,8 +297,7 @@ class PiProtocol(ProcessProtocol):
             self.exitCode = value.exitCode
             self.signal = value.signal
         for timer in self._timers:
-            if timer.active():
-                timer.cancel()
+            cancelIfActive(timer)
         self._timers = []
         stderrTail = self.stderrTail
         try:

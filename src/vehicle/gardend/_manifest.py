@@ -24,6 +24,7 @@ from twisted.internet.interfaces import IReactorProcess, IReactorTime
 from twisted.internet.protocol import ProcessProtocol
 from twisted.python.failure import Failure
 
+from vehicle._timers import cancelIfActive
 from vehicle.gardend._config import ServiceConfig
 from vehicle.gardend._frontdoor import MOUNT, SERVICE_ID
 
@@ -311,8 +312,7 @@ class ChildProcess(ProcessProtocol):
         kill = self.clock.callLater(graceSeconds, signalled, "KILL")
 
         def gone(status: int) -> int:
-            if kill.active():
-                kill.cancel()
+            cancelIfActive(kill)
             done.callback(status)
             return status
 

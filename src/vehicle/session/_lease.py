@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 from attrs import define, field
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from vehicle._timers import cancelIfActive
 from vehicle.errors import VehicleError
 from vehicle.session._values import Caller, Effects, Lease, parseTimestamp
 
@@ -207,8 +208,7 @@ class LeaseKeeper:
             self._timer = self.clock.callLater(delay, self._timerFired)
 
     def cancelTimer(self) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
+        cancelIfActive(self._timer)
         self._timer = None
 
     def _timerFired(self) -> None:
