@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, ClassVar
 
 from twisted.web.server import Request
 
-from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle.errors import VehicleError, answerError
 
 
 class BoundedRequest(Request):
@@ -51,15 +51,12 @@ class BoundedRequest(Request):
         # the whole body come: it is still refused, whole, and never handed
         # to a resource cut short.
         if self._received > self.limit:
-            self._answer(413, tooLarge(self.limit))
+            self._answer(tooLarge(self.limit))
             return
         super().process()
 
-    def _answer(self, status: int, error: VehicleError) -> None:
-        body = encode(errorFrame(error))
-        self.setResponseCode(status)
-        self.setHeader(b"content-type", b"application/json")
-        self.setHeader(b"cache-control", b"no-store")
+    def _answer(self, error: VehicleError) -> None:
+        body = answerError(self, error)
         self.setHeader(b"content-length", b"%d" % len(body))
         self.write(body)
         self.finish()
@@ -79,7 +76,7 @@ class BoundedRequest(Request):
         if self.startedWriting:
             self.finish()  # the answer was under way: end it where it is
             return reason
-        self._answer(500, VehicleError("internal", "the host failed to answer; nothing was changed"))
+        self._answer(VehicleError("internal", "the host failed to answer; nothing was changed"))
         return reason
 
 

@@ -11,7 +11,9 @@ import json
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.errors import VehicleError
 from vehicle.web import MAX_BODY_BYTES
+from vehicle.web._limits import refusalBytes
 
 from tests.support.harness import Harness
 from tests.support.rawhttp import RawConnection
@@ -184,3 +186,34 @@ class HeaderDeadlineTests(SynchronousTestCase):
         self.assertFalse(conn.transport.disconnecting)
         self.h.clock.advance(0.1)
         self.assertTrue(conn.transport.disconnecting)
+
+
+class RefusalBytesTests(SynchronousTestCase):
+    """
+    L{refusalBytes}: a whole response, made by L{vehicle.errors.answerError}.
+    """
+
+    def test_whole(self) -> None:
+        """
+        The status line with its reason (Twisted's, or the host's own for
+        431), the frame's headers, C{Connection: close}, the length, then
+        the frame.
+        """
+        raw = refusalBytes(VehicleError("headers_too_large", "too many", {"limit": 1}))
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        self.assertEqual(lines[0], b"HTTP/1.1 431 Request Header Fields Too Large")
+        self.assertEqual(
+            sorted(lines[1:]),
+            sorted([
+                b"Content-Type: application/json",
+                b"Cache-Control: no-store",
+                b"Connection: close",
+                b"Content-Length: %d" % len(body),
+            ]),
+        )
+        frame = json.loads(body)
+        assertValidFrame(self, frame)
+        self.assertEqual((frame["code"], frame["details"]), ("headers_too_large", {"limit": 1}))
+        self.assertTrue(refusalBytes(VehicleError("body_too_large", "x")).startswith(
+            b"HTTP/1.1 413 Request Entity Too Large\r\n"))

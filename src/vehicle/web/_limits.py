@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from attrs import define, field
 from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITCPTransport
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
@@ -30,7 +31,7 @@ from twisted.web.http import RESPONSES, HTTPChannel
 from twisted.web.server import Site
 
 from vehicle._request import BoundedRequest, tooLarge
-from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle.errors import VehicleError, answerError
 from vehicle.web._frames import MAX_BODY_BYTES
 
 
@@ -54,22 +55,40 @@ class LimitedRequest(BoundedRequest):
 _REASONS = {431: b"Request Header Fields Too Large"}
 
 
-def refusalBytes(error: VehicleError, extraHeaders: dict[bytes, bytes] | None = None) -> bytes:
+@define
+class _Head:
     """
-    A whole HTTP/1.1 response carrying C{error}'s frame, closing the
-    connection.
+    The status and headers of an answer written straight to the transport
+    (there is no request to answer through).
     """
-    body = encode(errorFrame(error))
-    status = error.httpStatus
-    lines = [
-        b"HTTP/1.1 %d %s" % (status, RESPONSES.get(status) or _REASONS.get(status, b"Error")),
-        b"Content-Type: application/json",
-        b"Cache-Control: no-store",
-        b"Connection: close",
-        b"Content-Length: %d" % len(body),
-    ]
-    lines += [name + b": " + value for name, value in (extraHeaders or {}).items()]
+
+    status: int = 200
+    headers: dict[bytes, bytes] = field(factory=dict)
+
+    def setResponseCode(self, code: int) -> None:
+        self.status = code
+
+    def setHeader(self, name: bytes, value: bytes) -> None:
+        self.headers[name] = value
+
+
+def refusalBytes(error: VehicleError) -> bytes:
+    """
+    A whole HTTP/1.1 response carrying C{error}'s frame (L{answerError}),
+    closing the connection.
+    """
+    head = _Head()
+    body = answerError(head, error)
+    head.headers[b"connection"] = b"close"
+    head.headers[b"content-length"] = b"%d" % len(body)
+    reason = RESPONSES.get(head.status) or _REASONS.get(head.status, b"Error")
+    lines = [b"HTTP/1.1 %d %s" % (head.status, reason)]
+    lines += [_canonical(name) + b": " + value for name, value in head.headers.items()]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def _canonical(name: bytes) -> bytes:
+    return b"-".join(part.capitalize() for part in name.split(b"-"))
 
 
 class GuardedChannel(HTTPChannel):
