@@ -10,12 +10,16 @@ from __future__ import annotations
 from io import BytesIO
 from typing import Any, BinaryIO, ClassVar
 
-from twisted.web.server import Request
+from twisted.logger import Logger
 
+from vehicle._twistedparts import StarRequestHook
 from vehicle.errors import VehicleError, answerError
 
 
-class BoundedRequest(Request):
+_log = Logger()
+
+
+class BoundedRequest(StarRequestHook):
     """
     A request that keeps at most L{limit} bytes of body in memory, asks its
     channel to refuse more (when the channel can), never parses a form body
@@ -61,7 +65,7 @@ class BoundedRequest(Request):
         self.write(body)
         self.finish()
 
-    def _handleStar(self) -> None:
+    def starRequested(self) -> None:
         # "OPTIONS *" and its kind: the app answers (the secret first, then
         # no such route), not Twisted's empty page.
         assert self.site is not None  # a request that arrived came through its site
@@ -70,7 +74,7 @@ class BoundedRequest(Request):
     def processingFailed(self, reason: Any) -> Any:
         # A failure no route caught: logged, and still the error frame,
         # never Twisted's HTML page or a traceback.
-        self._log.failure("Unexpected failure answering {uri}", failure=reason, uri=self.uri)
+        _log.failure("Unexpected failure answering {uri}", failure=reason, uri=self.uri)
         if self.finished or self.channel is None:
             return reason
         if self.startedWriting:
