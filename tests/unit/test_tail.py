@@ -11,11 +11,14 @@ import json
 
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.task import Clock
 from twisted.python import usage
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
-from twisted.web.client import ResponseFailed, ResponseNeverReceived
+from twisted.web.client import ResponseDone, ResponseFailed, ResponseNeverReceived
+from twisted.web.http import PotentialDataLoss
+from zope.interface import implementer
 
 from vehicle import PROTOCOL
 from vehicle.clients import (
@@ -28,6 +31,7 @@ from vehicle.clients import (
     formatEvent,
     typeMatches,
 )
+from vehicle.clients._tail import _StreamBody
 
 from tests.support.sse import event, sse
 
@@ -72,37 +76,49 @@ class FormatTests(SynchronousTestCase):
         self.assertLess(len(line), 300)
 
 
+@implementer(IPushProducer)
 class FakeStream:
     """
-    A 200 SSE answer the test feeds and ends (or cuts).
+    A 200 SSE answer the test feeds and ends (or cuts): its body goes to
+    the protocol given to C{deliverBody}, which it connects to itself as
+    the transport (an L{IPushProducer}, as an L{IResponse}'s is).
     """
 
     code = 200
 
     def __init__(self) -> None:
-        self.collector: Any = None
+        self.protocol: Any = None
         self.stopped = False
-        self.done: Deferred = Deferred()
-        self.original = self
-        self._transport = self
+        self.ended = False
 
-    def collect(self, collector: Any) -> Deferred:
-        self.collector = collector
-        return self.done
+    def deliverBody(self, protocol: Any) -> None:
+        self.protocol = protocol
+        protocol.makeConnection(self)
+
+    def write(self, data: bytes) -> None:
+        self.protocol.dataReceived(data)
 
     def send(self, *events: dict[str, Any]) -> None:
         for one in events:
-            self.collector(sse(one))
+            self.write(sse(one))
 
     def end(self) -> None:
-        self.done.callback(None)
+        self.ended = True
+        self.protocol.connectionLost(Failure(ResponseDone()))
 
     def cut(self) -> None:
-        self.done.errback(ResponseFailed([Failure(ConnectionLost())]))
+        self.ended = True
+        self.protocol.connectionLost(Failure(ResponseFailed([Failure(ConnectionLost())])))
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
 
     def stopProducing(self) -> None:
         self.stopped = True
-        if not self.done.called:
+        if not self.ended:
             self.cut()
 
 
@@ -300,7 +316,7 @@ class ReconnectTests(SynchronousTestCase):
         tail, _, warnings = self.tail(http, clock, idleSeconds=45)
         Deferred.fromCoroutine(tail.run()).addErrback(lambda f: None)
         clock.advance(30)
-        first.collector(b": keepalive\n\n")
+        first.write(b": keepalive\n\n")
         clock.advance(30)
         self.assertEqual(len(http.requests), 1)
         clock.advance(15)
@@ -442,3 +458,55 @@ class TailAllTests(SynchronousTestCase):
                            makeTail=lambda sid, since: None)  # type: ignore[arg-type,return-value]
         failure = self.failureResultOf(Deferred.fromCoroutine(follower.run()), TailFailed)
         self.assertEqual(failure.value.exitCode, 3)
+
+
+class StreamBodyTests(SynchronousTestCase):
+    """
+    The tail reads a stream's body through the public L{IResponse}
+    interface: C{deliverBody}, and its transport's C{stopProducing}.
+    """
+
+    def test_endings(self) -> None:
+        """
+        The body's end and a length-less body ended by the close are its
+        end; anything else is the failure.
+        """
+        for reason, ended in ((ResponseDone(), True), (PotentialDataLoss(), True),
+                              (ResponseFailed([Failure(ConnectionLost())]), False)):
+            pieces: list[bytes] = []
+            body = _StreamBody(pieces.append)
+            stream = FakeStream()
+            stream.deliverBody(body)
+            stream.write(b"a")
+            body.connectionLost(Failure(reason))
+            if ended:
+                self.assertIsNone(self.successResultOf(body.finished))
+            else:
+                self.failureResultOf(body.finished, ResponseFailed)
+            self.assertEqual(pieces, [b"a"])
+
+    def test_collectorFails(self) -> None:
+        """
+        A collector that raises stops the stream, and is the failure.
+        """
+        def broken(data: bytes) -> None:
+            raise ValueError(data)
+
+        body = _StreamBody(broken)
+        stream = FakeStream()
+        stream.deliverBody(body)
+        stream.write(b"a")
+        self.failureResultOf(body.finished, ValueError)
+        self.assertTrue(stream.stopped)
+
+    def test_cancelStops(self) -> None:
+        """
+        Cancelling closes the stream's connection; the close after it
+        changes nothing.
+        """
+        body = _StreamBody(lambda data: None)
+        stream = FakeStream()
+        stream.deliverBody(body)
+        body.finished.cancel()
+        self.failureResultOf(body.finished, CancelledError)
+        self.assertTrue(stream.stopped)
