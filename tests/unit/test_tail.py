@@ -32,8 +32,9 @@ from vehicle.clients import (
     typeMatches,
 )
 from vehicle.clients._tail import _StreamBody
+from vehicle.web import sseEncode
 
-from tests.support.sse import event, sse
+from tests.support.sse import event
 
 
 class FormatTests(SynchronousTestCase):
@@ -100,7 +101,7 @@ class FakeStream:
 
     def send(self, *events: dict[str, Any]) -> None:
         for one in events:
-            self.write(sse(one))
+            self.write(sseEncode(one))
 
     def end(self) -> None:
         self.ended = True
