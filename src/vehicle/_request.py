@@ -10,12 +10,16 @@ from __future__ import annotations
 from io import BytesIO
 from typing import Any, BinaryIO, ClassVar
 
-from twisted.web.server import Request
+from twisted.logger import Logger
 
-from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle._twistedparts import StarRequestHook
+from vehicle.errors import VehicleError, answerError
 
 
-class BoundedRequest(Request):
+_log = Logger()
+
+
+class BoundedRequest(StarRequestHook):
     """
     A request that keeps at most L{limit} bytes of body in memory, asks its
     channel to refuse more (when the channel can), never parses a form body
@@ -51,20 +55,17 @@ class BoundedRequest(Request):
         # the whole body come: it is still refused, whole, and never handed
         # to a resource cut short.
         if self._received > self.limit:
-            self._answer(413, tooLarge(self.limit))
+            self._answer(tooLarge(self.limit))
             return
         super().process()
 
-    def _answer(self, status: int, error: VehicleError) -> None:
-        body = encode(errorFrame(error))
-        self.setResponseCode(status)
-        self.setHeader(b"content-type", b"application/json")
-        self.setHeader(b"cache-control", b"no-store")
+    def _answer(self, error: VehicleError) -> None:
+        body = answerError(self, error)
         self.setHeader(b"content-length", b"%d" % len(body))
         self.write(body)
         self.finish()
 
-    def _handleStar(self) -> None:
+    def starRequested(self) -> None:
         # "OPTIONS *" and its kind: the app answers (the secret first, then
         # no such route), not Twisted's empty page.
         assert self.site is not None  # a request that arrived came through its site
@@ -73,13 +74,13 @@ class BoundedRequest(Request):
     def processingFailed(self, reason: Any) -> Any:
         # A failure no route caught: logged, and still the error frame,
         # never Twisted's HTML page or a traceback.
-        self._log.failure("Unexpected failure answering {uri}", failure=reason, uri=self.uri)
+        _log.failure("Unexpected failure answering {uri}", failure=reason, uri=self.uri)
         if self.finished or self.channel is None:
             return reason
         if self.startedWriting:
             self.finish()  # the answer was under way: end it where it is
             return reason
-        self._answer(500, VehicleError("internal", "the host failed to answer; nothing was changed"))
+        self._answer(VehicleError("internal", "the host failed to answer; nothing was changed"))
         return reason
 
 

@@ -16,14 +16,13 @@ from attrs import define
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IReactorCore, IReactorThreads
-from twisted.internet.threads import deferToThreadPool
 from twisted.python import usage
 
 from vehicle import __version__
 from vehicle._reactors import IHostReactor, globalReactor
+from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile
-from vehicle.body import EXTENSION, Launcher, RunInThread, inline
+from vehicle.body import EXTENSION, Launcher, RunInThread
 from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower
 from vehicle.mirror import Mirror
 from vehicle.public import Ledger, OwnKeyBodies, Public
@@ -136,7 +135,7 @@ def buildHost(
         agent=agent,
         bodies=BodyRoomRules(
             registry=registry, bodies=bodies, agent=agent,
-            runInThread=runInThread or _threadRunner(reactor),
+            runInThread=runInThread or threadRunner(reactor),
         ),
         maxTurns=settings.maxTurns,
         maxCostUsd=settings.maxCostUsd,
@@ -155,21 +154,6 @@ def buildHost(
     return api, HostService(
         registry=registry, bodies=bodies, stopStreams=api.stopStreams, version=__version__.public()
     )
-
-
-def _threadRunner(reactor: IReactorCore) -> RunInThread:
-    """
-    The reactor's thread pool as a L{RunInThread}, or L{inline} for a
-    reactor without threads.
-    """
-    threaded = IReactorThreads(reactor, None)
-    if threaded is None:
-        return inline
-
-    async def runInThread(f: Any, *args: Any) -> Any:
-        return await deferToThreadPool(threaded, threaded.getThreadPool(), f, *args)
-
-    return runInThread
 
 
 @define(eq=False)

@@ -1,15 +1,18 @@
-# -*- test-case-name: tests.unit.test_schemas,tests.unit.test_web -*-
+# -*- test-case-name: tests.unit.test_schemas,tests.unit.test_web,tests.unit.test_limits -*-
 """
-The protocol's error codes and their HTTP statuses: one table, one exception.
+The protocol's error codes and their HTTP statuses: one table, one exception,
+one way to answer with a frame.
 
-Every refusal anywhere in the host is a L{VehicleError}; the web layer renders
-it as the protocol's error frame with the status this table gives.
+Every refusal anywhere in the host is a L{VehicleError}; every answer that
+carries one, wherever it is made (a route, the router's own refusals, the
+request below the routes, the channel before there is a request), is
+L{answerError}: the table's status, JSON, never cached.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol
 
 from attrs import frozen
 
@@ -122,3 +125,38 @@ def encode(value: Any) -> bytes:
     A frame's bytes: compact JSON in UTF-8.
     """
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+class Answering(Protocol):
+    """
+    What L{answerFrame} needs of a response being made: a request
+    (L{twisted.web.iweb.IRequest}), or anything else that takes a status
+    and headers.
+    """
+
+    def setResponseCode(self, code: int) -> None: ...
+
+    def setHeader(self, name: bytes, value: bytes) -> None: ...
+
+
+def answerFrame(response: Answering, status: int, value: Any) -> bytes:
+    """
+    Make C{response} answer C{value} as a frame: C{status}, JSON, never
+    cached.
+
+    @return: the body to write (L{encode}d C{value}).
+    """
+    response.setResponseCode(status)
+    response.setHeader(b"content-type", b"application/json")
+    response.setHeader(b"cache-control", b"no-store")
+    return encode(value)
+
+
+def answerError(response: Answering, error: VehicleError, requestId: str | None = None) -> bytes:
+    """
+    Make C{response} answer C{error} as the error frame, with its status
+    (L{answerFrame} of L{errorFrame}).
+
+    @return: the body to write.
+    """
+    return answerFrame(response, error.httpStatus, errorFrame(error, requestId))

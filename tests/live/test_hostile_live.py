@@ -1,22 +1,26 @@
 """
-The live half of L{tests.unit.test_hostile}: L{LoopbackTests}
-(real processes, sockets or the real reactor; see that module for the rest).
+The live half of L{tests.unit.test_hostile}: L{LoopbackTests} and
+L{TwistdRefusalTests} (real processes, sockets or the real reactor; see
+that module for the rest).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.internet.threads import deferToThread
 from twisted.trial.unittest import TestCase
 
 from vehicle.web import MAX_BODY_BYTES, VehicleSite
-from vehicle.web._limits import REQUEST_LINE_LIMIT
+from vehicle.web._limits import REQUEST_LINE_LIMIT, GuardedChannel
 
-from tests.support.harness import Harness
+from tests.support.harness import Harness, identity
+from tests.support.live import TwistdHost
 from tests.support.schemas import assertValidFrame
 
 
@@ -40,6 +44,24 @@ class _Collect(Protocol):
         self.closed.callback(self.received)
 
 
+class _WatchedChannel(GuardedChannel):
+    """
+    The host's channel, saying when its connection is gone.
+    """
+
+    def connectionLost(self, reason: Any = connectionDone) -> None:
+        super().connectionLost(reason)
+        self.factory.gone.callback(None)
+
+
+class _WatchedSite(VehicleSite):
+    protocol = _WatchedChannel
+
+    def buildProtocol(self, addr: Any) -> GuardedChannel:
+        self.gone: Deferred[None] = Deferred()
+        return super().buildProtocol(addr)
+
+
 class LoopbackTests(TestCase):
     """
     On a real loopback socket: a refusal made below the routes reaches the
@@ -52,15 +74,22 @@ class LoopbackTests(TestCase):
         from twisted.internet import reactor
 
         self.reactor = reactor
-        site = VehicleSite(self.h.api.resource(), reactor)
-        self.port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        self.site = _WatchedSite(self.h.api.resource(), reactor)
+        self.port = reactor.listenTCP(0, self.site, interface="127.0.0.1")
         self.addCleanup(self.port.stopListening)
 
     async def exchange(self, data: bytes) -> bytes:
+        """
+        Send C{data} on a new connection; what came back once both ends
+        have closed (the client on the host's end of the answer, the host
+        on the client's close).
+        """
         endpoint = TCP4ClientEndpoint(self.reactor, "127.0.0.1", self.port.getHost().port)
         protocol = _Collect(data)
         await connectProtocol(endpoint, protocol)
-        return await protocol.closed
+        received = await protocol.closed
+        await self.site.gone
+        return received
 
     def assertFrameAnswer(self, raw: bytes, status: int, code: str) -> None:
         head, _, body = raw.partition(b"\r\n\r\n")
@@ -95,3 +124,49 @@ class LoopbackTests(TestCase):
             b"POST /sessions HTTP/1.1\r\nhost: h\r\ncontent-length: %d\r\n\r\n" % len(body) + body
         )
         self.assertFrameAnswer(raw, 413, "body_too_large")
+
+
+def _postWhole(port: int, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """
+    POST C{body} as a plain client does: every byte written before a byte
+    of the answer is read (Python's L{http.client}; run in a thread).
+    """
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", "/sessions", body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+class TwistdRefusalTests(TestCase):
+    """
+    The host as operators run it (C{twistd vehicle}) answers a body refused
+    by its announced size with the frame, to a client that writes the whole
+    body before it reads: the host lingers, so the unread body does not
+    reset the connection before the answer is read.
+    """
+
+    timeout = 60
+
+    async def test_oversizedBodyWrittenWhole(self) -> None:
+        """
+        4 MiB posted straight to the host by L{http.client} gets C{413}
+        C{body_too_large} (the frame, JSON), not a broken pipe; and the host
+        still answers the next request.
+        """
+        host = await TwistdHost(self).start()
+        port = host.portNumber
+        headers = {**identity(), "content-type": "application/json"}
+        body = b"x" * (4 * MAX_BODY_BYTES)
+        status, head, raw = await deferToThread(_postWhole, port, body, headers)
+        self.assertEqual(status, 413, raw[:300])
+        self.assertEqual(head["content-type"], "application/json")
+        self.assertEqual(head["connection"], "close")
+        frame = json.loads(raw)
+        assertValidFrame(self, frame)
+        self.assertEqual(frame["code"], "body_too_large")
+        self.assertEqual(frame["details"], {"limit": MAX_BODY_BYTES})
+        code, frame = await host.call("GET", "/sessions")
+        self.assertEqual(code, 200, frame)

@@ -8,9 +8,6 @@ and one visitor rides with the C{vehicle ride} console script.
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
 from treq.client import HTTPClient
@@ -20,10 +17,11 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from vehicle_local.standin import Config, StandIn
 
+from tests.support._clients import Client, clientEnvironment
 from tests.support.harness import SECRET
 from tests.support.live import LiveHost, requirePi, sleep
 from tests.support.public import SCRIPTED as PUBLIC
-from tests.support.ride import Rider
+from tests.support.ride import startRider
 from tests.support.schemas import assertValidFrame
 
 
@@ -302,7 +300,7 @@ class RideAsVisitorTests(TestCase):
         requirePi()
         host, stand = await publicHost(self)
 
-        def onFrame(rider: Rider, frame: dict[str, Any]) -> None:
+        def onFrame(rider: Client, frame: dict[str, Any]) -> None:
             if frame["type"] == "ready":
                 rider.send({"op": "prompt", "requestId": "p1", "text": "moo?"})
             elif frame["type"] in ("command.accepted", "watch.completed"):
@@ -311,31 +309,25 @@ class RideAsVisitorTests(TestCase):
                 if any(e["type"] == "run.settled" for e in events):
                     rider.transport.closeStdin()
                 else:
-                    rider.send({"op": "watch", "requestId": f"w{len(rider.frames)}",
+                    rider.send({"op": "watch", "requestId": f"w{len(rider.lines)}",
                                 "waitMs": 5000})
             elif frame["type"] == "error":
                 rider.transport.closeStdin()
 
-        rider = Rider(onFrame)
-        python = str(Path(sys.prefix) / "bin" / "python")
-        argv = [python, "-m", "vehicle._cli", "ride", "--gardend", stand.url,
+        argv = ["--gardend", stand.url,
                 "--graph", "g-public", "--new", "--anonymous", "--visitor-id", "v1"]
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(Path(self.mktemp()).absolute()),
-            "VEHICLE_MODEL_KEY": VISITOR_KEY,
-        }
-        reactor.spawnProcess(rider, python, argv, env=env)
+        env = clientEnvironment(self, VEHICLE_MODEL_KEY=VISITOR_KEY)
+        rider = startRider(self, onFrame, *argv, env=env)
         code = await rider.ended
-        self.assertEqual(code, 0, rider.stderr.decode())
+        self.assertEqual(code, 0, rider.errorText)
 
-        types = [f["type"] for f in rider.frames]
-        self.assertEqual(types[0], "ready", rider.frames)
-        self.assertEqual(types[-1], "closed", rider.frames)
-        self.assertNotIn("error", types, rider.frames)
-        session = rider.frames[0]["value"]["session"]
+        types = [f["type"] for f in rider.frames()]
+        self.assertEqual(types[0], "ready", rider.frames())
+        self.assertEqual(types[-1], "closed", rider.frames())
+        self.assertNotIn("error", types, rider.frames())
+        session = rider.frames()[0]["value"]["session"]
         self.assertEqual((session["funding"], session["role"]), ("byok", "viewer"))
-        seen = [e for f in rider.frames if f["type"] == "watch.completed"
+        seen = [e for f in rider.frames() if f["type"] == "watch.completed"
                 for e in f["value"]["events"]]
         self.assertIn("run.settled", [e["type"] for e in seen])
         self.assertEqual(host.model.requests[-1][0]["authorization"], "Bearer " + VISITOR_KEY)
@@ -349,6 +341,6 @@ class RideAsVisitorTests(TestCase):
                             for r in forwarded))
         for arg in argv:
             self.assertNotIn(VISITOR_KEY, arg)
-        self.assertNotIn(VISITOR_KEY, json.dumps(rider.frames))
+        self.assertNotIn(VISITOR_KEY, json.dumps(rider.frames()))
         # Let the body's end reach the model before the test tears down.
         await sleep(0.1)

@@ -6,16 +6,13 @@ The live half of L{tests.unit.test_ride}: L{RideProcessTests}
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
-from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
 
 from tests.support.live import LiveHost, requirePi, startStandIn
-from tests.support.ride import MODEL_KEY, Rider
+from tests.support._clients import Client, clientEnvironment
+from tests.support.ride import MODEL_KEY, startRider
 
 
 class RideProcessTests(TestCase):
@@ -38,7 +35,7 @@ class RideProcessTests(TestCase):
         host = await LiveHost(self).start()
         stand.setServiceUrl(host.url)
 
-        def onFrame(rider: Rider, frame: dict[str, Any]) -> None:
+        def onFrame(rider: Client, frame: dict[str, Any]) -> None:
             if frame["type"] == "ready":
                 rider.send({"op": "prompt", "requestId": "p1", "text": "how many cows?"})
             elif frame["type"] in ("command.accepted", "watch.completed"):
@@ -46,30 +43,25 @@ class RideProcessTests(TestCase):
                 if any(e["type"] == "run.settled" for e in events):
                     rider.send({"op": "inspect", "requestId": "i1"})
                 else:
-                    rider.send({"op": "watch", "requestId": f"w{len(rider.frames)}", "waitMs": 5000})
+                    rider.send({"op": "watch", "requestId": f"w{len(rider.lines)}", "waitMs": 5000})
             elif frame["type"] == "session.snapshot":
                 rider.transport.closeStdin()
             elif frame["type"] == "error":
                 rider.transport.closeStdin()
 
-        rider = Rider(onFrame)
-        python = str(Path(sys.prefix) / "bin" / "python")
-        argv = [python, "-m", "vehicle._cli", "ride", "--gardend", stand.url, "--graph", "g1",
+        argv = ["--gardend", stand.url, "--graph", "g1",
                 "--new", "--client-id", "ride-int-1", "--title", "Cows"]
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(Path(self.mktemp()).absolute()),
-            "VEHICLE_TOKEN": "master-ride-test",
-            "VEHICLE_MODEL_KEY": MODEL_KEY,
-        }
-        reactor.spawnProcess(rider, python, argv, env=env)
+        env = clientEnvironment(
+            self, VEHICLE_TOKEN="master-ride-test", VEHICLE_MODEL_KEY=MODEL_KEY
+        )
+        rider = startRider(self, onFrame, *argv, env=env)
         code = await rider.ended
-        self.assertEqual(code, 0, rider.stderr.decode())
+        self.assertEqual(code, 0, rider.errorText)
         for arg in argv:
             self.assertNotIn(MODEL_KEY, arg)
             self.assertNotIn("master-ride-test", arg)
 
-        frames = rider.frames
+        frames = rider.frames()
         types = [f["type"] for f in frames]
         self.assertEqual(types[0], "ready", frames)
         self.assertEqual(types[-1], "closed", frames)

@@ -1,6 +1,7 @@
 """
 The clients as a person runs them: C{.venv/bin/vehicle ...} in a child
-process, its standard output read line by line as it comes, its standard
+process, its standard output read line by line as it comes (by the
+clients' own line reader, L{vehicle.clients.StdioLines}), its standard
 error and exit status kept, the time it took measured.
 """
 
@@ -17,6 +18,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.protocol import ProcessProtocol
 from twisted.trial.unittest import TestCase
 
+from vehicle.clients import StdioLines
+
 #: The console script, as the README gives it.
 VEHICLE = str(Path(sys.prefix) / "bin" / "vehicle")
 
@@ -32,24 +35,28 @@ class Client(ProcessProtocol):
         self.onLine = onLine
         self.lines: list[str] = []
         self.stderr = b""
-        self._buffer = b""
+        self._reader = StdioLines(onLine=self._lineReceived)
         self.ended: Deferred[int] = Deferred()
         self.started = reactor.seconds()
         self.elapsed: float | None = None
         self._waiters: list[tuple[Callable[[str], bool], Deferred[str]]] = []
 
     def outReceived(self, data: bytes) -> None:
-        self._buffer += data
-        while b"\n" in self._buffer:
-            raw, self._buffer = self._buffer.split(b"\n", 1)
-            line = raw.decode("utf-8", "replace")
-            self.lines.append(line)
-            for predicate, d in list(self._waiters):
-                if predicate(line):
-                    self._waiters.remove((predicate, d))
-                    d.callback(line)
-            if self.onLine is not None:
-                self.onLine(self, line)
+        self._reader.dataReceived(data)
+
+    def outConnectionLost(self) -> None:
+        # A last line without its line break is still a line.
+        self._reader.readConnectionLost()
+
+    def _lineReceived(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace")
+        self.lines.append(line)
+        for predicate, d in list(self._waiters):
+            if predicate(line):
+                self._waiters.remove((predicate, d))
+                d.callback(line)
+        if self.onLine is not None:
+            self.onLine(self, line)
 
     def errReceived(self, data: bytes) -> None:
         self.stderr += data

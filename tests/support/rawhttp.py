@@ -1,6 +1,7 @@
 """
 L{RawConnection}: one client connection to a real L{VehicleSite} over a
-L{StringTransport} on the harness's clock, spoken in raw HTTP/1.1 bytes
+L{HalfClosingTransport} (a L{StringTransport} that, like TCP, can close its
+sending side alone) on the harness's clock, spoken in raw HTTP/1.1 bytes
 (no socket).
 """
 
@@ -12,12 +13,41 @@ from typing import Any
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import ITCPTransport
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from vehicle.web import VehicleSite
 
 from tests.support.harness import Harness, identity
+
+
+@implementer(ITCPTransport)
+class HalfClosingTransport(StringTransport):
+    """
+    A L{StringTransport} that closes its sending side alone, as TCP's does
+    (C{loseWriteConnection}); nothing may be written after that.
+
+    @ivar writeClosed: C{loseWriteConnection} was called.
+    """
+
+    writeClosed = False
+    noDelay = False
+
+    def loseWriteConnection(self) -> None:
+        self.writeClosed = True
+
+    def write(self, data: bytes) -> None:
+        if self.writeClosed:
+            raise RuntimeError("written after its sending side was closed")
+        super().write(data)
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        self.noDelay = enabled
+
+    def getTcpNoDelay(self) -> bool:
+        return self.noDelay
 
 
 class RawConnection:
@@ -28,7 +58,7 @@ class RawConnection:
     def __init__(self, harness: Harness, headerTimeout: float = 10.0) -> None:
         self.site = VehicleSite(harness.api.resource(), harness.clock, headerTimeout=headerTimeout)
         self.protocol = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
-        self.transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+        self.transport = HalfClosingTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
         self.protocol.makeConnection(self.transport)
 
     def send(self, data: bytes) -> None:
@@ -46,6 +76,21 @@ class RawConnection:
         headers.update(extra or {})
         lines = [f"{method} {path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    @property
+    def closed(self) -> bool:
+        """
+        The host is done with this connection: it closed its sending side
+        (a refusal, lingering), or closed or cut the connection.
+        """
+        return self.transport.writeClosed or self.transport.disconnecting
+
+    @property
+    def cut(self) -> bool:
+        """
+        The host cut the connection (C{abortConnection}).
+        """
+        return self.transport.disconnected
 
     def output(self) -> bytes:
         return self.transport.value()

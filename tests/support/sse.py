@@ -1,24 +1,78 @@
 """
-The host's events for the tail's tests: L{event}, one event of a session
-as the host records it, and L{sse}, that event as the host streams it.
+The host's events for the clients' tests: L{event}, one event of a session
+as the host records it, and L{FakeStream}, an SSE answer that streams them
+with the host's own encoder (L{vehicle.web.sseEncode}).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from twisted.internet.error import ConnectionLost
+from twisted.internet.interfaces import IPushProducer
+from twisted.python.failure import Failure
+from twisted.web.client import ResponseDone, ResponseFailed
+from zope.interface import implementer
+
 from vehicle import PROTOCOL
-
-
-def sse(event: dict[str, Any]) -> bytes:
-    """
-    One event as the host streams it.
-    """
-    head = f"id: {event['seq']}\n" if "seq" in event else ""
-    return (head + f"event: {event['type']}\ndata: {json.dumps(event)}\n\n").encode()
+from vehicle.protocol import Event, fromJSON
+from vehicle.web import sseEncode
 
 
 def event(seq: int, kind: str = "session.renamed", sessionId: str = "s1") -> dict[str, Any]:
     return {"protocol": PROTOCOL, "seq": seq, "type": kind, "sessionId": sessionId,
             "timestamp": "2026-01-01T00:00:00Z", "data": {}}
+
+
+@implementer(IPushProducer)
+class FakeStream:
+    """
+    A 200 SSE answer the test feeds and ends (or cuts): its body goes to
+    the protocol given to C{deliverBody}, which it connects to itself as
+    the transport (an L{IPushProducer}, as an L{IResponse}'s is).
+    """
+
+    code = 200
+
+    def __init__(self) -> None:
+        self.protocol: Any = None
+        self.stopped = False
+        self.ended = False
+
+    def deliverBody(self, protocol: Any) -> None:
+        self.protocol = protocol
+        protocol.makeConnection(self)
+
+    def write(self, data: bytes) -> None:
+        self.protocol.dataReceived(data)
+
+    def send(self, *events: dict[str, Any]) -> None:
+        """
+        Stream C{events} (as the host writes them), each encoded by the
+        host's own encoder.
+        """
+        for one in events:
+            fields = {k: v for k, v in one.items() if k != "protocol"}
+            fields.setdefault("timestamp", "2026-01-01T00:00:00.000Z")
+            fields.setdefault("sessionId", "s1")
+            fields.setdefault("data", {})
+            self.write(sseEncode(fromJSON(fields, Event)))
+
+    def end(self) -> None:
+        self.ended = True
+        self.protocol.connectionLost(Failure(ResponseDone()))
+
+    def cut(self) -> None:
+        self.ended = True
+        self.protocol.connectionLost(Failure(ResponseFailed([Failure(ConnectionLost())])))
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def resumeProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        self.stopped = True
+        if not self.ended:
+            self.cut()

@@ -34,6 +34,8 @@ from vehicle.clients import (
 from vehicle.clients._acpmap import RunOutcome, rpcErrorFor, sessionInfo, toolKind
 from vehicle.clients._acprpc import Ignored, Notification, Reply, Request, checkParams
 
+from tests.support.sse import FakeStream
+
 
 def line(message: Any) -> bytes:
     return json.dumps(message).encode()
@@ -480,26 +482,6 @@ class _Answer:
         return succeed(self.body)
 
 
-class _Stream:
-    """
-    An SSE answer whose events the test writes.
-    """
-
-    code = 200
-
-    def __init__(self) -> None:
-        self.done: Deferred[None] = Deferred()
-
-    def collect(self, collector: Any) -> Deferred[None]:
-        self.collector = collector
-        return self.done
-
-    def push(self, e: dict[str, Any]) -> None:
-        data = json.dumps(e).encode()
-        head = b"id: %d\n" % e["seq"] if "seq" in e else b""
-        self.collector(head + b"event: " + e["type"].encode() + b"\ndata: " + data + b"\n\n")
-
-
 class FakeGateway:
     """
     gardend and the host, as far as the agent asks: canned frames by
@@ -508,7 +490,7 @@ class FakeGateway:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, Any]] = []
-        self.streams: dict[str, _Stream] = {}
+        self.streams: dict[str, FakeStream] = {}
         self.answers: dict[tuple[str, str], Any] = {}
         summary = {"sessionId": "s1", "cursor": 2, "status": "idle",
                    "lease": {"clientId": "acp-me", "principal": "owner"}}
@@ -527,7 +509,7 @@ class FakeGateway:
         body = json.loads(data) if data else None
         self.seen.append((method, path, body))
         if (headers or {}).get(b"Accept") == "text/event-stream":
-            stream = self.streams[path.split("/")[2]] = _Stream()
+            stream = self.streams[path.split("/")[2]] = FakeStream()
             return succeed(stream)
         answer = self.answers[(method, path)]
         return succeed(_Answer(answer(body) if callable(answer) else answer))
@@ -569,7 +551,7 @@ class AgentTests(SynchronousTestCase):
     def updates(self) -> list[dict[str, Any]]:
         return [m["params"]["update"] for m in self.sent if m.get("method") == "session/update"]
 
-    def opened(self) -> _Stream:
+    def opened(self) -> FakeStream:
         self.call(0, "initialize", protocolVersion=1)
         self.call(1, "session/new", cwd="/p", mcpServers=[{"name": "fs", "command": "/fs"}])
         return self.front.streams["s1"]
@@ -624,9 +606,9 @@ class AgentTests(SynchronousTestCase):
                   stopReason="stop", usage={}),
             event("run.settled", 7, runId="run-1", aborted=False, stopReason="stop"),
         ):
-            stream.push(e)
+            stream.send(e)
         self.assertEqual([m for m in self.sent if m.get("id") == 2], [])
-        stream.push(event("command.completed", 8, commandId="acp-prompt-2"))
+        stream.send(event("command.completed", 8, commandId="acp-prompt-2"))
         self.assertEqual(self.answer(2)["result"], {"stopReason": "end_turn"})
         self.assertEqual([u["content"]["text"] for u in self.updates()], ["Moo", "."])
 
@@ -635,7 +617,7 @@ class AgentTests(SynchronousTestCase):
         A prompt while a run is under way is a follow-up.
         """
         stream = self.opened()
-        stream.push(event("run.started", 3, runId="run-1", tools=[]))
+        stream.send(event("run.started", 3, runId="run-1", tools=[]))
         self.call(2, "session/prompt", sessionId="s1", prompt=[{"type": "text", "text": "and?"}])
         self.assertEqual(self.front.posted("/sessions/s1/commands")[0]["type"], "follow_up")
 
@@ -650,7 +632,7 @@ class AgentTests(SynchronousTestCase):
                                       "params": {"sessionId": "s1"}}))
         commands = self.front.posted("/sessions/s1/commands")
         self.assertEqual([c["type"] for c in commands], ["prompt", "abort"])
-        stream.push(event("command.completed", 3, commandId="acp-prompt-2"))
+        stream.send(event("command.completed", 3, commandId="acp-prompt-2"))
         self.assertEqual(self.answer(2)["result"], {"stopReason": "cancelled"})
 
     def test_leaseHeld(self) -> None:
@@ -732,8 +714,8 @@ class AgentTests(SynchronousTestCase):
         """
         stream = self.opened()
         self.call(2, "session/prompt", sessionId="s1", prompt=[{"type": "text", "text": "go"}])
-        stream.push(event("session.deleted", 3, trashedAs="s1", by={}))
-        stream.done.callback(None)
+        stream.send(event("session.deleted", 3, trashedAs="s1", by={}))
+        stream.end()
         self.assertEqual(self.answer(2)["error"]["code"], -32002)
 
 

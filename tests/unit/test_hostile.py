@@ -265,7 +265,7 @@ class PathTests(HostileCase):
             conn = self.connect()
             conn.send(line + b"\r\nhost: h\r\n\r\n")
             self.assertRefused(conn, 400, "invalid_request")
-            self.assertTrue(conn.transport.disconnecting)
+            self.assertTrue(conn.closed)
 
     def test_malformedHeaders(self) -> None:
         """
@@ -309,7 +309,7 @@ class FormBodyTests(HostileCase):
                                 extra={"content-type": ctype}) + body)
             frame = self.assertRefused(conn, 400, "invalid_json")
             self.assertEqual(frame["details"]["contentType"], ctype.split(";")[0].lower())
-            self.assertFalse(conn.transport.disconnecting)
+            self.assertFalse(conn.closed)
             conn.transport.clear()
             conn.send(conn.head("GET", "/health"))
             self.assertEqual(conn.status(), 200)
@@ -377,7 +377,7 @@ class DeadlineAndSizeTests(HostileCase):
         self.assertIsNone(conn.status())
         self.h.clock.advance(1)
         self.assertRefused(conn, 408, "request_timeout")
-        self.assertTrue(conn.transport.disconnecting)
+        self.assertTrue(conn.closed)
         conn.send(body[9:])  # too late: nothing more is read
         self.assertEqual(conn.output().count(b"HTTP/1.1"), 1)
 
@@ -398,7 +398,7 @@ class DeadlineAndSizeTests(HostileCase):
         conn = RawConnection(self.h, headerTimeout=10)
         conn.send(conn.head("GET", f"/sessions/{self.sid}/events?since=1&waitMs=30000", client="tab-1"))
         self.h.clock.advance(29)
-        self.assertFalse(conn.transport.disconnecting)
+        self.assertFalse(conn.closed)
         self.h.clock.advance(1)
         status, frame = self.assertAnswer(conn)
         self.assertEqual(frame["type"], "watch.completed")
@@ -415,7 +415,7 @@ class DeadlineAndSizeTests(HostileCase):
                                 extra={"expect": "100-continue"}))
             frame = self.assertRefused(conn, 413, "body_too_large")
             self.assertEqual(frame["details"]["limit"], MAX_BODY_BYTES)
-            self.assertTrue(conn.transport.disconnecting)
+            self.assertTrue(conn.closed)
             self.assertNotIn(b"100 Continue", conn.output())
 
     def test_contentLengthWithLeadingZeros(self) -> None:
@@ -439,7 +439,7 @@ class DeadlineAndSizeTests(HostileCase):
         conn.send(conn.head("POST", f"/sessions/{self.sid}/commands", chunked=True))
         chunk = b"x" * (64 * 1024)
         sent = 0
-        while not conn.transport.disconnecting and sent < 4 * MAX_BODY_BYTES:
+        while not conn.closed and sent < 4 * MAX_BODY_BYTES:
             conn.send(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
             sent += len(chunk)
         self.assertEqual(sent, MAX_BODY_BYTES + len(chunk))
@@ -459,7 +459,7 @@ class LongLineTests(HostileCase):
         conn = self.connect()
         conn.send(b"GET /" + b"a" * REQUEST_LINE_LIMIT + b" HTTP/1.1\r\nhost: h\r\n\r\n")
         self.assertRefused(conn, 414, "uri_too_long")
-        self.assertTrue(conn.transport.disconnecting)
+        self.assertTrue(conn.closed)
         conn = self.connect()
         conn.send(b"GET /sessions?since=" + b"1" * (REQUEST_LINE_LIMIT + 10))
         self.assertRefused(conn, 414, "uri_too_long")
@@ -728,7 +728,7 @@ class PropertyTests(HostileCase):
             if conn.output():
                 self.assertAnswer(conn)
             else:
-                self.assertFalse(conn.transport.disconnecting)
+                self.assertFalse(conn.closed)
         finally:
             conn.lose()
 

@@ -2,16 +2,22 @@
 Tests for L{vehicle.web._limits}: a real L{VehicleSite} over a
 L{StringTransport} on a L{Clock}.  Bodies over 1 MiB are C{body_too_large}
 413 whether announced or chunked; a client that trickles its headers is cut
-off at the deadline.
+off at the deadline; a refused connection lingers (its sending side closed,
+what still comes read and dropped) for a bounded time and a bounded number
+of bytes, then is cut.
 """
 
 from __future__ import annotations
 
 import json
 
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.web import MAX_BODY_BYTES
+from vehicle.errors import VehicleError
+from vehicle.web import MAX_BODY_BYTES, VehicleSite
+from vehicle.web._limits import LINGER_BYTES, LINGER_SECONDS, refusalBytes
 
 from tests.support.harness import Harness
 from tests.support.rawhttp import RawConnection
@@ -73,7 +79,7 @@ class BodyLimitTests(SynchronousTestCase):
         conn = RawConnection(self.h)
         conn.send(conn.head("POST", "/sessions", length=1 << 40))
         self.assertTooLarge(conn)
-        self.assertTrue(conn.transport.disconnecting)
+        self.assertTrue(conn.closed)
 
     def test_byChunks(self) -> None:
         """
@@ -111,11 +117,11 @@ class BodyLimitTests(SynchronousTestCase):
         conn.send(conn.head("POST", f"/sessions/{self.sid}/commands", chunked=True))
         chunk = b"x" * (1 << 20)
         for _ in range(17):
-            if conn.transport.disconnecting:
+            if conn.closed:
                 break
             conn.send(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
         self.assertTooLarge(conn)
-        self.assertTrue(conn.transport.disconnecting)
+        self.assertTrue(conn.closed)
 
 
 class HeaderDeadlineTests(SynchronousTestCase):
@@ -138,9 +144,9 @@ class HeaderDeadlineTests(SynchronousTestCase):
         for _ in range(9):
             self.h.clock.advance(1)
             conn.send(b"x-slow: 1\r\n")
-        self.assertFalse(conn.transport.disconnecting)
+        self.assertFalse(conn.closed)
         self.h.clock.advance(1)
-        self.assertTrue(conn.transport.disconnecting)
+        self.assertTrue(conn.closed)
         self.assertEqual(conn.status(), 408)
         frame = conn.frame()
         assertValidFrame(self, frame)
@@ -152,9 +158,9 @@ class HeaderDeadlineTests(SynchronousTestCase):
         """
         conn = RawConnection(self.h, headerTimeout=5)
         self.h.clock.advance(4.9)
-        self.assertFalse(conn.transport.disconnecting)
+        self.assertFalse(conn.closed)
         self.h.clock.advance(0.1)
-        self.assertTrue(conn.transport.disconnecting)
+        self.assertTrue(conn.closed)
 
     def test_promptHeadersServed(self) -> None:
         """
@@ -166,7 +172,7 @@ class HeaderDeadlineTests(SynchronousTestCase):
         self.assertEqual(conn.status(), 200)
         assertValidFrame(self, conn.frame())
         self.h.clock.advance(9)
-        self.assertFalse(conn.transport.disconnecting)
+        self.assertFalse(conn.closed)
 
     def test_nextRequestHasItsOwnDeadline(self) -> None:
         """
@@ -178,9 +184,147 @@ class HeaderDeadlineTests(SynchronousTestCase):
         conn.send(conn.head("GET", "/health"))
         self.assertEqual(conn.status(), 200)
         self.h.clock.advance(5)
-        self.assertFalse(conn.transport.disconnecting)
+        self.assertFalse(conn.closed)
         conn.send(b"GET /health HTTP/1.1\r\n")
         self.h.clock.advance(9.9)
-        self.assertFalse(conn.transport.disconnecting)
+        self.assertFalse(conn.closed)
         self.h.clock.advance(0.1)
-        self.assertTrue(conn.transport.disconnecting)
+        self.assertTrue(conn.closed)
+
+
+class LingeringTests(SynchronousTestCase):
+    """
+    A refusal is answered, then the connection lingers: nothing more is
+    written, the sending side is closed, and what the client still sends is
+    read and dropped, for at most L{LINGER_SECONDS} and L{LINGER_BYTES};
+    then the connection is cut.
+    """
+
+    def setUp(self) -> None:
+        self.h = Harness(self)
+        self.addCleanup(self.h.stop)
+
+    def refused(self) -> RawConnection:
+        """
+        A connection refused by its announced length, the frame written.
+        """
+        conn = RawConnection(self.h)
+        conn.send(conn.head("POST", "/sessions", length=4 * MAX_BODY_BYTES))
+        self.assertEqual(conn.status(), 413)
+        self.assertEqual(conn.frame()["code"], "body_too_large")
+        return conn
+
+    def test_lingersThenCut(self) -> None:
+        """
+        After the refusal the sending side is closed but the connection is
+        not: the body the client goes on sending is read and dropped,
+        unparsed and unanswered, until L{LINGER_SECONDS} have passed; then
+        the connection is cut.
+        """
+        conn = self.refused()
+        answer = conn.output()
+        self.assertTrue(conn.transport.writeClosed)
+        self.assertFalse(conn.transport.disconnecting)
+        self.assertIsNone(conn.transport.producer)  # the channel stopped producing
+        conn.send(b"GET /health HTTP/1.1\r\n\r\n" + b"x" * MAX_BODY_BYTES)
+        self.h.clock.advance(LINGER_SECONDS - 0.1)
+        self.assertFalse(conn.cut)
+        self.assertEqual(conn.output(), answer)
+        self.h.clock.advance(0.1)
+        self.assertTrue(conn.cut)
+        self.assertEqual(conn.output(), answer)
+
+    def test_boundedBytes(self) -> None:
+        """
+        A client that sends more than L{LINGER_BYTES} after the refusal is
+        cut at once, without waiting for the time bound.
+        """
+        conn = self.refused()
+        chunk = b"x" * (1 << 20)
+        for _ in range(LINGER_BYTES // len(chunk)):
+            conn.send(chunk)
+        self.assertFalse(conn.cut)
+        conn.send(b"x")
+        self.assertTrue(conn.cut)
+        conn.send(chunk)  # what is still in flight is dropped, cut once
+        self.h.clock.advance(LINGER_SECONDS)
+        self.assertEqual(conn.frame()["code"], "body_too_large")
+
+    def test_clientCloseEndsIt(self) -> None:
+        """
+        A client that reads the answer and closes ends the lingering: the
+        connection is never cut afterwards.
+        """
+        conn = self.refused()
+        conn.lose()
+        self.h.clock.advance(LINGER_SECONDS * 2)
+        self.assertFalse(conn.cut)
+
+    def test_everyRefusalLingers(self) -> None:
+        """
+        A chunked body over the limit, a request line too long and a
+        malformed request are refused the same way: answered, then the
+        sending side closed and the connection cut after the time bound.
+        """
+        for data, code in (
+            (None, "body_too_large"),
+            (b"GET /" + b"a" * (20 * 1024) + b" HTTP/1.1\r\n", "uri_too_long"),
+            (b"GET /x HTTP/1.1\r\nno colon\r\n\r\n", "invalid_request"),
+        ):
+            conn = RawConnection(self.h)
+            if data is None:
+                conn.send(conn.head("POST", "/sessions", chunked=True))
+                chunk = b"x" * 65536
+                while not conn.closed:
+                    conn.send(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+            else:
+                conn.send(data)
+            self.assertEqual(conn.frame()["code"], code)
+            self.assertTrue(conn.transport.writeClosed, code)
+            self.assertFalse(conn.cut, code)
+            self.h.clock.advance(LINGER_SECONDS)
+            self.assertTrue(conn.cut, code)
+
+    def test_withoutHalfClose(self) -> None:
+        """
+        On a transport that cannot half-close, the refusal is written and
+        the connection closed at once (nothing to linger on).
+        """
+        site = VehicleSite(self.h.api.resource(), self.h.clock)
+        channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        transport = StringTransport()
+        channel.makeConnection(transport)
+        channel.dataReceived(b"POST /sessions HTTP/1.1\r\ncontent-length: %d\r\n\r\n" % (1 << 30))
+        self.assertTrue(transport.value().startswith(b"HTTP/1.1 413 "))
+        self.assertTrue(transport.disconnecting)
+
+
+class RefusalBytesTests(SynchronousTestCase):
+    """
+    L{refusalBytes}: a whole response, made by L{vehicle.errors.answerError}.
+    """
+
+    def test_whole(self) -> None:
+        """
+        The status line with its reason (Twisted's, or the host's own for
+        431), the frame's headers, C{Connection: close}, the length, then
+        the frame.
+        """
+        raw = refusalBytes(VehicleError("headers_too_large", "too many", {"limit": 1}))
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        self.assertEqual(lines[0], b"HTTP/1.1 431 Request Header Fields Too Large")
+        self.assertEqual(
+            sorted(lines[1:]),
+            sorted([
+                b"Content-Type: application/json",
+                b"Cache-Control: no-store",
+                b"Connection: close",
+                b"Content-Length: %d" % len(body),
+            ]),
+        )
+        frame = json.loads(body)
+        assertValidFrame(self, frame)
+        self.assertEqual((frame["code"], frame["details"]), ("headers_too_large", {"limit": 1}))
+        self.assertTrue(refusalBytes(VehicleError("body_too_large", "x")).startswith(
+            b"HTTP/1.1 413 Request Entity Too Large\r\n"))

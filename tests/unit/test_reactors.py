@@ -16,10 +16,10 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 
 from vehicle._reactors import IClientReactor, IHostReactor
-from vehicle._tap import _threadRunner
-from vehicle.body import inline
+from vehicle._threads import threadRunner
+from vehicle._timers import cancelIfActive
 from vehicle.clients._lines import Call, Line, callFor, readLine
-from vehicle.mirror._mirror import _defaultReader
+from vehicle.mirror import Mirror
 
 
 class _Pool:
@@ -68,19 +68,24 @@ class ThreadRunnerTests(SynchronousTestCase):
 
     def test_noThreadsRunsInline(self) -> None:
         """
-        A reactor without threads (a memory reactor) gets the inline runner.
+        A reactor without threads (a memory reactor) runs the work at once,
+        here; its result, or its exception, is the L{Deferred}'s.
         """
-        self.assertIs(_threadRunner(MemoryReactorClock()), inline)
+        run = threadRunner(MemoryReactorClock())
+        self.assertEqual(self.successResultOf(run(lambda a, b=0: a + b, 2, b=3)), 5)
+        self.failureResultOf(run(lambda: 1 // 0), ZeroDivisionError)
 
     def test_threadsRunInThePool(self) -> None:
         """
-        A reactor providing IReactorThreads runs the work in its pool.
+        A reactor providing IReactorThreads runs the work in its pool, with
+        its positional and keyword arguments.
         """
         reactor = _ThreadedReactor()
-        run = _threadRunner(reactor)
-        self.assertIsNot(run, inline)
-        self.assertEqual(self.successResultOf(run(lambda a, b: a + b, 2, 3)), 5)
+        run = threadRunner(reactor)
+        self.assertEqual(self.successResultOf(run(lambda a, b=0: a + b, 2, b=3)), 5)
         self.assertEqual(reactor.pool.ran, 1)
+        self.failureResultOf(run(lambda: 1 // 0), ZeroDivisionError)
+        self.assertEqual(reactor.pool.ran, 2)
 
     def test_mirrorReader(self) -> None:
         """
@@ -88,8 +93,8 @@ class ThreadRunnerTests(SynchronousTestCase):
         inline; the answer is the same.
         """
         reactor = _ThreadedReactor()
-        inPool = _defaultReader(reactor)
-        here = _defaultReader(MemoryReactorClock())
+        inPool = Mirror(reactor=reactor, mcpUrl=None, enabled=False)._read
+        here = Mirror(reactor=MemoryReactorClock(), mcpUrl=None, enabled=False)._read
         kwargs = dict(sessionId="s", model="m", createdAt=0.0, person="p", title=None, parent=None)
         missing = Path(self.mktemp())
         self.assertIsNone(self.successResultOf(inPool(missing, **kwargs)))
@@ -106,6 +111,40 @@ class ThreadRunnerTests(SynchronousTestCase):
         self.assertTrue(IHostReactor.extends(IClientReactor))
         for part in (IReactorTime, IReactorTCP, IReactorProcess):
             self.assertTrue(IHostReactor.extends(part), part)
+
+
+class CancelIfActiveTests(SynchronousTestCase):
+    """
+    L{cancelIfActive} lets go of a timer in whatever state it is.
+    """
+
+    def test_pending(self) -> None:
+        """
+        A pending call is cancelled: it never runs.
+        """
+        clock = MemoryReactorClock()
+        ran: list[int] = []
+        call = clock.callLater(1, ran.append, 1)
+        cancelIfActive(call)
+        self.assertFalse(call.active())
+        clock.advance(2)
+        self.assertEqual(ran, [])
+
+    def test_doneCancelledOrNone(self) -> None:
+        """
+        A call that already ran, one already cancelled, and no call at all
+        are left as they are, without the error C{cancel} would raise.
+        """
+        clock = MemoryReactorClock()
+        ran: list[int] = []
+        done = clock.callLater(1, ran.append, 1)
+        clock.advance(1)
+        cancelled = clock.callLater(1, ran.append, 2)
+        cancelled.cancel()
+        for call in (done, cancelled, None):
+            cancelIfActive(call)
+        clock.advance(2)
+        self.assertEqual(ran, [1])
 
 
 def _path(sessionId: str, tail: str = "") -> str:

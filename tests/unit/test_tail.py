@@ -15,7 +15,8 @@ from twisted.internet.task import Clock
 from twisted.python import usage
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
-from twisted.web.client import ResponseFailed, ResponseNeverReceived
+from twisted.web.client import ResponseDone, ResponseFailed, ResponseNeverReceived
+from twisted.web.http import PotentialDataLoss
 
 from vehicle import PROTOCOL
 from vehicle.clients import (
@@ -28,8 +29,9 @@ from vehicle.clients import (
     formatEvent,
     typeMatches,
 )
+from vehicle.clients._tail import _StreamBody
 
-from tests.support.sse import event, sse
+from tests.support.sse import FakeStream, event
 
 
 class FormatTests(SynchronousTestCase):
@@ -70,40 +72,6 @@ class FormatTests(SynchronousTestCase):
             line,
         )
         self.assertLess(len(line), 300)
-
-
-class FakeStream:
-    """
-    A 200 SSE answer the test feeds and ends (or cuts).
-    """
-
-    code = 200
-
-    def __init__(self) -> None:
-        self.collector: Any = None
-        self.stopped = False
-        self.done: Deferred = Deferred()
-        self.original = self
-        self._transport = self
-
-    def collect(self, collector: Any) -> Deferred:
-        self.collector = collector
-        return self.done
-
-    def send(self, *events: dict[str, Any]) -> None:
-        for one in events:
-            self.collector(sse(one))
-
-    def end(self) -> None:
-        self.done.callback(None)
-
-    def cut(self) -> None:
-        self.done.errback(ResponseFailed([Failure(ConnectionLost())]))
-
-    def stopProducing(self) -> None:
-        self.stopped = True
-        if not self.done.called:
-            self.cut()
 
 
 class FakeAnswer:
@@ -300,7 +268,7 @@ class ReconnectTests(SynchronousTestCase):
         tail, _, warnings = self.tail(http, clock, idleSeconds=45)
         Deferred.fromCoroutine(tail.run()).addErrback(lambda f: None)
         clock.advance(30)
-        first.collector(b": keepalive\n\n")
+        first.write(b": keepalive\n\n")
         clock.advance(30)
         self.assertEqual(len(http.requests), 1)
         clock.advance(15)
@@ -442,3 +410,55 @@ class TailAllTests(SynchronousTestCase):
                            makeTail=lambda sid, since: None)  # type: ignore[arg-type,return-value]
         failure = self.failureResultOf(Deferred.fromCoroutine(follower.run()), TailFailed)
         self.assertEqual(failure.value.exitCode, 3)
+
+
+class StreamBodyTests(SynchronousTestCase):
+    """
+    The tail reads a stream's body through the public L{IResponse}
+    interface: C{deliverBody}, and its transport's C{stopProducing}.
+    """
+
+    def test_endings(self) -> None:
+        """
+        The body's end and a length-less body ended by the close are its
+        end; anything else is the failure.
+        """
+        for reason, ended in ((ResponseDone(), True), (PotentialDataLoss(), True),
+                              (ResponseFailed([Failure(ConnectionLost())]), False)):
+            pieces: list[bytes] = []
+            body = _StreamBody(pieces.append)
+            stream = FakeStream()
+            stream.deliverBody(body)
+            stream.write(b"a")
+            body.connectionLost(Failure(reason))
+            if ended:
+                self.assertIsNone(self.successResultOf(body.finished))
+            else:
+                self.failureResultOf(body.finished, ResponseFailed)
+            self.assertEqual(pieces, [b"a"])
+
+    def test_collectorFails(self) -> None:
+        """
+        A collector that raises stops the stream, and is the failure.
+        """
+        def broken(data: bytes) -> None:
+            raise ValueError(data)
+
+        body = _StreamBody(broken)
+        stream = FakeStream()
+        stream.deliverBody(body)
+        stream.write(b"a")
+        self.failureResultOf(body.finished, ValueError)
+        self.assertTrue(stream.stopped)
+
+    def test_cancelStops(self) -> None:
+        """
+        Cancelling closes the stream's connection; the close after it
+        changes nothing.
+        """
+        body = _StreamBody(lambda data: None)
+        stream = FakeStream()
+        stream.deliverBody(body)
+        body.finished.cancel()
+        self.failureResultOf(body.finished, CancelledError)
+        self.assertTrue(stream.stopped)

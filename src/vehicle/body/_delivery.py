@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from vehicle._timers import cancelIfActive
 from vehicle.body._life import BodyLife, HostClosing
 from vehicle.body._live import LiveBody
 from vehicle.body._modeltext import renderText
@@ -201,8 +202,7 @@ class Delivery:
                 try:
                     await body.protocol.request({"type": "abort"})
                 finally:
-                    if slow.active():
-                        slow.cancel()
+                    cancelIfActive(slow)
         self.session.move(command.commandId, CommandStatus.completed)
 
     def _abortSlow(self) -> None:

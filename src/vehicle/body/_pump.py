@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from vehicle._timers import cancelIfActive
 from vehicle.protocol import Command
 
 
@@ -94,6 +95,5 @@ class Pump:
         fired()
 
     def cancelIdle(self) -> None:
-        if self._idle is not None and self._idle.active():
-            self._idle.cancel()
+        cancelIfActive(self._idle)
         self._idle = None

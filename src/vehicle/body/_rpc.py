@@ -21,6 +21,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import Interface
 
+from vehicle._timers import cancelIfActive
 from vehicle.protocol import JSON, JSONObject, objectOf
 
 
@@ -297,8 +298,7 @@ class PiProtocol(ProcessProtocol):
             self.exitCode = value.exitCode
             self.signal = value.signal
         for timer in self._timers:
-            if timer.active():
-                timer.cancel()
+            cancelIfActive(timer)
         self._timers = []
         stderrTail = self.stderrTail
         try:

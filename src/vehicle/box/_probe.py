@@ -21,6 +21,7 @@ from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from vehicle._timers import cancelIfActive
 from vehicle.box._seccomp import seccompProblem
 
 
@@ -240,8 +241,7 @@ async def probeBwrap(
     try:
         status, stderr = await protocol.done
     finally:
-        if call.active():
-            call.cancel()
+        cancelIfActive(call)
 
     if status == 0 and not timedOut:
         _log.info("bwrap probe passed: {bwrap}", bwrap=bwrap)

@@ -21,6 +21,7 @@ from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.endpoints import UNIXServerEndpoint
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
@@ -167,15 +168,21 @@ class _ProxyResource(Resource):
 
     def render(self, request: Request) -> Any:
         d = Deferred.fromCoroutine(self.door.forward(request))
-        d.addErrback(self._failed, request)
-        request.notifyFinish().addErrback(lambda _: d.cancel())
+        gone: list[Failure] = []
+        d.addErrback(self._failed, request, gone)
+
+        def lost(reason: Failure) -> None:
+            gone.append(reason)
+            d.cancel()
+
+        request.notifyFinish().addErrback(lost)
         return NOT_DONE_YET
 
-    def _failed(self, failure: Any, request: Request) -> None:
+    def _failed(self, failure: Any, request: Request, gone: list[Failure]) -> None:
         if failure.check(CancelledError):
             return
         self._log.failure("The model door failed", failure)
-        if not request.finished and not getattr(request, "_disconnected", False):
+        if not request.finished and not gone:
             if not request.startedWriting:
                 request.setResponseCode(502)
                 request.write(b'{"error":{"message":"the host could not reach the provider"}}')

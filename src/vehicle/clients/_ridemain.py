@@ -18,6 +18,7 @@ from twisted.python import usage
 from twisted.web.client import HTTPConnectionPool
 
 from vehicle._reactors import IClientReactor
+from vehicle._timers import cancelIfActive
 from vehicle.clients._client import GardendOptions, clientHTTP
 from vehicle.clients._link import (
     TOKEN_ENV,
@@ -259,8 +260,7 @@ def boundedWait(reactor: IReactorTime, d: Deferred[None], seconds: float) -> Def
     timer = reactor.callLater(seconds, fire)
 
     def stopTimer(result: Any) -> Any:
-        if timer.active():
-            timer.cancel()
+        cancelIfActive(timer)
         return result
 
     waiter.addBoth(stopTimer)

@@ -14,13 +14,17 @@ from typing import Any, Callable, Mapping, Sequence
 
 from attrs import define, evolve, field
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.protocol import Protocol, connectionDone
 from twisted.internet.stdio import StandardIO
 from twisted.internet.task import deferLater
 from twisted.python import usage
 from twisted.python.failure import Failure
+from twisted.web.client import ResponseDone
+from twisted.web.http import PotentialDataLoss
 
 from vehicle._reactors import IClientReactor
+from vehicle._timers import cancelIfActive
 from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
 from vehicle.clients._link import HostLink, asFrame
 from vehicle.clients._ridemain import boundedWait, explainRefusal, readCredentials
@@ -270,15 +274,17 @@ class Tail:
         self._live = True
         if self.onConnected is not None:
             self.onConnected(self.connections)
-        watchdog = _Watchdog(self.clock, self.idleSeconds, response)
         parser = SSEParser(self._message)
 
         def received(data: bytes) -> None:
             watchdog.reset()
             parser.feed(data)
 
+        body = _StreamBody(received)
+        watchdog = _Watchdog(self.clock, self.idleSeconds, body.stop)
+        response.deliverBody(body)
         try:
-            await _collecting(response, received)
+            await body.finished
         except CancelledError:
             raise
         except Exception:
@@ -340,12 +346,12 @@ class Tail:
 @define(eq=False)
 class _Watchdog:
     """
-    Cuts a stream that has been silent for C{seconds}.
+    Calls C{cut} when the stream has been silent for C{seconds}.
     """
 
     clock: IReactorTime
     seconds: float
-    response: Any
+    cut: Callable[[], None]
     fired: bool = False
     _call: Any = None
 
@@ -359,45 +365,56 @@ class _Watchdog:
             self._call = self.clock.callLater(self.seconds, self._fire)
 
     def stop(self) -> None:
-        if self._call is not None and self._call.active():
-            self._call.cancel()
+        cancelIfActive(self._call)
 
     def _fire(self) -> None:
         self.fired = True
-        cut(self.response)
+        self.cut()
 
 
-def _collecting(response: Any, collector: Callable[[bytes], None]) -> Deferred[None]:
+class _StreamBody(Protocol):
     """
-    The body of a streamed answer, to C{collector}: fires at its end; when
-    cancelled (the tail is stopped), the connection is closed too.
+    A streamed answer's body (L{IResponse.deliverBody}), each piece to
+    C{collector} as it comes; L{finished} fires at its end, and fails when
+    it broke off.  L{stop} closes the connection it comes on: the transport
+    C{deliverBody} connects it to is an L{IPushProducer}, whose
+    C{stopProducing} closes the connection; cancelling L{finished} (the
+    tail is stopped) stops it too.
     """
 
-    def cancel(d: Deferred[None]) -> None:
-        d.errback(Failure(CancelledError()))
-        cut(response)
+    def __init__(self, collector: Callable[[bytes], None]) -> None:
+        self.collector = collector
+        self.finished: Deferred[None] = Deferred(self._cancel)
 
-    finished: Deferred[None] = Deferred(cancel)
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            self.collector(data)
+        except BaseException:
+            self._settle(Failure())
+            self.stop()
 
-    def settle(result: Any) -> None:
-        if not finished.called:
-            if isinstance(result, Failure):
-                finished.errback(result)
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        # PotentialDataLoss: a body without a length, ended by the close.
+        self._settle(None if reason.check(ResponseDone, PotentialDataLoss) else reason)
+
+    def stop(self) -> None:
+        """
+        Close the connection the body comes on.
+        """
+        if self.transport is not None:
+            IPushProducer(self.transport).stopProducing()
+
+    def _cancel(self, finished: Deferred[None]) -> None:
+        # Cancelled first, so what the close says comes too late to count.
+        finished.errback(Failure(CancelledError()))
+        self.stop()
+
+    def _settle(self, result: Failure | None) -> None:
+        if not self.finished.called:
+            if result is None:
+                self.finished.callback(None)
             else:
-                finished.callback(None)
-
-    response.collect(collector).addBoth(settle)
-    return finished
-
-
-def cut(response: Any) -> None:
-    """
-    Close the connection a streamed answer comes on (treq's response wraps
-    the agent's, whose transport stops producing by closing).
-    """
-    transport = getattr(getattr(response, "original", response), "_transport", None)
-    if transport is not None:
-        transport.stopProducing()
+                self.finished.errback(result)
 
 
 @define(eq=False)

@@ -9,17 +9,17 @@ pass writes is the document writer's (L{vehicle.mirror._document}).
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from attrs import define, field
-from twisted.internet.defer import Deferred, maybeDeferred, succeed
-from twisted.internet.interfaces import IReactorCore, IReactorThreads
-from twisted.internet.threads import deferToThreadPool
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 
 from vehicle._http import httpClient
 from vehicle._reactors import IClientReactor
+from vehicle._threads import threadRunner
 from vehicle.mirror._document import DocumentWriter, Rendered, ToolCalls, renderSession
 from vehicle.mirror._mcp import MCPClient, MirrorError
 from vehicle.mirror._record import (
@@ -35,21 +35,6 @@ from vehicle.mirror._render import documentIdFor
 from vehicle.protocol import MirrorStage, MirrorState
 from vehicle.session import isoTimestamp
 from vehicle.store import readJson, writeJsonAtomic
-
-
-def _defaultReader(reactor: IReactorCore) -> Callable[..., Deferred]:
-    """
-    Run L{renderSession} in the reactor's thread pool when it has one (a
-    real reactor), else inline (a test's memory reactor).
-    """
-    threaded = IReactorThreads(reactor, None)
-
-    def read(*args: Any, **kwargs: Any) -> Deferred:
-        if threaded is None:
-            return maybeDeferred(renderSession, *args, **kwargs)
-        return deferToThreadPool(threaded, threaded.getThreadPool(), renderSession, *args, **kwargs)
-
-    return read
 
 
 @define(eq=False)
@@ -78,7 +63,9 @@ class Mirror:
     _read: Callable[..., Deferred] = field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._read = _defaultReader(self.reactor)
+        # pi's file is read in the reactor's thread pool (inline on a
+        # test's memory reactor).
+        self._read = partial(threadRunner(self.reactor), renderSession)
 
     # -- the host's interface ----------------------------------------------
 

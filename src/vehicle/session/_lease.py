@@ -13,6 +13,7 @@ from typing import Callable
 from attrs import define, field, frozen
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
+from vehicle._timers import cancelIfActive
 from vehicle.errors import VehicleError
 from vehicle.protocol import Effects, Event, Holder, JSONObject, LeaseInfo, intOf, objectOf, toObject
 from vehicle.session._values import Caller, Lease, parseTimestamp
@@ -220,8 +221,7 @@ class LeaseKeeper:
             self._timer = self.clock.callLater(delay, self._timerFired)
 
     def cancelTimer(self) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
+        cancelIfActive(self._timer)
         self._timer = None
 
     def _timerFired(self) -> None:

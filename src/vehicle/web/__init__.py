@@ -6,6 +6,7 @@ from vehicle.web._app import Snapshots, VehicleAPI
 from vehicle.errors import errorFrame
 from vehicle.web._frames import MAX_BODY_BYTES, MAX_TEXT_BYTES, frame
 from vehicle.web._limits import LimitedRequest, VehicleSite
+from vehicle.web._watch import sseEncode
 
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "VehicleSite",
     "errorFrame",
     "frame",
+    "sseEncode",
 ]

@@ -24,7 +24,7 @@ from twisted.web.server import Request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 from vehicle import __version__
-from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle.errors import VehicleError, answerError, answerFrame, encode, errorFrame
 from vehicle.host import Drive, Replayed
 from vehicle.protocol import (
     BodyView,
@@ -131,10 +131,7 @@ class VehicleAPI:
             )
         if request.startedWriting:  # a stream that already answered
             return None
-        request.setResponseCode(status)
-        request.setHeader(b"content-type", b"application/json")
-        request.setHeader(b"cache-control", b"no-store")
-        return encode(answer)
+        return answerFrame(request, status, answer)
 
     def _caller(self, request: Request) -> Caller:
         caller = authenticate(request, self.secret)
@@ -364,10 +361,7 @@ class VehicleAPI:
             error, headers = e, None
         for name, value in (headers or {}).items():
             request.setHeader(name, value)
-        request.setResponseCode(error.httpStatus)
-        request.setHeader(b"content-type", b"application/json")
-        request.setHeader(b"cache-control", b"no-store")
-        return encode(errorFrame(error))
+        return answerError(request, error)
 
     def stopStreams(self) -> None:
         for stream in list(self.streams):

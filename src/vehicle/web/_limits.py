@@ -15,22 +15,33 @@ and then the connection is closed.
   C{Content-Length} before any of it is read, or cut the moment a chunked
   body passes the limit.  Bodies are kept in memory (bounded), never
   spooled to a file, and never parsed as forms.
-- Anything else Twisted finds malformed is C{invalid_request}.
+- Anything else Twisted finds malformed is C{invalid_request} (the one
+  hook into Twisted's privates this needs is L{vehicle._twistedparts}'s).
+
+A refusal is a lingering close: the frame is written, the sending side of
+the connection is closed (the client reads the answer, then the end), and
+what the client still sends (the body it writes before it reads) is read
+and discarded, for at most L{LINGER_SECONDS} and L{LINGER_BYTES}; then the
+connection is cut.  Closing at once would let the unread body reset the
+connection, and a client still writing would never read its answer.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from twisted.internet.interfaces import IDelayedCall, IReactorTime, ITCPTransport
+from attrs import define, field
+from twisted.internet.interfaces import IConsumer, IDelayedCall, IReactorTime, ITCPTransport
 from twisted.internet.protocol import connectionDone
-from twisted.python.failure import Failure
 from twisted.logger import Logger
-from twisted.web.http import RESPONSES, HTTPChannel
+from twisted.python.failure import Failure
+from twisted.web.http import RESPONSES
 from twisted.web.server import Site
 
 from vehicle._request import BoundedRequest, tooLarge
-from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle._timers import cancelIfActive
+from vehicle._twistedparts import MalformedRequestHook
+from vehicle.errors import VehicleError, answerError
 from vehicle.web._frames import MAX_BODY_BYTES
 
 
@@ -39,6 +50,13 @@ from vehicle.web._frames import MAX_BODY_BYTES
 REQUEST_LINE_LIMIT = 16 * 1024
 HEADERS_LIMIT = 16 * 1024
 MAX_HEADERS = 500
+
+#: After a refusal: how long, and how many more bytes, the host goes on
+#: reading (and discarding) before it cuts the connection.
+LINGER_SECONDS = 10.0
+LINGER_BYTES = 16 * MAX_BODY_BYTES
+
+_log = Logger()
 
 
 class LimitedRequest(BoundedRequest):
@@ -54,33 +72,54 @@ class LimitedRequest(BoundedRequest):
 _REASONS = {431: b"Request Header Fields Too Large"}
 
 
-def refusalBytes(error: VehicleError, extraHeaders: dict[bytes, bytes] | None = None) -> bytes:
+@define
+class _Head:
     """
-    A whole HTTP/1.1 response carrying C{error}'s frame, closing the
-    connection.
+    The status and headers of an answer written straight to the transport
+    (there is no request to answer through).
     """
-    body = encode(errorFrame(error))
-    status = error.httpStatus
-    lines = [
-        b"HTTP/1.1 %d %s" % (status, RESPONSES.get(status) or _REASONS.get(status, b"Error")),
-        b"Content-Type: application/json",
-        b"Cache-Control: no-store",
-        b"Connection: close",
-        b"Content-Length: %d" % len(body),
-    ]
-    lines += [name + b": " + value for name, value in (extraHeaders or {}).items()]
+
+    status: int = 200
+    headers: dict[bytes, bytes] = field(factory=dict)
+
+    def setResponseCode(self, code: int) -> None:
+        self.status = code
+
+    def setHeader(self, name: bytes, value: bytes) -> None:
+        self.headers[name] = value
+
+
+def refusalBytes(error: VehicleError) -> bytes:
+    """
+    A whole HTTP/1.1 response carrying C{error}'s frame (L{answerError}),
+    closing the connection.
+    """
+    head = _Head()
+    body = answerError(head, error)
+    head.headers[b"connection"] = b"close"
+    head.headers[b"content-length"] = b"%d" % len(body)
+    reason = RESPONSES.get(head.status) or _REASONS.get(head.status, b"Error")
+    lines = [b"HTTP/1.1 %d %s" % (head.status, reason)]
+    lines += [_canonical(name) + b": " + value for name, value in head.headers.items()]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
-class GuardedChannel(HTTPChannel):
+def _canonical(name: bytes) -> bytes:
+    return b"-".join(part.capitalize() for part in name.split(b"-"))
+
+
+class GuardedChannel(MalformedRequestHook):
     """
-    An HTTP channel that bounds each request (see the module's docstring)
-    and answers every refusal of its own with the error frame.
+    An HTTP channel that bounds each request (see the module's docstring),
+    answers every refusal of its own with the error frame, and closes a
+    refused connection by lingering.
     """
 
-    _log = Logger()
     #: Seconds for a whole request to arrive (its line, headers and body).
     headerTimeout: float = 10.0
+    #: After a refusal, the most seconds and bytes read before the cut.
+    lingerSeconds: float = LINGER_SECONDS
+    lingerBytes: int = LINGER_BYTES
     clock: IReactorTime | None = None
 
     # Twisted's own per-line and total bounds stay out of the way: ours
@@ -89,12 +128,24 @@ class GuardedChannel(HTTPChannel):
     totalHeadersSize = 1 << 62
     maxHeaders = 1 << 62
 
+    # This class's own state.  None of these names is Twisted's
+    # (tests.unit.test_twistedparts checks), so none shadows a part of
+    # HTTPChannel.
     _deadline: IDelayedCall | None = None
     _refused = False
     #: Some of a request (its line at least) arrived and it is not whole yet.
     _inRequest = False
+    #: Bytes of the next request arrived (perhaps not yet a whole line).
+    _started = False
+    #: A whole request is with the site, not yet answered.
+    _answering = False
     _headerBytes = 0
     _headerCount = 0
+    #: The request's C{Content-Length}, when it announced one.
+    _announced: int | None = None
+    _lingering: IDelayedCall | None = None
+    _discarded = 0
+    _cutOff = False
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -104,9 +155,14 @@ class GuardedChannel(HTTPChannel):
 
     def dataReceived(self, data: bytes) -> None:
         if self._refused:
+            self._discard(len(data))
             return
-        if self._deadline is None and not self._handlingRequest:
-            self._armDeadline()  # the first byte of the next request
+        if not self._answering:
+            # Bytes of the next request (those that come while one is
+            # answered are handed back here once it is).
+            self._started = self._started or bool(data)
+            if self._deadline is None:
+                self._armDeadline()
         super().dataReceived(data)
 
     def rawDataReceived(self, data: bytes) -> None:
@@ -124,6 +180,7 @@ class GuardedChannel(HTTPChannel):
                     return
                 self._inRequest = True
                 self._headerBytes = self._headerCount = 0
+                self._announced = None
                 line = _escapeTarget(line)
         elif line:
             self._headerBytes += len(line)
@@ -136,23 +193,27 @@ class GuardedChannel(HTTPChannel):
     def headerReceived(self, line: bytes) -> bool:
         name, colon, value = line.partition(b":")
         value = value.strip(b" \t")
+        length = None
         if colon and name.strip().lower() == b"content-length" and value.isdigit():
             # Read the length here, bounded: Twisted's int() of thousands of
             # digits would raise out of the parser (a silent close).
             length = value.lstrip(b"0") or b"0"
             if len(length) > 18:
-                self.refuse(tooLarge(getattr(self.requests[-1], "limit", MAX_BODY_BYTES)))
+                self.refuse(tooLarge(self._limit()))
                 return False
             line = b"Content-Length: " + length
-        return super().headerReceived(line)
+        accepted = super().headerReceived(line)
+        if accepted and length is not None:
+            self._announced = int(length)
+        return accepted
 
     def lineLengthExceeded(self, line: bytes) -> None:
         self.refuse(_headersTooLarge() if self._inRequest else _uriTooLong())
 
     def allHeadersReceived(self) -> None:
-        limit = getattr(self.requests[-1], "limit", MAX_BODY_BYTES)
-        if self.length is not None and self.length > limit:
-            # Refused by its announced length: not a byte of it is read.
+        limit = self._limit()
+        if self._announced is not None and self._announced > limit:
+            # Refused by its announced length: not a byte of it is kept.
             self.refuse(tooLarge(limit))
             return
         super().allHeadersReceived()
@@ -160,25 +221,39 @@ class GuardedChannel(HTTPChannel):
     def allContentReceived(self) -> None:
         if self._refused:
             return
-        self._inRequest = False
+        self._inRequest = self._started = False
+        self._answering = True
         self._cancelDeadline()
         super().allContentReceived()
 
-    def _respondToBadRequestAndDisconnect(self) -> None:
+    def requestDone(self, request: Any) -> None:
+        # Before Twisted hands back what arrived meanwhile (the next
+        # request), which arms the next deadline.
+        self._answering = False
+        super().requestDone(request)
+
+    def requestMalformed(self) -> None:
         # Twisted's bare "400 Bad Request" for whatever it found malformed.
         self.refuse(VehicleError("invalid_request", "the request is not well-formed HTTP/1.1"))
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._cancelDeadline()
+        cancelIfActive(self._lingering)
+        self._lingering = None
         super().connectionLost(reason)
+
+    def _limit(self) -> int:
+        return int(getattr(self.requests[-1], "limit", MAX_BODY_BYTES))
 
     # -- refusing -----------------------------------------------------------
 
     def refuse(self, error: VehicleError) -> None:
         """
-        Answer C{error} as the error frame and close: nothing more of this
-        connection is read.  The peer gets L{abortTimeout} seconds to take
-        the answer before the connection is aborted.
+        Answer C{error} as the error frame, then close by lingering: nothing
+        more is written, the sending side is closed, and what the client
+        still sends is read and discarded (none of it is parsed) for at
+        most L{lingerSeconds} and L{lingerBytes}, then the connection is
+        cut.  The client's own close ends it sooner.
         """
         if self._refused:
             return
@@ -187,9 +262,34 @@ class GuardedChannel(HTTPChannel):
         if self.transport is None:
             return
         self.transport.write(refusalBytes(error))
-        self.loseConnection()
-        if self.abortTimeout is not None and self._abortingCall is None:
-            self._abortingCall = self.callLater(self.abortTimeout, self.forceAbortClient)
+        tcp = ITCPTransport(self.transport, None)
+        if tcp is None:
+            # A transport that can neither half-close nor be cut: close
+            # once the answer is written.
+            self.loseConnection()
+            return
+        # Nothing of this channel writes again (it stops producing for the
+        # transport, as Twisted's own close does): the answer is flushed,
+        # then the sending side is closed.
+        consumer = IConsumer(self.transport, None)
+        if consumer is not None:
+            consumer.unregisterProducer()
+        tcp.loseWriteConnection()
+        if self.clock is not None:
+            self._lingering = self.clock.callLater(self.lingerSeconds, self._cut)
+
+    def _discard(self, size: int) -> None:
+        self._discarded += size
+        if self._discarded > self.lingerBytes:
+            self._cut()
+
+    def _cut(self) -> None:
+        cancelIfActive(self._lingering)
+        self._lingering = None
+        tcp = ITCPTransport(self.transport, None)
+        if tcp is not None and not self._cutOff:
+            self._cutOff = True
+            tcp.abortConnection()
 
     # -- the deadline -------------------------------------------------------
 
@@ -199,14 +299,13 @@ class GuardedChannel(HTTPChannel):
         self._deadline = self.clock.callLater(self.headerTimeout, self._tooSlow)
 
     def _cancelDeadline(self) -> None:
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
+        cancelIfActive(self._deadline)
         self._deadline = None
 
     def _tooSlow(self) -> None:
         self._deadline = None
-        self._log.info("Cut off a client that did not send its request in time")
-        if self._inRequest or self._buffer:
+        _log.info("Cut off a client that did not send its request in time")
+        if self._inRequest or self._started:
             self.refuse(
                 VehicleError(
                     "request_timeout",
@@ -258,6 +357,8 @@ class VehicleSite(Site):
     """
 
     requestFactory = LimitedRequest
+    # A plain HTTP/1.1 channel of ours, not Twisted's HTTP/2-negotiating one.
+    protocol = GuardedChannel  # type: ignore[assignment]
 
     def __init__(
         self, resource: Any, reactor: IReactorTime, headerTimeout: float = 10.0
@@ -267,12 +368,7 @@ class VehicleSite(Site):
         self.clockForChannels = reactor
 
     def buildProtocol(self, addr: Any) -> GuardedChannel:  # type: ignore[override]
-        channel = GuardedChannel()
-        channel.factory = self
-        channel.requestFactory = self.requestFactory
-        channel.site = self  # type: ignore[attr-defined]
-        channel.timeOut = self.timeOut  # type: ignore[assignment]
-        channel.callLater = self.clockForChannels.callLater  # type: ignore[method-assign, assignment]
+        channel = cast(GuardedChannel, super().buildProtocol(addr))
         channel.clock = self.clockForChannels
         channel.headerTimeout = self.headerTimeout
         return channel

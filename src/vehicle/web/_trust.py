@@ -13,7 +13,7 @@ from typing import Any
 from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
 
-from vehicle.errors import VehicleError, encode, errorFrame
+from vehicle.errors import VehicleError, answerError
 from vehicle.session import CALLER_KINDS, ROLES, Caller
 
 
@@ -142,10 +142,7 @@ class GuardedResource(Resource):
             checkSecret(request, self._secret)
         except VehicleError as e:
             error = e
-        request.setResponseCode(error.httpStatus)
-        request.setHeader(b"content-type", b"application/json")
-        request.setHeader(b"cache-control", b"no-store")
-        return encode(errorFrame(error))
+        return answerError(request, error)
 
 
 def _unreadable(request: Any) -> VehicleError | None:

@@ -20,6 +20,7 @@ from twisted.web.server import Request
 from zope.interface import implementer
 
 from vehicle import PROTOCOL
+from vehicle._timers import cancelIfActive
 from vehicle.errors import VehicleError
 from vehicle.protocol import Event, WatchCompleted, toObject
 from vehicle.session import MAX_WAIT_MS, Session
@@ -127,8 +128,7 @@ async def longPoll(
         except CancelledError:
             pass
         finally:
-            if timer.active():
-                timer.cancel()
+            cancelIfActive(timer)
         events, more = session.feed.after(since)
     cursor = (events[-1].seq or since) if events else since
     return WatchCompleted(events=tuple(events), cursor=cursor, more=more)
@@ -259,8 +259,7 @@ class EventStream:
             self._unsubscribe()
         if self._keepalive is not None and self._keepalive.running:
             self._keepalive.stop()
-        if self._catchingUp is not None and self._catchingUp.active():
-            self._catchingUp.cancel()
+        cancelIfActive(self._catchingUp)
         self._catchingUp = None
         try:
             self.request.unregisterProducer()

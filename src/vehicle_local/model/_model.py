@@ -30,6 +30,8 @@ from twisted.python.failure import Failure
 from twisted.web.resource import IResource
 from twisted.web.server import Request, Site
 
+from vehicle._timers import cancelIfActive
+
 
 __all__ = [
     "Usage",
@@ -240,8 +242,7 @@ class _Stream:
         self._pump()
 
     def _cancel(self, _: Deferred[None]) -> None:
-        if self._pending is not None and self._pending.active():
-            self._pending.cancel()
+        cancelIfActive(self._pending)
         self._pending = None
         self.frames.clear()
 
