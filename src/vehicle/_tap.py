@@ -28,7 +28,7 @@ from vehicle.body import EXTENSION, Launcher, RunInThread, branch, inline
 from vehicle.errors import VehicleError
 from vehicle.host import Bodies
 from vehicle.mirror import Mirror
-from vehicle.public import Ledger, OwnKeyBodies, Public
+from vehicle.public import OwnKeyBodies, Public, openLedger
 from vehicle.models import ModelCatalog
 from vehicle.session import Caller, Drive, Registry, Session
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
@@ -166,9 +166,8 @@ def buildHost(
     public = None
     ownKey = None
     if settings.public.enabled:
-        ledger = Ledger(path=dataDir.public / "ledger.jsonl", clock=reactor)
-        ledger.open()
-        public = Public(settings=settings.public, ledger=ledger, models=models)
+        ledger = openLedger(settings.public, dataDir.public, reactor)
+        public = Public(settings=settings.public, ledger=ledger, models=models, clock=reactor)
         ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
     bodies = Bodies(
         launcher=launcher,

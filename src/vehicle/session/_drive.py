@@ -379,11 +379,11 @@ class PublicTurns(Protocol):
     What public mode says in a request (L{vehicle.public.Public}).
     """
 
-    def chooseDoor(self, caller: Caller, request: dict[str, Any]) -> dict[str, Any]: ...
+    async def chooseDoor(self, caller: Caller, request: dict[str, Any]) -> dict[str, Any]: ...
 
-    def checkTurn(self, session: Session, caller: Caller) -> None: ...
+    async def reserveTurn(self, session: Session, caller: Caller, request: dict[str, Any]) -> Any: ...
 
-    def turnTaken(self, session: Session, caller: Caller, commandId: str) -> None: ...
+    async def voidTurn(self, session: Session, reservation: Any) -> None: ...
 
     def rememberKey(self, session: Session, caller: Caller) -> None: ...
 
@@ -458,7 +458,7 @@ class Drive:
         self._replayCreation(caller, request)
         door: dict[str, Any] = {}
         if caller.public:
-            door = self._public().chooseDoor(caller, request)
+            door = await self._public().chooseDoor(caller, request)
             model = door["model"]
         else:
             model = self.chooseModel(request.get("model"))
@@ -544,21 +544,30 @@ class Drive:
             if session.meta.funding is not None and kind in TEXT_COMMANDS
             else None
         )
+        reservation = None
         if turns is not None:
             checkDriver(session, caller)
             session.leases.require(caller)
-            turns.checkTurn(session, caller)
-        if startsBody and session.bodyState() == "dormant":
-            # Refuse now, with the protocol's status, rather than accept a
-            # command whose body cannot be made; the world may change
-            # while that is looked at.
-            checkDriver(session, caller)
-            await self.agent.precheck(session)
-            session = self.find(caller, session.sessionId)
-            replay(session, request, "commands")
-        result = submitCommand(session, caller, request)
-        if turns is not None:
-            turns.turnTaken(session, caller, result["value"]["command"]["commandId"])
+            # The ledger counts the turn and holds its budget before it is
+            # accepted; the world may change while it answers.
+            reservation = await turns.reserveTurn(session, caller, request)
+        try:
+            if reservation is not None:
+                session = self.find(caller, session.sessionId)
+                replay(session, request, "commands")
+            if startsBody and session.bodyState() == "dormant":
+                # Refuse now, with the protocol's status, rather than accept a
+                # command whose body cannot be made; the world may change
+                # while that is looked at.
+                checkDriver(session, caller)
+                await self.agent.precheck(session)
+                session = self.find(caller, session.sessionId)
+                replay(session, request, "commands")
+            result = submitCommand(session, caller, request)
+        except BaseException:
+            if turns is not None and reservation is not None:
+                await turns.voidTurn(session, reservation)
+            raise
         return 202, result
 
     def findForChime(self, caller: Caller, sessionId: str) -> Session:

@@ -246,7 +246,7 @@ class VehicleAPI:
         caller = self._caller(request)
         if self.public is None:
             return 200, frame("account", None, {"kind": "member", "principal": caller.principal})
-        return 200, frame("account", None, self.public.account(caller))
+        return 200, frame("account", None, await self.public.account(caller))
 
     @router.route("/account/grants", methods=["POST"])
     @answered
@@ -257,7 +257,7 @@ class VehicleAPI:
         sent = self._parse(request, "grant.request")
         if self.public is None:
             raise VehicleError("not_public", "public sessions are off on this host")
-        value = self.public.grant(caller, sent)
+        value = await self.public.grant(caller, sent)
         return 200, frame("account.granted", sent.get("requestId"), value)
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])
