@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.unit.test_clients_cli -*-
 """
 The C{vehicle} console script: C{vehicle ride} (the stdio JSONL client) and
-C{vehicle tail} (an operator's tail of a session's events).  Only parsing
+C{vehicle tail} (an operator's tail of a session's events), and C{vehicle
+ledger import} (a host's file ledger moved into PostgreSQL).  Only parsing
 and the reactor; the work is in L{vehicle.clients}.
 """
 
@@ -26,6 +27,7 @@ from twisted.python import usage
 import vehicle
 from vehicle._reactors import IClientReactor
 from vehicle.clients import RideOptions, TailOptions, runRide, runTail
+from vehicle.public import LedgerOptions, runImport
 from vehicle.settings import defaultPiRoot
 
 
@@ -98,10 +100,11 @@ def versionText(piRoot: Path | None = None, runtime: Path = RUNTIME_PI) -> str:
 
 class Options(usage.Options):
     longdesc = ""
-    synopsis = "vehicle (ride | tail) [options]  |  vehicle --version"
+    synopsis = "vehicle (ride | tail | ledger import) [options]  |  vehicle --version"
     subCommands = [
         ["ride", None, RideOptions, "Ride a session: JSONL requests on stdin, frames on stdout."],
         ["tail", None, TailOptions, "Follow a session's events over SSE."],
+        ["ledger", None, LedgerOptions, "The public ledger: import moves ledger.jsonl into PostgreSQL."],
     ]
 
     def opt_version(self) -> None:
@@ -114,7 +117,7 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         if self.subCommand is None:
-            raise usage.UsageError("a subcommand is required: ride or tail (or --version)")
+            raise usage.UsageError("a subcommand is required: ride, tail or ledger (or --version)")
 
 
 async def _exitCode(work: Awaitable[int]) -> None:
@@ -124,9 +127,18 @@ async def _exitCode(work: Awaitable[int]) -> None:
 
 
 def _usageLine(options: Options, argv: Sequence[str], error: usage.UsageError) -> str:
-    sub = next((a for a in argv if a in ("ride", "tail")), None)
+    sub = next((a for a in argv if a in ("ride", "tail", "ledger")), None)
     name = f"vehicle {sub}" if sub else "vehicle"
     return f"{name}: {error} (see {name} --help)"
+
+
+def _ledgerImport(
+    reactor: Any, ledger: LedgerOptions, environ: Mapping[str, str] | None
+) -> Awaitable[int]:
+    import os
+
+    return runImport(reactor, ledger.subOptions, os.environ if environ is None else environ,
+                     sys.stdout)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> None:
@@ -153,6 +165,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         redirectStandardIO=False,
     )
     run: Any = runRide if options.subCommand == "ride" else runTail
+    if options.subCommand == "ledger":
+        run = _ledgerImport
 
     def start(reactor: IClientReactor) -> Deferred[None]:
         return Deferred.fromCoroutine(_exitCode(run(reactor, options.subOptions, environ)))

@@ -58,9 +58,9 @@ def unavailable() -> str | None:
     binDir = _binDir()
     if binDir is None or not (binDir / "initdb").exists():
         return "PostgreSQL's initdb and pg_ctl are not installed (scripts/setup installs them)"
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None:
         return "psycopg is not installed"
     if os.geteuid() == 0 and shutil.which("runuser") is None:
         return "running as root without runuser"

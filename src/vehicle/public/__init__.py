@@ -11,6 +11,7 @@ from vehicle.public._contract import (
     SessionTurns,
     TurnAsk,
 )
+from vehicle.public._import import LedgerOptions, runImport
 from vehicle.public._ledger import Ledger, utcDay
 from vehicle.public._open import hostIdentity, openLedger
 from vehicle.public._postgres import InlineRunner, PostgresLedger, describe
@@ -22,6 +23,7 @@ __all__ = [
     "Hold",
     "InlineRunner",
     "Ledger",
+    "LedgerOptions",
     "LedgerStore",
     "LedgerUnavailable",
     "OUT_OF_CREDIT",
@@ -34,5 +36,6 @@ __all__ = [
     "describe",
     "hostIdentity",
     "openLedger",
+    "runImport",
     "utcDay",
 ]
