@@ -57,9 +57,17 @@ class Options(usage.Options):
          "host 127.0.0.1). Loopback only."],
         ["data-dir", None, None,
          "Where sessions live (default $VEHICLE_DATA_DIR, else $DATA_DIR)."],
+        ["log-format", None, "text",
+         "text (for a person, the default) or json (one JSON object a line on standard "
+         "output, for a machine; in place of --logger's observer)."],
     ]
 
     def postOptions(self) -> None:
+        if self["log-format"] not in ("text", "json"):
+            raise usage.UsageError("--log-format is text or json")
+        if self["log-format"] == "json" and self.parent is not None:
+            # twistd starts the observer its --logger names.
+            self.parent["logger"] = "vehicle._logs.jsonObserver"
         try:
             self["settings"] = Settings.fromEnvironment(
                 os.environ, listen=self["listen"], dataDir=self["data-dir"]

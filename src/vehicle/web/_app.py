@@ -102,7 +102,8 @@ class VehicleAPI:
         except CancelledError:
             raise
         except Exception:
-            self._log.failure("Unexpected failure answering {uri}", uri=request.uri)
+            self._log.failure("Unexpected failure answering {uri}", uri=request.uri,
+                              requestId=_requestId(request))
             status, answer = 500, errorFrame(
                 VehicleError("internal", "the host failed to answer; nothing was changed"),
                 _requestId(request),
