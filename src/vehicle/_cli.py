@@ -1,8 +1,9 @@
 # -*- test-case-name: tests.unit.test_clients_cli -*-
 """
 The C{vehicle} console script: C{vehicle ride} (the stdio JSONL client),
-C{vehicle tail} (an operator's tail of a session's events) and C{vehicle
-acp} (an Agent Client Protocol agent for editors).  Only parsing
+C{vehicle tail} (an operator's tail of a session's events), C{vehicle
+acp} (an Agent Client Protocol agent for editors) and C{vehicle ledger
+import} (a host's file ledger moved into PostgreSQL).  Only parsing
 and the reactor; the work is in L{vehicle.clients}.
 """
 
@@ -27,6 +28,7 @@ from twisted.python import usage
 import vehicle
 from vehicle._reactors import IClientReactor
 from vehicle.clients import AcpOptions, RideOptions, TailOptions, runAcp, runRide, runTail
+from vehicle.public import LedgerOptions, runImport
 from vehicle.settings import defaultPiRoot
 
 
@@ -99,11 +101,12 @@ def versionText(piRoot: Path | None = None, runtime: Path = RUNTIME_PI) -> str:
 
 class Options(usage.Options):
     longdesc = ""
-    synopsis = "vehicle (ride | tail | acp) [options]  |  vehicle --version"
+    synopsis = "vehicle (ride | tail | acp | ledger import) [options]  |  vehicle --version"
     subCommands = [
         ["ride", None, RideOptions, "Ride a session: JSONL requests on stdin, frames on stdout."],
         ["tail", None, TailOptions, "Follow a session's events over SSE."],
         ["acp", None, AcpOptions, "Be an Agent Client Protocol agent for an editor, over stdio."],
+        ["ledger", None, LedgerOptions, "The public ledger: import moves ledger.jsonl into PostgreSQL."],
     ]
 
     def opt_version(self) -> None:
@@ -116,7 +119,7 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         if self.subCommand is None:
-            raise usage.UsageError("a subcommand is required: ride, tail or acp (or --version)")
+            raise usage.UsageError("a subcommand is required: ride, tail, acp or ledger (or --version)")
 
 
 async def _exitCode(work: Awaitable[int]) -> None:
@@ -126,9 +129,18 @@ async def _exitCode(work: Awaitable[int]) -> None:
 
 
 def _usageLine(options: Options, argv: Sequence[str], error: usage.UsageError) -> str:
-    sub = next((a for a in argv if a in ("ride", "tail", "acp")), None)
+    sub = next((a for a in argv if a in ("ride", "tail", "acp", "ledger")), None)
     name = f"vehicle {sub}" if sub else "vehicle"
     return f"{name}: {error} (see {name} --help)"
+
+
+def _ledgerImport(
+    reactor: Any, ledger: LedgerOptions, environ: Mapping[str, str] | None
+) -> Awaitable[int]:
+    import os
+
+    return runImport(reactor, ledger.subOptions, os.environ if environ is None else environ,
+                     sys.stdout)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> None:
@@ -154,7 +166,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         ],
         redirectStandardIO=False,
     )
-    run: Any = {"ride": runRide, "tail": runTail, "acp": runAcp}[str(options.subCommand)]
+    run: Any = {"ride": runRide, "tail": runTail, "acp": runAcp, "ledger": _ledgerImport}[
+        str(options.subCommand)
+    ]
 
     def start(reactor: IClientReactor) -> Deferred[None]:
         return Deferred.fromCoroutine(_exitCode(run(reactor, options.subOptions, environ)))

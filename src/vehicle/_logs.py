@@ -1,13 +1,18 @@
-# -*- test-case-name: tests.live.test_local -*-
+# -*- test-case-name: tests.live.test_local,tests.unit.test_logs -*-
 """
 Quiet logs: Twisted announces every factory it starts and stops, which for
 an HTTP client is a pair of lines per connection.  The host's observer
 (C{twistd --logger=vehicle._logs.observer}) and the local run's drop those
 and keep everything else.
+
+Logs a machine reads (C{twistd vehicle --log-format json}): one JSON object
+a line (Twisted's C{jsonFileLogObserver}), each carrying the C{sessionId}
+and C{requestId} of the session and request it is about, where there is one.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any, TextIO
 
@@ -16,6 +21,7 @@ from twisted.logger import (
     ILogFilterPredicate,
     ILogObserver,
     PredicateResult,
+    jsonFileLogObserver,
     textFileLogObserver,
 )
 from zope.interface import implementer
@@ -57,3 +63,40 @@ def observer() -> ILogObserver:
     standard output, without the chatter.
     """
     return quietObserver(sys.stdout)
+
+
+_SESSION_PATH = re.compile(rb"/sessions/([A-Za-z0-9_-]{1,128})")
+
+
+@implementer(ILogObserver)
+class _InContext:
+    """
+    Gives an event that says no C{sessionId} the one a path of it names
+    (its request's C{uri}, a session's folder), then passes it on.
+    """
+
+    def __init__(self, then: ILogObserver) -> None:
+        self.then = then
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        if "sessionId" not in event:
+            for key, value in event.items():
+                if key.startswith("log_"):
+                    continue
+                if isinstance(value, str):
+                    value = value.encode("utf-8", "replace")
+                found = _SESSION_PATH.search(value) if isinstance(value, bytes) else None
+                if found:
+                    event = {**event, "sessionId": found.group(1).decode("ascii")}
+                    break
+        self.then(event)
+
+
+def jsonObserver(out: TextIO | None = None) -> ILogObserver:
+    """
+    The host's observer under C{--log-format json}: one JSON object a line
+    on C{out} (standard output), without the chatter.
+    """
+    return FilteringLogObserver(
+        _InContext(jsonFileLogObserver(out if out is not None else sys.stdout)), [quiet]
+    )

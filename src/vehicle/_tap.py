@@ -25,7 +25,7 @@ from vehicle.agent import AgentProfile
 from vehicle.body import EXTENSION, Launcher, RunInThread
 from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower
 from vehicle.mirror import Mirror
-from vehicle.public import Ledger, OwnKeyBodies, Public
+from vehicle.public import OwnKeyBodies, Public, openLedger
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
@@ -54,9 +54,17 @@ class Options(usage.Options):
          "host 127.0.0.1). Loopback only."],
         ["data-dir", None, None,
          "Where sessions live (default $VEHICLE_DATA_DIR, else $DATA_DIR)."],
+        ["log-format", None, "text",
+         "text (for a person, the default) or json (one JSON object a line on standard "
+         "output, for a machine; in place of --logger's observer)."],
     ]
 
     def postOptions(self) -> None:
+        if self["log-format"] not in ("text", "json"):
+            raise usage.UsageError("--log-format is text or json")
+        if self["log-format"] == "json" and self.parent is not None:
+            # twistd starts the observer its --logger names.
+            self.parent["logger"] = "vehicle._logs.jsonObserver"
         try:
             self["settings"] = Settings.fromEnvironment(
                 os.environ, listen=self["listen"], dataDir=self["data-dir"]
@@ -110,9 +118,8 @@ def buildHost(
     public = None
     ownKey = None
     if settings.public.enabled:
-        ledger = Ledger(path=dataDir.public / "ledger.jsonl", clock=reactor)
-        ledger.open()
-        public = Public(settings=settings.public, ledger=ledger, models=models)
+        ledger = openLedger(settings.public, dataDir.public, reactor)
+        public = Public(settings=settings.public, ledger=ledger, models=models, clock=reactor)
         ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
     bodies = Bodies(
         launcher=launcher,

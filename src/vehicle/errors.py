@@ -67,6 +67,9 @@ STATUS: Mapping[str, int] = {
     "internal": 500,
     # Not in the spec's table either: the disk refused a request (no space, an I/O error).
     "storage_unavailable": 503,
+    # Nor this (issue 19): the shared credit ledger (PostgreSQL) cannot be
+    # reached or is too slow; public turns are refused at once.
+    "ledger_unavailable": 503,
 }
 
 

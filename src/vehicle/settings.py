@@ -93,6 +93,13 @@ class PublicSettings:
     sessionMaxTurns: int = 40
     runMaxTurns: int = 8
     runMaxCostUsd: float = 0.05
+    #: C{VEHICLE_LEDGER_URL}: the whole ledger in PostgreSQL, shared by
+    #: every host of a fleet (else C{public/ledger.jsonl}, one host's).  It
+    #: may carry a password: never shown.
+    ledgerUrl: str | None = field(default=None, repr=False)
+    #: How long a public turn waits for PostgreSQL before it is refused
+    #: (C{ledger_unavailable}).
+    ledgerTimeoutSeconds: float = 2.0
 
     @classmethod
     def fromEnvironment(cls, env: Mapping[str, str]) -> "PublicSettings":
@@ -116,7 +123,28 @@ class PublicSettings:
             runMaxCostUsd=_float(
                 env, "VEHICLE_PUBLIC_RUN_MAX_COST_USD", default.runMaxCostUsd, positive=True
             ),
+            ledgerUrl=ledgerUrl(env),
+            ledgerTimeoutSeconds=_float(
+                env, "VEHICLE_LEDGER_TIMEOUT_SECONDS", default.ledgerTimeoutSeconds, positive=True
+            ),
         )
+
+
+def ledgerUrl(env: Mapping[str, str]) -> str | None:
+    """
+    C{VEHICLE_LEDGER_URL}, a C{postgresql://} URL, or L{None}.
+
+    @raise SettingsError: for any other kind of URL (the message never
+        repeats it: it may carry a password).
+    """
+    url = (env.get("VEHICLE_LEDGER_URL") or "").strip()
+    if not url:
+        return None
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise SettingsError(
+            "VEHICLE_LEDGER_URL must be a postgresql:// URL (the ledger moves to PostgreSQL)"
+        )
+    return url
 
 
 @frozen(kw_only=True)

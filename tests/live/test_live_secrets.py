@@ -72,6 +72,58 @@ class KeyTests(TestCase):
         self.assertNotIn(b"gardend-own-token-never-used", bytes(host.process.output))
 
 
+class JsonLogTests(TestCase):
+    """
+    C{--log-format json} under the manifest's C{--logger}: every line the
+    host writes is one JSON object, and no secret is in any (issue 19).
+    """
+
+    timeout = 120
+
+    async def test_jsonLogReadBackWithoutSecrets(self) -> None:
+        """
+        After a full run and a restart that finishes an interrupted command,
+        the host's output reads back as JSON events, one a line; an event
+        about the session carries its C{sessionId}; the model key, the service
+        secret and gardend's own token are in none.
+        """
+        import io
+        import json
+
+        from twisted.logger import eventsFromJSONLogFile
+
+        from tests.support.harness import SECRET
+
+        host = TwistdHost(self)
+        host.twistdArgs = ("--logger=vehicle._logs.observer",)
+        host.vehicleArgs = ("--log-format", "json")
+        await host.start()
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="first [[SLOW]]")
+        await host.waitFor(sid, lambda e: e["type"] == "run.started")
+        await host.kill()
+        first = bytes(host.process.output)
+        await host.restart()
+        await host.stop()
+        output = first + bytes(host.process.output)
+        for secret in (host.key, SECRET, "gardend-own-token-never-used"):
+            self.assertNotIn(secret.encode(), output)
+        text = output.decode("utf-8")
+        lines = [line for line in text.split("\n") if line.strip()]
+        self.assertTrue(lines)
+        for line in lines:
+            self.assertIsInstance(json.loads(line.strip("\x1e")), dict, line)
+        events = list(eventsFromJSONLogFile(io.StringIO(text)))
+        self.assertEqual(len(events), len(lines))
+        self.assertTrue(any("vehicle" in e.get("log_format", "") and "serving" in e["log_format"]
+                            for e in events))
+        from twisted.logger import formatEvent
+
+        for event in events:
+            if sid in formatEvent(event):
+                self.assertEqual(event.get("sessionId"), sid, event)
+
+
 class HostRestartTests(TestCase):
     """
     kill -9 of the host mid-run: commands are interrupted, the session

@@ -315,7 +315,8 @@ class TwistdHost(LiveHost):
         self.process = _Collector()
         self.transport = reactor.spawnProcess(
             self.process, twistd,
-            [twistd, "-n", "--pidfile=", "vehicle",
+            [twistd, "-n", "--pidfile=", *getattr(self, "twistdArgs", ()), "vehicle",
+             *getattr(self, "vehicleArgs", ()),
              "--listen", f"tcp:{self.portNumber}:interface=127.0.0.1",
              "--data-dir", str(self.root)],
             env=env,

@@ -18,15 +18,23 @@ from attrs import evolve
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.protocol import Command, CommandStatus
+from vehicle.errors import VehicleError
+from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
 from vehicle.public import Ledger
 from vehicle.public import _accounting
-from vehicle.session import Caller
+from vehicle.session import Caller, Session
 from vehicle.store import OsFiles, useFiles
 
 from tests.support.fakepi import STATE, FakePi
 from tests.support.harness import FakeLauncher, FakePiTransport
-from tests.support.public import ACCOUNT, PUBLIC as ROUTE_PUBLIC, account
+from tests.support.public import (
+    ACCOUNT,
+    PUBLIC as ROUTE_PUBLIC,
+    account,
+    figures,
+    ledgerRows,
+    withPostgres,
+)
 from tests.support.routes import RouteTestCase
 
 
@@ -70,17 +78,20 @@ class BodyOf(FakePi):
         self.settle()
 
 
-class HoldTests(RouteTestCase):
+class HoldContract:
     """
-    Many credit conversations of one account, turns sent at once.
+    Many credit conversations of one account, turns sent at once: the same
+    with either ledger (a subclass says which).
     """
 
     harnessSettings = {"public": PUBLIC}
 
     def rows(self, kind: str | None = None) -> list[dict[str, Any]]:
-        path = self.h.root / "public" / "ledger.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
-        return [r for r in rows if kind is None or r["type"] == kind]
+        return ledgerRows(self.h, kind)
+
+    def held(self, principal: str | None = PRINCIPAL) -> float:
+        found = figures(self, self.h, principal or PRINCIPAL)
+        return found.heldUsd if principal else found.heldAllUsd
 
     def balance(self) -> float:
         return self.ok("GET", "/account", **WHO)["value"]["credit"]["balanceUsd"]
@@ -122,7 +133,7 @@ class HoldTests(RouteTestCase):
         self.assertEqual(len(accepted), 3, answers)
         self.assertEqual(refused, {"out_of_credit"})
         self.assertEqual(len(self.rows("hold")), 3)
-        self.assertAlmostEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.03)
+        self.assertAlmostEqual(self.held(), 0.03)
         for index, sid in enumerate(accepted):
             BodyOf(self.h.launcher, index).run(f"hi {sid}", costUsd=PUBLIC.runMaxCostUsd)
             self.assertGreaterEqual(self.balance(), -PUBLIC.runMaxCostUsd)
@@ -132,7 +143,7 @@ class HoldTests(RouteTestCase):
         self.assertEqual(sorted(r["hold"] for r in releases),
                          sorted(r["key"] for r in self.rows("hold")))
         self.assertEqual({r["reason"] for r in releases}, {"completed"})
-        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
+        self.assertEqual(self.held(), 0.0)
         # And no turn is taken now: the credit is spent.
         self.refused("out_of_credit", "POST", f"/sessions/{accepted[0]}/commands",
                      {"type": "prompt", "requestId": "p2", "text": "more"}, **WHO)
@@ -148,7 +159,7 @@ class HoldTests(RouteTestCase):
         self.h.api.registry.sessions[sid].move("p1", CommandStatus.cancelled, reason="aborted")
         [release] = self.rows("release")
         self.assertEqual((release["hold"], release["reason"]), (f"hold:{sid}:p1", "cancelled"))
-        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
+        self.assertEqual(self.held(), 0.0)
 
     def test_bodyDiesMidRun(self) -> None:
         """
@@ -191,78 +202,12 @@ class HoldTests(RouteTestCase):
         releases = self.rows("release")
         self.assertEqual(len(releases), 2)
         self.assertEqual({r["reason"] for r in releases}, {"host_restarted"})
-        self.assertEqual(self.h.api.public.ledger.held(), 0.0)
+        self.assertEqual(self.held(None), 0.0)
         self.assertEqual(self.balance(), before)
         count = len(self.rows())
         self.h.restart()
         self.assertEqual(len(self.rows()), count)
         self.assertEqual(self.balance(), before)
-
-    def test_restartChargesASettledRunOnce(self) -> None:
-        """
-        A host that stopped after a run's settle record but before its
-        debit and release (the ledger's tail lost) charges the run and
-        releases its hold at start, each once.
-        """
-        sid = self.sessions(1)[0]
-        self.prompt(sid, "p1", **WHO)
-        BodyOf(self.h.launcher, 0).run("hello", costUsd=0.004)
-        self.assertEqual([r["type"] for r in self.rows()][-2:], ["release", "debit"])
-        self.h.stop()
-        path = self.h.root / "public" / "ledger.jsonl"
-        lines = path.read_text().splitlines(keepends=True)
-        path.write_text("".join(lines[:-2]))
-        self.h._start()
-        self.assertEqual(len(self.rows("debit")), 1)
-        [debit] = self.rows("debit")
-        self.assertEqual(debit["amountUsd"], 0.004)
-        [release] = self.rows("release")
-        self.assertEqual(release["reason"], "completed")
-        self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
-        count = len(self.rows())
-        self.h.restart()
-        self.assertEqual(len(self.rows()), count)
-
-    def test_ledgerRefusedAfterTheTurn(self) -> None:
-        """
-        A ledger whose disk refuses the rows that follow an accepted turn
-        (its hold and turn) and a settled run (its debit and release) does
-        not undo either: the turn is answered C{command.accepted}, the hold
-        and the charge count in memory, other requests are served; the
-        restart after the disk is back writes each missing row once, and
-        the account is the same as before.
-        """
-        class LedgerFull(OsFiles):
-            def write(self, fd: int, data: Any) -> int:
-                if os.readlink(f"/proc/self/fd/{fd}").endswith("ledger.jsonl"):
-                    raise OSError(errno.ENOSPC, "No space left on device")
-                return super().write(fd, data)
-
-        sid, other = self.sessions(2)
-        ledger = self.h.api.public.ledger
-        rowsBefore = len(self.rows())
-        previous = useFiles(LedgerFull())
-        try:
-            code, frame = self.prompt(sid, "p1", **WHO)
-            self.assertEqual((code, frame["type"]), (202, "command.accepted"))
-            self.assertAlmostEqual(ledger.held(PRINCIPAL), PUBLIC.runMaxCostUsd)
-            self.assertEqual(ledger.turnsToday(PRINCIPAL), 1)
-            BodyOf(self.h.launcher, 0).run("hello", costUsd=0.004)
-            self.assertAlmostEqual(ledger.held(PRINCIPAL), 0.0)
-            self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
-            self.assertEqual(len(self.rows()), rowsBefore)
-            # Another conversation is served meanwhile.
-            self.assertEqual(self.prompt(other, "p1", **WHO)[0], 202)
-        finally:
-            useFiles(previous)
-        self.h.restart()
-        self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
-        self.assertEqual(len(self.rows("debit")), 1)
-        self.assertEqual(len(self.rows("turn")), 2)
-        self.assertEqual(self.h.api.public.ledger.holds, {})
-        count = len(self.rows())
-        self.h.restart()
-        self.assertEqual(len(self.rows()), count)
 
     def test_restartKeepsEveryRow(self) -> None:
         """
@@ -282,21 +227,21 @@ class HoldTests(RouteTestCase):
         sid = self.sessions(1)[0]
         self.prompt(sid, "p1", **WHO)
         before = account()
-        held = self.h.api.public.ledger.held(PRINCIPAL)
+        held = self.held()
         self.assertEqual(held, PUBLIC.runMaxCostUsd)
         self.h.stop()
         self.h._start()
         self.assertEqual(account(), before)
         self.assertEqual(before["turnsToday"], 1)
         # The restart released the hold of the turn whose run never ran.
-        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
+        self.assertEqual(self.held(), 0.0)
         self.prompt(sid, "p2", **WHO)
         BodyOf(self.h.launcher, 0).run("hello", costUsd=0.002)
         before = account()
         self.assertAlmostEqual(before["spentUsd"], 0.002)
         self.h.restart()
         self.assertEqual(account(), before)
-        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), 0.0)
+        self.assertEqual(self.held(), 0.0)
 
     def test_twoTurnsTwoHolds(self) -> None:
         """
@@ -310,30 +255,7 @@ class HoldTests(RouteTestCase):
         self.assertEqual([r["key"] for r in self.rows("hold")],
                          [f"hold:{sid}:p1", f"hold:{sid}:p2"])
         self.assertEqual(self.rows("debit"), [])
-        self.assertEqual(self.h.api.public.ledger.held(PRINCIPAL), PUBLIC.runMaxCostUsd)
-
-    def test_noHoldForACommandAlreadyEnded(self) -> None:
-        """
-        A command that ended before its turn was counted (its body could not
-        start) holds nothing.
-        """
-        sid = self.sessions(1)[0]
-        self.prompt(sid, "p1", **WHO)
-        session = self.h.api.registry.sessions[sid]
-        session.move("p1", CommandStatus.failed, error="no body")
-        ended = evolve(session.findCommand("p1"), commandId="p9")
-
-        class WithEnded:
-            # The session as turnTaken reads it, holding p9 already ended.
-            meta = session.meta
-            sessionId = session.sessionId
-
-            def findCommand(self, commandId: str) -> Command | None:
-                return ended if commandId == "p9" else None
-
-        public = self.h.api.public
-        public.turnTaken(WithEnded(), CALLER, "p9")
-        self.assertNotIn(f"hold:{sid}:p9", public.ledger.keys)
+        self.assertEqual(self.held(), PUBLIC.runMaxCostUsd)
 
     def test_poolCountsHolds(self) -> None:
         """
@@ -341,7 +263,8 @@ class HoldTests(RouteTestCase):
         the day's cap either.
         """
         self.h.stop()
-        self.h.overrides["public"] = evolve(PUBLIC, creditDailyCapUsd=0.02, signupGrantUsd=1.0)
+        self.h.overrides["public"] = evolve(self.h.overrides["public"], creditDailyCapUsd=0.02,
+                                            signupGrantUsd=1.0)
         self.h._start()
         sids = self.sessions(3)
         answers = self.sendAtOnce(sids)
@@ -355,11 +278,126 @@ class HoldTests(RouteTestCase):
         """
         sid = self.sessions(1)[0]
         self.h.stop()
-        self.h.overrides["public"] = evolve(PUBLIC, runMaxCostUsd=0.02)
+        self.h.overrides["public"] = evolve(self.h.overrides["public"], runMaxCostUsd=0.02)
         self.h._start()
         self.prompt(sid, "p1", **WHO)
         [hold] = self.rows("hold")
         self.assertEqual(hold["amountUsd"], PUBLIC.runMaxCostUsd)
+
+    def test_voidedWhenTheAcceptFails(self) -> None:
+        """
+        A turn reserved whose command is then not accepted is voided: it
+        counts for nothing, holds nothing, and the same request may be sent
+        again.
+        """
+        sid = self.sessions(1)[0]
+        real = Session.command
+
+        def refuse(*args: Any) -> Any:
+            raise VehicleError("storage_unavailable", "the disk said no")
+
+        self.patch(Session, "command", refuse)
+        self.refused("storage_unavailable", "POST", f"/sessions/{sid}/commands",
+                     {"type": "prompt", "requestId": "p1", "text": "hi"}, **WHO)
+        self.assertEqual((self.turnsToday(), self.held()), (0, 0.0))
+        self.assertEqual(self.rows("turn"), [])
+        self.patch(Session, "command", real)
+        self.assertEqual(self.prompt(sid, "p1", **WHO)[0], 202)
+        self.assertEqual((self.turnsToday(), self.held()), (1, PUBLIC.runMaxCostUsd))
+
+    def test_killedBetweenReservationAndCommand(self) -> None:
+        """
+        A host stopped after a turn was reserved but before its command was
+        recorded voids that turn when it starts again: nothing half-charged.
+        """
+        sid = self.sessions(1)[0]
+        session = self.h.api.registry.sessions[sid]
+        caller = Caller(principal=PRINCIPAL, clientId="tab-a", role="viewer", graphId="g1",
+                        kind="account", emailVerified=True)
+        lost = fromRequest({"type": "prompt", "requestId": "lost", "text": "hi"}, CommandRequest)
+        self.successResultOf(self.h.api.public.reserveTurn(session, caller, lost))
+        self.assertEqual((self.turnsToday(), self.held()), (1, PUBLIC.runMaxCostUsd))
+        self.h.clock.advance(1)
+        self.h.restart()
+        self.assertEqual((self.turnsToday(), self.held()), (0, 0.0))
+        self.assertEqual(self.successResultOf(self.h.api.public.ledger.openHolds()), [])
+
+
+class HoldTests(HoldContract, RouteTestCase):
+    """
+    Holds on the file ledger, and what only a file can suffer (a torn tail,
+    a full disk, rows of an older host).
+    """
+
+    def turnsToday(self) -> int:
+        return int(self.h.api.public.ledger.turnsToday(PRINCIPAL))
+
+    def test_restartChargesASettledRunOnce(self) -> None:
+        """
+        A host that stopped after a run's settle record but before its
+        debit and release (the ledger's tail lost) charges the run and
+        releases its hold at start, each once.
+        """
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        BodyOf(self.h.launcher, 0).run("hello", costUsd=0.004)
+        self.assertEqual([r["type"] for r in self.rows()][-2:], ["release", "debit"])
+        self.h.stop()
+        path = self.h.root / "public" / "ledger.jsonl"
+        lines = path.read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[:-2]))
+        self.h._start()
+        self.assertEqual(len(self.rows("debit")), 1)
+        [debit] = self.rows("debit")
+        self.assertEqual(debit["amountUsd"], 0.004)
+        # The charge ends the hold in the same row.
+        [release] = self.rows("release")
+        self.assertEqual(release["reason"], "charged")
+        self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
+        count = len(self.rows())
+        self.h.restart()
+        self.assertEqual(len(self.rows()), count)
+
+    def test_ledgerRefusedAfterTheTurn(self) -> None:
+        """
+        A ledger whose disk refuses rows: the turn, whose row is written
+        before its command, is refused C{storage_unavailable} and counts
+        for nothing; the rows that follow a settled run (its debit and
+        release) do not undo it: they count in memory, and the restart after
+        the disk is back writes each missing one once.
+        """
+        class LedgerFull(OsFiles):
+            def write(self, fd: int, data: Any) -> int:
+                if full and os.readlink(f"/proc/self/fd/{fd}").endswith("ledger.jsonl"):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return super().write(fd, data)
+
+        sid, other = self.sessions(2)
+        ledger = self.h.api.public.ledger
+        full = True
+        previous = useFiles(LedgerFull())
+        try:
+            self.refused("storage_unavailable", "POST", f"/sessions/{sid}/commands",
+                         {"type": "prompt", "requestId": "p1", "text": "hello"}, **WHO)
+            self.assertEqual((ledger.turnsToday(PRINCIPAL), self.held()), (0, 0.0))
+            full = False
+            self.assertEqual(self.prompt(sid, "p1", **WHO)[0], 202)
+            rowsBefore = len(self.rows())
+            full = True
+            BodyOf(self.h.launcher, 0).run("hello", costUsd=0.004)
+            self.assertAlmostEqual(self.held(), 0.0)
+            self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
+            self.assertEqual(len(self.rows()), rowsBefore)
+        finally:
+            useFiles(previous)
+        self.h.restart()
+        self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
+        self.assertEqual(len(self.rows("debit")), 1)
+        self.assertEqual(len(self.rows("turn")), 1)
+        self.assertEqual(self.h.api.public.ledger.holds, {})
+        count = len(self.rows())
+        self.h.restart()
+        self.assertEqual(len(self.rows()), count)
 
     def test_deleteReleasesWhatIsLeft(self) -> None:
         """
@@ -392,11 +430,11 @@ class HoldTests(RouteTestCase):
         """
         sid = self.sessions(1)[0]
         self.prompt(sid, "p1", **WHO)
-        self.assertEqual([r["type"] for r in self.rows()][-2:], ["hold", "turn"])
+        self.assertEqual([r["type"] for r in self.rows()][-2:], ["turn", "hold"])
         self.h.stop()
         path = self.h.root / "public" / "ledger.jsonl"
         lines = path.read_text().splitlines(keepends=True)
-        path.write_text("".join(lines[:-2]))
+        path.write_text("".join(lines[:-1]))
         self.h.clock.advance(86400)
         self.h._start()
         [turn] = self.rows("turn")
@@ -435,11 +473,51 @@ class HoldTests(RouteTestCase):
         self.h.stop()
         (self.h.root / "sessions" / sid / "meta.json").write_text("not json")
         self.h._start()
-        self.assertEqual(self.h.api.public.ledger.held(), PUBLIC.runMaxCostUsd)
+        self.assertEqual(self.held(None), PUBLIC.runMaxCostUsd)
         self.ok("POST", "/sessions", {"requestId": "c-new"}, **WHO)
         [release] = self.rows("release")
         self.assertEqual(release["reason"], "session_gone")
-        self.assertEqual(self.h.api.public.ledger.held(), 0.0)
+        self.assertEqual(self.held(None), 0.0)
+
+
+
+class PostgresHoldTests(HoldContract, RouteTestCase):
+    """
+    Holds on the PostgreSQL ledger: the same behaviour, and a host stopped
+    mid-charge.
+    """
+
+    def setUp(self) -> None:
+        self.harnessSettings = {"public": withPostgres(PUBLIC)}
+        RouteTestCase.setUp(self)
+
+    def turnsToday(self) -> int:
+        return int(figures(self, self.h, PRINCIPAL).turnsToday)
+
+    def test_restartChargesASettledRunOnce(self) -> None:
+        """
+        A host that stopped after a run's settle record but before its
+        charge (the transaction never committed: the debit missing, the hold
+        open) charges it and ends the hold at start, each once.
+        """
+        from tests.support import postgres
+
+        sid = self.sessions(1)[0]
+        self.prompt(sid, "p1", **WHO)
+        BodyOf(self.h.launcher, 0).run("hello", costUsd=0.004)
+        self.h.stop()
+        url = self.h.overrides["public"].ledgerUrl
+        postgres.shared().query(url, "DELETE FROM ledger_rows WHERE kind IN ('debit', 'release')")
+        postgres.shared().query(url, "UPDATE ledger_rows SET open = true WHERE kind = 'hold'")
+        self.h._start()
+        [debit] = self.rows("debit")
+        self.assertEqual(debit["amountUsd"], 0.004)
+        [release] = self.rows("release")
+        self.assertEqual(release["reason"], "charged")
+        self.assertAlmostEqual(self.balance(), 0.03 - 0.004)
+        count = len(self.rows())
+        self.h.restart()
+        self.assertEqual(len(self.rows()), count)
 
 
 class LedgerReplayTests(SynchronousTestCase):

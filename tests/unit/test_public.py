@@ -6,13 +6,21 @@ Public sessions through the routes: the doors, the limits, the ledger and
 from __future__ import annotations
 
 import errno
-
-import json
 from typing import Any
 
 from vehicle.store import OsFiles, useFiles
 
-from tests.support.public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
+from tests.support.public import (
+    ACCOUNT,
+    KEY,
+    PUBLIC,
+    VISITOR,
+    account,
+    figures,
+    ledgerRows,
+    visitor,
+    withPostgres,
+)
 from tests.support.routes import RouteTestCase
 
 
@@ -112,8 +120,7 @@ class PublicTests(RouteTestCase):
         self.assertEqual(frame["value"]["session"]["funding"], "credit")
         self.refused("email_unverified", "POST", "/sessions", {"requestId": "c1"},
                      headers=account(verified=False), principal="cognito:456", role="viewer")
-        ledger = (self.h.root / "public" / "ledger.jsonl").read_text().splitlines()
-        grants = [json.loads(line) for line in ledger if '"grant"' in line]
+        grants = ledgerRows(self.h, "grant")
         self.assertEqual([g["key"] for g in grants], ["signup:cognito:123"])
 
     def test_grantsOwnerOnlyAndIdempotent(self) -> None:
@@ -135,8 +142,6 @@ class PublicTests(RouteTestCase):
         internal error, and nothing of it counts; the same grant goes
         through once the disk takes it again.
         """
-        ledger = self.h.host.bodies.public.ledger
-
         class Full(OsFiles):
             def write(self, fd: int, data: Any) -> int:
                 raise OSError(errno.ENOSPC, "No space left on device")
@@ -150,9 +155,9 @@ class PublicTests(RouteTestCase):
         finally:
             useFiles(previous)
         self.assertEqual(frame["details"], {"errno": "ENOSPC"})
-        self.assertEqual(ledger.balance("cognito:123"), 0)
+        self.assertEqual(figures(self, self.h, "cognito:123").balanceUsd, 0)
         self.assertTrue(self.ok("POST", "/account/grants", body, principal="owner")["value"]["granted"])
-        self.assertEqual(ledger.balance("cognito:123"), 2.0)
+        self.assertEqual(figures(self, self.h, "cognito:123").balanceUsd, 2.0)
 
     def test_publicTakesNoChimes(self) -> None:
         """
@@ -203,8 +208,9 @@ class CreditLimitTests(RouteTestCase):
         conversations are refused while an own key still works.
         """
         ledger = self.h.api.public.ledger
-        ledger.grant("cognito:other", 10.0, "operator", "operator:big")
-        ledger.debit("cognito:other", PUBLIC.creditDailyCapUsd, "run:x:1", "x")
+        self.successResultOf(ledger.addGrant("cognito:other", 10.0, "operator", "operator:big"))
+        self.successResultOf(ledger.chargeRun("cognito:other", PUBLIC.creditDailyCapUsd,
+                                              "run:x:1", "x"))
         self.refused("credit_pool_exhausted", "POST", "/sessions", {"requestId": "c1"},
                      headers=account(), **ACCOUNT)
         self.ok("POST", "/sessions", {"requestId": "c2"}, headers=visitor(KEY), **VISITOR)
@@ -225,13 +231,14 @@ class CreditReservationTests(RouteTestCase):
         """
         self.ok("GET", "/account", headers=account(), **ACCOUNT)
         ledger = self.h.api.public.ledger
-        ledger.debit("cognito:123", PUBLIC.signupGrantUsd - 0.01, "run:x:1", "x")
+        self.successResultOf(ledger.chargeRun("cognito:123", PUBLIC.signupGrantUsd - 0.01,
+                                              "run:x:1", "x"))
         first = self.ok("POST", "/sessions", {"requestId": "c1"},
                         headers=account(), **ACCOUNT)["value"]["session"]["sessionId"]
         second = self.ok("POST", "/sessions", {"requestId": "c2"},
                          headers=account(), **ACCOUNT)["value"]["session"]["sessionId"]
         self.prompt(first, "p1", headers=account(), **ACCOUNT)
-        self.assertEqual(ledger.held("cognito:123"), PUBLIC.runMaxCostUsd)
+        self.assertEqual(figures(self, self.h, "cognito:123").heldUsd, PUBLIC.runMaxCostUsd)
         self.refused("out_of_credit", "POST", f"/sessions/{second}/commands",
                      {"type": "prompt", "requestId": "p2", "text": "hi"},
                      headers=account(), **ACCOUNT)
@@ -248,3 +255,34 @@ class CreditReservationTests(RouteTestCase):
         self.ok("POST", "/account/grants", body, principal="owner")
         self.refused("request_id_conflict", "POST", "/account/grants",
                      {**body, "principal": "cognito:2"}, principal="owner")
+
+
+class PostgresMixin:
+    """
+    The same tests with the ledger in PostgreSQL.
+    """
+
+    harnessSettings: dict[str, Any]
+
+    def setUp(self) -> None:
+        self.harnessSettings = {"public": withPostgres(PUBLIC)}
+        super().setUp()  # type: ignore[misc]
+
+
+class PostgresPublicTests(PostgresMixin, PublicTests):
+    def test_grantOnAFullDisk(self) -> None:
+        """
+        A full disk is the file ledger's matter; PostgreSQL's own refusals
+        are L{tests.live.test_ledger_postgres}'s.
+        """
+        from twisted.trial.unittest import SkipTest
+
+        raise SkipTest("the file ledger's disk")
+
+
+class PostgresCreditLimitTests(PostgresMixin, CreditLimitTests):
+    pass
+
+
+class PostgresCreditReservationTests(PostgresMixin, CreditReservationTests):
+    pass

@@ -16,6 +16,7 @@ from typing import Callable, Protocol
 from attrs import define
 
 from vehicle.errors import VehicleError
+from vehicle.public import Reservation
 from vehicle.protocol import (
     JSONObject,
     TEXT_COMMANDS,
@@ -63,11 +64,13 @@ class PublicTurns(Protocol):
     What public mode says in a request (L{vehicle.public.Public}).
     """
 
-    def chooseDoor(self, caller: Caller, request: CreateRequest) -> Door: ...
+    async def chooseDoor(self, caller: Caller, request: CreateRequest) -> Door: ...
 
-    def checkTurn(self, session: Session, caller: Caller) -> None: ...
+    async def reserveTurn(
+        self, session: Session, caller: Caller, request: CommandRequest
+    ) -> Reservation: ...
 
-    def turnTaken(self, session: Session, caller: Caller, commandId: str) -> None: ...
+    async def voidTurn(self, session: Session, reservation: Reservation) -> None: ...
 
     def rememberKey(self, session: Session, caller: Caller) -> None: ...
 
@@ -160,7 +163,7 @@ class Drive:
                 {"graphId": caller.graphId},
             )
         self._replayCreation(caller, request)
-        door = self._public().chooseDoor(caller, request) if caller.public else None
+        door = await self._public().chooseDoor(caller, request) if caller.public else None
         model = door.model if door is not None else self.chooseModel(request.model)
         isolation = None
         if request.chosenProfile == "agent":
@@ -285,21 +288,30 @@ class Drive:
             if session.meta.funding is not None and kind in TEXT_COMMANDS
             else None
         )
+        reservation: Reservation | None = None
         if turns is not None:
             session.meta.checkDriver(caller)
             session.requireLease(caller)
-            turns.checkTurn(session, caller)
-        if startsBody and session.bodyState() == "dormant":
-            # Refuse now, with the protocol's status, rather than accept a
-            # command whose body cannot be made; the world may change
-            # while that is looked at.
-            session.meta.checkDriver(caller)
-            await self.agent.precheck(session)
-            session = self.find(caller, session.sessionId)
-            replay(session, request.requestId, request.raw, "commands")
-        sent = session.command(caller, request)
-        if turns is not None:
-            turns.turnTaken(session, caller, request.id)
+            # The ledger counts the turn and holds its budget before it is
+            # accepted; the world may change while it answers.
+            reservation = await turns.reserveTurn(session, caller, request)
+        try:
+            if reservation is not None:
+                session = self.find(caller, session.sessionId)
+                replay(session, request.requestId, request.raw, "commands")
+            if startsBody and session.bodyState() == "dormant":
+                # Refuse now, with the protocol's status, rather than accept a
+                # command whose body cannot be made; the world may change
+                # while that is looked at.
+                session.meta.checkDriver(caller)
+                await self.agent.precheck(session)
+                session = self.find(caller, session.sessionId)
+                replay(session, request.requestId, request.raw, "commands")
+            sent = session.command(caller, request)
+        except BaseException:
+            if turns is not None and reservation is not None:
+                await turns.voidTurn(session, reservation)
+            raise
         return 202, sent
 
     def findForChime(self, caller: Caller, sessionId: str) -> Session:

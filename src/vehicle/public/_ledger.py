@@ -1,9 +1,12 @@
-# -*- test-case-name: tests.unit.test_public -*-
+# -*- test-case-name: tests.unit.test_ledger,tests.unit.test_ledger_contract -*-
 """
-The ledger of public spending: C{public/ledger.jsonl}, append-only.  Rows are
+The ledger of public spending in one host's file: C{public/ledger.jsonl},
+append-only, the default L{LedgerStore}.  Rows are
 C{grant} (credit in), C{debit} (a credit run's cost), C{turn} (every
-public turn), C{hold} (a credit turn's run budget, spoken for from the
-moment the turn is accepted) and C{release} (the end of a hold), each with
+public turn; a reserved credit turn's row carries its run's hold,
+C{holdUsd}), C{hold} (a credit turn's run budget, spoken for from the
+moment the turn is accepted), C{release} (the end of a hold) and C{void}
+(a reserved turn whose command was not accepted, undone), each with
 its UTC C{day}.  Every row carries an idempotency key (a turn's names its
 command), so a payment delivered twice credits once, a turn counts once, a
 run is debited once and a hold ends once.  Balances, open holds, today's turns and today's pool spend are
@@ -16,22 +19,41 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable
 
 from attrs import define, field
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from vehicle.public._contract import (
+    GRANT_CONFLICT,
+    GRANT_REPEATED,
+    GRANTED,
+    REPEATED,
+    RESERVED,
+    Figures,
+    Hold,
+    SessionTurns,
+    TurnAsk,
+    holdKey,
+    releaseKey,
+    turnKey,
+)
 from vehicle.session import isoTimestamp, storageError
 from vehicle.store import JsonlLog
 
 
-def holdKey(session: str, command: str) -> str:
-    return f"hold:{session}:{command}"
-
-
-def turnKey(session: str, command: str) -> str:
-    return f"turn:{session}:{command}"
+def _seconds(at: Any) -> float:
+    """
+    A row's C{at} (ISO 8601, UTC) as POSIX seconds; 0 when it has none.
+    """
+    if not isinstance(at, str):
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def utcDay(seconds: float) -> str:
@@ -59,6 +81,11 @@ class Ledger:
     grants: dict[str, tuple[str, float]] = field(factory=dict)
     #: key -> (principal, amount, session) of each hold not yet released.
     holds: dict[str, tuple[str, float, str]] = field(factory=dict)
+    #: turn key -> (principal, day, session, reserved at) of each named turn.
+    turnRows: dict[str, tuple[str, str, str, float]] = field(factory=dict)
+    #: The file is one host's own: every hold in it is this host's.
+    host: str = ""
+    straySweepSeconds: float = 0.0
 
     def open(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -99,14 +126,46 @@ class Ledger:
         elif kind == "debit":
             self.spent[principal] += float(row["amountUsd"])
             self.pool[row["day"]] += float(row["amountUsd"])
+            # A debit may end its run's holds in the same row.
+            for hold in row.get("holds") or ():
+                if self.holds.pop(hold, None) is not None:
+                    self.keys.add(releaseKey(hold))
         elif kind == "turn":
             self.turns[(principal, row["day"])] += 1
             if row.get("session"):
                 self.sessionTurns[row["session"]] += 1
+            if row.get("key"):
+                self.turnRows[row["key"]] = (
+                    principal, row["day"], row.get("session", ""), _seconds(row.get("at")),
+                )
+            if row.get("holdUsd") and row.get("command") is not None:
+                # A reserved credit turn holds its run's budget in the same row.
+                hold = holdKey(row.get("session", ""), row["command"])
+                self.keys.add(hold)
+                self.holds[hold] = (principal, float(row["holdUsd"]), row.get("session", ""))
+        elif kind == "void":
+            self._void(row.get("turn", ""))
         elif kind == "hold":
             self.holds[row["key"]] = (principal, float(row["amountUsd"]), row.get("session", ""))
         elif kind == "release":
             self.holds.pop(row.get("hold", ""), None)
+
+    def _void(self, key: str) -> None:
+        """
+        Undo the turn C{key} and its hold, as if never reserved: its keys
+        may be reserved again.
+        """
+        counted = self.turnRows.pop(key, None)
+        if counted is None:
+            return
+        principal, day, session, _ = counted
+        self.turns[(principal, day)] -= 1
+        if session:
+            self.sessionTurns[session] -= 1
+        self.keys.discard(key)
+        hold = "hold:" + key.removeprefix("turn:")
+        self.holds.pop(hold, None)
+        self.keys.discard(hold)
 
     def _append(
         self, row: dict[str, Any], day: str | None = None, afterTheFact: bool = False
@@ -214,7 +273,7 @@ class Ledger:
         principal, _, session = held
         self._append(
             {"type": "release", "principal": principal, "hold": key,
-             "key": "release:" + key.removeprefix("hold:"), "session": session,
+             "key": releaseKey(key), "session": session,
              "reason": reason},
             afterTheFact=True,
         )
@@ -238,3 +297,121 @@ class Ledger:
 
     def poolToday(self) -> float:
         return self.pool[self.today()]
+
+    # -- the ledger's interface (L{vehicle.public.LedgerStore}) --------------
+    #
+    # The file answers at once: each answer is a fired Deferred.
+
+    def start(self) -> Deferred[None]:
+        if self._log is None:
+            self.open()
+        return succeed(None)
+
+    def addGrant(
+        self, principal: str, amountUsd: float, source: str, key: str, note: str | None = None
+    ) -> Deferred[str]:
+        known = self.grants.get(key)
+        if known is not None:
+            return succeed(GRANT_REPEATED if known == (principal, amountUsd) else GRANT_CONFLICT)
+        if key in self.keys:
+            return succeed(GRANT_CONFLICT)
+        self.grant(principal, amountUsd, source, key, note)
+        return succeed(GRANTED)
+
+    def figures(self, principal: str) -> Deferred[Figures]:
+        return succeed(Figures(
+            grantedUsd=round(self.granted[principal], 9),
+            spentUsd=round(self.spent[principal], 9),
+            heldUsd=self.held(principal),
+            turnsToday=self.turnsToday(principal),
+            poolTodayUsd=round(self.poolToday(), 9),
+            heldAllUsd=self.held(),
+        ))
+
+    def refusal(self, ask: TurnAsk) -> str | None:
+        """
+        Why C{ask} may not be reserved now, or L{None}.
+        """
+        if self.turns[(ask.principal, ask.day)] >= ask.turnsPerDay:
+            return "daily_turn_limit"
+        if self.sessionTurns[ask.session] >= ask.sessionMaxTurns:
+            return "session_turn_limit"
+        if ask.holdUsd > 0:
+            if self.balance(ask.principal) - self.held(ask.principal) <= 0:
+                return "out_of_credit"
+            if self.pool[ask.day] + self.held() >= ask.dailyCapUsd:
+                return "credit_pool_exhausted"
+        return None
+
+    def reserveTurn(self, ask: TurnAsk) -> Deferred[str]:
+        """
+        One row counts the turn and holds its budget: a disk that refuses it
+        refuses the turn (C{storage_unavailable}), and nothing counts.
+        """
+        if ask.key in self.keys:
+            return succeed(REPEATED)
+        refused = self.refusal(ask)
+        if refused is not None:
+            return succeed(refused)
+        row: dict[str, Any] = {
+            "type": "turn", "principal": ask.principal, "session": ask.session,
+            "funding": ask.funding, "key": ask.key, "command": ask.command,
+        }
+        if ask.holdUsd > 0:
+            row["holdUsd"] = ask.holdUsd
+        self._append(row, ask.day)
+        return succeed(RESERVED)
+
+    def voidTurn(self, session: str, command: str) -> Deferred[bool]:
+        key = turnKey(session, command)
+        counted = self.turnRows.get(key)
+        if counted is None:
+            return succeed(False)
+        self._append(
+            {"type": "void", "principal": counted[0], "session": session, "turn": key,
+             "command": command},
+            afterTheFact=True,
+        )
+        return succeed(True)
+
+    def countTurn(
+        self, principal: str, session: str, funding: str, command: str, day: str
+    ) -> Deferred[bool]:
+        return succeed(self.turn(principal, session, funding, command, day))
+
+    def chargeRun(
+        self, principal: str, amountUsd: float, key: str, session: str,
+        holds: Iterable[str] = (),
+    ) -> Deferred[bool]:
+        if key in self.keys:
+            return succeed(False)
+        row: dict[str, Any] = {"type": "debit", "principal": principal, "amountUsd": amountUsd,
+                               "key": key, "session": session}
+        ending = [h for h in holds if h in self.holds]
+        if ending:
+            row["holds"] = ending
+        self._append(row, afterTheFact=True)
+        return succeed(True)
+
+    def endHold(self, key: str, reason: str) -> Deferred[bool]:
+        return succeed(self.release(key, reason))
+
+    def openHolds(self, session: str | None = None) -> Deferred[list[Hold]]:
+        return succeed([
+            Hold(key=key, principal=principal, amountUsd=amount, session=s,
+                 command=key.removeprefix(holdKey(s, "")))
+            for key, (principal, amount, s) in self.holds.items()
+            if session is None or s == session
+        ])
+
+    def turnsOf(self, session: str) -> Deferred[SessionTurns]:
+        reserved = {
+            key.removeprefix(turnKey(session, "")): at
+            for key, (_, _, s, at) in self.turnRows.items() if s == session
+        }
+        return succeed(SessionTurns(
+            reserved=reserved, unnamed=max(0, self.sessionTurns[session] - len(reserved)),
+        ))
+
+    def missingKeys(self, keys: Iterable[str]) -> Deferred[set[str]]:
+        return succeed({key for key in keys if key not in self.keys})

@@ -10,15 +10,25 @@ callers bring live in memory only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, TypeVar
 
-from attrs import define, field
+from attrs import define, field, frozen
+from twisted.internet.interfaces import IReactorTime
 
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.public._accounting import Accounting
-from vehicle.public._ledger import Ledger
-from vehicle.protocol import CreateRequest, Door, GrantRequest, JSONObject, RunBudget
+from vehicle.public._contract import (
+    GRANT_CONFLICT,
+    GRANTED,
+    REPEATED,
+    RESERVED,
+    LedgerStore,
+    LedgerUnavailable,
+    TurnAsk,
+    turnKey,
+)
+from vehicle.protocol import CommandRequest, CreateRequest, Door, GrantRequest, JSONObject, RunBudget
 from vehicle.session import Caller, RunSettled, Session
 from vehicle.settings import PublicSettings
 
@@ -26,6 +36,39 @@ from vehicle.settings import PublicSettings
 OUT_OF_CREDIT = (
     "out of credit: paste your OpenRouter key (send it as X-Model-Key) to keep talking"
 )
+
+T = TypeVar("T")
+
+
+async def answered(pending: Awaitable[T]) -> T:
+    """
+    The ledger's answer, or C{ledger_unavailable} (503) when it cannot give
+    one: public turns are refused at once, never left waiting.
+    """
+    try:
+        return await pending
+    except LedgerUnavailable as e:
+        raise VehicleError(
+            "ledger_unavailable",
+            "the credit ledger cannot be reached right now; try again in a few seconds",
+        ) from e
+
+
+@frozen(kw_only=True)
+class Reservation:
+    """
+    A public turn reserved for command C{command} of C{sessionId}:
+    C{new} when this request reserved it (not a repeat of one already
+    counted), so that only it may void it.
+    """
+
+    sessionId: str
+    command: str
+    new: bool
+
+    @property
+    def key(self) -> str:
+        return turnKey(self.sessionId, self.command)
 
 
 @define(eq=False)
@@ -38,15 +81,18 @@ class Public:
     """
 
     settings: PublicSettings
-    ledger: Ledger
+    ledger: LedgerStore
     models: ModelCatalog
+    clock: IReactorTime
     #: sessionId -> the newest key its owner sent (memory only).
     _keys: dict[str, str] = field(factory=dict, repr=False)
+    #: The accounts whose signup grant this host has seen made.
+    _seen: set[str] = field(factory=set)
     accounting: Accounting = field(init=False)
 
     @accounting.default
     def _newAccounting(self) -> Accounting:
-        return Accounting(ledger=self.ledger)
+        return Accounting(ledger=self.ledger, clock=self.clock)
 
     # -- the doors ----------------------------------------------------------
 
@@ -68,27 +114,31 @@ class Public:
         if not self.settings.enabled:
             raise VehicleError("not_public", "public sessions are off on this host")
 
-    def see(self, caller: Caller) -> None:
+    async def see(self, caller: Caller) -> None:
         """
         The first time the host sees a verified account, it gets the signup
         credit (once: the grant's key is the principal).
         """
-        if caller.kind == "account" and caller.emailVerified and self.settings.signupGrantUsd > 0:
-            self.ledger.grant(
+        if (
+            caller.kind == "account" and caller.emailVerified and self.settings.signupGrantUsd > 0
+            and caller.principal not in self._seen
+        ):
+            await answered(self.ledger.addGrant(
                 caller.principal, self.settings.signupGrantUsd, "signup",
                 f"signup:{caller.principal}",
-            )
+            ))
+            self._seen.add(caller.principal)
 
-    def chooseDoor(self, caller: Caller, request: CreateRequest) -> Door:
+    async def chooseDoor(self, caller: Caller, request: CreateRequest) -> Door:
         """
         For a public caller's new session: the model, the funding and the
         run budget.
 
         @raise VehicleError: C{model_key_required}, C{model_not_allowed},
-            C{email_unverified}, C{out_of_credit}, C{credit_pool_exhausted}.
+            C{email_unverified}, C{out_of_credit}, C{credit_pool_exhausted},
+            C{ledger_unavailable}.
         """
         self.requireEnabled()
-        self.see(caller)
         requested = request.model
         budget = RunBudget(maxTurns=self.settings.runMaxTurns, maxCostUsd=self.settings.runMaxCostUsd)
         if caller.modelKey:
@@ -120,48 +170,67 @@ class Public:
             )
         if not self.models.has(model):
             raise VehicleError("model_unavailable", f"the model {model!r} is not on this host", status=503)
-        self.checkCredit(caller)
+        await self.checkCredit(caller)
         return Door(model=model, funding="credit", budget=budget)
 
-    def checkCredit(self, caller: Caller) -> None:
+    def _requireVerified(self, caller: Caller) -> None:
         if not caller.emailVerified:
             raise VehicleError(
                 "email_unverified", "an account whose email is not verified has no credit yet"
             )
-        # Every accepted credit turn holds its run's budget until its
-        # command ends, so runs not yet started count too; a run is checked
-        # before it starts, so the balance may end below zero by at most
-        # one run's budget.
-        self.accounting.releaseStrays()
-        if self.ledger.balance(caller.principal) - self.ledger.held(caller.principal) <= 0:
-            raise VehicleError("out_of_credit", OUT_OF_CREDIT)
-        if self.ledger.poolToday() + self.ledger.held() >= self.settings.creditDailyCapUsd:
-            raise VehicleError(
-                "credit_pool_exhausted",
-                "today's credit-funded conversations have reached their cap; an own key "
-                "still works",
-            )
 
-    # -- turns ----------------------------------------------------------------
+    async def checkCredit(self, caller: Caller) -> None:
+        """
+        Before a credit conversation is made: is there credit, and room in
+        today's pool?  (Its turns are checked again, atomically, as each is
+        reserved.)
+        """
+        self._requireVerified(caller)
+        await self.see(caller)
+        await self.accounting.releaseStrays()
+        figures = await answered(self.ledger.figures(caller.principal))
+        if figures.balanceUsd - figures.heldUsd <= 0:
+            raise self._refusal("out_of_credit")
+        if figures.poolTodayUsd + figures.heldAllUsd >= self.settings.creditDailyCapUsd:
+            raise self._refusal("credit_pool_exhausted")
 
-    def checkTurn(self, session: Session, caller: Caller) -> None:
-        """
-        Before a public turn (prompt, follow-up or steer) is accepted.
-        """
-        self.requireEnabled()
-        self.see(caller)
-        if self.ledger.turnsToday(caller.principal) >= self.settings.turnsPerDay:
-            raise VehicleError(
+    def _refusal(self, code: str) -> VehicleError:
+        if code == "daily_turn_limit":
+            return VehicleError(
                 "daily_turn_limit",
                 f"you have used today's {self.settings.turnsPerDay} turns",
                 {"turnsPerDay": self.settings.turnsPerDay},
             )
-        if self.ledger.sessionTurns[session.sessionId] >= self.settings.sessionMaxTurns:
-            raise VehicleError(
+        if code == "session_turn_limit":
+            return VehicleError(
                 "session_turn_limit",
                 f"this conversation has had its {self.settings.sessionMaxTurns} turns",
                 {"sessionMaxTurns": self.settings.sessionMaxTurns},
             )
+        if code == "out_of_credit":
+            return VehicleError("out_of_credit", OUT_OF_CREDIT)
+        return VehicleError(
+            "credit_pool_exhausted",
+            "today's credit-funded conversations have reached their cap; an own key "
+            "still works",
+        )
+
+    # -- turns ----------------------------------------------------------------
+
+    async def reserveTurn(
+        self, session: Session, caller: Caller, request: CommandRequest
+    ) -> Reservation:
+        """
+        Before a public turn (prompt, follow-up or steer) is accepted: in
+        one step of the ledger, check the day's and the conversation's
+        turns and, on credit, the credit and the day's pool, then count the
+        turn and hold its run's budget, keyed by the command.
+
+        @raise VehicleError: the limit that refuses it, or
+            C{ledger_unavailable}.
+        """
+        self.requireEnabled()
+        credit = session.meta.funding == "credit"
         if session.meta.funding == "byok":
             self.rememberKey(session, caller)
             if session.sessionId not in self._keys:
@@ -170,26 +239,34 @@ class Public:
                     "this conversation runs on your own key: send it as X-Model-Key",
                     {"doors": self.doors()},
                 )
-        elif session.meta.funding == "credit":
-            self.checkCredit(caller)
+        elif credit:
+            self._requireVerified(caller)
+        await self.see(caller)
+        if credit:
+            await self.accounting.releaseStrays()
+        command = request.id
+        outcome = await answered(self.ledger.reserveTurn(TurnAsk(
+            principal=caller.principal,
+            session=session.sessionId,
+            command=command,
+            funding=session.meta.funding or "",
+            day=self.ledger.today(),
+            turnsPerDay=self.settings.turnsPerDay,
+            sessionMaxTurns=self.settings.sessionMaxTurns,
+            holdUsd=self._runBudget(session) if credit else 0.0,
+            dailyCapUsd=self.settings.creditDailyCapUsd,
+        )))
+        if outcome not in (RESERVED, REPEATED):
+            raise self._refusal(outcome)
+        return Reservation(sessionId=session.sessionId, command=command, new=outcome == RESERVED)
 
-    def turnTaken(self, session: Session, caller: Caller, commandId: str) -> None:
+    async def voidTurn(self, session: Session, reservation: Reservation) -> None:
         """
-        A public turn was accepted as command C{commandId}: count it and,
-        on credit, hold its run's budget in the same reactor turn as
-        L{checkTurn} (nothing can come between the check and the hold),
-        keyed by the command.
+        The reserved turn's command was not accepted: its count and hold are
+        undone (owed, should the ledger be out of reach now).
         """
-        if session.meta.funding == "credit":
-            command = session.findCommand(commandId)
-            # A command that already ended (its body could not start) has
-            # no run to hold for.
-            if command is not None and command.open:
-                self.ledger.hold(
-                    session.meta.principal, self._runBudget(session), session.sessionId,
-                    commandId,
-                )
-        self.ledger.turn(caller.principal, session.sessionId, session.meta.funding or "", commandId)
+        if reservation.new:
+            await self.accounting.void(session, reservation.command)
 
     def _runBudget(self, session: Session) -> float:
         return float(session.meta.maxCostUsd or self.settings.runMaxCostUsd)
@@ -222,57 +299,63 @@ class Public:
             self._keys.pop(session.sessionId, None)
             self.accounting.forget(session)
 
+    def stop(self) -> None:
+        """
+        The host stops: no more retries; the ledger lets go.
+        """
+        self.accounting.stop()
+        self.ledger.close()
+
     # -- /account -------------------------------------------------------------
 
-    def account(self, caller: Caller) -> dict[str, Any]:
+    async def account(self, caller: Caller) -> dict[str, Any]:
         if not caller.public:
             return {"kind": "member", "principal": caller.principal}
         self.requireEnabled()
-        self.see(caller)
+        await self.see(caller)
+        figures = await answered(self.ledger.figures(caller.principal))
         out: dict[str, Any] = {
             "kind": caller.kind,
             "principal": caller.principal,
-            "turnsToday": self.ledger.turnsToday(caller.principal),
+            "turnsToday": figures.turnsToday,
             "turnsPerDay": self.settings.turnsPerDay,
             "sessionMaxTurns": self.settings.sessionMaxTurns,
             "doors": self.doors(),
             "byok": {"provider": self.settings.provider, "defaultModel": self.settings.defaultModel},
         }
         if caller.kind == "account":
-            granted = round(self.ledger.granted[caller.principal], 9)
-            spent = round(self.ledger.spent[caller.principal], 9)
             out.update(
                 {
                     "email": caller.email,
                     "emailVerified": caller.emailVerified,
                     "credit": {
-                        "balanceUsd": round(granted - spent, 9),
-                        "grantedUsd": granted,
-                        "spentUsd": spent,
+                        "balanceUsd": figures.balanceUsd,
+                        "grantedUsd": figures.grantedUsd,
+                        "spentUsd": figures.spentUsd,
                         "defaultModel": self.settings.creditDefaultModel,
                         "models": list(self.settings.creditModels),
-                        "poolOpenToday": self.ledger.poolToday() < self.settings.creditDailyCapUsd,
+                        "poolOpenToday": figures.poolTodayUsd < self.settings.creditDailyCapUsd,
                     },
                 }
             )
         return out
 
-    def grant(self, caller: Caller, request: GrantRequest) -> JSONObject:
+    async def grant(self, caller: Caller, request: GrantRequest) -> JSONObject:
         if caller.public or caller.principal != "owner":
             raise VehicleError("forbidden", "only the owner may grant credit")
         key = f"{request.source}:{request.idempotencyKey}"
-        known = self.ledger.grants.get(key)
-        if known is not None and known != (request.principal, float(request.amountUsd)):
+        outcome = await answered(self.ledger.addGrant(
+            request.principal, float(request.amountUsd), request.source, key, request.note
+        ))
+        if outcome == GRANT_CONFLICT:
             raise VehicleError(
                 "request_id_conflict",
                 "that idempotencyKey was already used for another grant",
                 {"idempotencyKey": request.idempotencyKey},
             )
-        created = self.ledger.grant(
-            request.principal, float(request.amountUsd), request.source, key, request.note
-        )
+        figures = await answered(self.ledger.figures(request.principal))
         return {
             "principal": request.principal,
-            "granted": created,
-            "balanceUsd": self.ledger.balance(request.principal),
+            "granted": outcome == GRANTED,
+            "balanceUsd": figures.balanceUsd,
         }

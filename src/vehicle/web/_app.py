@@ -124,7 +124,8 @@ class VehicleAPI:
         except CancelledError:
             raise
         except Exception:
-            self._log.failure("Unexpected failure answering {uri}", uri=request.uri)
+            self._log.failure("Unexpected failure answering {uri}", uri=request.uri,
+                              requestId=_requestId(request))
             status, answer = 500, errorFrame(
                 VehicleError("internal", "the host failed to answer; nothing was changed"),
                 _requestId(request),
@@ -272,7 +273,7 @@ class VehicleAPI:
         caller = self._caller(request)
         if self.public is None:
             return 200, frame("account", None, {"kind": "member", "principal": caller.principal})
-        return 200, frame("account", None, self.public.account(caller))
+        return 200, frame("account", None, await self.public.account(caller))
 
     @router.route("/account/grants", methods=["POST"])
     @answered
@@ -283,7 +284,7 @@ class VehicleAPI:
         grant = self._parse(request, "grant.request", GrantRequest)
         if self.public is None:
             raise VehicleError("not_public", "public sessions are off on this host")
-        value = self.public.grant(caller, grant)
+        value = await self.public.grant(caller, grant)
         return 200, frame("account.granted", grant.requestId, value)
 
     @router.route("/sessions/<sessionId>/events", methods=["GET"])
