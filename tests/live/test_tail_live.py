@@ -14,10 +14,10 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
 from vehicle.clients import HostLink, clientHTTP, Tail
-from vehicle.web import sseEncode
+
 
 from tests.support.live import LiveHost, sleep, startStandIn
-from tests.support.sse import event
+from tests.support.sse import encoded, event
 
 
 MASTER = "master-tail-test"
@@ -116,7 +116,7 @@ class LiveTailTests(TestCase):
                 request.setHeader(b"content-type", b"text/event-stream")
                 request.write(b": connected\n\n")
                 if len(seen) == 1:
-                    request.write(sseEncode(event(1)))
+                    request.write(encoded(event(1)))
                 return NOT_DONE_YET
 
         port = reactor.listenTCP(0, Site(Silent()), interface="127.0.0.1")

@@ -24,6 +24,18 @@ def event(seq: int, kind: str = "session.renamed", sessionId: str = "s1") -> dic
             "timestamp": "2026-01-01T00:00:00Z", "data": {}}
 
 
+def encoded(one: dict[str, Any]) -> bytes:
+    """
+    The SSE message of C{one} (an event as the host writes it, what it
+    leaves out filled in), made by the host's own encoder.
+    """
+    fields = {k: v for k, v in one.items() if k != "protocol"}
+    fields.setdefault("timestamp", "2026-01-01T00:00:00.000Z")
+    fields.setdefault("sessionId", "s1")
+    fields.setdefault("data", {})
+    return sseEncode(fromJSON(fields, Event))
+
+
 @implementer(IPushProducer)
 class FakeStream:
     """
@@ -52,11 +64,7 @@ class FakeStream:
         host's own encoder.
         """
         for one in events:
-            fields = {k: v for k, v in one.items() if k != "protocol"}
-            fields.setdefault("timestamp", "2026-01-01T00:00:00.000Z")
-            fields.setdefault("sessionId", "s1")
-            fields.setdefault("data", {})
-            self.write(sseEncode(fromJSON(fields, Event)))
+            self.write(encoded(one))
 
     def end(self) -> None:
         self.ended = True
