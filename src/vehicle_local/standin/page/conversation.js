@@ -53,6 +53,7 @@ export class Conversation {
     this.repeats = 0;
     this.count = 0;
     this.tail = [];
+    this.notes = [];
     this.tools = new Map();
     this.streaming = null;
     this.lastRun = null;
@@ -97,6 +98,7 @@ export class Conversation {
     this.chimes = (value.chimes || []).filter((c) => c.status === "pending");
     this.cursor = value.session.cursor;
     this.tail = this.tail.filter((item) => item.seq > this.cursor);
+    if (this.summary.status !== "running") this.streaming = null;
     this.renderAll();
   }
 
@@ -257,10 +259,20 @@ export class Conversation {
   }
 
   renderTranscript() {
-    const items = [];
-    for (const item of this.transcript) items.push(this.transcriptItem(item));
-    for (const item of this.tail) items.push(item.node);
-    replace(this.parts.transcript, items);
+    // The snapshot's messages, the messages since its cursor and the notes
+    // the event log makes (aborts, interruptions, chimes...), in time order.
+    const items = [
+      ...this.transcript.map((item) => ({at: item.timestamp, node: this.transcriptItem(item)})),
+      ...this.tail, ...this.notes,
+    ];
+    let last = 0;
+    for (const item of items) {
+      const at = Date.parse(item.at);
+      item.time = Number.isNaN(at) ? last : at;
+      last = item.time;
+    }
+    items.sort((x, y) => x.time - y.time);
+    replace(this.parts.transcript, items.map((item) => item.node));
     if (this.streaming) this.parts.transcript.append(this.streaming.node);
     if (!items.length && !this.streaming) {
       this.parts.transcript.append(el("li", {class: "empty"}, "Nothing said yet."));
@@ -354,7 +366,31 @@ export class Conversation {
       if (this.summary) this.renderRun();
     }
     this.renderEvents();
+    this.remember(frame);
     if (seq > this.cursor && this.summary) this.live(frame);
+  }
+
+  /** The notes an event makes, from the whole log (so a reload shows them too). */
+  remember(frame) {
+    const data = frame.data || {};
+    const text = {
+      "run.error": () => ["The model failed: " + data.message, "note error-note"],
+      "budget.exceeded": () => ["Budget reached (" + data.reason.replace("_", " ") + "): " + data.turns +
+        " turns, " + usd(data.costUsd) + "; the run was stopped.", "note error-note"],
+      "command.failed": () => ["A command failed: " + data.error, "note error-note"],
+      "command.aborted": () => ["Aborted.", "note"],
+      "command.interrupted": () => ["Interrupted: the host stopped while it ran (" + (data.reason || "") + ").",
+        "note"],
+      "body.exited": () => ["The body ended unasked.", "note error-note"],
+      "chime.received": () => ["Chime from " + data.author + " (as a " + data.delivery.replace("_", " ") + ").",
+        "note chime-note"],
+      "lease.revoked": () => data.clientId === this.api.clientId
+        ? ["Another tab or client of yours took over (" + data.by.clientId + ").", "note"] : null,
+    }[frame.type];
+    const made = text && text();
+    if (!made) return;
+    this.notes.push({at: frame.timestamp, node: el("li", {class: made[1], dataset: {seq: String(frame.seq)}}, made[0])});
+    if (this.summary) this.renderTranscript();
   }
 
   delta(data) {
@@ -367,6 +403,11 @@ export class Conversation {
       if (empty) empty.remove();
       this.parts.transcript.append(node);
     }
+    if (this.summary && this.summary.status !== "running") {
+      // A reply is streaming: a run is under way, whatever came first.
+      this.summary.status = "running";
+      this.renderHead();
+    }
     this.streaming.value += data.text || "";
     this.streaming.text.textContent = this.streaming.value;
   }
@@ -376,16 +417,12 @@ export class Conversation {
     this.streaming = null;
   }
 
-  addTail(seq, node) {
-    this.tail.push({seq, node});
+  addTail(frame, node) {
+    this.tail.push({seq: frame.seq, at: frame.timestamp, node});
     const empty = this.parts.transcript.querySelector("li.empty");
     if (empty) empty.remove();
     if (this.streaming) this.parts.transcript.insertBefore(node, this.streaming.node);
     else this.parts.transcript.append(node);
-  }
-
-  note(seq, text, kind = "note") {
-    this.addTail(seq, el("li", {class: kind}, text));
   }
 
   live(frame) {
@@ -394,7 +431,7 @@ export class Conversation {
     switch (frame.type) {
       case "message.completed":
         if (data.role === "assistant") this.endStreaming();
-        this.addTail(frame.seq, this.transcriptItem({
+        this.addTail(frame, this.transcriptItem({
           role: data.role, text: data.text, toolCalls: data.toolCalls, timestamp: frame.timestamp,
         }));
         if (data.role === "user") {
@@ -407,7 +444,7 @@ export class Conversation {
           el("details", {}, el("summary", {}, "Tool running: " + data.toolName),
             el("p", {}, "arguments: " + data.argsBytes + " bytes")));
         this.tools.set(data.toolCallId, node);
-        this.addTail(frame.seq, node);
+        this.addTail(frame, node);
         break;
       }
       case "tool.result": {
@@ -432,30 +469,9 @@ export class Conversation {
         this.onListChanged();
         say("The run settled.");
         break;
-      case "run.error":
-        this.note(frame.seq, "The model failed: " + data.message, "note error-note");
-        break;
-      case "budget.exceeded":
-        this.note(frame.seq, "Budget reached (" + data.reason.replace("_", " ") + "): " + data.turns +
-          " turns, " + usd(data.costUsd) + "; the run was stopped.", "note error-note");
-        break;
-      case "command.failed":
-        this.note(frame.seq, "A command failed: " + data.error, "note error-note");
-        break;
-      case "command.aborted":
-        this.note(frame.seq, "Aborted.");
-        break;
       case "command.interrupted":
-        this.endStreaming();
-        this.note(frame.seq, "Interrupted: the host stopped while it ran (" + (data.reason || "") + ").");
-        break;
       case "body.exited":
         this.endStreaming();
-        this.note(frame.seq, "The body ended unasked.", "note error-note");
-        break;
-      case "chime.received":
-        this.note(frame.seq, "Chime from " + data.author + " (as a " + data.delivery.replace("_", " ") + ").",
-          "note chime-note");
         break;
       case "lease.claimed":
       case "lease.renewed": {
@@ -467,10 +483,6 @@ export class Conversation {
         break;
       }
       case "lease.revoked":
-        if (data.clientId === this.api.clientId) {
-          this.note(frame.seq, "Another tab or client of yours took over (" + data.by.clientId + ").");
-        }
-      // fall through
       case "lease.released":
       case "lease.expired":
         if (s.lease && s.lease.clientId === data.clientId) s.lease = null;
