@@ -262,6 +262,18 @@ class ConversationTests(_PageCase):
         self.assertEqual(page.d.execute_script(
             "return document.querySelectorAll('#conversation script, #conversation b, #conversation img').length;"), 0)
         self.assertRaises(NoAlertPresentException, lambda: page.d.switch_to.alert.text)
+
+        # A tool call and its result, folded.
+        tool = "mcp__graph__list_documents"
+        page.type(f"[[TOOL:{tool} {{}}]]")
+        items = page.waitLast(("assistant", f"The tool {tool} answered."))
+        self.assertEqual(items[4:], [("user", f"[[TOOL:{tool} {{}}]]"), ("assistant", ""),
+                                     ("tool", items[6][1]), ("assistant", f"The tool {tool} answered.")])
+        waitUntil(lambda: page.find(".msg.tool summary").text == "Tool result: " + tool,
+                  what="the folded result")
+        self.assertIsNone(page.find(".msg.tool details").get_attribute("open"))
+        self.assertEqual(page.find("details.tool-call summary").text, "Tool call: " + tool)
+        self.assertIsNone(page.find("details.tool-call").get_attribute("open"))
         page.shot("page-conversation.png")
 
         # Steer a slow run: the steer is taken after the reply, in the same run.
@@ -269,10 +281,11 @@ class ConversationTests(_PageCase):
         waitUntil(lambda: page.streaming(), what="the slow reply")
         page.type("turn left", enter=False)
         page.click("#steer")
-        items = page.waitIdleWith(8)
-        self.assertEqual(items[4], ("user", "[[SLOW]] go on"))
-        self.assertIn(("user", "turn left"), items[5:])
-        self.assertEqual(items[-1], ("assistant", "Hello from the scripted model (you said: 'turn left')"))
+        items = page.waitLast(("assistant", "Hello from the scripted model (you said: 'turn left')"))
+        self.assertEqual(items[8], ("user", "[[SLOW]] go on"))
+        self.assertIn("slow-16", items[9][1])
+        self.assertEqual(items[10:], [("user", "turn left"),
+                                      ("assistant", "Hello from the scripted model (you said: 'turn left')")])
 
         # Abort a slow run from the keyboard (Esc in the prompt box).
         from selenium.webdriver.common.keys import Keys
@@ -291,6 +304,17 @@ class ConversationTests(_PageCase):
         waitUntil(lambda: page.transcript() == before, what="the same transcript after a reload")
         self.assertEqual(page.data("lease"), "mine")
         self.assertEqual(page.seqs(), list(range(1, len(page.seqs()) + 1)))
+
+        # At a phone's width the page is one column, with nothing cut off
+        # to the side.
+        page.d.set_window_size(390, 844)
+        waitUntil(lambda: page.d.execute_script("return window.innerWidth;") <= 400, what="a phone's width")
+        self.assertLessEqual(
+            page.d.execute_script("return document.documentElement.scrollWidth;"),
+            page.d.execute_script("return window.innerWidth;"),
+        )
+        page.shot("page-phone.png")
+        page.d.set_window_size(1200, 1000)
 
         # Fork before the second question: the branch holds the first
         # exchange, and the question comes back to be sent again.
