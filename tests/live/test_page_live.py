@@ -37,6 +37,12 @@ return Array.from(document.querySelectorAll('.transcript > li.msg')).map(li => [
   (li.querySelector('.text') || {textContent: ''}).textContent]);
 """
 
+_FOLDED = """
+const call = document.querySelector('details.tool-call'), result = document.querySelector('.msg.tool details');
+return [call.open, call.querySelector('summary').textContent,
+        result.open, result.querySelector('summary').textContent];
+"""
+
 _SEQS = "return Array.from(document.querySelectorAll('.events li')).map(li => Number(li.dataset.seq));"
 
 
@@ -269,11 +275,8 @@ class ConversationTests(_PageCase):
         items = page.waitLast(("assistant", f"The tool {tool} answered."))
         self.assertEqual(items[4:], [("user", f"[[TOOL:{tool} {{}}]]"), ("assistant", ""),
                                      ("tool", items[6][1]), ("assistant", f"The tool {tool} answered.")])
-        waitUntil(lambda: page.find(".msg.tool summary").text == "Tool result: " + tool,
-                  what="the folded result")
-        self.assertIsNone(page.find(".msg.tool details").get_attribute("open"))
-        self.assertEqual(page.find("details.tool-call summary").text, "Tool call: " + tool)
-        self.assertIsNone(page.find("details.tool-call").get_attribute("open"))
+        folded = [False, "Tool call: " + tool, False, "Tool result: " + tool]
+        waitUntil(lambda: page.d.execute_script(_FOLDED) == folded, what="the call and result folded")
         page.shot("page-conversation.png")
 
         # Steer a slow run: the steer is taken after the reply, in the same run.
