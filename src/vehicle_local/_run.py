@@ -267,6 +267,8 @@ class LocalRun(InTurn):
         return f"""
 vehicle is running locally, with {self.which}.
 
+  page:  {self.standIn.page.link(front)}
+         (a one-time login link; afterwards open {front}/ and type the key)
   URL:   {base}
   key:   {self.master}   ({where}{self.keptIn})
   data:  {self.root}   (logs in {logs}{'' if self.verbose else '; -v shows them'})

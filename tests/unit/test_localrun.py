@@ -127,6 +127,9 @@ class LocalRunTests(SynchronousTestCase):
         self.reactor.advance(0.1)
         [banner] = self.said
         self.assertIn("URL:   http://127.0.0.1:8799/services/vehicle/g/demo", banner)
+        code = local.standIn.page.login.code
+        self.assertIsNotNone(code)
+        self.assertIn(f"page:  http://127.0.0.1:8799/#login={code}\n", banner)
         self.assertIn(f"VEHICLE_TOKEN={local.master} .venv/bin/vehicle ride "
                       "--gardend http://127.0.0.1:8799 --graph demo --new", banner)
         self.assertEqual(local.standIn.gateway.serviceUrl, local.host.url)

@@ -19,6 +19,7 @@ from vehicle_local.standin._delegation import Delegation, DelegationRefused, Del
 from vehicle_local.standin._gateway import Gateway
 from vehicle_local.standin._mcp import CATALOG, MCPEndpoint
 from vehicle_local.standin._manifest import Manifest, ManifestError
+from vehicle_local.standin._page import LOGIN_SECONDS, Page, PageLogin
 from vehicle_local.standin._standin import StandIn, freeLoopbackPort
 from vehicle_local.standin._store import FolderStore, ToolError
 
@@ -33,9 +34,12 @@ __all__ = [
     "Delegations",
     "FolderStore",
     "Gateway",
+    "LOGIN_SECONDS",
     "Manifest",
     "ManifestError",
     "MCPEndpoint",
+    "Page",
+    "PageLogin",
     "PublicConfig",
     "ServiceConfig",
     "StandIn",

@@ -25,6 +25,7 @@ from vehicle_local.standin._gateway import SERVICE_ID, Gateway
 from vehicle_local._supervise import Echo, Named, ServiceFailed, Supervised
 from vehicle_local.standin._manifest import Manifest
 from vehicle_local.standin._mcp import MCPEndpoint
+from vehicle_local.standin._page import Page, PageLogin
 from vehicle_local.standin._store import FolderStore
 
 
@@ -49,6 +50,7 @@ class StandIn:
     delegations: Delegations = field(init=False)
     mcp: MCPEndpoint = field(init=False)
     gateway: Gateway = field(init=False)
+    page: Page = field(init=False)
     _port: Optional[IListeningPort] = field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -65,12 +67,16 @@ class StandIn:
             reactor=self.reactor,
             client=self.http,
         )
+        self.page = Page(
+            config=self.config, login=PageLogin(masterKey=self.config.masterKey, clock=clock)
+        )
 
     def resource(self) -> Any:
         """
-        The gateway and C{/mcp} as one web resource (for C{StubTreq}).
+        The gateway, C{/mcp} and the page as one web resource (for
+        C{StubTreq}).
         """
-        return self.gateway.router.resource()
+        return self.page.front(self.gateway.router.resource())
 
     def listen(self, reactor: IReactorTCP | None = None, port: int = 0) -> IListeningPort:
         """
