@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
