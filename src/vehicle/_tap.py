@@ -194,11 +194,17 @@ def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiS
     except DataDirLocked as e:
         raise SettingsRefused(f"vehicle: {e}")
     api, host = buildHost(settings, options["models"], reactor)
-    top = MultiService()
-    LockService(lock).setServiceParent(top)
-    host.setServiceParent(top)
     site = VehicleSite(api.resource(), reactor, headerTimeout=settings.headerTimeoutSeconds)
-    StreamServerEndpointService(serverFromString(reactor, settings.listen), site).setServiceParent(top)
+    top = MultiService()
+    # Started in this order, stopped in the reverse: the lock is held
+    # before the sessions load and after the last request is answered.
+    children: tuple[Service, ...] = (
+        LockService(lock),
+        host,
+        StreamServerEndpointService(serverFromString(reactor, settings.listen), site),
+    )
+    for child in children:
+        child.setServiceParent(top)
     return top
 
 

@@ -130,7 +130,7 @@ class GuardedResource(Resource):
     isLeaf = True
 
     def __init__(self, inner: Resource, secret: str) -> None:
-        super().__init__()
+        Resource.__init__(self)
         self._inner = inner
         self._secret = secret
 
