@@ -369,7 +369,9 @@ class VehicleSite(Site):
 
     requestFactory = LimitedRequest
     # A plain HTTP/1.1 channel of ours, not Twisted's HTTP/2-negotiating one.
-    protocol = GuardedChannel  # type: ignore[assignment]  # Twisted types it as its HTTP/2 wrapper only
+    # Twisted types a site's protocol (and so what buildProtocol gives) as
+    # that wrapper alone, though it builds whatever protocol it is given.
+    protocol = GuardedChannel  # type: ignore[assignment]  # Site's type names its wrapper only
 
     def __init__(
         self, resource: Any, reactor: IReactorTime, headerTimeout: float = 10.0
@@ -378,7 +380,7 @@ class VehicleSite(Site):
         self.headerTimeout = headerTimeout
         self.clockForChannels = reactor
 
-    def buildProtocol(self, addr: IAddress | None) -> GuardedChannel:  # type: ignore[override]  # as protocol
+    def buildProtocol(self, addr: IAddress | None) -> GuardedChannel:  # type: ignore[override]  # idem
         channel = cast(GuardedChannel, Site.buildProtocol(self, addr))
         channel.clock = self.clockForChannels
         channel.headerTimeout = self.headerTimeout
