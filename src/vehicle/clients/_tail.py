@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from attrs import define, evolve, field
 from twisted.internet.defer import CancelledError, Deferred
@@ -487,7 +487,7 @@ class TailAll:
             return
         running = self._running[sessionId] = Deferred.fromCoroutine(tail.run())
 
-        def ended(result: Any) -> None:
+        def ended(result: None | Failure) -> None:
             self._running.pop(sessionId, None)
             if isinstance(result, Failure):
                 error = result.value

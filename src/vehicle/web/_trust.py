@@ -176,7 +176,7 @@ class GuardedResource(Resource):
         return answerError(request, error)
 
 
-def _unreadable(request: Any) -> VehicleError | None:
+def _unreadable(request: IRequest) -> VehicleError | None:
     try:
         for segment in list(request.prepath) + list(request.postpath):
             segment.decode("utf-8")
