@@ -330,7 +330,7 @@ class AcpSession:
             "text": text,
         }
         if refs:
-            body["contextRefs"] = list(refs)
+            body["contextRefs"] = list(refs)  # to the checker, a list[str] is no list[JSON]
         self.prompts[pending.commandId] = pending
         self.mapper.expectUser(text)
         frame = await self.command(body)
@@ -554,7 +554,7 @@ class AcpAgent:
                 "the editor's MCP servers are not connected (the session's pi runs in the host, "
                 f"with the graph tools only): {', '.join(names)}"
             )
-        # (list(names): to the checker a list[str] is not a list of JSON values)
+        # list(names): to the checker, a list[str] is no list[JSON]
         return {"mcpServersIgnored": list(names), "cwdIgnored": params.cwd}
 
     async def _newSession(self, params: NewParams) -> JSONObject:
