@@ -9,10 +9,9 @@ and the reactor; the work is in L{vehicle.clients}.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any, Awaitable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
@@ -28,6 +27,7 @@ from twisted.python import usage
 import vehicle
 from vehicle._reactors import IClientReactor
 from vehicle.clients import AcpOptions, RideOptions, TailOptions, runAcp, runRide, runTail
+from vehicle.protocol import JSON, loads, objectOf, textOf
 from vehicle.public import LedgerOptions, runImport
 from vehicle.settings import defaultPiRoot
 
@@ -39,9 +39,9 @@ PI_PACKAGE = ("node_modules", "@earendil-works", "pi-coding-agent")
 RUNTIME_PI = Path(vehicle.__file__).resolve().parents[2] / "runtime" / "pi"
 
 
-def _readJSON(path: Path) -> Any:
+def _readJSON(path: Path) -> JSON:
     try:
-        return json.loads(path.read_text("utf-8"))
+        return loads(path.read_text("utf-8"))
     except (OSError, ValueError):
         return None
 
@@ -53,16 +53,14 @@ def pinnedPiVersion(runtime: Path = RUNTIME_PI) -> tuple[str, str] | None:
     tree.
     """
     name = "/".join(PI_PACKAGE[1:])
-    lock = _readJSON(runtime / "package-lock.json")
-    if isinstance(lock, dict):
-        entry = (lock.get("packages") or {}).get("/".join(PI_PACKAGE))
-        if isinstance(entry, dict) and isinstance(entry.get("version"), str):
-            return entry["version"], str(runtime / "package-lock.json")
-    package = _readJSON(runtime / "package.json")
-    if isinstance(package, dict):
-        version = (package.get("dependencies") or {}).get(name)
-        if isinstance(version, str):
-            return version, str(runtime / "package.json")
+    packages = objectOf(objectOf(_readJSON(runtime / "package-lock.json")).get("packages"))
+    version = textOf(objectOf(packages.get("/".join(PI_PACKAGE))).get("version"))
+    if version is not None:
+        return version, str(runtime / "package-lock.json")
+    dependencies = objectOf(objectOf(_readJSON(runtime / "package.json")).get("dependencies"))
+    version = textOf(dependencies.get(name))
+    if version is not None:
+        return version, str(runtime / "package.json")
     return None
 
 
@@ -70,10 +68,7 @@ def installedPiVersion(piRoot: Path) -> str | None:
     """
     The version of the pi installed under C{piRoot}, or L{None}.
     """
-    package = _readJSON(piRoot.joinpath(*PI_PACKAGE, "package.json"))
-    if isinstance(package, dict) and isinstance(package.get("version"), str):
-        return str(package["version"])
-    return None
+    return textOf(objectOf(_readJSON(piRoot.joinpath(*PI_PACKAGE, "package.json"))).get("version"))
 
 
 def versionText(piRoot: Path | None = None, runtime: Path = RUNTIME_PI) -> str:
@@ -100,6 +95,10 @@ def versionText(piRoot: Path | None = None, runtime: Path = RUNTIME_PI) -> str:
 
 
 class Options(usage.Options):
+    """
+    C{vehicle}'s command line: a subcommand, or C{--version}.
+    """
+
     longdesc = ""
     synopsis = "vehicle (ride | tail | acp | ledger import) [options]  |  vehicle --version"
     subCommands = [
@@ -108,6 +107,10 @@ class Options(usage.Options):
         ["acp", None, AcpOptions, "Be an Agent Client Protocol agent for an editor, over stdio."],
         ["ledger", None, LedgerOptions, "The public ledger: import moves ledger.jsonl into PostgreSQL."],
     ]
+
+    def __init__(self) -> None:
+        # Typed, so that making one is a typed call (Twisted's is not annotated).
+        usage.Options.__init__(self)
 
     def opt_version(self) -> None:
         """
@@ -143,6 +146,15 @@ def _ledgerImport(
                      sys.stdout)
 
 
+#: Each subcommand's work: the reactor, its options, the environment; the exit code.
+_RUNS: Mapping[str, Callable[[IClientReactor, Any, Mapping[str, str] | None], Awaitable[int]]] = {
+    "ride": runRide,
+    "tail": runTail,
+    "acp": runAcp,
+    "ledger": _ledgerImport,
+}
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> None:
     """
     Parse C{argv} (default: C{sys.argv[1:]}) and run the subcommand on the
@@ -153,7 +165,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = list(sys.argv[1:] if argv is None else argv)
     options = Options()
     try:
-        options.parseOptions(args)
+        # Twisted's parser, named as Twisted's: it is not annotated.
+        usage.Options.parseOptions(options, args)
     except usage.UsageError as e:
         sys.stderr.write(_usageLine(options, args, e) + "\n")
         raise SystemExit(2)
@@ -166,9 +179,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         ],
         redirectStandardIO=False,
     )
-    run: Any = {"ride": runRide, "tail": runTail, "acp": runAcp, "ledger": _ledgerImport}[
-        str(options.subCommand)
-    ]
+    run = _RUNS[str(options.subCommand)]
 
     def start(reactor: IClientReactor) -> Deferred[None]:
         return Deferred.fromCoroutine(_exitCode(run(reactor, options.subOptions, environ)))

@@ -11,6 +11,7 @@ from io import BytesIO
 from typing import Any, BinaryIO, ClassVar
 
 from twisted.logger import Logger
+from twisted.web.server import Request
 
 from vehicle._twistedparts import StarRequestHook
 from vehicle.errors import VehicleError, answerError
@@ -25,16 +26,20 @@ class BoundedRequest(StarRequestHook):
     channel to refuse more (when the channel can), never parses a form body
     (the routes take JSON; a form is refused there, with the frame), and
     answers a failure nothing caught with the error frame.
+
+    Twisted's own methods are called through L{Request} (C{Request.write(self,
+    ...)}), not C{self} or C{super()}: the type checker lets a call of
+    Twisted's unannotated code through only when it is named as Twisted's.
     """
 
     limit: ClassVar[int]
     #: Twisted declares it L{None} on the class; here it is always a file.
-    content: BinaryIO  # type: ignore[assignment]
+    content: BinaryIO
     _received = 0
 
     def __init__(self, channel: Any, *args: Any, **kw: Any) -> None:
         kw["parsePOSTFormSubmission"] = False
-        super().__init__(channel, *args, **kw)
+        Request.__init__(self, channel, *args, **kw)
 
     def gotLength(self, length: int | None) -> None:
         # Never spool to a temporary file: the body is bounded, keep it here.
@@ -57,19 +62,19 @@ class BoundedRequest(StarRequestHook):
         if self._received > self.limit:
             self._answer(tooLarge(self.limit))
             return
-        super().process()
+        Request.process(self)
 
     def _answer(self, error: VehicleError) -> None:
         body = answerError(self, error)
-        self.setHeader(b"content-length", b"%d" % len(body))
-        self.write(body)
-        self.finish()
+        Request.setHeader(self, b"content-length", b"%d" % len(body))
+        Request.write(self, body)
+        Request.finish(self)
 
     def starRequested(self) -> None:
         # "OPTIONS *" and its kind: the app answers (the secret first, then
         # no such route), not Twisted's empty page.
         assert self.site is not None  # a request that arrived came through its site
-        self.render(self.site.getResourceFor(self))
+        Request.render(self, self.site.getResourceFor(self))
 
     def processingFailed(self, reason: Any) -> Any:
         # A failure no route caught: logged, and still the error frame,
@@ -78,7 +83,7 @@ class BoundedRequest(StarRequestHook):
         if self.finished or self.channel is None:
             return reason
         if self.startedWriting:
-            self.finish()  # the answer was under way: end it where it is
+            Request.finish(self)  # the answer was under way: end it where it is
             return reason
         self._answer(VehicleError("internal", "the host failed to answer; nothing was changed"))
         return reason

@@ -96,31 +96,10 @@ def buildHost(
     dataDir.ensure()
     registry = Registry(dataDir=dataDir, clock=reactor, defaultLeaseTtlMs=settings.leaseTtlMs)
     if launcher is None:
-        launcher = Launcher(
-            reactor=reactor,
-            models=models,
-            piRoot=settings.piRoot,
-            piCommand=settings.piCommand,
-            mcpUrl=settings.mcpUrl,
-        )
-    agent = AgentProfile(
-        reactor=reactor,
-        dataDir=dataDir,
-        models=models,
-        isolation=settings.isolation,
-        agentUnisolated=settings.agentUnisolated,
-        piRoot=settings.piRoot,
-        extensionDir=EXTENSION.parent,
-        mcpUrl=settings.mcpUrl,
-        hidden=(Path.home(),) + settings.boxHidden,
-    )
+        launcher = _launcher(settings, models, reactor)
+    agent = _agentProfile(settings, models, reactor, dataDir)
     mirror = Mirror(reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror)
-    public = None
-    ownKey = None
-    if settings.public.enabled:
-        ledger = openLedger(settings.public, dataDir.public, reactor)
-        public = Public(settings=settings.public, ledger=ledger, models=models, clock=reactor)
-        ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
+    public, ownKey = _publicParts(settings, models, reactor, dataDir, agent)
     bodies = Bodies(
         launcher=launcher,
         clock=reactor,
@@ -130,12 +109,7 @@ def buildHost(
         public=public,
         ownKey=ownKey,
     )
-    # The order they hear in: a session has its body before anyone else
-    # hears of it.
-    registry.observers.add(bodies)
-    if public is not None:
-        registry.observers.add(public)
-    registry.observers.add(MirrorFollower(mirror))
+    _follow(registry, bodies, public, mirror)
     drive = Drive(
         registry=registry,
         chooseModel=models.choose,
@@ -161,6 +135,68 @@ def buildHost(
     return api, HostService(
         registry=registry, bodies=bodies, stopStreams=api.stopStreams, version=__version__.public()
     )
+
+
+def _launcher(settings: Settings, models: ModelCatalog, reactor: IHostReactor) -> Launcher:
+    """
+    What starts a session's pi, as the settings say.
+    """
+    return Launcher(
+        reactor=reactor,
+        models=models,
+        piRoot=settings.piRoot,
+        piCommand=settings.piCommand,
+        mcpUrl=settings.mcpUrl,
+    )
+
+
+def _agentProfile(
+    settings: Settings, models: ModelCatalog, reactor: IHostReactor, dataDir: DataDir
+) -> AgentProfile:
+    """
+    The agent profile's part: its box, as the settings ask for it.
+    """
+    return AgentProfile(
+        reactor=reactor,
+        dataDir=dataDir,
+        models=models,
+        isolation=settings.isolation,
+        agentUnisolated=settings.agentUnisolated,
+        piRoot=settings.piRoot,
+        extensionDir=EXTENSION.parent,
+        mcpUrl=settings.mcpUrl,
+        hidden=(Path.home(),) + settings.boxHidden,
+    )
+
+
+def _publicParts(
+    settings: Settings,
+    models: ModelCatalog,
+    reactor: IHostReactor,
+    dataDir: DataDir,
+    agent: AgentProfile,
+) -> tuple[Public | None, OwnKeyBodies | None]:
+    """
+    Public sessions (their ledger opened) and the bodies of callers who
+    bring their own key, when the settings turn public sessions on.
+    """
+    if not settings.public.enabled:
+        return None, None
+    ledger = openLedger(settings.public, dataDir.public, reactor)
+    public = Public(settings=settings.public, ledger=ledger, models=models, clock=reactor)
+    ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
+    return public, ownKey
+
+
+def _follow(registry: Registry, bodies: Bodies, public: Public | None, mirror: Mirror) -> None:
+    """
+    Who follows the sessions' lives, in the order they hear: a session has
+    its body before anyone else hears of it.
+    """
+    registry.observers.add(bodies)
+    if public is not None:
+        registry.observers.add(public)
+    registry.observers.add(MirrorFollower(mirror))
 
 
 @define(eq=False)
@@ -194,11 +230,17 @@ def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiS
     except DataDirLocked as e:
         raise SettingsRefused(f"vehicle: {e}")
     api, host = buildHost(settings, options["models"], reactor)
-    top = MultiService()
-    LockService(lock).setServiceParent(top)
-    host.setServiceParent(top)
     site = VehicleSite(api.resource(), reactor, headerTimeout=settings.headerTimeoutSeconds)
-    StreamServerEndpointService(serverFromString(reactor, settings.listen), site).setServiceParent(top)
+    top = MultiService()
+    # Started in this order, stopped in the reverse: the lock is held
+    # before the sessions load and after the last request is answered.
+    children: tuple[Service, ...] = (
+        LockService(lock),
+        host,
+        StreamServerEndpointService(serverFromString(reactor, settings.listen), site),
+    )
+    for child in children:
+        child.setServiceParent(top)
     return top
 
 

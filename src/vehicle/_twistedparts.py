@@ -55,7 +55,7 @@ class MalformedRequestHook(HTTPChannel):
         Twisted's parser found the request malformed: answer it, and close.
         By default, Twisted's own answer (a bare C{400 Bad Request}).
         """
-        HTTPChannel._respondToBadRequestAndDisconnect(self)  # type: ignore[no-untyped-call]
+        HTTPChannel._respondToBadRequestAndDisconnect(self)
 
     def _respondToBadRequestAndDisconnect(self) -> None:
         self.requestMalformed()
@@ -72,7 +72,7 @@ class StarRequestHook(Request):
         The request's target is C{*}: answer it.  By default, Twisted's own
         answer (C{200} for C{OPTIONS}, else C{405}, with no body).
         """
-        Request._handleStar(self)  # type: ignore[no-untyped-call]
+        Request._handleStar(self)
 
     def _handleStar(self) -> None:
         self.starRequested()

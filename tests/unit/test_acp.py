@@ -32,7 +32,16 @@ from vehicle.clients import (
     stopReason,
 )
 from vehicle.clients._acpmap import RunOutcome, rpcErrorFor, sessionInfo, toolKind
-from vehicle.clients._acprpc import Ignored, Notification, Reply, Request, checkParams
+from vehicle.clients._acprpc import (
+    Ignored,
+    InitializeParams,
+    ListParams,
+    Notification,
+    Reply,
+    Request,
+    SessionParams,
+    checkParams,
+)
 
 from tests.support.sse import FakeStream
 
@@ -94,7 +103,7 @@ class ReadMessageTests(SynchronousTestCase):
         self.assertEqual(
             readMessage(line({"jsonrpc": "2.0", "id": 0, "method": "initialize",
                               "params": {"protocolVersion": 1}}), False),
-            Request(0, "initialize", {"protocolVersion": 1}),
+            Request(0, "initialize", InitializeParams(protocolVersion=1)),
         )
 
     def test_wellFormed(self) -> None:
@@ -106,12 +115,12 @@ class ReadMessageTests(SynchronousTestCase):
         self.assertEqual(
             readMessage(line({"jsonrpc": "2.0", "id": None, "method": "session/list",
                               "params": None}), True),
-            Request(None, "session/list", {}),
+            Request(None, "session/list", ListParams(cwd=None, cursor=None)),
         )
         self.assertEqual(
             readMessage(line({"jsonrpc": "2.0", "method": "session/cancel",
                               "params": {"sessionId": "s1"}}), True),
-            Notification("session/cancel", {"sessionId": "s1"}),
+            Notification("session/cancel", SessionParams(sessionId="s1")),
         )
         for ignored in (
             {"jsonrpc": "2.0", "id": 3, "result": {}},
@@ -296,7 +305,10 @@ class EventMapperTests(SynchronousTestCase):
     """
 
     def feed(self, mapper: EventMapper, *events: dict[str, Any]) -> list[dict[str, Any]]:
-        return [update for e in events for update in mapper.feed(e)]
+        """
+        The updates C{events} make, as the editor reads them.
+        """
+        return [update.toJSON() for e in events for update in mapper.feed(e)]
 
     def test_deltasThenTheRest(self) -> None:
         """
@@ -384,7 +396,7 @@ class EventMapperTests(SynchronousTestCase):
                                                 {"id": "c2", "name": "read"}]},
             {"role": "toolResult", "toolName": "bash", "text": "moo", "isError": False},
         ]
-        [output] = mapper.outputs(transcript)
+        [output] = [update.toJSON() for update in mapper.outputs(transcript)]
         self.assertEqual(output["toolCallId"], "c1")
         self.assertEqual(output["content"], [{"type": "content",
                                               "content": {"type": "text", "text": "moo"}}])
@@ -437,7 +449,7 @@ class ReplayTests(SynchronousTestCase):
              "text": "the doc", "isError": False},
             {"entryId": "e4", "role": "assistant", "text": "done", "toolCalls": []},
         ]
-        self.assertEqual(replay(transcript), [
+        self.assertEqual([update.toJSON() for update in replay(transcript)], [
             {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "hi"},
              "messageId": "e1"},
             {"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "mcp__graph__read_document",

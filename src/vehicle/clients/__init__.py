@@ -11,14 +11,13 @@ the stdio lines.
 from vehicle.clients._acp import AcpAgent, AcpOptions, AcpSession, runAcp
 from vehicle.clients._acpmap import EventMapper, promptCommand, replay, stopReason
 from vehicle.clients._acprpc import RPCError, readMessage
-from vehicle.clients._client import clientHTTP
+from vehicle.clients._client import clientHTTP, isLoopback
 from vehicle.clients._link import (
     Credentials,
     CredentialError,
     HostLink,
     asFrame,
     errorFrame,
-    isLoopback,
     loadVisitorId,
     localFrame,
     credentialsFor,

@@ -27,6 +27,7 @@ from vehicle._reactors import IClientReactor
 from vehicle.clients._acpmap import (
     TERMINAL,
     EventMapper,
+    Update,
     leaseHeldMessage,
     promptCommand,
     replay,
@@ -40,19 +41,26 @@ from vehicle.clients._acprpc import (
     INVALID_REQUEST,
     PROTOCOL_VERSION,
     RESOURCE_NOT_FOUND,
+    AuthenticateParams,
     Ignored,
+    InitializeParams,
+    ListParams,
+    NewParams,
     Notification,
+    PromptParams,
+    ReopenParams,
     Reply,
     Request,
+    RequestId,
     RPCError,
-    checkParams,
+    SessionParams,
     errorResponse,
     notification,
     readMessage,
     response,
 )
 from vehicle.clients._client import GardendOptions
-from vehicle.clients._link import HostLink
+from vehicle.clients._link import HostLink, leaseHeldBy, sessionIdOf, summaryOf, valueOf
 from vehicle.clients._ride import NewSession, randomId
 from vehicle.clients._ridemain import (
     DRIVER_PARAMETERS,
@@ -65,6 +73,7 @@ from vehicle.clients._ridemain import (
 )
 from vehicle.clients._stdio import MAX_LINE, StdioLines
 from vehicle.clients._tail import Tail, TailFailed
+from vehicle.protocol import JSONObject, intOf, objectOf, objectsOf, textOf
 
 
 #: Refusals that mean this agent does not hold the lease (any more).
@@ -76,16 +85,6 @@ CONNECT_WAIT_SECONDS = 10.0
 
 def _ignore(*args: Any) -> None:
     pass
-
-
-def _metaTakeover(params: Mapping[str, Any]) -> bool:
-    """
-    Does a request's C{_meta} ask to take the lease over
-    (C{{"vehicle": {"takeover": true}}})?
-    """
-    meta = params.get("_meta")
-    ours = meta.get("vehicle") if isinstance(meta, dict) else None
-    return isinstance(ours, dict) and ours.get("takeover") is True
 
 
 @define(eq=False)
@@ -100,7 +99,7 @@ class Pending:
     @ivar cancelled: the editor cancelled it.
     """
 
-    requestId: str | int | None
+    requestId: RequestId
     commandId: str
     done: Deferred[str] = field(factory=Deferred)
     accepted: bool = False
@@ -132,7 +131,7 @@ class AcpSession:
     tail: Tail | None = None
     connected: Deferred[None] = field(factory=Deferred)
     _following: Deferred[None] | None = None
-    _events: list[dict[str, Any]] = field(factory=list)
+    _events: list[JSONObject] = field(factory=list)
     _draining: bool = False
     closed: bool = False
 
@@ -170,14 +169,14 @@ class AcpSession:
         if not self.connected.called:
             self.connected.callback(None)
 
-    def _followEnded(self, result: Any) -> None:
+    def _followEnded(self, result: None | Failure) -> None:
         if not self.connected.called:
             self.connected.callback(None)
         if isinstance(result, Failure):
             if result.check(CancelledError):
                 return
-            if result.check(TailFailed):
-                error = result.value
+            error = result.value
+            if isinstance(error, TailFailed):
                 frame = error.frame
                 rpc = (
                     rpcErrorFor(frame, self.agent.explain)
@@ -200,7 +199,7 @@ class AcpSession:
 
     # -- events, in order ---------------------------------------------------
 
-    def _received(self, event: dict[str, Any]) -> None:
+    def _received(self, event: JSONObject) -> None:
         self._events.append(event)
         if not self._draining:
             Deferred.fromCoroutine(self._drain()).addErrback(
@@ -215,15 +214,14 @@ class AcpSession:
         finally:
             self._draining = False
 
-    async def _handle(self, event: dict[str, Any]) -> None:
+    async def _handle(self, event: JSONObject) -> None:
         for update in self.mapper.feed(event):
             self.agent.update(self.sessionId, update)
-        kind = event.get("type")
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
-        assert isinstance(data, dict)
+        kind = textOf(event.get("type")) or ""
+        data = objectOf(event.get("data"))
         if kind == "message.delta":
             return
-        self._noteLease(str(kind), data)
+        self._noteLease(kind, data)
         if kind == "run.started":
             self.running = True
         elif kind == "run.settled":
@@ -243,14 +241,14 @@ class AcpSession:
             pending = self.prompts.pop(str(data.get("commandId")), None)
             if pending is not None:
                 try:
-                    reason = stopReason(TERMINAL[str(kind)], data, self.mapper.lastRun,
+                    reason = stopReason(TERMINAL[kind], data, self.mapper.lastRun,
                                         pending.cancelled)
                 except RPCError as e:
                     pending.settle(Failure(e))
                 else:
                     pending.settle(reason)
 
-    def _noteLease(self, kind: str, data: Mapping[str, Any]) -> None:
+    def _noteLease(self, kind: str, data: JSONObject) -> None:
         mine = data.get("clientId") == self.agent.clientId
         if kind == "lease.claimed":
             self.holdsLease = mine
@@ -263,17 +261,17 @@ class AcpSession:
         """
         frame = await self.agent.link.call("GET", self.agent.link.sessionPath(self.sessionId))
         if frame.get("type") == "session.snapshot":
-            for update in self.mapper.outputs(frame["value"]["transcript"]):
+            for update in self.mapper.outputs(objectsOf(valueOf(frame).get("transcript"))):
                 self.agent.update(self.sessionId, update)
 
     # -- the lease and commands ---------------------------------------------
 
-    async def claim(self, takeover: bool) -> dict[str, Any]:
+    async def claim(self, takeover: bool) -> JSONObject:
         """
         Claim the lease (taking it over from the same person's other client
         when C{takeover}); the answer.
         """
-        body: dict[str, Any] = {"requestId": self.agent.newId("acp-claim")}
+        body: JSONObject = {"requestId": self.agent.newId("acp-claim")}
         if takeover:
             body["takeover"] = True
         frame = await self.agent.link.call(
@@ -283,7 +281,7 @@ class AcpSession:
             self.holdsLease = True
         return frame
 
-    async def command(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def command(self, body: JSONObject) -> JSONObject:
         return await self.agent.link.call(
             "POST", self.agent.link.sessionPath(self.sessionId, "/commands"), body
         )
@@ -326,13 +324,13 @@ class AcpSession:
         """
         if not self.holdsLease:
             await self._ensureLease(takeover)
-        body: dict[str, Any] = {
+        body: JSONObject = {
             "type": "follow_up" if self.running else "prompt",
             "requestId": pending.commandId,
             "text": text,
         }
         if refs:
-            body["contextRefs"] = refs
+            body["contextRefs"] = list(refs)  # to the checker, a list[str] is no list[JSON]
         self.prompts[pending.commandId] = pending
         self.mapper.expectUser(text)
         frame = await self.command(body)
@@ -355,11 +353,10 @@ class AcpSession:
         if frame.get("type") != "driver.claimed":
             raise self._refusal(frame)
 
-    def _refusal(self, frame: Mapping[str, Any]) -> RPCError:
+    def _refusal(self, frame: JSONObject) -> RPCError:
         error = rpcErrorFor(frame, self.agent.explain)
         if frame.get("code") == "lease_held":
-            details = frame.get("details") if isinstance(frame.get("details"), dict) else {}
-            assert isinstance(details, dict)
+            details = objectOf(frame.get("details"))
             error.message = leaseHeldMessage(
                 self.sessionId, details.get("holder"), bool(details.get("canTakeOver"))
             )
@@ -386,9 +383,9 @@ class AcpAgent:
 
     link: HostLink
     clientId: str
-    send: Callable[[dict[str, Any]], None]
+    send: Callable[[JSONObject], None]
     clock: IReactorTime
-    explain: Callable[[Mapping[str, Any]], str] = lambda frame: str(frame.get("message"))
+    explain: Callable[[JSONObject], str] = lambda frame: str(frame.get("message"))
     warn: Callable[[str], None] = _ignore
     cwd: str = "/"
     takeover: bool = False
@@ -397,7 +394,8 @@ class AcpAgent:
     backoff: float = 0.5
     initialized: bool = False
     sessions: dict[str, AcpSession] = field(factory=dict)
-    _inFlight: dict[Any, Deferred[None]] = field(factory=dict)
+    #: The requests being answered, by id (its type too: C{1} is not C{"1"}).
+    _inFlight: dict[tuple[str, RequestId], Deferred[None]] = field(factory=dict)
     _ended: bool = False
     finished: Deferred[None] = field(factory=Deferred)
 
@@ -460,12 +458,14 @@ class AcpAgent:
             except Exception:
                 self._log.failure("Releasing {sessionId} failed", sessionId=session.sessionId)
 
-    def update(self, sessionId: str, update: dict[str, Any]) -> None:
+    def update(self, sessionId: str, update: Update) -> None:
         """
         Tell the editor of one change of a session.
         """
         if not self._ended:
-            self.send(notification("session/update", {"sessionId": sessionId, "update": update}))
+            self.send(
+                notification("session/update", {"sessionId": sessionId, "update": update.toJSON()})
+            )
 
     # -- requests -------------------------------------------------------------
 
@@ -478,9 +478,7 @@ class AcpAgent:
 
     async def _answer(self, request: Request) -> None:
         try:
-            checkParams(request.method, request.params)
-            handler = getattr(self, "_" + request.method.replace("/", "_"))
-            result = await handler(request)
+            result = await self._call(request)
         except CancelledError:
             return
         except RPCError as e:
@@ -500,7 +498,34 @@ class AcpAgent:
         if not self._ended:
             self.send(response(request.id, result))
 
-    async def _initialize(self, request: Request) -> dict[str, Any]:
+    async def _call(self, request: Request) -> JSONObject:
+        """
+        The result of one request, by the method its params are read for.
+
+        @raise RPCError: the request is refused.
+        """
+        match request.params:
+            case InitializeParams():
+                return self._initialize()
+            case AuthenticateParams():
+                raise RPCError(
+                    INVALID_PARAMS,
+                    "Invalid params: vehicle acp offers no authentication method; it reads the "
+                    "token from VEHICLE_TOKEN or --key-file",
+                    {"field": "methodId"},
+                )
+            case NewParams() as params:
+                return await self._newSession(params)
+            case ReopenParams() as params:
+                return await self._reopen(params)
+            case ListParams() as params:
+                return await self._listSessions(params)
+            case PromptParams() as params:
+                return await self._prompt(request.id, params)
+            case SessionParams() as params:
+                return await self._close(params)
+
+    def _initialize(self) -> JSONObject:
         self.initialized = True
         return {
             "protocolVersion": PROTOCOL_VERSION,
@@ -518,84 +543,71 @@ class AcpAgent:
             "authMethods": [],
         }
 
-    async def _authenticate(self, request: Request) -> dict[str, Any]:
-        raise RPCError(
-            INVALID_PARAMS,
-            "Invalid params: vehicle acp offers no authentication method; it reads the token from "
-            "VEHICLE_TOKEN or --key-file",
-            {"field": "methodId"},
-        )
-
-    def _ignoredServers(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        names = [
-            str(server.get("name")) for server in params.get("mcpServers") or () if server
-        ]
+    def _ignoredServers(self, params: NewParams | ReopenParams) -> JSONObject:
+        """
+        What of a session's opening this agent does not take (the editor's
+        MCP servers, its folder), for the answer's C{_meta.vehicle}.
+        """
+        names = [str(server.get("name")) for server in params.mcpServers if server]
         if names:
             self.warn(
                 "the editor's MCP servers are not connected (the session's pi runs in the host, "
                 f"with the graph tools only): {', '.join(names)}"
             )
-        return {"vehicle": {"mcpServersIgnored": names, "cwdIgnored": params.get("cwd")}}
+        # list(names): to the checker, a list[str] is no list[JSON]
+        return {"mcpServersIgnored": list(names), "cwdIgnored": params.cwd}
 
-    async def _session_new(self, request: Request) -> dict[str, Any]:
+    async def _newSession(self, params: NewParams) -> JSONObject:
         frame = await self.link.call("POST", "/sessions", self.new.body(self.newId("acp-create")))
         if frame.get("type") != "session.created":
             raise rpcErrorFor(frame, self.explain)
-        summary = frame["value"]["session"]
-        session = await self._open(summary, gap=False)
-        meta = self._ignoredServers(request.params)
-        meta["vehicle"]["holdsLease"] = session.holdsLease
-        return {"sessionId": session.sessionId, "_meta": meta}
+        session = await self._open(summaryOf(frame), gap=False)
+        ours = self._ignoredServers(params)
+        ours["holdsLease"] = session.holdsLease
+        return {"sessionId": session.sessionId, "_meta": {"vehicle": ours}}
 
-    async def _session_load(self, request: Request) -> dict[str, Any]:
-        return await self._reopen(request, replaying=True)
-
-    async def _session_resume(self, request: Request) -> dict[str, Any]:
-        return await self._reopen(request, replaying=False)
-
-    async def _reopen(self, request: Request, replaying: bool) -> dict[str, Any]:
-        sessionId = request.params["sessionId"]
+    async def _reopen(self, params: ReopenParams) -> JSONObject:
+        """
+        C{session/load} (the transcript told again first) or
+        C{session/resume}.
+        """
+        sessionId = params.sessionId
         frame = await self.link.call("GET", self.link.sessionPath(sessionId))
         if frame.get("type") != "session.snapshot":
             raise rpcErrorFor(frame, self.explain)
-        value = frame["value"]
-        summary = value["session"]
+        value = valueOf(frame)
+        summary = objectOf(value.get("session"))
         old = self.sessions.pop(sessionId, None)
         if old is not None:
             old.stop()
-        if replaying:
-            for update in replay(value["transcript"]):
+        if params.replay:
+            for update in replay(objectsOf(value.get("transcript"))):
                 self.update(sessionId, update)
         session = await self._open(summary, gap=summary.get("status") == "running")
         lease = summary.get("lease")
-        if not session.holdsLease and (
-            lease is None or self.takeover or _metaTakeover(request.params)
-        ):
+        if not session.holdsLease and (lease is None or self.takeover or params.takeover):
             await session.claim(takeover=lease is not None)
-        meta = self._ignoredServers(request.params)
-        meta["vehicle"]["holdsLease"] = session.holdsLease
-        if not session.holdsLease and isinstance(summary.get("lease"), dict):
-            meta["vehicle"]["holder"] = {
-                key: summary["lease"].get(key) for key in ("principal", "clientId")
-            }
-        return {"_meta": meta}
+        ours = self._ignoredServers(params)
+        ours["holdsLease"] = session.holdsLease
+        if not session.holdsLease and isinstance(lease, dict):
+            ours["holder"] = {key: lease.get(key) for key in ("principal", "clientId")}
+        return {"_meta": {"vehicle": ours}}
 
-    async def _open(self, summary: Mapping[str, Any], gap: bool) -> AcpSession:
-        lease = summary.get("lease")
+    async def _open(self, summary: JSONObject, gap: bool) -> AcpSession:
         session = AcpSession(
             agent=self,
-            sessionId=summary["sessionId"],
-            holdsLease=isinstance(lease, dict) and lease.get("clientId") == self.clientId,
+            sessionId=sessionIdOf(summary),
+            holdsLease=leaseHeldBy(summary, self.clientId),
             running=summary.get("status") == "running",
         )
         session.mapper.gap = gap
         self.sessions[session.sessionId] = session
-        session.follow(int(summary.get("cursor") or 0))
+        session.follow(intOf(summary.get("cursor")) or 0)
         await boundedWait(self.clock, session.connected, CONNECT_WAIT_SECONDS)
         return session
 
-    async def _session_list(self, request: Request) -> dict[str, Any]:
-        if request.params.get("cursor") is not None:
+    async def _listSessions(self, params: ListParams) -> JSONObject:
+        if params.cursor is not None:
             raise RPCError(
                 INVALID_PARAMS,
                 "Invalid params: cursor is not one this agent gave (it lists every session at once)",
@@ -604,8 +616,10 @@ class AcpAgent:
         frame = await self.link.call("GET", "/sessions")
         if frame.get("type") != "session.list":
             raise rpcErrorFor(frame, self.explain)
-        cwd = request.params.get("cwd") or self.cwd
-        return {"sessions": [sessionInfo(s, cwd) for s in frame["value"]["sessions"]]}
+        cwd = params.cwd or self.cwd
+        return {
+            "sessions": [sessionInfo(s, cwd) for s in objectsOf(valueOf(frame).get("sessions"))]
+        }
 
     def _session(self, sessionId: str) -> AcpSession:
         session = self.sessions.get(sessionId)
@@ -618,15 +632,15 @@ class AcpAgent:
             )
         return session
 
-    async def _session_prompt(self, request: Request) -> dict[str, Any]:
-        session = self._session(request.params["sessionId"])
-        text, refs = promptCommand(request.params["prompt"])
-        pending = Pending(requestId=request.id, commandId=self.newId("acp-prompt"))
-        takeover = self.takeover or _metaTakeover(request.params)
+    async def _prompt(self, requestId: RequestId, params: PromptParams) -> JSONObject:
+        session = self._session(params.sessionId)
+        text, refs = promptCommand(params.prompt)
+        pending = Pending(requestId=requestId, commandId=self.newId("acp-prompt"))
+        takeover = self.takeover or params.takeover
         return {"stopReason": await session.prompt(pending, text, refs, takeover)}
 
-    async def _session_close(self, request: Request) -> dict[str, Any]:
-        session = self._session(request.params["sessionId"])
+    async def _close(self, params: SessionParams) -> JSONObject:
+        session = self._session(params.sessionId)
         await session.cancel()
         for pending in list(session.prompts.values()):
             pending.settle("cancelled")
@@ -639,19 +653,16 @@ class AcpAgent:
     # -- notifications --------------------------------------------------------
 
     async def _notified(self, message: Notification) -> None:
-        try:
-            checkParams(message.method, message.params)
-        except RPCError as e:
-            self.warn(f"ignored {message.method}: {e.message}")
-            return
-        if message.method == "session/cancel":
-            session = self.sessions.get(message.params["sessionId"])
+        params = message.params
+        if isinstance(params, SessionParams):
+            # session/cancel
+            session = self.sessions.get(params.sessionId)
             if session is not None:
                 await session.cancel()
             return
         # $/cancel_request: a prompt's is a cancel of its session's prompts.
         for session in list(self.sessions.values()):
-            if any(p.requestId == message.params["requestId"] for p in session.prompts.values()):
+            if any(p.requestId == params.requestId for p in session.prompts.values()):
                 await session.cancel()
 
 

@@ -10,7 +10,7 @@ refusals as JSON-RPC errors.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 from attrs import define, field, frozen
 
@@ -22,6 +22,7 @@ from vehicle.clients._acprpc import (
     RESOURCE_NOT_FOUND,
     RPCError,
 )
+from vehicle.protocol import JSON, JSONObject, objectOf, objectsOf, textOf
 
 
 #: What a command's C{contextRefs} may hold (the host's limits).
@@ -81,7 +82,7 @@ def toolKind(name: str | None) -> str:
     return "other"
 
 
-def promptCommand(blocks: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
+def promptCommand(blocks: Sequence[JSONObject]) -> tuple[str, list[str]]:
     """
     An editor's prompt as a command's C{text} and C{contextRefs}: text
     blocks in order; each resource link's name in its place in the text and
@@ -139,7 +140,7 @@ def promptCommand(blocks: Sequence[Mapping[str, Any]]) -> tuple[str, list[str]]:
     return text, refs
 
 
-def rpcErrorFor(frame: Mapping[str, Any], explain: Callable[[Mapping[str, Any]], str]) -> RPCError:
+def rpcErrorFor(frame: JSONObject, explain: Callable[[JSONObject], str]) -> RPCError:
     """
     The JSON-RPC error for a refusal by the host or gardend (an C{error}
     frame): credentials are "authentication required", an unknown session
@@ -151,7 +152,7 @@ def rpcErrorFor(frame: Mapping[str, Any], explain: Callable[[Mapping[str, Any]],
     @param explain: one line for the person (L{explainRefusal}'s).
     """
     code = str(frame.get("code") or "error")
-    data = {"code": code, "details": frame.get("details")}
+    data: JSONObject = {"code": code, "details": frame.get("details")}
     if code in _AUTH_CODES:
         return RPCError(AUTH_REQUIRED, explain(frame), data)
     if code == "not_found":
@@ -161,12 +162,13 @@ def rpcErrorFor(frame: Mapping[str, Any], explain: Callable[[Mapping[str, Any]],
     return RPCError(INTERNAL_ERROR, f"{code}: {frame.get('message')}", data)
 
 
-def leaseHeldMessage(sessionId: str, holder: Mapping[str, Any] | None, canTakeOver: bool) -> str:
+def leaseHeldMessage(sessionId: str, holder: JSON, canTakeOver: bool) -> str:
     """
-    Why a prompt cannot be sent: another client drives the session.
+    Why a prompt cannot be sent: another client drives the session
+    (C{holder}, the refusal's C{details.holder}).
     """
-    holder = holder or {}
-    who = f"client {holder.get('clientId', '?')} of {holder.get('principal', '?')}"
+    lease = objectOf(holder)
+    who = f"client {lease.get('clientId', '?')} of {lease.get('principal', '?')}"
     text = f"session {sessionId} is driven by another {who}"
     if canTakeOver:
         return (
@@ -176,57 +178,115 @@ def leaseHeldMessage(sessionId: str, holder: Mapping[str, Any] | None, canTakeOv
     return text + ": it cannot be taken over"
 
 
-def textOf(item: Mapping[str, Any]) -> str:
+def _text(item: JSONObject) -> str:
     """
     An item's C{text}, or C{""}.
     """
-    text = item.get("text")
-    return text if isinstance(text, str) else ""
+    return textOf(item.get("text")) or ""
 
 
-def textBlock(text: str) -> dict[str, Any]:
+def _textBlock(text: str) -> JSONObject:
     return {"type": "text", "text": text}
 
 
-def chunk(kind: str, text: str, messageId: str | None) -> dict[str, Any]:
+# -- session/update's updates --------------------------------------------------
+
+
+@frozen
+class MessageChunk:
     """
-    A C{user_message_chunk} or C{agent_message_chunk} update.
+    Words said: a C{user_message_chunk} or an C{agent_message_chunk}.
     """
-    update: dict[str, Any] = {"sessionUpdate": kind, "content": textBlock(text)}
-    if messageId is not None:
-        update["messageId"] = messageId
-    return update
+
+    kind: str
+    text: str
+    messageId: str | None = None
+
+    def toJSON(self) -> JSONObject:
+        update: JSONObject = {"sessionUpdate": self.kind, "content": _textBlock(self.text)}
+        if self.messageId is not None:
+            update["messageId"] = self.messageId
+        return update
 
 
-def toolCallUpdate(toolCallId: str, **changes: Any) -> dict[str, Any]:
-    return {"sessionUpdate": "tool_call_update", "toolCallId": toolCallId, **changes}
+@frozen
+class ToolCall:
+    """
+    A C{tool_call}: a tool call seen for the first time, titled by its
+    tool's name, of the kind that name says (L{toolKind}).
+    """
+
+    toolCallId: str
+    name: str | None
+    status: str
+
+    @property
+    def title(self) -> str:
+        return self.name or "tool"
+
+    @property
+    def kind(self) -> str:
+        return toolKind(self.name)
+
+    def toJSON(self) -> JSONObject:
+        return {
+            "sessionUpdate": "tool_call",
+            "toolCallId": self.toolCallId,
+            "title": self.title,
+            "kind": self.kind,
+            "status": self.status,
+            "rawInput": {},
+        }
 
 
-def toolCallStart(toolCallId: str, name: str | None, status: str) -> dict[str, Any]:
-    return {
-        "sessionUpdate": "tool_call",
-        "toolCallId": toolCallId,
-        "title": name or "tool",
-        "kind": toolKind(name),
-        "status": status,
-        "rawInput": {},
-    }
+@frozen(kw_only=True)
+class ToolCallUpdate:
+    """
+    A C{tool_call_update}: a call's new status, or its output, or both.
+    """
+
+    toolCallId: str
+    status: str | None = None
+    output: str | None = None
+
+    def toJSON(self) -> JSONObject:
+        update: JSONObject = {"sessionUpdate": "tool_call_update", "toolCallId": self.toolCallId}
+        if self.status is not None:
+            update["status"] = self.status
+        if self.output is not None:
+            update["content"] = [{"type": "content", "content": _textBlock(self.output)}]
+        return update
 
 
-def toolOutput(text: str) -> list[dict[str, Any]]:
-    return [{"type": "content", "content": textBlock(text)}]
+@frozen
+class SessionInfoUpdate:
+    """
+    A C{session_info_update}: the session's new title.
+    """
+
+    title: JSON
+
+    def toJSON(self) -> JSONObject:
+        return {"sessionUpdate": "session_info_update", "title": self.title}
 
 
-def _calls(item: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+#: One change of a session, told to the editor (C{session/update}'s C{update}).
+Update = MessageChunk | ToolCall | ToolCallUpdate | SessionInfoUpdate
+
+
+def _calls(item: JSONObject) -> list[tuple[str, str | None]]:
+    """
+    The id and tool name of each of an item's C{toolCalls}.
+    """
     calls = []
-    for call in item.get("toolCalls") or ():
-        if isinstance(call, dict) and isinstance(call.get("id"), str):
-            name = call.get("name")
-            calls.append((call["id"], name if isinstance(name, str) else None))
+    for call in objectsOf(item.get("toolCalls")):
+        callId = textOf(call.get("id"))
+        if callId is not None:
+            calls.append((callId, textOf(call.get("name"))))
     return calls
 
 
-def pairResults(transcript: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:
+def pairResults(transcript: Sequence[JSONObject]) -> list[tuple[str, JSONObject]]:
     """
     Each tool result of a transcript with the id of the call it answers
     (the transcript's results carry no id: they follow their assistant
@@ -246,48 +306,49 @@ def pairResults(transcript: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapp
     return pairs
 
 
-def replay(transcript: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def replay(transcript: Sequence[JSONObject]) -> list[Update]:
     """
     A session's transcript as the updates that show it again
     (C{session/load}): the person's words, the replies, each tool call
     with its status and output.
     """
     results = {id(item): callId for callId, item in pairResults(transcript)}
-    updates = []
+    updates: list[Update] = []
     for item in transcript:
         role = item.get("role")
-        text = textOf(item)
-        messageId = item.get("entryId") if isinstance(item.get("entryId"), str) else None
+        text = _text(item)
+        messageId = textOf(item.get("entryId"))
         if role == "user" and text:
-            updates.append(chunk("user_message_chunk", stripContextNote(text), messageId))
+            updates.append(MessageChunk("user_message_chunk", stripContextNote(text), messageId))
         elif role == "assistant":
             if text:
-                updates.append(chunk("agent_message_chunk", text, messageId))
+                updates.append(MessageChunk("agent_message_chunk", text, messageId))
             for callId, name in _calls(item):
-                updates.append(toolCallStart(callId, name, "pending"))
+                updates.append(ToolCall(callId, name, "pending"))
         elif role == "toolResult" and id(item) in results:
             updates.append(
-                toolCallUpdate(
-                    results[id(item)],
+                ToolCallUpdate(
+                    toolCallId=results[id(item)],
                     status="failed" if item.get("isError") else "completed",
-                    content=toolOutput(text),
+                    output=text,
                 )
             )
     return updates
 
 
-def sessionInfo(summary: Mapping[str, Any], cwd: str) -> dict[str, Any]:
+def sessionInfo(summary: JSONObject, cwd: str) -> JSONObject:
     """
     A summary as ACP's C{SessionInfo}: its title, else its preview.  A
     vehicle session belongs to a graph, not a folder: C{cwd} is the one
     the listing was asked for.
     """
-    info: dict[str, Any] = {"sessionId": summary["sessionId"], "cwd": cwd}
+    info: JSONObject = {"sessionId": summary["sessionId"], "cwd": cwd}
     title = summary.get("title") or summary.get("preview")
     if isinstance(title, str) and title:
         info["title"] = title
-    if isinstance(summary.get("updatedAt"), str):
-        info["updatedAt"] = summary["updatedAt"]
+    updatedAt = textOf(summary.get("updatedAt"))
+    if updatedAt is not None:
+        info["updatedAt"] = updatedAt
     return info
 
 
@@ -305,7 +366,7 @@ class RunOutcome:
 
 def stopReason(
     terminal: str,
-    data: Mapping[str, Any],
+    data: JSONObject,
     run: RunOutcome | None,
     cancelled: bool,
 ) -> str:
@@ -412,7 +473,7 @@ class EventMapper:
     def _messageId(self) -> str:
         return f"{self._runId}-m{self._messages}"
 
-    def feed(self, event: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, event: JSONObject) -> list[Update]:
         """
         The updates one event makes (often none).
         """
@@ -435,7 +496,7 @@ class EventMapper:
         if kind == "run.settled":
             self.lastRun = RunOutcome(
                 aborted=bool(data.get("aborted")),
-                stopReason=data.get("stopReason") or self._lastStop,
+                stopReason=textOf(data.get("stopReason")) or self._lastStop,
                 errorMessage=self._lastError,
                 budget=self._budget,
             )
@@ -447,66 +508,71 @@ class EventMapper:
         if kind == "tool.result":
             return self._toolResult(data)
         if kind == "session.renamed":
-            return [{"sessionUpdate": "session_info_update", "title": data.get("title")}]
+            return [SessionInfoUpdate(data.get("title"))]
         return []
 
-    def _delta(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
-        text = data.get("text")
-        if self.gap or not isinstance(text, str) or not text:
+    def _delta(self, data: JSONObject) -> list[Update]:
+        text = textOf(data.get("text"))
+        if self.gap or not text:
             return []
         self._streamed += text
-        return [chunk("agent_message_chunk", text, self._messageId())]
+        return [MessageChunk("agent_message_chunk", text, self._messageId())]
 
-    def _completed(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
-        text = textOf(data)
+    def _completed(self, data: JSONObject) -> list[Update]:
+        text = _text(data)
         if data.get("role") == "user":
             for own in self._ownTexts:
                 if text.startswith(own):
                     self._ownTexts.remove(own)
                     return []
-            return [chunk("user_message_chunk", stripContextNote(text), None)] if text else []
-        updates = []
+            return [MessageChunk("user_message_chunk", stripContextNote(text))] if text else []
+        updates: list[Update] = []
         streamed, self._streamed = self._streamed, ""
         if text.startswith(streamed) and len(text) > len(streamed):
-            updates.append(chunk("agent_message_chunk", text[len(streamed):], self._messageId()))
+            updates.append(
+                MessageChunk("agent_message_chunk", text[len(streamed):], self._messageId())
+            )
         self.gap = False
         self._messages += 1
-        if isinstance(data.get("stopReason"), str):
-            self._lastStop = data["stopReason"]
-        if isinstance(data.get("errorMessage"), str):
-            self._lastError = data["errorMessage"]
+        stop, error = textOf(data.get("stopReason")), textOf(data.get("errorMessage"))
+        if stop is not None:
+            self._lastStop = stop
+        if error is not None:
+            self._lastError = error
         for callId, name in _calls(data):
             if callId not in self._tools:
                 self._tools[callId] = name
-                updates.append(toolCallStart(callId, name, "pending"))
+                updates.append(ToolCall(callId, name, "pending"))
         return updates
 
-    def _toolStarted(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
-        callId = data.get("toolCallId")
-        if not isinstance(callId, str):
+    def _toolStarted(self, data: JSONObject) -> list[Update]:
+        callId = textOf(data.get("toolCallId"))
+        if callId is None:
             return []
         if callId not in self._tools:
-            self._tools[callId] = data.get("toolName")
-            return [toolCallStart(callId, data.get("toolName"), "in_progress")]
-        return [toolCallUpdate(callId, status="in_progress")]
+            name = self._tools[callId] = textOf(data.get("toolName"))
+            return [ToolCall(callId, name, "in_progress")]
+        return [ToolCallUpdate(toolCallId=callId, status="in_progress")]
 
-    def _toolResult(self, data: Mapping[str, Any]) -> list[dict[str, Any]]:
-        callId = data.get("toolCallId")
-        if not isinstance(callId, str):
+    def _toolResult(self, data: JSONObject) -> list[Update]:
+        callId = textOf(data.get("toolCallId"))
+        if callId is None:
             return []
-        self._tools.setdefault(callId, data.get("toolName"))
+        self._tools.setdefault(callId, textOf(data.get("toolName")))
         if callId not in self.awaiting:
             self.awaiting.append(callId)
-        return [toolCallUpdate(callId, status="failed" if data.get("isError") else "completed")]
+        return [
+            ToolCallUpdate(toolCallId=callId, status="failed" if data.get("isError") else "completed")
+        ]
 
-    def outputs(self, transcript: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def outputs(self, transcript: Sequence[JSONObject]) -> list[Update]:
         """
         The output of each awaited tool call the transcript now holds; the
         rest stay awaited.
         """
-        updates = []
+        updates: list[Update] = []
         for callId, item in pairResults(transcript):
             if callId in self.awaiting:
                 self.awaiting.remove(callId)
-                updates.append(toolCallUpdate(callId, content=toolOutput(textOf(item))))
+                updates.append(ToolCallUpdate(toolCallId=callId, output=_text(item)))
         return updates

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from OpenSSL.SSL import Error as SSLError
+from service_identity import VerificationError
 from twisted.internet import error as neterror
 from twisted.internet.ssl import Certificate, trustRootFromCertificates
 from twisted.python import usage
@@ -111,6 +113,10 @@ class GardendOptions(usage.Options):
         ["ca-file", None, None, "Trust only the CA certificates in this PEM file for https."],
     ]
 
+    def __init__(self) -> None:
+        # Typed, so that making one is a typed call (Twisted's is not annotated).
+        usage.Options.__init__(self)
+
     def postOptions(self) -> None:
         checkGardendURL(self["gardend"])
         if not self["graph"]:
@@ -159,14 +165,6 @@ def describeFailure(error: BaseException, url: str) -> tuple[str, str]:
     """
     parts = urlsplit(url)
     where = parts.netloc or url
-    try:
-        from OpenSSL.SSL import Error as SSLError
-    except ImportError:  # pragma: no cover - pyOpenSSL is a dependency
-        SSLError = ()  # type: ignore[assignment,misc]
-    try:
-        from service_identity import VerificationError
-    except ImportError:  # pragma: no cover
-        VerificationError = ()  # type: ignore[assignment,misc]
     causes = _causes(error)
     for cause in causes:
         if isinstance(cause, VerificationError):

@@ -8,12 +8,12 @@ call and follows the answer.
 
 from __future__ import annotations
 
-import json
-from typing import Any, Callable
+from typing import Callable
 
 from attrs import frozen
 
 from vehicle.clients._link import errorFrame
+from vehicle.protocol import JSON, JSONObject, intOf, loads
 
 
 #: Ops that are command types: C{POST /sessions/:id/commands}, C{type} = op.
@@ -47,7 +47,7 @@ class Refused(Exception):
     A line the ride answers itself with an error frame.
     """
 
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None):
+    def __init__(self, code: str, message: str, details: JSONObject | None = None) -> None:
         super().__init__(code, message)
         self.code = code
         self.message = message
@@ -62,7 +62,7 @@ class Call:
 
     method: str
     path: str
-    body: Any = None
+    body: JSONObject | None = None
     query: dict[str, str] | None = None
 
 
@@ -78,8 +78,8 @@ class Line:
 
 
 def readLine(
-    raw: bytes, watchOnly: bool, route: Callable[[Any, dict[str, Any]], Call]
-) -> Line | dict[str, Any] | None:
+    raw: bytes, watchOnly: bool, route: Callable[[str, JSONObject], Call]
+) -> Line | JSONObject | None:
     """
     Read one request line: L{None} for a blank one, else the L{Line} or
     the error frame that answers it.
@@ -90,7 +90,7 @@ def readLine(
     if not text.strip():
         return None
     try:
-        request = json.loads(text.decode("utf-8"))
+        request = loads(text.decode("utf-8"))
     except UnicodeDecodeError:
         return errorFrame("invalid_json", "the line is not UTF-8")
     except ValueError as e:
@@ -100,30 +100,26 @@ def readLine(
     requestId = request.get("requestId")
     if not isinstance(requestId, str) or not requestId:
         return errorFrame("invalid_request", "requestId is required", details={"field": "requestId"})
-    op: Any = request.get("op")
-    if watchOnly and isinstance(op, str) and op in OPS and op not in WATCH_OPS:
-        return errorFrame(
-            "invalid_request",
-            f"this ride only watches (--watch-only): {op} is not sent; "
-            f"it takes {', '.join(sorted(WATCH_OPS))}",
-            requestId,
-            {"field": "op"},
-        )
     try:
+        op = knownOp(request.get("op"))
+        if watchOnly and op not in WATCH_OPS:
+            raise Refused(
+                "invalid_request",
+                f"this ride only watches (--watch-only): {op} is not sent; "
+                f"it takes {', '.join(sorted(WATCH_OPS))}",
+                {"field": "op"},
+            )
         call = route(op, request)
     except Refused as refused:
         return errorFrame(refused.code, refused.message, requestId, refused.details)
     return Line(requestId, op, call)
 
 
-def callFor(
-    op: Any, request: dict[str, Any], sessionPath: Callable[..., str], sessionId: str, cursor: int
-) -> Call:
+def knownOp(op: JSON) -> str:
     """
-    The host's route for a request line on session C{sessionId}; a
-    C{watch} without C{since} starts at C{cursor}.
+    C{op}, which names one of L{OPS}.
 
-    @raise Refused: an unknown op, or a malformed C{since}/C{waitMs}.
+    @raise Refused: it names none.
     """
     if not isinstance(op, str) or op not in OPS:
         raise Refused(
@@ -131,6 +127,19 @@ def callFor(
             f"unknown op {op!r}: one of {', '.join(sorted(OPS))}",
             {"field": "op"},
         )
+    return op
+
+
+def callFor(
+    op: str, request: JSONObject, sessionPath: Callable[..., str], sessionId: str, cursor: int
+) -> Call:
+    """
+    The host's route for a request line on session C{sessionId}; a
+    C{watch} without C{since} starts at C{cursor}.
+
+    @param op: one of L{OPS} (L{knownOp}).
+    @raise Refused: a malformed C{since}/C{waitMs}.
+    """
     body = {k: v for k, v in request.items() if k != "op"}
     session = sessionPath
     sid = sessionId
@@ -157,9 +166,9 @@ def callFor(
     return Call(method="GET", path=session(sid, "/events"), query=query)
 
 
-def _whole(request: dict[str, Any], name: str, default: int) -> int:
-    value = request.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def _whole(request: JSONObject, name: str, default: int) -> int:
+    value = intOf(request.get(name, default))
+    if value is None or value < 0:
         raise Refused(
             "invalid_request", f"{name} must be a whole number of at least 0", {"field": name}
         )

@@ -7,7 +7,6 @@ each read once from the environment or a file, never from the command line.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from pathlib import Path
@@ -18,7 +17,8 @@ from attrs import field, frozen
 from twisted.internet.defer import CancelledError
 
 from vehicle import PROTOCOL
-from vehicle.clients._client import describeFailure, isLoopback
+from vehicle.clients._client import GardendOptions, describeFailure, isLoopback
+from vehicle.protocol import JSON, JSONObject, dumps, loads, objectOf, textOf
 
 
 #: Where a visitor's id is kept between rides, under the state directory.
@@ -100,7 +100,7 @@ class Credentials:
         return out
 
 
-def credentialsFor(options: Mapping[str, Any], environ: Mapping[str, str]) -> "Credentials":
+def credentialsFor(options: GardendOptions, environ: Mapping[str, str]) -> Credentials:
     """
     L{resolveCredentials} from a client's command line (C{--gardend},
     C{--key-file}, C{--anonymous}, C{--visitor-id}, C{--model-key-env}
@@ -170,8 +170,8 @@ def errorFrame(
     code: str,
     message: str,
     requestId: str | None = None,
-    details: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    details: JSONObject | None = None,
+) -> JSONObject:
     """
     A refusal the client makes itself, in the host's error frame's shape.
     """
@@ -185,7 +185,7 @@ def errorFrame(
     }
 
 
-def localFrame(frameType: str, requestId: str | None, value: Any) -> dict[str, Any]:
+def localFrame(frameType: str, requestId: str | None, value: JSON) -> JSONObject:
     """
     A frame the client makes itself (C{ready}, C{closed}), in the host's
     frames' shape.
@@ -193,19 +193,24 @@ def localFrame(frameType: str, requestId: str | None, value: Any) -> dict[str, A
     return {"protocol": PROTOCOL, "type": frameType, "requestId": requestId, "value": value}
 
 
+def _withoutTrailingSlash(url: str) -> str:
+    return url.rstrip("/")
+
+
 @frozen(kw_only=True)
 class HostLink:
     """
     The host's routes under one graph, through gardend's gateway.
 
-    @ivar http: a treq C{HTTPClient} (or C{StubTreq}).
+    @ivar http: a treq C{HTTPClient} (or C{StubTreq}, whose methods are
+        made when it is: typed as L{Any}).
     @ivar gardend: gardend's URL (C{https://cow-tools.example}).
     @ivar graph: the graph the paths are bound to.
     @ivar headers: sent with every request (credentials, client id).
     """
 
     http: Any
-    gardend: str = field(converter=lambda url: url.rstrip("/"))
+    gardend: str = field(converter=_withoutTrailingSlash)
     graph: str
     headers: Mapping[str, str] = field(factory=dict, repr=False)
 
@@ -236,9 +241,9 @@ class HostLink:
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: JSON = None,
         query: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """
         One request; its answer as a frame.  What is not the host's frame
         becomes an error frame: gardend's own refusals keep their code
@@ -251,7 +256,7 @@ class HostLink:
         data = None
         if body is not None:
             headers[b"Content-Type"] = "application/json"
-            data = json.dumps(body, separators=(",", ":")).encode("utf-8")
+            data = dumps(body)
         try:
             response = await self.http.request(
                 method, self.url(path, query), headers=headers, data=data
@@ -267,20 +272,20 @@ class HostLink:
         return asFrame(response.code, content)
 
 
-def asFrame(status: int, content: bytes) -> dict[str, Any]:
+def asFrame(status: int, content: bytes) -> JSONObject:
     """
     The frame an answer carries, or an error frame that says what came
     instead.
     """
     try:
-        answer = json.loads(content.decode("utf-8"))
+        answer = loads(content.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         answer = None
     if isinstance(answer, dict) and answer.get("protocol") == PROTOCOL and "type" in answer:
         return answer
-    if isinstance(answer, dict) and isinstance(answer.get("error"), dict):
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(error, dict):
         # gardend's own refusal: {"ok": false, "error": {"code", "message"}}
-        error = answer["error"]
         return errorFrame(
             str(error.get("code") or "gardend_error"),
             str(error.get("message") or f"gardend answered {status}"),
@@ -291,3 +296,41 @@ def asFrame(status: int, content: bytes) -> dict[str, Any]:
         f"gardend answered {status} with something that is not a frame",
         details={"status": status},
     )
+
+
+# -- reading the host's frames ------------------------------------------------
+
+
+def valueOf(frame: JSONObject) -> JSONObject:
+    """
+    A frame's C{value} as an object (empty when it carries none).
+    """
+    return objectOf(frame.get("value"))
+
+
+def summaryOf(frame: JSONObject) -> JSONObject:
+    """
+    The session summary a frame's value carries (C{value.session}), or an
+    empty object.
+    """
+    return objectOf(valueOf(frame).get("session"))
+
+
+def sessionIdOf(summary: JSONObject) -> str:
+    """
+    The id of the session C{summary} describes.
+
+    @raise ValueError: it names none (not an answer of the host's).
+    """
+    sessionId = textOf(summary.get("sessionId"))
+    if sessionId is None:
+        raise ValueError("the host's answer names no session")
+    return sessionId
+
+
+def leaseHeldBy(summary: JSONObject, clientId: str) -> bool:
+    """
+    Does C{summary} say that C{clientId} holds the session's lease?
+    """
+    lease = summary.get("lease")
+    return isinstance(lease, dict) and lease.get("clientId") == clientId

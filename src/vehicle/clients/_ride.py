@@ -10,15 +10,25 @@ of the input).  Each request becomes one call to the host's routes
 from __future__ import annotations
 
 import secrets
-from typing import Any, Callable, ClassVar
+from enum import Enum
+from typing import Callable, ClassVar
 
 from attrs import define, field, frozen
 from twisted.internet.defer import CancelledError, Deferred, DeferredQueue
 from twisted.logger import Logger
 
-from vehicle.clients._link import HostLink, errorFrame, localFrame
+from vehicle.clients._link import (
+    HostLink,
+    errorFrame,
+    leaseHeldBy,
+    localFrame,
+    sessionIdOf,
+    summaryOf,
+    valueOf,
+)
 from vehicle.clients._lines import COMMAND_OPS, OPS, WATCH_OPS, Call, Line, callFor, readLine
 from vehicle.clients._stdio import MAX_LINE
+from vehicle.protocol import JSONObject, intOf, textOf
 
 
 __all__ = ["COMMAND_OPS", "OPS", "WATCH_OPS", "Call", "NewSession", "Ride", "randomId"]
@@ -30,9 +40,14 @@ _CHILD_FRAMES = frozenset({"session.forked", "session.cloned"})
 #: Refusals that mean this ride does not hold the lease (any more).
 _LEASE_LOST = frozenset({"lease_held", "lease_required", "lease_not_held"})
 
-#: The end of the input, and a line too long to read, in the queue.
-_END = object()
-_TOO_LONG = object()
+class _Mark(Enum):
+    """
+    What the queue holds beside lines: the end of the input, and a line
+    too long to read.
+    """
+
+    END = "end"
+    TOO_LONG = "too long"
 
 
 def randomId(prefix: str) -> str:
@@ -52,10 +67,9 @@ class NewSession:
     model: str | None = None
     title: str | None = None
 
-    def body(self, requestId: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"requestId": requestId}
-        for name in ("profile", "model", "title"):
-            value = getattr(self, name)
+    def body(self, requestId: str) -> JSONObject:
+        body: JSONObject = {"requestId": requestId}
+        for name, value in (("profile", self.profile), ("model", self.model), ("title", self.title)):
             if value is not None:
                 body[name] = value
         return body
@@ -88,7 +102,7 @@ class Ride:
 
     link: HostLink
     clientId: str
-    write: Callable[[dict[str, Any]], None]
+    write: Callable[[JSONObject], None]
     newId: Callable[[str], str] = randomId
     sessionId: str | None = None
     cursor: int = 0
@@ -96,10 +110,10 @@ class Ride:
     closed: bool = False
     watchOnly: bool = False
     children: dict[str, None] = field(factory=dict)
-    refusal: dict[str, Any] | None = None
-    _queue: DeferredQueue = field(init=False, factory=DeferredQueue)
+    refusal: JSONObject | None = None
+    _queue: DeferredQueue[bytes | _Mark] = field(init=False, factory=DeferredQueue)
     _ended: bool = field(init=False, default=False)
-    _waiting: Deferred | None = field(init=False, default=None)
+    _waiting: Deferred[JSONObject] | None = field(init=False, default=None)
     _interrupted: bool = field(init=False, default=False)
 
     # -- input --------------------------------------------------------------
@@ -117,7 +131,7 @@ class Ride:
         the lines after it are read as usual.
         """
         if not self._ended:
-            self._queue.put(_TOO_LONG)
+            self._queue.put(_Mark.TOO_LONG)
 
     def inputEnded(self) -> None:
         """
@@ -125,7 +139,7 @@ class Ride:
         """
         if not self._ended:
             self._ended = True
-            self._queue.put(_END)
+            self._queue.put(_Mark.END)
 
     def interrupt(self) -> None:
         """
@@ -137,7 +151,7 @@ class Ride:
         self._interrupted = True
         self._queue.pending.clear()
         self._ended = True
-        self._queue.put(_END)
+        self._queue.put(_Mark.END)
         if self._waiting is not None:
             self._waiting.cancel()
 
@@ -155,9 +169,9 @@ class Ride:
             return 1
         while not self.closed:
             item = await self._queue.get()
-            if item is _END:
+            if item is _Mark.END:
                 await self._finish()
-            elif item is _TOO_LONG:
+            elif item is _Mark.TOO_LONG:
                 self.write(
                     errorFrame(
                         "body_too_large",
@@ -182,7 +196,7 @@ class Ride:
                 self.refusal = frame
                 self.write(frame)
                 return False
-            summary = frame["value"]["session"]
+            summary = summaryOf(frame)
         else:
             assert sessionId is not None
             frame = await self.link.call("GET", self.link.sessionPath(sessionId))
@@ -190,18 +204,17 @@ class Ride:
                 self.refusal = frame
                 self.write(frame)
                 return False
-            summary = frame["value"]["session"]
-            lease = summary.get("lease")
-            if lease is None and not self.watchOnly:
+            summary = summaryOf(frame)
+            if summary.get("lease") is None and not self.watchOnly:
                 claimed = await self.link.call(
                     "POST",
                     self.link.sessionPath(sessionId, "/claim"),
                     {"requestId": self.newId("ride-claim")},
                 )
                 if claimed.get("type") == "driver.claimed":
-                    summary = claimed["value"]["session"]
-        self.sessionId = summary["sessionId"]
-        self.cursor = int(summary.get("cursor") or 0)
+                    summary = summaryOf(claimed)
+        self.sessionId = sessionIdOf(summary)
+        self.cursor = intOf(summary.get("cursor")) or 0
         self._noteLease(summary)
         self.write(
             localFrame(
@@ -307,16 +320,17 @@ class Ride:
             await self._releaseChildren()
             self._close(requestId, "shutdown")
 
-    def route(self, op: Any, request: dict[str, Any]) -> Call:
+    def route(self, op: str, request: JSONObject) -> Call:
         """
-        The host's route for a request line (L{callFor}).
+        The host's route for a request line (L{callFor}) naming C{op}, one
+        of L{OPS}.
 
-        @raise Refused: an unknown op, or a malformed C{since}/C{waitMs}.
+        @raise Refused: a malformed C{since}/C{waitMs}.
         """
         assert self.sessionId is not None
         return callFor(op, request, self.link.sessionPath, self.sessionId, self.cursor)
 
-    def _observe(self, frame: dict[str, Any]) -> None:
+    def _observe(self, frame: JSONObject) -> None:
         """
         Follow the cursor and the lease through the answers.
         """
@@ -324,19 +338,16 @@ class Ride:
             if frame.get("code") in _LEASE_LOST:
                 self.holdsLease = False
             return
-        value = frame.get("value")
-        if not isinstance(value, dict):
-            return
-        summary = value.get("session")
-        if isinstance(summary, dict) and summary.get("sessionId") == self.sessionId:
+        summary = summaryOf(frame)
+        summaryId = textOf(summary.get("sessionId"))
+        if summaryId is not None and summaryId == self.sessionId:
             self._noteLease(summary)
-        elif isinstance(summary, dict) and frame.get("type") in _CHILD_FRAMES:
-            lease = summary.get("lease")
-            if isinstance(lease, dict) and lease.get("clientId") == self.clientId:
-                self.children[summary["sessionId"]] = None
-        if frame.get("type") == "watch.completed" and isinstance(value.get("cursor"), int):
-            self.cursor = value["cursor"]
+        elif summaryId is not None and frame.get("type") in _CHILD_FRAMES:
+            if leaseHeldBy(summary, self.clientId):
+                self.children[summaryId] = None
+        cursor = intOf(valueOf(frame).get("cursor"))
+        if frame.get("type") == "watch.completed" and cursor is not None:
+            self.cursor = cursor
 
-    def _noteLease(self, summary: dict[str, Any]) -> None:
-        lease = summary.get("lease")
-        self.holdsLease = isinstance(lease, dict) and lease.get("clientId") == self.clientId
+    def _noteLease(self, summary: JSONObject) -> None:
+        self.holdsLease = leaseHeldBy(summary, self.clientId)

@@ -30,6 +30,7 @@ from vehicle.clients._link import (
 )
 from vehicle.clients._ride import NewSession, Ride, randomId
 from vehicle.clients._stdio import StdioLines
+from vehicle.protocol import JSONObject
 
 
 #: How long a ride asked to stop may take to release its lease.
@@ -61,7 +62,7 @@ DRIVER_PARAMETERS: list[list[Any]] = [
 ]
 
 
-def checkDriver(options: Mapping[str, Any]) -> None:
+def checkDriver(options: usage.Options) -> None:
     """
     The driving options' checks: C{--profile}, C{--model-key-env}.
 
@@ -73,7 +74,7 @@ def checkDriver(options: Mapping[str, Any]) -> None:
 
 
 def readCredentials(
-    options: Mapping[str, Any],
+    options: GardendOptions,
     environ: Mapping[str, str] | None,
     say: Callable[[str], None] | None,
     command: str,
@@ -94,7 +95,7 @@ def readCredentials(
 
 
 def driverLink(
-    reactor: IClientReactor, options: Mapping[str, Any], credentials: Credentials, clientId: str
+    reactor: IClientReactor, options: GardendOptions, credentials: Credentials, clientId: str
 ) -> tuple[HostLink, HTTPConnectionPool]:
     """
     The host's routes for a client that drives as C{clientId} (sent on
@@ -216,7 +217,7 @@ def sayOnStderr(text: str) -> None:
     sys.stderr.flush()
 
 
-def explainRefusal(frame: Mapping[str, Any], credentials: Credentials, what: str) -> tuple[str, int]:
+def explainRefusal(frame: JSONObject, credentials: Credentials, what: str) -> tuple[str, int]:
     """
     One line saying why gardend or the host refused a client, and the exit
     code for it (3 when gardend was not reached, else 1).  A 401 says

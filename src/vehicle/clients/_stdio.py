@@ -16,6 +16,8 @@ from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from vehicle.protocol import JSONObject
+
 
 #: The longest line read (a request body is at most 1 MiB; JSON escapes
 #: can make its line longer).  A longer line is refused when its bytes
@@ -119,7 +121,7 @@ class StdioLines(Protocol):
         if not self.outputLost and self.transport is not None:
             self.transport.write(data)
 
-    def sendFrame(self, frame: dict[str, Any]) -> None:
+    def sendFrame(self, frame: JSONObject) -> None:
         """
         Write one frame as one line.
         """

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from attrs import define, evolve, field
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IPushProducer, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.internet.stdio import StandardIO
 from twisted.internet.task import deferLater
@@ -26,9 +26,10 @@ from twisted.web.http import PotentialDataLoss
 from vehicle._reactors import IClientReactor
 from vehicle._timers import cancelIfActive
 from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
-from vehicle.clients._link import HostLink, asFrame
+from vehicle.clients._link import HostLink, asFrame, valueOf
 from vehicle.clients._ridemain import boundedWait, explainRefusal, readCredentials
 from vehicle.clients._stdio import StdioLines
+from vehicle.protocol import JSON, JSONObject, intOf, loads, objectOf, objectsOf, textOf
 
 
 #: The longest value shown in a compact line.
@@ -69,7 +70,7 @@ class SSEParser:
                 self._fields[name] = value
 
 
-def _show(value: Any) -> str:
+def _show(value: JSON) -> str:
     if isinstance(value, str) and value and not any(c.isspace() for c in value) and '"' not in value:
         text = value
     else:
@@ -77,7 +78,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= _VALUE_LIMIT else text[: _VALUE_LIMIT - 1] + "…"
 
 
-def formatEvent(event: dict[str, Any]) -> str:
+def formatEvent(event: JSONObject) -> str:
     """
     One event as C{<seq> <type> key=value ...}: its data's fields, each
     value shown bare when it is one word, else as JSON, cut at 120
@@ -99,7 +100,7 @@ class TailFailed(Exception):
     @ivar exitCode: 1 (refused, gave up) or 3 (gardend not reached).
     """
 
-    def __init__(self, text: str, frame: dict[str, Any] | None = None, exitCode: int = 1):
+    def __init__(self, text: str, frame: JSONObject | None = None, exitCode: int = 1) -> None:
         super().__init__(text)
         self.frame = frame
         self.exitCode = exitCode
@@ -120,7 +121,7 @@ def _ignore(text: str) -> None:
     pass
 
 
-def _hostAway(frame: Mapping[str, Any]) -> bool:
+def _hostAway(frame: JSONObject) -> bool:
     """
     Is C{frame} a 5xx (gardend is up, the host is away or failed)?
     """
@@ -186,7 +187,7 @@ class Tail:
     maxBackoff: float = 5.0
     patient: bool = False
     idleSeconds: float = 45.0
-    onEvent: Callable[[dict[str, Any]], None] | None = None
+    onEvent: Callable[[JSONObject], None] | None = None
     onConnected: Callable[[int], None] | None = None
     connections: int = field(init=False, default=0)
     drops: int = field(init=False, default=0)
@@ -297,7 +298,7 @@ class Tail:
 
     def _message(self, message: dict[str, str]) -> None:
         try:
-            event = json.loads(message["data"])
+            event = loads(message["data"])
         except ValueError:
             self.warn(f"{self._prefix()}an event that is not JSON: {message['data'][:200]!r}")
             return
@@ -312,7 +313,7 @@ class Tail:
                 if self.asJSON:
                     self._line(json.dumps(event, ensure_ascii=False))
                 else:
-                    text = (event.get("data") or {}).get("text") or ""
+                    text = textOf(objectOf(event.get("data")).get("text")) or ""
                     if text:
                         # Indented, so no delta line reads as an event's.
                         if not self._midLine:
@@ -353,7 +354,7 @@ class _Watchdog:
     seconds: float
     cut: Callable[[], None]
     fired: bool = False
-    _call: Any = None
+    _call: IDelayedCall | None = None
 
     def __attrs_post_init__(self) -> None:
         self.reset()
@@ -453,7 +454,7 @@ class TailAll:
                 frame = await self.link.call("GET", "/sessions")
                 if frame.get("type") == "session.list":
                     self._away = False
-                    for summary in frame["value"]["sessions"]:
+                    for summary in objectsOf(valueOf(frame).get("sessions")):
                         self._follow(summary, first)
                     first = False
                 elif first and not _hostAway(frame):
@@ -471,14 +472,14 @@ class TailAll:
             for running in list(self._running.values()):
                 running.cancel()
 
-    def _follow(self, summary: dict[str, Any], atStart: bool) -> None:
+    def _follow(self, summary: JSONObject, atStart: bool) -> None:
         sessionId = summary.get("sessionId")
         if not isinstance(sessionId, str) or sessionId in self._running:
             return
         tail = self.tails.get(sessionId)
         if tail is None:
             if atStart:
-                since = self.since if self.since is not None else int(summary.get("cursor") or 0)
+                since = self.since if self.since is not None else intOf(summary.get("cursor")) or 0
             else:
                 since = 0
             tail = self.tails[sessionId] = self.makeTail(sessionId, since)
@@ -486,7 +487,7 @@ class TailAll:
             return
         running = self._running[sessionId] = Deferred.fromCoroutine(tail.run())
 
-        def ended(result: Any) -> None:
+        def ended(result: None | Failure) -> None:
             self._running.pop(sessionId, None)
             if isinstance(result, Failure):
                 error = result.value
@@ -575,32 +576,7 @@ async def runTail(
     def warn(text: str) -> None:
         say(f"vehicle tail: {text}")
 
-    def makeTail(sessionId: str, since: int, label: str | None = None) -> Tail:
-        return Tail(
-            link=link,
-            sessionId=sessionId,
-            clock=reactor,
-            write=lambda text: output.send(text.encode("utf-8")),
-            warn=warn,
-            lastSeq=since,
-            asJSON=bool(options["json"]),
-            deltas=bool(options["deltas"]),
-            types=tuple(options["type"]),
-            label=label,
-            maxRetries=options["max-retries"],
-            patient=label is not None,
-        )
-
-    if options["all"]:
-        follower: Any = TailAll(
-            link=link,
-            clock=reactor,
-            makeTail=lambda sessionId, since: makeTail(sessionId, since, sessionId),
-            warn=warn,
-            since=options["since"],
-        )
-    else:
-        follower = makeTail(options["session"], options["since"] or 0)
+    follower = _follower(reactor, options, link, lambda text: output.send(text.encode("utf-8")), warn)
     running = Deferred.fromCoroutine(follower.run())
     finished: Deferred[None] = Deferred()
 
@@ -626,3 +602,42 @@ async def runTail(
         await pool.closeCachedConnections()
         finished.callback(None)
     return code
+
+
+def _follower(
+    reactor: IClientReactor,
+    options: TailOptions,
+    link: HostLink,
+    write: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> Tail | TailAll:
+    """
+    What C{--session} (a L{Tail}) or C{--all} (a L{TailAll}, each of its
+    sessions' lines labelled with its id) follows, as C{options} say.
+    """
+
+    def makeTail(sessionId: str, since: int, label: str | None = None) -> Tail:
+        return Tail(
+            link=link,
+            sessionId=sessionId,
+            clock=reactor,
+            write=write,
+            warn=warn,
+            lastSeq=since,
+            asJSON=bool(options["json"]),
+            deltas=bool(options["deltas"]),
+            types=tuple(options["type"]),
+            label=label,
+            maxRetries=options["max-retries"],
+            patient=label is not None,
+        )
+
+    if options["all"]:
+        return TailAll(
+            link=link,
+            clock=reactor,
+            makeTail=lambda sessionId, since: makeTail(sessionId, since, sessionId),
+            warn=warn,
+            since=options["since"],
+        )
+    return makeTail(options["session"], options["since"] or 0)

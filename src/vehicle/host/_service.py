@@ -42,7 +42,7 @@ class HostService(Service):
     version: str = ""
 
     def startService(self) -> None:
-        super().startService()
+        Service.startService(self)  # Twisted's, named so: it is not annotated
         self.registry.loadAll()
         agent = self.bodies.agent
         if agent is not None:
@@ -66,7 +66,7 @@ class HostService(Service):
             self._log.info("Agent bodies run in isolation tier {tier}", tier=tier)
 
     def stopService(self) -> Deferred[None]:
-        super().stopService()
+        Service.stopService(self)
         self.stopStreams()
         stopped = self.bodies.stop()
         stopped.addBoth(lambda _: self.registry.close())

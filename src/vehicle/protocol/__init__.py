@@ -67,7 +67,17 @@ from vehicle.protocol._commands import (
     omitted,
 )
 from vehicle.protocol._events import EPHEMERAL_TYPES, EVENT_TYPES, Effects, Event
-from vehicle.protocol._json import JSON, JSONObject, dumps, intOf, loads, numberOf, objectOf, textOf
+from vehicle.protocol._json import (
+    JSON,
+    JSONObject,
+    dumps,
+    intOf,
+    loads,
+    numberOf,
+    objectOf,
+    objectsOf,
+    textOf,
+)
 from vehicle.protocol._records import RecordKind, RequestRecord
 from vehicle.protocol._requests import (
     Budget,
@@ -158,6 +168,7 @@ __all__ = [
     "loads",
     "numberOf",
     "objectOf",
+    "objectsOf",
     "omitted",
     "textOf",
     "toJSON",

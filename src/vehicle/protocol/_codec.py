@@ -18,7 +18,8 @@ from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin
 import attrs
 from cattrs import Converter
 from cattrs.errors import BaseValidationError
-from cattrs.gen import make_dict_structure_fn, override
+from cattrs.dispatch import StructureHook, UnstructureHook
+from cattrs.gen import make_dict_structure_fn_from_attrs
 
 from vehicle.errors import VehicleError
 from vehicle.protocol._commands import OMIT, CommandStatus, CommandType
@@ -101,6 +102,65 @@ def _copied(kind: Any) -> bool:
     return False
 
 
+def _isHomogeneousTuple(kind: Any) -> bool:
+    """
+    C{tuple[X, ...]}.
+    """
+    return get_origin(kind) is tuple and get_args(kind)[1:] == (...,)
+
+
+def _tupleHook(kind: Any, converter: Converter) -> StructureHook:
+    """
+    A C{tuple[X, ...]} read from a JSON array, never from a string (which
+    Python would iterate).
+    """
+    itemType = get_args(kind)[0]
+    item = converter.get_structure_hook(itemType)
+
+    def structure(value: Any, _: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise TypeError(f"{value!r} is not an array")
+        return tuple(item(v, itemType) for v in value)
+
+    return structure
+
+
+def _unstructureHook(cls: type, converter: Converter) -> UnstructureHook:
+    """
+    One straight function per class, its fields in their declared order
+    (cattrs would put the omissible ones last), a value that JSON carries
+    as it is copied without a call.
+    """
+    attrs.resolve_types(cls)
+    body = ["def unstructure(value):", "    out = {}"]
+    hooks: dict[str, UnstructureHook] = {}
+    for n, a in enumerate(attrs.fields(cls)):
+        if a.metadata.get(SKIP):
+            continue
+        read = f"value.{a.name}"
+        if not _copied(a.type):
+            hooks[f"hook{n}"] = converter.get_unstructure_hook(a.type)
+            read = f"hook{n}({read})"
+        if a.metadata.get(OMIT):
+            body.append(f"    if value.{a.name} is not None:")
+            body.append(f"        out[{a.name!r}] = {read}")
+        else:
+            body.append(f"    out[{a.name!r}] = {read}")
+    body.append("    return out")
+    namespace: dict[str, object] = dict(hooks)
+    exec("\n".join(body), namespace)  # noqa: S102 - code made here, from field names
+    return cast(UnstructureHook, namespace["unstructure"])
+
+
+def _structureHook(cls: type, converter: Converter) -> StructureHook:
+    """
+    cattrs' own, leaving out the fields marked L{SKIP}.
+    """
+    attrs.resolve_types(cls)
+    kept = [a for a in attrs.fields(cls) if not a.metadata.get(SKIP)]
+    return make_dict_structure_fn_from_attrs(kept, cls, converter)
+
+
 def _makeConverter() -> Converter:
     converter = Converter(unstruct_collection_overrides={tuple: list})
     converter.register_structure_hook_func(_isJSON, _passThrough)
@@ -114,58 +174,9 @@ def _makeConverter() -> Converter:
     converter.register_structure_hook(int, _integer)
     converter.register_structure_hook(str, _text)
     converter.register_structure_hook(bool, _flag)
-
-    def tupleFor(kind: Any) -> Any:
-        # A JSON array, never a string (which Python would iterate).
-        item = converter.get_structure_hook(get_args(kind)[0])
-        itemType = get_args(kind)[0]
-
-        def structure(value: Any, _: Any) -> tuple[Any, ...]:
-            if not isinstance(value, list):
-                raise TypeError(f"{value!r} is not an array")
-            return tuple(item(v, itemType) for v in value)
-
-        return structure
-
-    converter.register_structure_hook_factory(
-        lambda kind: get_origin(kind) is tuple and get_args(kind)[1:] == (...,), tupleFor
-    )
-
-    def unstructureFor(cls: type) -> Any:
-        """
-        One straight function per class, its fields in their declared
-        order (cattrs would put the omissible ones last), a value that
-        JSON carries as it is copied without a call.
-        """
-        attrs.resolve_types(cls)
-        body = ["def unstructure(value):", "    out = {}"]
-        hooks: dict[str, Any] = {}
-        for n, a in enumerate(attrs.fields(cls)):
-            if a.metadata.get(SKIP):
-                continue
-            hook = converter.get_unstructure_hook(a.type)
-            read = f"value.{a.name}"
-            if not _copied(a.type):
-                hooks[f"hook{n}"] = hook
-                read = f"hook{n}({read})"
-            if a.metadata.get(OMIT):
-                body.append(f"    if value.{a.name} is not None:")
-                body.append(f"        out[{a.name!r}] = {read}")
-            else:
-                body.append(f"    out[{a.name!r}] = {read}")
-        body.append("    return out")
-        namespace = dict(hooks)
-        exec("\n".join(body), namespace)  # noqa: S102 - code made here, from field names
-        return namespace["unstructure"]
-
-    def structureFor(cls: type) -> Any:
-        overrides: dict[str, Any] = {
-            a.name: override(omit=True) for a in attrs.fields(cls) if a.metadata.get(SKIP)
-        }
-        return make_dict_structure_fn(cls, converter, **overrides)
-
-    converter.register_unstructure_hook_factory(attrs.has, unstructureFor)
-    converter.register_structure_hook_factory(attrs.has, structureFor)
+    converter.register_structure_hook_factory(_isHomogeneousTuple, _tupleHook)
+    converter.register_unstructure_hook_factory(attrs.has, _unstructureHook)
+    converter.register_structure_hook_factory(attrs.has, _structureHook)
     return converter
 
 

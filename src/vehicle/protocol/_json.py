@@ -50,6 +50,14 @@ def objectOf(value: JSON) -> JSONObject:
     return value if isinstance(value, dict) else {}
 
 
+def objectsOf(value: JSON) -> list[JSONObject]:
+    """
+    The objects of C{value} if it is a JSON array (anything else in it is
+    left out), else none: for lists of objects read back from a peer.
+    """
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def textOf(value: JSON) -> str | None:
     """
     C{value} if it is a string, else L{None}.

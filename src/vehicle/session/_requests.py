@@ -12,6 +12,7 @@ import errno
 import hashlib
 import json
 from pathlib import Path
+from typing import Callable
 
 from vehicle.errors import VehicleError
 from vehicle.protocol import (
@@ -23,6 +24,7 @@ from vehicle.protocol import (
     RecordKind,
     RequestRecord,
     fromJSON,
+    intOf,
     objectOf,
 )
 from vehicle.session._values import Caller, isoTimestamp
@@ -131,6 +133,16 @@ def eventOf(line: JSONObject) -> Event:
     return fromJSON({**line, "data": objectOf(line.get("data"))}, Event)
 
 
+#: The parts of a record whose shape is checked before it is read: a part
+#: that does not fit is left out.
+_RECORD_PARTS: tuple[tuple[str, Callable[[JSON], bool]], ...] = (
+    ("cursor", lambda v: intOf(v) is not None),
+    ("effects", lambda v: isinstance(v, list)),
+    ("fingerprint", lambda v: isinstance(v, str)),
+    ("requestId", lambda v: isinstance(v, str)),
+)
+
+
 def recordOf(line: JSONObject) -> RequestRecord:
     """
     A request's record read back from C{commands.jsonl}.  A part an older
@@ -142,12 +154,7 @@ def recordOf(line: JSONObject) -> RequestRecord:
     """
     fitted: JSONObject = {**line, "body": objectOf(line.get("body")),
                           "frame": objectOf(line.get("frame"))}
-    for name, fits in (
-        ("cursor", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-        ("effects", lambda v: isinstance(v, list)),
-        ("fingerprint", lambda v: isinstance(v, str)),
-        ("requestId", lambda v: isinstance(v, str)),
-    ):
+    for name, fits in _RECORD_PARTS:
         if name in fitted and not fits(fitted[name]):
             del fitted[name]
     fitted.setdefault("requestId", None)

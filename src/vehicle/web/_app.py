@@ -10,6 +10,7 @@ nothing escapes as a traceback.
 from __future__ import annotations
 
 import functools
+from weakref import WeakKeyDictionary
 from typing import Awaitable, Callable, ClassVar, Concatenate, ParamSpec, Protocol, TypeVar
 
 from attrs import define, field
@@ -77,7 +78,7 @@ def answered(
 
     @functools.wraps(route)
     def respond(
-        self: VehicleAPI, request: Request, *args: P.args, **kw: P.kwargs
+        self: VehicleAPI, request: Request, /, *args: P.args, **kw: P.kwargs
     ) -> Deferred[bytes | None]:
         return Deferred.fromCoroutine(self._answer(request, route(self, request, *args, **kw)))
 
@@ -104,6 +105,8 @@ class VehicleAPI:
     #: Public sessions (their doors, limits and ledger), if this host has them.
     public: Public | None = None
     streams: set[EventStream] = field(factory=set)
+    #: The C{requestId} of each request whose body said one, for its frames.
+    _requestIds: WeakKeyDictionary[Request, str] = field(init=False, factory=WeakKeyDictionary)
 
     @property
     def registry(self) -> Registry:
@@ -120,19 +123,22 @@ class VehicleAPI:
         except Replayed as replayed:
             status, answer = 200, self._frame(request, replayed.sent, replayed=True)
         except VehicleError as e:
-            status, answer = e.httpStatus, errorFrame(e, _requestId(request))
+            status, answer = e.httpStatus, errorFrame(e, self._requestId(request))
         except CancelledError:
             raise
         except Exception:
             self._log.failure("Unexpected failure answering {uri}", uri=request.uri,
-                              requestId=_requestId(request))
+                              requestId=self._requestId(request))
             status, answer = 500, errorFrame(
                 VehicleError("internal", "the host failed to answer; nothing was changed"),
-                _requestId(request),
+                self._requestId(request),
             )
         if request.startedWriting:  # a stream that already answered
             return None
         return answerFrame(request, status, answer)
+
+    def _requestId(self, request: Request) -> str | None:
+        return self._requestIds.get(request)
 
     def _caller(self, request: Request) -> Caller:
         caller = authenticate(request, self.secret)
@@ -149,8 +155,9 @@ class VehicleAPI:
         """
         raw = request.content.read() if request.content is not None else b""
         parsed = parseBody(raw, request.getHeader(b"content-type"))
-        if isinstance(parsed, dict) and isinstance(parsed.get("requestId"), str):
-            request.vehicleRequestId = parsed["requestId"]  # type: ignore[attr-defined]
+        requestId = textOf(parsed.get("requestId")) if isinstance(parsed, dict) else None
+        if requestId is not None:
+            self._requestIds[request] = requestId
         return fromRequest(validate(schema, parsed), kind)
 
     def _onSession(
@@ -173,7 +180,7 @@ class VehicleAPI:
         """
         The frame of an answer as it was sent (and remembered).
         """
-        return frame(textOf(sent.get("type")) or "", _requestId(request), sent.get("value"),
+        return frame(textOf(sent.get("type")) or "", self._requestId(request), sent.get("value"),
                      replayed=replayed)
 
     # -- routes -------------------------------------------------------------
@@ -329,7 +336,8 @@ class VehicleAPI:
 
     @router.handle_errors(MethodNotAllowed)
     def notAllowed(self, request: IRequest, failure: Failure) -> bytes:
-        allowed = sorted(failure.value.valid_methods or ())
+        error = failure.value
+        allowed = sorted(error.valid_methods or ()) if isinstance(error, MethodNotAllowed) else []
         return self._plainError(
             request,
             VehicleError(
@@ -367,10 +375,6 @@ class VehicleAPI:
     def stopStreams(self) -> None:
         for stream in list(self.streams):
             stream.stop()
-
-
-def _requestId(request: Request) -> str | None:
-    return getattr(request, "vehicleRequestId", None)
 
 
 def _arg(args: dict[bytes, list[bytes]], name: bytes) -> str | None:

@@ -14,7 +14,8 @@ from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
 
 from vehicle.errors import VehicleError, answerError
-from vehicle.session import CALLER_KINDS, ROLES, Caller
+from vehicle.protocol import Role
+from vehicle.session import CALLER_KINDS, ROLES, Caller, CallerKind
 
 
 _PRINTABLE = re.compile(r"^[^\x00-\x1f\x7f]{1,320}$")
@@ -44,17 +45,54 @@ def checkSecret(request: IRequest, secret: str) -> None:
 
 def authenticate(request: IRequest, secret: str) -> Caller:
     """
-    Check the secret, then read who calls.
+    Check the secret, then read who calls (each header in turn: the first
+    that is missing or malformed is the refusal).
 
-    @raise VehicleError: C{unauthorized}, C{identity_required} or
-        C{invalid_identity}.
+    @raise VehicleError: C{unauthorized}, C{identity_required},
+        C{invalid_identity} or C{invalid_model_key}.
     """
     checkSecret(request, secret)
+    principal = _principal(request)
+    graphId, role = _graphAndRole(request)
+    clientId = _clientId(request, principal)
+    token = _header(request, "x-sophia-delegated-token") or None
+    kind = _callerKind(request)
+    modelKey = _modelKey(request)
+    publicGraphs: tuple[str, ...] = ()
+    if kind != "member":
+        # Public callers are always viewers, whatever else was said.
+        role = "viewer"
+        raw = _header(request, "x-sophia-public-graphs") or ""
+        publicGraphs = tuple(g.strip() for g in raw.split(",") if _GRAPH.match(g.strip()))
+    return Caller(
+        principal=principal,
+        clientId=clientId,
+        role=role,
+        graphId=graphId,
+        delegatedToken=token if graphId is not None else None,
+        kind=kind,
+        email=_header(request, "x-sophia-account-email") or None,
+        emailVerified=(_header(request, "x-sophia-account-email-verified") or "").lower()
+        in ("true", "1", "yes"),
+        publicGraphs=publicGraphs,
+        modelKey=modelKey,
+    )
+
+
+def _principal(request: IRequest) -> str:
     principal = _header(request, "x-user-id")
     if principal is None or principal == "":
         raise VehicleError("identity_required", "x-user-id is missing")
     if not _PRINTABLE.match(principal) or principal != principal.strip():
         raise VehicleError("invalid_identity", "x-user-id is malformed", {"header": "x-user-id"})
+    return principal
+
+
+def _graphAndRole(request: IRequest) -> tuple[str | None, Role]:
+    """
+    The bound graph (L{None} on an unbound path) and the caller's role: on
+    the graph when there is one, else the caller's own.
+    """
     graphId = _header(request, "x-graph-id")
     if graphId is not None:
         if not _GRAPH.match(graphId):
@@ -74,16 +112,23 @@ def authenticate(request: IRequest, secret: str) -> Caller:
             f"{roleHeader} must be owner, editor or viewer",
             {"header": roleHeader},
         )
+    return graphId, role
+
+
+def _clientId(request: IRequest, principal: str) -> str:
     clientId = _header(request, "x-vehicle-client-id")
     if clientId is None or clientId == "":
-        clientId = principal
-    elif not _CLIENT.match(clientId):
+        return principal
+    if not _CLIENT.match(clientId):
         raise VehicleError(
             "invalid_identity",
             "x-vehicle-client-id must be 1 to 200 printable characters without spaces",
             {"header": "x-vehicle-client-id"},
         )
-    token = _header(request, "x-sophia-delegated-token") or None
+    return clientId
+
+
+def _callerKind(request: IRequest) -> CallerKind:
     kind = CALLER_KINDS.get(_header(request, "x-sophia-caller-kind") or "member")
     if kind is None:
         raise VehicleError(
@@ -91,31 +136,17 @@ def authenticate(request: IRequest, secret: str) -> Caller:
             "x-sophia-caller-kind must be anonymous or account",
             {"header": "x-sophia-caller-kind"},
         )
+    return kind
+
+
+def _modelKey(request: IRequest) -> str | None:
     modelKey = _header(request, "x-model-key")
     if modelKey is not None and not _MODEL_KEY.match(modelKey):
         raise VehicleError(
             "invalid_model_key",
             "x-model-key must be one printable token of 8 to 512 characters",
         )
-    publicGraphs: tuple[str, ...] = ()
-    if kind != "member":
-        # Public callers are always viewers, whatever else was said.
-        role = "viewer"
-        raw = _header(request, "x-sophia-public-graphs") or ""
-        publicGraphs = tuple(g.strip() for g in raw.split(",") if _GRAPH.match(g.strip()))
-    return Caller(
-        principal=principal,
-        clientId=clientId,
-        role=role,
-        graphId=graphId,
-        delegatedToken=token if graphId is not None else None,
-        kind=kind,
-        email=_header(request, "x-sophia-account-email") or None,
-        emailVerified=(_header(request, "x-sophia-account-email-verified") or "").lower()
-        in ("true", "1", "yes"),
-        publicGraphs=publicGraphs,
-        modelKey=modelKey or None,
-    )
+    return modelKey or None
 
 
 class GuardedResource(Resource):
@@ -130,7 +161,7 @@ class GuardedResource(Resource):
     isLeaf = True
 
     def __init__(self, inner: Resource, secret: str) -> None:
-        super().__init__()
+        Resource.__init__(self)
         self._inner = inner
         self._secret = secret
 
@@ -145,7 +176,7 @@ class GuardedResource(Resource):
         return answerError(request, error)
 
 
-def _unreadable(request: Any) -> VehicleError | None:
+def _unreadable(request: IRequest) -> VehicleError | None:
     try:
         for segment in list(request.prepath) + list(request.postpath):
             segment.decode("utf-8")
