@@ -42,6 +42,7 @@ from zope.interface import implementer
 from vehicle._logs import quiet, quietObserver
 from vehicle._reactors import IHostReactor
 from vehicle.store import writeAtomic
+from vehicle_local._options import Options as TypedOptions
 from vehicle_local._supervise import (
     Echo,
     InTurn,
@@ -68,7 +69,7 @@ MODEL_HEALTH_SECONDS = 30.0
 HOST_HEALTH_SECONDS = 60.0
 
 
-class Options(usage.Options):
+class Options(TypedOptions):
     synopsis = "scripts/run [--port N] [--data-dir DIR] [--graph G] [-v]"
     optFlags = [["verbose", "v", "Show every part's log lines as they come."]]
     optParameters = [

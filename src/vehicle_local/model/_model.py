@@ -302,7 +302,8 @@ class ScriptedModel:
             self.url = f"http://127.0.0.1:{address.port}/v1"
             return listeningPort
 
-        return endpoint.listen(site).addCallback(listening)
+        listened: Deferred[IListeningPort] = endpoint.listen(site)
+        return listened.addCallback(listening)
 
     @router.route("/health", methods=["GET"])
     def health(self, request: Request) -> bytes:

@@ -54,7 +54,7 @@ class _HTTPRefusal(Exception):
 
 
 def _bearer(request: IRequest) -> Optional[str]:
-    header = request.getHeader(b"authorization")
+    header: bytes | None = request.getHeader(b"authorization")
     if header is None:
         return None
     scheme, _, credential = header.decode("latin-1").partition(" ")
