@@ -545,6 +545,19 @@ class MCPTests(SynchronousTestCase):
         self.assertFalse(isError)
         self.assertEqual(self.standIn.document("g1", "d")["content"], "hi")
 
+    def test_graphArgumentNotText(self) -> None:
+        """
+        A graph argument that is not a string (an array, a number) is
+        refused as an invalid argument, the token's graph untouched.
+        """
+        token = self.standIn.mintDelegation("owner", "g1", "owner")
+        for value in (["g1"], 7):
+            isError, envelope = self.call(
+                token, "create_document", title="x", documentId="d", graphId=value
+            )
+            self.assertEqual((isError, envelope["error"]["code"]), (True, "invalid_argument"))
+        self.assertIsNone(self.standIn.document("g1", "d"))
+
     def test_operatorNamesGraph(self) -> None:
         """
         The master key acts on any known graph it names, and must name one.
