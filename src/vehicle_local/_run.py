@@ -31,17 +31,21 @@ from twisted.internet.task import deferLater, react
 from twisted.logger import (
     FilteringLogObserver,
     ILogObserver,
+    LogEvent,
     LogPublisher,
     formatEvent,
     globalLogBeginner,
     globalLogPublisher,
 )
 from twisted.python import usage
+from treq.client import HTTPClient
 from zope.interface import implementer
 
 from vehicle._logs import quiet, quietObserver
 from vehicle._reactors import IHostReactor
+from vehicle.protocol import JSONObject
 from vehicle.store import writeAtomic
+from vehicle_local._options import Options as TypedOptions
 from vehicle_local._supervise import (
     Echo,
     InTurn,
@@ -68,7 +72,7 @@ MODEL_HEALTH_SECONDS = 30.0
 HOST_HEALTH_SECONDS = 60.0
 
 
-class Options(usage.Options):
+class Options(TypedOptions):
     synopsis = "scripts/run [--port N] [--data-dir DIR] [--graph G] [-v]"
     optFlags = [["verbose", "v", "Show every part's log lines as they come."]]
     optParameters = [
@@ -130,7 +134,7 @@ class _Echo:
     def __init__(self, echo: Echo) -> None:
         self.echo = echo
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: LogEvent) -> None:
         text = formatEvent(event)
         if text:
             self.echo("gardend", text)
@@ -300,7 +304,7 @@ def _models(
     logs: Path,
     python: str,
     echo: Optional[Echo],
-) -> tuple[Optional[Supervised], str, str, dict[str, Any], dict[str, str]]:
+) -> tuple[Optional[Supervised], str, str, JSONObject, dict[str, str]]:
     """
     The model: the scripted one as a child, or a real provider when
     C{OPENROUTER_API_KEY} is set.
@@ -313,7 +317,7 @@ def _models(
     if realKey:
         model = environ.get("VEHICLE_DEFAULT_MODEL", "openrouter/openai/gpt-4o-mini")
         provider, modelId = model.split("/", 1)
-        spec = {
+        spec: JSONObject = {
             "baseUrl": "https://openrouter.ai/api/v1",
             "api": "openai-completions",
             "apiKey": "$OPENROUTER_API_KEY",
@@ -361,6 +365,30 @@ def _echoTo(say: Callable[[str], None]) -> Echo:
     return echo
 
 
+def _hostEnvironment(
+    environ: Mapping[str, str],
+    root: Path,
+    providers: JSONObject,
+    modelId: str,
+    modelEnv: Mapping[str, str],
+) -> dict[str, str]:
+    """
+    What the operator passes on to the host, with its model: C{providers}
+    written to C{<root>/models.json} for C{VEHICLE_MODELS}, C{modelId} its
+    default, C{modelEnv} what the model needs.
+    """
+    models = root / "models.json"
+    writeAtomic(models, json.dumps({"providers": providers}, indent=2).encode())
+    return {
+        "PATH": environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": environ.get("HOME", str(root)),
+        "LANG": environ.get("LANG", "C.UTF-8"),
+        **modelEnv,
+        "VEHICLE_MODELS": str(models),
+        "VEHICLE_DEFAULT_MODEL": modelId,
+    }
+
+
 def makeLocalRun(
     options: Options,
     environ: Mapping[str, str],
@@ -368,7 +396,7 @@ def makeLocalRun(
     *,
     publisher: LogPublisher = globalLogPublisher,
     python: str = sys.executable,
-    http: Any = None,
+    http: Optional[HTTPClient] = None,
     say: Callable[[str], None] = _say,
 ) -> LocalRun:
     """
@@ -402,21 +430,11 @@ def makeLocalRun(
     model, which, modelId, providers, modelEnv = _models(
         environ, reactor, logs, python, echo
     )
-    models = root / "models.json"
-    writeAtomic(models, json.dumps({"providers": providers}, indent=2).encode())
-    baseEnv = {
-        "PATH": environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": environ.get("HOME", str(root)),
-        "LANG": environ.get("LANG", "C.UTF-8"),
-        **modelEnv,
-        "VEHICLE_MODELS": str(models),
-        "VEHICLE_DEFAULT_MODEL": modelId,
-    }
     host = standIn.serviceFor(
         manifest,
         dataDir=root / "services" / manifest.serviceId,
         logPath=logs / "host.log",
-        baseEnv=baseEnv,
+        baseEnv=_hostEnvironment(environ, root, providers, modelId, modelEnv),
         echo=echo,
     )
     local = LocalRun(

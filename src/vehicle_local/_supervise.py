@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, ClassVar, Mapping, Optional, Sequence
 
 from attrs import define, field
-from twisted.application.service import MultiService, Service
+from twisted.application.service import IServiceCollection, MultiService, Service
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.internet.error import ProcessDone, ProcessExitedAlready, ProcessTerminated
 from twisted.internet.interfaces import IReactorProcess, IReactorTime
@@ -152,10 +152,11 @@ class ChildProcess(ProcessProtocol):
 
     def processEnded(self, reason: Failure) -> None:
         value = reason.value
+        signalled = getattr(value, "signal", None)
         if isinstance(value, ProcessDone):
             status = 0
-        elif getattr(value, "signal", None):
-            status = -int(value.signal)
+        elif signalled:
+            status = -int(signalled)
         else:
             status = int(getattr(value, "exitCode", None) or 1)
         self.exitStatus = status
@@ -185,8 +186,20 @@ class Named(Service):
     A service that always has a name (its place in the tree).
     """
 
-    # Service's own default is None, which mypy takes for its type.
-    name: str  # type: ignore[assignment]
+    name: str
+
+    # Service's own are untyped: these are the same, typed, so that a
+    # subclass's calls of them are checked.
+
+    def startService(self) -> None:
+        Service.startService(self)
+
+    def stopService(self) -> Deferred[None] | None:
+        Service.stopService(self)
+        return None
+
+    def setServiceParent(self, parent: IServiceCollection) -> None:
+        Service.setServiceParent(self, parent)
 
 
 @define(eq=False)
@@ -271,6 +284,10 @@ class InTurn(MultiService):
     """
 
     _log: ClassVar[Logger] = Logger()
+
+    def startService(self) -> None:
+        # Typed, as L{Named}'s are.
+        MultiService.startService(self)
 
     def stopService(self) -> "Deferred[None]":
         Service.stopService(self)

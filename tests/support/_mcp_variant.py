@@ -33,6 +33,7 @@ from vehicle_local.standin import StandIn
 from vehicle_local.standin._delegation import Delegation
 from vehicle_local.standin._mcp import CATALOG, MCPEndpoint, ToolSpec, _reachable
 from vehicle_local.standin._store import ToolError
+from vehicle_local.standin._tools import GetWorkspace, ReadDocument, ToolResult
 
 
 _RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
@@ -124,7 +125,7 @@ class VariantEndpoint(MCPEndpoint):
             return {
                 "result": {
                     "resources": [
-                        {"uri": f"garden://{g}/{d['id']}", "name": d["title"],
+                        {"uri": f"garden://{g}/{d.id}", "name": d.title,
                          "mimeType": "text/markdown"}
                         for g, d in documents
                     ]
@@ -133,9 +134,9 @@ class VariantEndpoint(MCPEndpoint):
         uri = params.get("uri")
         self.resourceReads.append(str(uri))
         for g, d in documents:
-            if uri == f"garden://{g}/{d['id']}":
+            if uri == f"garden://{g}/{d.id}":
                 return {"result": {"contents": [
-                    {"uri": uri, "mimeType": "text/markdown", "text": d["content"]}
+                    {"uri": uri, "mimeType": "text/markdown", "text": d.content}
                 ]}}
         return {"error": {"code": -32002, "message": f"Resource not found: {uri}"}}
 
@@ -153,12 +154,12 @@ class VariantEndpoint(MCPEndpoint):
             return _text(f"Resource missing: {error.get('message')}")
         return result
 
-    def _tool_read_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
-        if args.get("format") == "ids_only":
+    def _tool_read_document(self, graphId: str, args: ReadDocument) -> ToolResult:
+        if args.format == "ids_only":
             raise ToolError("bad_request", "Unsupported format")
         return super()._tool_read_document(graphId, args)
 
-    def _tool_get_workspace(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_get_workspace(self, graphId: str, args: GetWorkspace) -> ToolResult:
         envelope, audited = super()._tool_get_workspace(graphId, args)
         return {
             "ok": True,

@@ -545,6 +545,19 @@ class MCPTests(SynchronousTestCase):
         self.assertFalse(isError)
         self.assertEqual(self.standIn.document("g1", "d")["content"], "hi")
 
+    def test_graphArgumentNotText(self) -> None:
+        """
+        A graph argument that is not a string (an array, a number) is
+        refused as an invalid argument, the token's graph untouched.
+        """
+        token = self.standIn.mintDelegation("owner", "g1", "owner")
+        for value in (["g1"], 7):
+            isError, envelope = self.call(
+                token, "create_document", title="x", documentId="d", graphId=value
+            )
+            self.assertEqual((isError, envelope["error"]["code"]), (True, "invalid_argument"))
+        self.assertIsNone(self.standIn.document("g1", "d"))
+
     def test_operatorNamesGraph(self) -> None:
         """
         The master key acts on any known graph it names, and must name one.
@@ -643,6 +656,52 @@ class MCPTests(SynchronousTestCase):
         self.assertEqual(envelope["error"]["code"], "not_found")
         isError, envelope = self.call(token, "write_document", documentId="d1")
         self.assertEqual(envelope["error"]["code"], "invalid_argument")
+
+    def test_recordBytes(self) -> None:
+        """
+        The workspace's files keep the bytes every stand-in has written:
+        a folder and a document as indented JSON of sorted keys, a wire and
+        an audit line as compact JSON of sorted keys; a tool's answer lists
+        a stored record's keys in that order.
+        """
+        token = self.standIn.mintDelegation("u", "g1", "editor")
+        self.call(token, "create_folder", name="F", folderId="f1", order=2)
+        self.call(token, "create_document", title="T", documentId="d1", parentId="f1")
+        self.call(token, "write_document", documentId="d1", content="hi")
+        self.call(token, "create_wires", sourceDocumentId="d1", targetDocumentId="d1",
+                  predicate="supports")
+        graph = self.root / "graphs" / "g1"
+        at = "2027-01-15T08:00:00.000Z"
+        self.assertEqual(
+            (graph / "folders" / "f1.json").read_text(),
+            '{\n  "id": "f1",\n  "name": "F",\n  "order": 2,\n  "parentId": null,\n'
+            '  "section": "documents"\n}',
+        )
+        self.assertEqual(
+            (graph / "documents" / "d1.json").read_text(),
+            '{\n  "content": "hi",\n  "format": "markdown",\n  "id": "d1",\n'
+            '  "parentId": "f1",\n  "revision": 2,\n  "title": "T",\n  "trashed": false,\n'
+            f'  "updatedAt": "{at}"\n}}',
+        )
+        [wire] = (graph / "wires.jsonl").read_text().splitlines()
+        self.assertRegex(
+            wire,
+            rf'^{{"createdAt":"{at}","id":"wire-[0-9a-f]{{12}}","predicate":"supports",'
+            r'"sourceDocumentId":"d1","targetDocumentId":"d1"}$',
+        )
+        self.assertEqual(
+            (self.root / "audit.jsonl").read_text().splitlines()[-1],
+            f'{{"actor":"u","at":"{at}","documentId":"d1","graphId":"g1",'
+            '"tool":"create_wires","via":"service:vehicle"}',
+        )
+        result = self.rpc(token, "tools/call", {"name": "read_document",
+                                                "arguments": {"documentId": "d1"}})
+        self.assertEqual(
+            result["result"]["content"][0]["text"],
+            '{"ok": true, "document": {"format": "markdown", "id": "d1", "parentId": "f1", '
+            f'"revision": 2, "title": "T", "trashed": false, "updatedAt": "{at}", '
+            '"content": "hi", "totalChars": 2}}',
+        )
 
     def test_folders(self) -> None:
         """

@@ -19,7 +19,7 @@ from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.errors import VehicleError
-from vehicle.public import Ledger, _ledger
+from vehicle.public import Ledger, TurnAsk, _ledger
 from vehicle.public._ledger import holdKey, turnKey, utcDay
 from vehicle.store import OsFiles, useFiles
 
@@ -131,6 +131,55 @@ class RowTests(LedgerTestCase):
                          (0.75, -0.5, 0.75))
         self.clock.advance(24 * 3600)
         self.assertEqual(again.poolToday(), 0.0)
+
+    def test_rowBytes(self) -> None:
+        """
+        Each kind of row is written in the bytes every host has written
+        (its keys in their order, compact, ASCII), so that files of older
+        and newer hosts read alike.
+        """
+        ledger = self.ledger()
+        ledger.grant("p", 2, "operator", "op-1", note="n")
+        ledger.debit("p", 0.25, "run:s1:1", "s1")
+        ledger.turn("p", "s1", "pool")
+        ledger.hold("p", 0.01, "s1", "c1")
+        ledger.release("hold:s1:c1", "completed")
+        self.successResultOf(ledger.reserveTurn(TurnAsk(
+            principal="p", session="s1", command="c2", funding="credit", day=TODAY,
+            turnsPerDay=9, sessionMaxTurns=9, holdUsd=0.5, dailyCapUsd=9.0,
+        )))
+        self.successResultOf(ledger.voidTurn("s1", "c2"))
+        self.successResultOf(ledger.chargeRun("p", 0.1, "run:s1:2", "s1", ["hold:s1:c2"]))
+        ledger.grant("p", 1.0, "operator", "op-2")
+        self.successResultOf(ledger.reserveTurn(TurnAsk(
+            principal="p", session="s1", command="c3", funding="credit", day=TODAY,
+            turnsPerDay=9, sessionMaxTurns=9, holdUsd=0.5, dailyCapUsd=9.0,
+        )))
+        self.successResultOf(ledger.chargeRun("p", 0.1, "run:s1:3", "s1", ["hold:s1:c3"]))
+        stamp = f'"day":"{TODAY}","at":"2026-12-01T12:00:00.000Z"'
+        self.assertEqual(self.path.read_text().splitlines(), [
+            '{"type":"grant","principal":"p","amountUsd":2,"source":"operator","key":"op-1",'
+            f'"note":"n",{stamp}}}',
+            '{"type":"debit","principal":"p","amountUsd":0.25,"key":"run:s1:1","session":"s1",'
+            f'{stamp}}}',
+            f'{{"type":"turn","principal":"p","session":"s1","funding":"pool",{stamp}}}',
+            '{"type":"hold","principal":"p","amountUsd":0.01,"key":"hold:s1:c1","session":"s1",'
+            f'"command":"c1",{stamp}}}',
+            '{"type":"release","principal":"p","hold":"hold:s1:c1","key":"release:s1:c1",'
+            f'"session":"s1","reason":"completed",{stamp}}}',
+            '{"type":"turn","principal":"p","session":"s1","funding":"credit","key":"turn:s1:c2",'
+            f'"command":"c2","holdUsd":0.5,{stamp}}}',
+            '{"type":"void","principal":"p","session":"s1","turn":"turn:s1:c2","command":"c2",'
+            f'{stamp}}}',
+            '{"type":"debit","principal":"p","amountUsd":0.1,"key":"run:s1:2","session":"s1",'
+            f'{stamp}}}',
+            '{"type":"grant","principal":"p","amountUsd":1.0,"source":"operator","key":"op-2",'
+            f'{stamp}}}',
+            '{"type":"turn","principal":"p","session":"s1","funding":"credit","key":"turn:s1:c3",'
+            f'"command":"c3","holdUsd":0.5,{stamp}}}',
+            '{"type":"debit","principal":"p","amountUsd":0.1,"key":"run:s1:3","session":"s1",'
+            f'"holds":["hold:s1:c3"],{stamp}}}',
+        ])
 
     def test_balanceIsRoundedToNanodollars(self) -> None:
         ledger = self.ledger()

@@ -112,6 +112,22 @@ class ImportTests(SynchronousTestCase):
         self.assertEqual(code, 0, line)
         self.assertEqual(self.successResultOf(self.postgresLedger().figures("q")).grantedUsd, 2.0)
 
+    def test_rowThatDoesNotFit(self) -> None:
+        """
+        A row of a known kind that does not fit it (a grant without its
+        amount) is named by its line, and nothing is moved: exit 1.
+        """
+        self.fileLedger().close()
+        path = self.root / "public" / "ledger.jsonl"
+        lines = len(path.read_text().splitlines())
+        with path.open("a") as f:
+            f.write('{"type": "grant", "principal": "q", "key": "k9"}\n')
+        code, line = self.runImport()
+        self.assertEqual(code, 1, line)
+        self.assertRegex(line, rf"^vehicle ledger import: .*ledger.jsonl, line {lines + 1}: "
+                               r"not a GrantRow")
+        self.assertEqual(self.successResultOf(self.postgresLedger().figures("q")).grantedUsd, 0.0)
+
     def test_hostRunning(self) -> None:
         """
         A data dir in use by a running host is not imported from.

@@ -18,9 +18,10 @@ from attrs import define, field
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from vehicle.protocol import TEXT_COMMANDS, CommandStatus, Event, numberOf, textOf
-from vehicle.public._contract import LedgerStore, LedgerUnavailable, holdKey
+from vehicle.public._contract import Hold, LedgerStore, LedgerUnavailable, holdKey
 from vehicle.session import RunSettled, Session
 
 
@@ -70,7 +71,7 @@ class Accounting:
         """
         self.owed.pop(name, None)
 
-        def unreached(reason: Any) -> None:
+        def unreached(reason: Failure) -> None:
             if reason.check(LedgerUnavailable):
                 self._owe(name, write)
             else:
@@ -141,7 +142,9 @@ class Accounting:
         self._attached.discard(session.sessionId)
         self._endHolds(session.sessionId, lambda hold: "deleted")
 
-    def _endHolds(self, sessionId: str | None, reasonFor: Callable[[Any], str | None]) -> Deferred[None]:
+    def _endHolds(
+        self, sessionId: str | None, reasonFor: Callable[[Hold], str | None]
+    ) -> Deferred[None]:
         async def end() -> None:
             try:
                 holds = await self.ledger.openHolds(sessionId)
@@ -260,7 +263,7 @@ def _ending(ledger: LedgerStore, key: str, reason: str) -> Callable[[], Deferred
     return lambda: ledger.endHold(key, reason)
 
 
-def _finalStatus(session: Session, hold: Any) -> str:
+def _finalStatus(session: Session, hold: Hold) -> str:
     command = session.findCommand(hold.command)
     return command.status.value if command is not None and command.status.final else "host_restarted"
 

@@ -8,7 +8,7 @@ own, reaching the provider through a door that holds the caller's newest key
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Mapping
 
 from attrs import define
 from twisted.internet.defer import Deferred
@@ -17,6 +17,7 @@ from vehicle.body import BodyPlan
 from vehicle.box import ModelDoor, Upstream
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
+from vehicle.protocol import JSON, JSONObject
 from vehicle.public._public import Public
 from vehicle.session import Session
 from vehicle._reactors import IHostReactor
@@ -34,14 +35,15 @@ class OwnKeyBodies:
     runDir: Callable[[], Path]
 
     @staticmethod
-    def _modelEntry(spec: dict[str, Any], modelId: str) -> dict[str, Any]:
+    def _modelEntry(spec: Mapping[str, JSON], modelId: str) -> JSONObject:
         """
         pi's entry for the caller's model: the catalogue's when it lists
         it, else a plain one.  pi needs C{cost} to account a run, so an
         unknown model costs what the provider reports (zero rates here).
         """
-        for model in spec.get("models") or []:
-            if model.get("id") == modelId:
+        models = spec.get("models")
+        for model in models if isinstance(models, list) else []:
+            if isinstance(model, dict) and model.get("id") == modelId:
                 return dict(model)
         return {
             "id": modelId, "name": modelId, "reasoning": False, "input": ["text"],

@@ -8,9 +8,10 @@ is taken for the move).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
-from typing import Any, Mapping, TextIO
+from typing import Mapping, TextIO
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.python import usage
@@ -18,6 +19,8 @@ from twisted.python import usage
 from vehicle.public._contract import LedgerUnavailable
 from vehicle.public._open import hostIdentity, runnerFor
 from vehicle.public._postgres import PostgresLedger, describe
+from vehicle.public._rows import LedgerRow, rowOf
+from vehicle.protocol import JSONObject
 from vehicle.settings import SettingsError, ledgerUrl
 from vehicle.store import DataDirLock, DataDirLocked
 
@@ -46,20 +49,35 @@ class LedgerOptions(usage.Options):
             raise usage.UsageError("a subcommand is required: import")
 
 
-def readRows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+def importKey(number: int, line: JSONObject) -> str:
     """
-    The file's rows with their line numbers; a torn last line (a host cut
-    mid-write) is not a row.
+    The key a row without one moves in by: its line's number and a digest
+    of its JSON, the same however often it is read.
     """
-    rows = []
+    digest = hashlib.sha256(json.dumps(line, sort_keys=True).encode()).hexdigest()[:16]
+    return f"import:{number}:{digest}"
+
+
+def readRows(path: Path) -> list[tuple[str, LedgerRow]]:
+    """
+    The file's rows, each with the key it moves in by (its own, or
+    L{importKey}); a torn last line (a host cut mid-write) is not a row.
+
+    @raise ValueError: a row of a known kind that does not fit it.
+    """
+    rows: list[tuple[str, LedgerRow]] = []
     with path.open("rb") as f:
-        for number, line in enumerate(f, 1):
+        for number, raw in enumerate(f, 1):
             try:
-                row = json.loads(line)
+                line = json.loads(raw)
             except ValueError:
                 continue
-            if isinstance(row, dict):
-                rows.append((number, row))
+            if isinstance(line, dict):
+                try:
+                    row = rowOf(line)
+                except ValueError as e:
+                    raise ValueError(f"{path}, line {number}: {e}") from e
+                rows.append((row.key or importKey(number, line), row))
     return rows
 
 
@@ -99,7 +117,7 @@ async def runImport(
     try:
         rows = readRows(path)
         moved, present = await ledger.importRows(rows)
-    except LedgerUnavailable as e:
+    except (LedgerUnavailable, ValueError) as e:
         out.write(f"vehicle ledger import: {e}\n")
         return 1
     finally:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import ClassVar, Iterable
 
-from attrs import define, field
+from attrs import define, evolve, field
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -40,16 +40,26 @@ from vehicle.public._contract import (
     releaseKey,
     turnKey,
 )
+from vehicle.public._rows import (
+    DebitRow,
+    GrantRow,
+    HoldRow,
+    KnownRow,
+    LedgerRow,
+    ReleaseRow,
+    TurnRow,
+    VoidRow,
+    rowOf,
+)
+from vehicle.protocol import toObject
 from vehicle.session import isoTimestamp, storageError
 from vehicle.store import JsonlLog
 
 
-def _seconds(at: Any) -> float:
+def _seconds(at: str) -> float:
     """
     A row's C{at} (ISO 8601, UTC) as POSIX seconds; 0 when it has none.
     """
-    if not isinstance(at, str):
-        return 0.0
     try:
         return datetime.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -89,9 +99,9 @@ class Ledger:
 
     def open(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._log, rows = JsonlLog.open(self.path)
-        for row in rows:
-            self._fold(row)
+        self._log, lines = JsonlLog.open(self.path)
+        for line in lines:
+            self._fold(rowOf(line))
 
     def _reopenLog(self) -> None:
         """
@@ -114,41 +124,40 @@ class Ledger:
     def today(self) -> str:
         return utcDay(self.clock.seconds())
 
-    def _fold(self, row: dict[str, Any]) -> None:
-        principal = row.get("principal", "")
-        if row.get("key"):
-            self.keys.add(row["key"])
-        kind = row.get("type")
-        if kind == "grant":
-            self.granted[principal] += float(row["amountUsd"])
-            if row.get("key"):
-                self.grants[row["key"]] = (principal, float(row["amountUsd"]))
-        elif kind == "debit":
-            self.spent[principal] += float(row["amountUsd"])
-            self.pool[row["day"]] += float(row["amountUsd"])
+    def _fold(self, row: LedgerRow) -> None:
+        if row.key:
+            self.keys.add(row.key)
+        if isinstance(row, GrantRow):
+            self.granted[row.principal] += row.amountUsd
+            if row.key:
+                self.grants[row.key] = (row.principal, float(row.amountUsd))
+        elif isinstance(row, DebitRow):
+            self.spent[row.principal] += row.amountUsd
+            self.pool[row.day] += row.amountUsd
             # A debit may end its run's holds in the same row.
-            for hold in row.get("holds") or ():
+            for hold in row.holds or ():
                 if self.holds.pop(hold, None) is not None:
                     self.keys.add(releaseKey(hold))
-        elif kind == "turn":
-            self.turns[(principal, row["day"])] += 1
-            if row.get("session"):
-                self.sessionTurns[row["session"]] += 1
-            if row.get("key"):
-                self.turnRows[row["key"]] = (
-                    principal, row["day"], row.get("session", ""), _seconds(row.get("at")),
-                )
-            if row.get("holdUsd") and row.get("command") is not None:
-                # A reserved credit turn holds its run's budget in the same row.
-                hold = holdKey(row.get("session", ""), row["command"])
-                self.keys.add(hold)
-                self.holds[hold] = (principal, float(row["holdUsd"]), row.get("session", ""))
-        elif kind == "void":
-            self._void(row.get("turn", ""))
-        elif kind == "hold":
-            self.holds[row["key"]] = (principal, float(row["amountUsd"]), row.get("session", ""))
-        elif kind == "release":
-            self.holds.pop(row.get("hold", ""), None)
+        elif isinstance(row, TurnRow):
+            self._foldTurn(row)
+        elif isinstance(row, VoidRow):
+            self._void(row.turn)
+        elif isinstance(row, HoldRow):
+            self.holds[row.key] = (row.principal, float(row.amountUsd), row.session)
+        elif isinstance(row, ReleaseRow):
+            self.holds.pop(row.hold, None)
+
+    def _foldTurn(self, row: TurnRow) -> None:
+        self.turns[(row.principal, row.day)] += 1
+        if row.session:
+            self.sessionTurns[row.session] += 1
+        if row.key:
+            self.turnRows[row.key] = (row.principal, row.day, row.session, _seconds(row.at))
+        if row.holdUsd and row.command is not None:
+            # A reserved credit turn holds its run's budget in the same row.
+            hold = holdKey(row.session, row.command)
+            self.keys.add(hold)
+            self.holds[hold] = (row.principal, float(row.holdUsd), row.session)
 
     def _void(self, key: str) -> None:
         """
@@ -168,8 +177,8 @@ class Ledger:
         self.keys.discard(hold)
 
     def _append(
-        self, row: dict[str, Any], day: str | None = None, afterTheFact: bool = False
-    ) -> dict[str, Any]:
+        self, row: KnownRow, day: str | None = None, afterTheFact: bool = False
+    ) -> None:
         """
         Write C{row} and count it.
 
@@ -182,11 +191,11 @@ class Ledger:
             nothing and the request is answered C{storage_unavailable}.
         """
         assert self._log is not None, "the ledger is not open"
-        row = {**row, "day": day or self.today(), "at": isoTimestamp(self.clock.seconds())}
+        row = evolve(row, day=day or self.today(), at=isoTimestamp(self.clock.seconds()))
         try:
             if self._log.failed:
                 self._reopenLog()
-            self._log.append(row)
+            self._log.append(toObject(row))
         except OSError as e:
             # The log refuses rows from now on: it is opened afresh before
             # the next one.
@@ -195,10 +204,9 @@ class Ledger:
             self._logger.warn(
                 "the ledger could not write a {kind} row ({error}); it counts until "
                 "the host restarts, which rebuilds it from the sessions' logs",
-                kind=row["type"], error=e.strerror or e,
+                kind=row.type, error=e.strerror or e,
             )
         self._fold(row)
-        return row
 
     def balance(self, principal: str) -> float:
         return round(self.granted[principal] - self.spent[principal], 9)
@@ -211,21 +219,16 @@ class Ledger:
         """
         if key in self.keys:
             return False
-        row: dict[str, Any] = {
-            "type": "grant", "principal": principal, "amountUsd": amountUsd,
-            "source": source, "key": key,
-        }
-        if note:
-            row["note"] = note
-        self._append(row)
+        self._append(GrantRow(
+            principal=principal, amountUsd=amountUsd, source=source, key=key, note=note or None,
+        ))
         return True
 
     def debit(self, principal: str, amountUsd: float, key: str, session: str) -> bool:
         if key in self.keys:
             return False
         self._append(
-            {"type": "debit", "principal": principal, "amountUsd": amountUsd,
-             "key": key, "session": session},
+            DebitRow(principal=principal, amountUsd=amountUsd, key=key, session=session),
             afterTheFact=True,
         )
         return True
@@ -238,13 +241,13 @@ class Ledger:
         Count one public turn, once per command (when named); C{day} for a
         turn counted late (at start), the day it was accepted.
         """
-        row: dict[str, Any] = {"type": "turn", "principal": principal, "session": session,
-                               "funding": funding}
-        if command is not None:
-            row["key"] = turnKey(session, command)
-            if row["key"] in self.keys:
-                return False
-        self._append(row, day, afterTheFact=True)
+        key = turnKey(session, command) if command is not None else None
+        if key is not None and key in self.keys:
+            return False
+        self._append(
+            TurnRow(principal=principal, session=session, funding=funding, key=key),
+            day, afterTheFact=True,
+        )
         return True
 
     def hold(self, principal: str, amountUsd: float, session: str, command: str) -> bool:
@@ -256,8 +259,8 @@ class Ledger:
         if key in self.keys:
             return False
         self._append(
-            {"type": "hold", "principal": principal, "amountUsd": amountUsd,
-             "key": key, "session": session, "command": command},
+            HoldRow(principal=principal, amountUsd=amountUsd, key=key, session=session,
+                    command=command),
             afterTheFact=True,
         )
         return True
@@ -272,9 +275,8 @@ class Ledger:
             return False
         principal, _, session = held
         self._append(
-            {"type": "release", "principal": principal, "hold": key,
-             "key": releaseKey(key), "session": session,
-             "reason": reason},
+            ReleaseRow(principal=principal, hold=key, key=releaseKey(key), session=session,
+                       reason=reason),
             afterTheFact=True,
         )
         return True
@@ -353,13 +355,10 @@ class Ledger:
         refused = self.refusal(ask)
         if refused is not None:
             return succeed(refused)
-        row: dict[str, Any] = {
-            "type": "turn", "principal": ask.principal, "session": ask.session,
-            "funding": ask.funding, "key": ask.key, "command": ask.command,
-        }
-        if ask.holdUsd > 0:
-            row["holdUsd"] = ask.holdUsd
-        self._append(row, ask.day)
+        self._append(TurnRow(
+            principal=ask.principal, session=ask.session, funding=ask.funding, key=ask.key,
+            command=ask.command, holdUsd=ask.holdUsd if ask.holdUsd > 0 else None,
+        ), ask.day)
         return succeed(RESERVED)
 
     def voidTurn(self, session: str, command: str) -> Deferred[bool]:
@@ -368,8 +367,7 @@ class Ledger:
         if counted is None:
             return succeed(False)
         self._append(
-            {"type": "void", "principal": counted[0], "session": session, "turn": key,
-             "command": command},
+            VoidRow(principal=counted[0], session=session, turn=key, command=command),
             afterTheFact=True,
         )
         return succeed(True)
@@ -385,12 +383,12 @@ class Ledger:
     ) -> Deferred[bool]:
         if key in self.keys:
             return succeed(False)
-        row: dict[str, Any] = {"type": "debit", "principal": principal, "amountUsd": amountUsd,
-                               "key": key, "session": session}
-        ending = [h for h in holds if h in self.holds]
-        if ending:
-            row["holds"] = ending
-        self._append(row, afterTheFact=True)
+        ending = tuple(h for h in holds if h in self.holds)
+        self._append(
+            DebitRow(principal=principal, amountUsd=amountUsd, key=key, session=session,
+                     holds=ending or None),
+            afterTheFact=True,
+        )
         return succeed(True)
 
     def endHold(self, key: str, reason: str) -> Deferred[bool]:

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
-from typing import Any, Callable, ClassVar, Iterable, Protocol, TypeVar
+from typing import Any, Callable, ClassVar, Iterable, Protocol, Sequence, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.interfaces import IReactorCore, IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from vehicle.public._contract import (
     GRANT_CONFLICT,
@@ -55,6 +56,17 @@ from vehicle.public._contract import (
     turnKey,
 )
 from vehicle.public._ledger import _seconds, utcDay
+from vehicle.public._rows import (
+    DebitRow,
+    GrantRow,
+    HoldRow,
+    KnownRow,
+    LedgerRow,
+    OtherRow,
+    ReleaseRow,
+    TurnRow,
+    VoidRow,
+)
 
 
 T = TypeVar("T")
@@ -125,7 +137,17 @@ class Runner(Protocol):
     def close(self) -> None: ...
 
 
-def _connectArgs(timeoutSeconds: float) -> dict[str, Any]:
+class _ConnectArgs(TypedDict):
+    """
+    What every connection is opened with (libpq's keywords).
+    """
+
+    connect_timeout: int
+    options: str
+    application_name: str
+
+
+def _connectArgs(timeoutSeconds: float) -> _ConnectArgs:
     ms = int(timeoutSeconds * 1000)
     return {
         "connect_timeout": max(1, int(timeoutSeconds + 0.5)),
@@ -195,14 +217,16 @@ class AdbapiRunner:
         )
 
     def run(self, interaction: Interaction[T]) -> Deferred[T]:
-        return self._pool.runInteraction(interaction)  # type: ignore[no-any-return]
+        # adbapi is untyped: the Deferred is the interaction's.
+        answer: Deferred[T] = self._pool.runInteraction(interaction)
+        return answer
 
     def close(self) -> None:
         if self._pool.running or self._pool.threadpool.started:
             self._pool.close()
 
 
-def _usd(value: Any) -> float:
+def _usd(value: Decimal | float | None) -> float:
     return round(float(value or Decimal(0)), 9)
 
 
@@ -219,7 +243,7 @@ class _Late(Exception):
     """
 
 
-def _unavailable(reason: Any) -> bool:
+def _unavailable(reason: Failure) -> bool:
     """
     Whether a failure means the database is out of reach (down, slow, a
     connection lost), not a mistake of ours.
@@ -284,8 +308,6 @@ class PostgresLedger:
         try:
             return await d
         except Exception as e:
-            from twisted.python.failure import Failure
-
             if _unavailable(Failure(e)):
                 raise LedgerUnavailable(f"the ledger ({self.where}) did not answer: {e}") from e
             raise
@@ -338,7 +360,7 @@ class PostgresLedger:
         """
         d = Deferred.fromCoroutine(self._migrate())
 
-        def later(reason: Any) -> None:
+        def later(reason: Failure) -> None:
             reason.trap(LedgerUnavailable)
             self._log.warn("The ledger ({where}) is out of reach at start; public turns are "
                            "refused until it answers: {error}",
@@ -537,10 +559,11 @@ class PostgresLedger:
 
         return self._run(read)
 
-    def importRows(self, rows: list[tuple[int, dict[str, Any]]]) -> Deferred[tuple[int, int]]:
+    def importRows(self, rows: Sequence[tuple[str, LedgerRow]]) -> Deferred[tuple[int, int]]:
         """
-        Move a file ledger's rows in, each once by its key (a row with no
-        key gets one from its line): (new rows, rows already here).
+        Move a file ledger's rows in, each once by the key it comes with
+        (a row with no key of its own gets one from its line): (new rows,
+        rows already here).
         """
         def move(c: Any) -> tuple[int, int]:
             return _importRows(c, rows)
@@ -621,70 +644,74 @@ def _applyMigrations(c: Any) -> int:
     return newest
 
 
-def _importRows(c: Any, rows: list[tuple[int, dict[str, Any]]]) -> tuple[int, int]:
+def _insertRow(c: Any, kind: str, key: str, row: KnownRow, **columns: object) -> bool:
     """
-    The file's rows as PostgreSQL's, in the file's order: a turn row that
-    holds becomes a turn and a hold, a release or a debit that ends holds
-    ends them, a void removes its turn.
+    One row of the file as a row of C{ledger_rows} (C{columns} beyond the
+    ones every row has), unless its key is there: whether it was added.
     """
-    import hashlib
-    import json
+    values: dict[str, object] = {
+        "kind": kind, "key": key, "principal": row.principal, "amount_usd": Decimal(0),
+        "day": row.day or "1970-01-01", "session": None, "command": None, "funding": None,
+        "source": None, "note": None, "reason": None, "hold_key": None, "host": "",
+        **columns,
+    }
+    names = ", ".join(values) + ", at"
+    marks = ", ".join(f"%({n})s" for n in values)
+    c.execute(
+        f"INSERT INTO ledger_rows ({names}) VALUES ({marks},"
+        " coalesce(%(at)s::timestamptz, (%(day)s || 'T00:00:00Z')::timestamptz))"
+        " ON CONFLICT (key) DO NOTHING RETURNING id",
+        {**values, "at": row.at or None},
+    )
+    return c.fetchone() is not None
 
-    added = present = 0
 
-    def insert(kind: str, key: str, row: dict[str, Any], **extra: Any) -> None:
-        nonlocal added, present
-        columns = {
-            "kind": kind, "key": key, "principal": row.get("principal", ""),
-            "amount_usd": Decimal(str(row.get("amountUsd", 0) or 0)),
-            "day": row.get("day") or "1970-01-01", "session": row.get("session"),
-            "command": row.get("command"), "funding": row.get("funding"),
-            "source": row.get("source"), "note": row.get("note"),
-            "reason": row.get("reason"), "hold_key": row.get("hold"), "host": "",
-            **extra,
-        }
-        names = ", ".join(columns) + ", at"
-        marks = ", ".join(f"%({n})s" for n in columns)
-        at = row.get("at")
-        c.execute(
-            f"INSERT INTO ledger_rows ({names}) VALUES ({marks},"
-            " coalesce(%(at)s::timestamptz, (%(day)s || 'T00:00:00Z')::timestamptz))"
-            " ON CONFLICT (key) DO NOTHING RETURNING id",
-            {**columns, "at": at},
-        )
-        if c.fetchone() is None:
-            present += 1
-        else:
-            added += 1
+def _usdOf(amount: float) -> Decimal:
+    return Decimal(str(amount or 0))
 
+
+def _importRows(c: Any, rows: Sequence[tuple[str, LedgerRow]]) -> tuple[int, int]:
+    """
+    The file's rows as PostgreSQL's, in the file's order, each by its key:
+    a turn row that holds becomes a turn and a hold, a release or a debit
+    that ends holds ends them, a void removes its turn.
+    """
+    inserted: list[bool] = []
     # A turn voided later in the file was never accepted: it is not moved.
-    lastVoid = {row.get("turn"): i for i, (_, row) in enumerate(rows) if row.get("type") == "void"}
-    for index, (line, row) in enumerate(rows):
-        kind = row.get("type")
-        if kind == "turn" and lastVoid.get(row.get("key"), -1) > index:
+    lastVoid = {row.turn: i for i, (_, row) in enumerate(rows) if isinstance(row, VoidRow)}
+    for index, (key, row) in enumerate(rows):
+        if isinstance(row, OtherRow):
             continue
-        if row.get("principal"):
-            _lockAccount(c, row["principal"])
-        key = row.get("key") or "import:{}:{}".format(
-            line, hashlib.sha256(json.dumps(row, sort_keys=True).encode()).hexdigest()[:16]
-        )
-        if kind == "grant" or kind == "debit":
-            insert(kind, key, row)
-            for hold in row.get("holds") or ():
-                _endHold(c, hold, "charged", row.get("day", ""), _seconds(row.get("at")))
-        elif kind == "turn":
-            insert("turn", key, row)
-            if row.get("holdUsd") and row.get("command") is not None:
-                hold = holdKey(row.get("session", ""), row["command"])
-                insert("hold", hold, {**row, "amountUsd": row["holdUsd"]}, open=True)
-        elif kind == "hold":
-            insert("hold", key, row, open=True)
-        elif kind == "release":
+        if isinstance(row, TurnRow) and lastVoid.get(row.key or "", -1) > index:
+            continue
+        if row.principal:
+            _lockAccount(c, row.principal)
+        if isinstance(row, GrantRow):
+            inserted.append(_insertRow(c, "grant", key, row, amount_usd=_usdOf(row.amountUsd),
+                                       source=row.source, note=row.note))
+        elif isinstance(row, DebitRow):
+            inserted.append(_insertRow(c, "debit", key, row, amount_usd=_usdOf(row.amountUsd),
+                                       session=row.session))
+            for hold in row.holds or ():
+                _endHold(c, hold, "charged", row.day, _seconds(row.at))
+        elif isinstance(row, TurnRow):
+            turn = {"session": row.session, "command": row.command, "funding": row.funding}
+            inserted.append(_insertRow(c, "turn", key, row, **turn))
+            if row.holdUsd and row.command is not None:
+                inserted.append(_insertRow(
+                    c, "hold", holdKey(row.session, row.command), row,
+                    amount_usd=_usdOf(row.holdUsd), open=True, **turn,
+                ))
+        elif isinstance(row, HoldRow):
+            inserted.append(_insertRow(c, "hold", key, row, amount_usd=_usdOf(row.amountUsd),
+                                       session=row.session, command=row.command, open=True))
+        elif isinstance(row, ReleaseRow):
             c.execute("UPDATE ledger_rows SET open = false WHERE key = %s AND kind = 'hold'",
-                      (row.get("hold"),))
-            insert("release", key, row)
-        elif kind == "void":
-            turn = row.get("turn", "")
+                      (row.hold,))
+            inserted.append(_insertRow(c, "release", key, row, session=row.session,
+                                       reason=row.reason, hold_key=row.hold))
+        else:
             c.execute("DELETE FROM ledger_rows WHERE key = ANY(%s)",
-                      ([turn, "hold:" + turn.removeprefix("turn:")],))
-    return added, present
+                      ([row.turn, "hold:" + row.turn.removeprefix("turn:")],))
+    added = inserted.count(True)
+    return added, len(inserted) - added

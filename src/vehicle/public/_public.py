@@ -10,7 +10,7 @@ callers bring live in memory only.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, TypeVar
+from typing import Awaitable, TypeVar
 
 from attrs import define, field, frozen
 from twisted.internet.interfaces import IReactorTime
@@ -96,7 +96,7 @@ class Public:
 
     # -- the doors ----------------------------------------------------------
 
-    def doors(self) -> dict[str, Any]:
+    def doors(self) -> JSONObject:
         return {
             "byok": {
                 "header": "X-Model-Key",
@@ -308,13 +308,13 @@ class Public:
 
     # -- /account -------------------------------------------------------------
 
-    async def account(self, caller: Caller) -> dict[str, Any]:
+    async def account(self, caller: Caller) -> JSONObject:
         if not caller.public:
             return {"kind": "member", "principal": caller.principal}
         self.requireEnabled()
         await self.see(caller)
         figures = await answered(self.ledger.figures(caller.principal))
-        out: dict[str, Any] = {
+        out: JSONObject = {
             "kind": caller.kind,
             "principal": caller.principal,
             "turnsToday": figures.turnsToday,

@@ -13,8 +13,7 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
-
+from vehicle.protocol import JSON, loads
 from vehicle.store._files import CREATE, files
 
 
@@ -125,7 +124,7 @@ def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     fsyncDirectory(path.parent)
 
 
-def dumpJson(obj: Any) -> bytes:
+def dumpJson(obj: object) -> bytes:
     """
     Serialize C{obj} as indented UTF-8 JSON with a trailing newline.
 
@@ -144,7 +143,7 @@ def dumpJson(obj: Any) -> bytes:
         return (text + "\n").encode("ascii")
 
 
-def writeJsonAtomic(path: Path, obj: Any, mode: int = 0o600) -> None:
+def writeJsonAtomic(path: Path, obj: object, mode: int = 0o600) -> None:
     """
     Replace the file at C{path} with C{obj} as UTF-8 JSON (see L{writeAtomic}).
 
@@ -155,7 +154,7 @@ def writeJsonAtomic(path: Path, obj: Any, mode: int = 0o600) -> None:
     writeAtomic(path, dumpJson(obj), mode)
 
 
-def readJson(path: Path) -> Any:
+def readJson(path: Path) -> JSON:
     """
     Read the UTF-8 JSON document at C{path}.
 
@@ -165,4 +164,4 @@ def readJson(path: Path) -> Any:
     """
     with open(path, "rb") as f:
         data = f.read()
-    return json.loads(data.decode("utf-8"))
+    return loads(data.decode("utf-8"))

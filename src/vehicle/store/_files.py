@@ -15,7 +15,11 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypeAlias
+
+
+#: A path as C{os} takes it.
+StrPath: TypeAlias = "str | os.PathLike[str]"
 
 
 class Files(Protocol):
@@ -25,17 +29,17 @@ class Files(Protocol):
     for C{mkdir} (exactly, whatever the umask).
     """
 
-    def open(self, path: Any, flags: int, mode: int = ...) -> int: ...
-    def write(self, fd: int, data: Any) -> int: ...
+    def open(self, path: StrPath, flags: int, mode: int = ...) -> int: ...
+    def write(self, fd: int, data: bytes | memoryview) -> int: ...
     def fsync(self, fd: int) -> None: ...
     def ftruncate(self, fd: int, size: int) -> None: ...
     def fchmod(self, fd: int, mode: int) -> None: ...
     def close(self, fd: int) -> None: ...
-    def replace(self, source: Any, target: Any) -> None: ...
-    def rename(self, source: Any, target: Any) -> None: ...
-    def mkdir(self, path: Any, mode: int = ...) -> None: ...
-    def rmdir(self, path: Any) -> None: ...
-    def unlink(self, path: Any) -> None: ...
+    def replace(self, source: StrPath, target: StrPath) -> None: ...
+    def rename(self, source: StrPath, target: StrPath) -> None: ...
+    def mkdir(self, path: StrPath, mode: int = ...) -> None: ...
+    def rmdir(self, path: StrPath) -> None: ...
+    def unlink(self, path: StrPath) -> None: ...
 
 
 #: How the store creates a file: for writing, and never one already there
@@ -54,10 +58,10 @@ class OsFiles:
     macOS, where C{fsync} reaches only the drive's cache.
     """
 
-    def open(self, path: Any, flags: int, mode: int = 0o777) -> int:
+    def open(self, path: StrPath, flags: int, mode: int = 0o777) -> int:
         return os.open(path, flags, mode)
 
-    def write(self, fd: int, data: Any) -> int:
+    def write(self, fd: int, data: bytes | memoryview) -> int:
         return os.write(fd, data)
 
     def fsync(self, fd: int) -> None:
@@ -79,21 +83,21 @@ class OsFiles:
     def close(self, fd: int) -> None:
         os.close(fd)
 
-    def replace(self, source: Any, target: Any) -> None:
+    def replace(self, source: StrPath, target: StrPath) -> None:
         os.replace(source, target)
 
-    def rename(self, source: Any, target: Any) -> None:
+    def rename(self, source: StrPath, target: StrPath) -> None:
         os.rename(source, target)
 
-    def mkdir(self, path: Any, mode: int = 0o700) -> None:
+    def mkdir(self, path: StrPath, mode: int = 0o700) -> None:
         os.mkdir(path, mode)
         # Exactly this mode, whatever the umask.
         os.chmod(path, mode)
 
-    def rmdir(self, path: Any) -> None:
+    def rmdir(self, path: StrPath) -> None:
         os.rmdir(path)
 
-    def unlink(self, path: Any) -> None:
+    def unlink(self, path: StrPath) -> None:
         os.unlink(path)
 
 

@@ -12,16 +12,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from attrs import define
 from twisted.logger import Logger
 
+from vehicle.protocol import JSONObject, intOf
 from vehicle.store._atomic import fsyncDirectory, fullSync
 from vehicle.store._files import CREATE, files
 
 
-def _write(fd: int, data: Any) -> int:
+def _write(fd: int, data: bytes | memoryview) -> int:
     """
     One C{write} through the file layer (tests replace this to inject
     short writes and I/O errors).
@@ -63,7 +64,7 @@ class CorruptLog(Exception):
         )
 
 
-def _parseLine(body: bytes) -> tuple[dict[str, Any] | None, str]:
+def _parseLine(body: bytes) -> tuple[JSONObject | None, str]:
     """
     Parse one line (without its newline) into a record.
 
@@ -151,7 +152,7 @@ class JsonlLog:
     @classmethod
     def open(
         cls, path: Path, *, seqField: str | None = None
-    ) -> tuple[JsonlLog, list[dict[str, Any]]]:
+    ) -> tuple[JsonlLog, list[JSONObject]]:
         """
         Open the log at C{path} for appending, creating it if missing, and
         read back its records.
@@ -216,7 +217,7 @@ class JsonlLog:
         """
         return self._path
 
-    def append(self, record: dict[str, Any], *, sync: bool = True) -> None:
+    def append(self, record: JSONObject, *, sync: bool = True) -> None:
         """
         Append C{record} as one line and, when C{sync}, make it durable.
 
@@ -239,11 +240,11 @@ class JsonlLog:
             )
         seq = None
         if self.seqField is not None:
-            seq = record.get(self.seqField)
-            if type(seq) is not int or seq != self.lastSeq + 1:
+            seq = intOf(record.get(self.seqField))
+            if seq is None or seq != self.lastSeq + 1:
                 raise ValueError(
                     f"{self._path}: {self.seqField} must be {self.lastSeq + 1}, "
-                    f"not {seq!r}"
+                    f"not {record.get(self.seqField)!r}"
                 )
         # ASCII-escaped, so no newline (nor anything a reader might take
         # for one) is ever inside a record's line.
@@ -308,7 +309,7 @@ class JsonlLog:
 
 def _readLog(
     path: Path, seqField: str | None
-) -> tuple[list[dict[str, Any]], int, int, int, str | None]:
+) -> tuple[list[JSONObject], int, int, int, str | None]:
     """
     Read every record of the log at C{path}.
 
@@ -317,7 +318,7 @@ def _readLog(
         why the tail (if any) was dropped.
     @raise CorruptLog: see L{JsonlLog.open}.
     """
-    records: list[dict[str, Any]] = []
+    records: list[JSONObject] = []
     offset = 0
     lastSeq = 0
     bad: tuple[int, int, str] | None = None
@@ -350,15 +351,15 @@ def _readLog(
 
 def _nextSeq(
     path: Path, lineNumber: int, offset: int, seqField: str,
-    record: dict[str, Any], lastSeq: int,
+    record: JSONObject, lastSeq: int,
 ) -> int:
     """
     The sequence number of C{record}, which must follow C{lastSeq}.
 
     @raise CorruptLog: when it does not.
     """
-    seq = record.get(seqField)
-    if type(seq) is not int:
+    seq = intOf(record.get(seqField))
+    if seq is None:
         raise CorruptLog(path, lineNumber, offset, f"no integer {seqField!r}")
     if seq != lastSeq + 1:
         kind = "duplicate or out of order" if seq <= lastSeq else "gap"

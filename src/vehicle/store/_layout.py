@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from attrs import field, frozen
 
+from vehicle.protocol import JSONObject
 from vehicle.store._atomic import fsyncDirectory, makeDirs, writeJsonAtomic
 from vehicle.store._files import files, removeTree
 
@@ -217,7 +217,7 @@ class DataDir:
         fsyncDirectory(self.trash)
         return name
 
-    def finishTrash(self, sessionId: str, name: str, deletedInfo: dict[str, Any]) -> None:
+    def finishTrash(self, sessionId: str, name: str, deletedInfo: JSONObject) -> None:
         """
         Finish moving session C{sessionId} to C{trash/<name>} (reserved by
         L{reserveTrash}): its workspace goes inside it as C{workspace/},
@@ -239,7 +239,7 @@ class DataDir:
         fsyncDirectory(self.trash)
         fsyncDirectory(self.sessions)
 
-    def moveToTrash(self, sessionId: str, deletedInfo: dict[str, Any]) -> str:
+    def moveToTrash(self, sessionId: str, deletedInfo: JSONObject) -> str:
         """
         Move session C{sessionId}'s directory into the trash, with its
         workspace (if any) as C{workspace/}, and write C{deleted.json} in it.

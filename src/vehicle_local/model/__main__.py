@@ -14,11 +14,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import react
 from twisted.python import usage
 
+from vehicle_local._options import Options as TypedOptions
 from vehicle_local.model._model import ScriptedModel
 from vehicle._reactors import IClientReactor
 
 
-class Options(usage.Options):
+class Options(TypedOptions):
     """
     Command-line options of the standalone scripted model.
     """

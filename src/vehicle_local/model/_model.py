@@ -14,7 +14,7 @@ import re
 from collections import deque
 from typing import Any, BinaryIO, ClassVar, Sequence, Union, cast
 
-from attrs import define, field, frozen
+from attrs import define, evolve, field, frozen
 from klein import Klein
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
@@ -31,6 +31,7 @@ from twisted.web.resource import IResource
 from twisted.web.server import Request, Site
 
 from vehicle._timers import cancelIfActive
+from vehicle.protocol import JSON, JSONObject, loads
 
 
 __all__ = [
@@ -81,7 +82,7 @@ class ToolCall:
     """
 
     name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
     id: str | None = None
     usage: Usage | None = field(default=None, kw_only=True)
 
@@ -123,7 +124,7 @@ Step = Union[Text, ToolCall, Error, Hang, StreamedError, Sequence[ToolCall]]
 
 _TOOL = re.compile(r"\[\[TOOL:([\w.-]+)(?:\s+(\{.*?\}))?\]\]", re.DOTALL)
 _LOOP = re.compile(r"\[\[LOOP:([\w.-]+)(?:\s+(\{.*?\}))?\]\]", re.DOTALL)
-_DEFAULT_ARGUMENTS: dict[str, Any] = {"text": "hello from the model"}
+_DEFAULT_ARGUMENTS: JSONObject = {"text": "hello from the model"}
 
 
 def _globalReactor() -> Any:
@@ -151,7 +152,7 @@ def _errorBody(message: str, kind: str, param: str | None = None) -> bytes:
     ).encode("utf-8")
 
 
-def _textOf(content: Any) -> str:
+def _textOf(content: JSON) -> str:
     """
     The text of a chat message's C{content} (a string or a list of parts).
     """
@@ -159,14 +160,16 @@ def _textOf(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "".join(
-            part.get("text", "")
+            text
             for part in content
             if isinstance(part, dict) and part.get("type") == "text"
+            for text in [part.get("text", "")]
+            if isinstance(text, str)
         )
     return ""
 
 
-def _checkToolResults(messages: Sequence[Any]) -> None:
+def _checkToolResults(messages: list[JSON]) -> None:
     """
     Refuse, as real providers do, an assistant message whose C{tool_calls}
     are not all answered by the C{tool} messages right after it.
@@ -174,16 +177,18 @@ def _checkToolResults(messages: Sequence[Any]) -> None:
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
+        calls = message.get("tool_calls")
         wanted = [
-            call.get("id") for call in (message.get("tool_calls") or []) if isinstance(call, dict)
+            call.get("id") for call in (calls if isinstance(calls, list) else [])
+            if isinstance(call, dict)
         ]
         if not wanted:
             continue
-        answered = set()
+        answered: list[JSON] = []
         for follower in messages[index + 1 :]:
             if not isinstance(follower, dict) or follower.get("role") != "tool":
                 break
-            answered.add(follower.get("tool_call_id"))
+            answered.append(follower.get("tool_call_id"))
         missing = [callId for callId in wanted if callId not in answered]
         if missing:
             raise _Refused(
@@ -270,7 +275,7 @@ class ScriptedModel:
     slowDeltas: int = 17
     slowDelayMs: int = 300
     defaultUsage: Usage = Usage(prompt=1000, completion=50)
-    requests: list[tuple[dict[str, str], dict[str, Any]]] = field(init=False, factory=list)
+    requests: list[tuple[dict[str, str], JSONObject]] = field(init=False, factory=list)
     disconnects: int = field(init=False, default=0)
     url: str | None = field(init=False, default=None)
     _script: deque[Step] = field(init=False, factory=deque)
@@ -302,7 +307,8 @@ class ScriptedModel:
             self.url = f"http://127.0.0.1:{address.port}/v1"
             return listeningPort
 
-        return endpoint.listen(site).addCallback(listening)
+        listened: Deferred[IListeningPort] = endpoint.listen(site)
+        return listened.addCallback(listening)
 
     @router.route("/health", methods=["GET"])
     def health(self, request: Request) -> bytes:
@@ -313,7 +319,7 @@ class ScriptedModel:
         return b'{"ok": true}'
 
     @router.route("/v1/chat/completions", methods=["POST"])
-    def chatCompletions(self, request: Request) -> Any:
+    def chatCompletions(self, request: Request) -> bytes | Deferred[None]:
         """
         Record the request, then answer it from the script.
         """
@@ -323,7 +329,7 @@ class ScriptedModel:
         }
         raw = cast(BinaryIO, request.content).read()
         try:
-            body = json.loads(raw)
+            body = loads(raw)
             if not isinstance(body, dict):
                 raise ValueError("not an object")
         except ValueError:
@@ -354,12 +360,11 @@ class ScriptedModel:
         request.setHeader(b"content-type", b"application/json")
         return _errorBody(refused.message, refused.kind, refused.param)
 
-    def _byMarker(self, messages: Sequence[Any]) -> Step:
-        lastUser = -1
+    def _byMarker(self, messages: list[JSON]) -> Step:
+        lastUser, text = -1, ""
         for index, message in enumerate(messages):
             if isinstance(message, dict) and message.get("role") == "user":
-                lastUser = index
-        text = _textOf(messages[lastUser].get("content")) if lastUser >= 0 else ""
+                lastUser, text = index, _textOf(message.get("content"))
         if "[[ERROR]]" in text:
             return Error(500, "The scripted model failed on purpose ([[ERROR]]).")
         if "[[SLOW]]" in text:
@@ -383,7 +388,7 @@ class ScriptedModel:
         self._counter += 1
         return f"{prefix}{self._counter:010d}"
 
-    def _answer(self, request: Request, body: dict[str, Any], step: Step) -> Any:
+    def _answer(self, request: Request, body: JSONObject, step: Step) -> bytes | Deferred[None]:
         if isinstance(step, Hang):
             return Deferred()
         if isinstance(step, Error):
@@ -391,108 +396,40 @@ class ScriptedModel:
             return self._refuse(request, _Refused(step.status, step.message, kind))
         if isinstance(step, StreamedError):
             return self._streamedError(request, step)
+        answer = self._compose(body, step)
+        if not body.get("stream"):
+            request.setHeader(b"content-type", b"application/json")
+            return answer.completion()
+        streamOptions = body.get("stream_options")
+        withUsage = isinstance(streamOptions, dict) and bool(streamOptions.get("include_usage"))
+        request.setHeader(b"content-type", b"text/event-stream")
+        request.setHeader(b"cache-control", b"no-cache")
+        return _Stream(request, self.reactor, answer.frames(withUsage)).start()
+
+    def _compose(self, body: JSONObject, step: Text | ToolCall | Sequence[ToolCall]) -> _Answer:
+        """
+        The answer C{step} makes to the request C{body}: its text, or its
+        tool calls (each given an id when the script names none).
+        """
         if isinstance(step, (Text, ToolCall)):
             usage = step.usage
         else:
             usage = next((call.usage for call in step if call.usage is not None), None)
         usage = usage or self.defaultUsage
         completionId = self._nextId("chatcmpl-")
-        model = str(body.get("model", "scripted"))
-        created = int(self.reactor.seconds())
-        calls: list[dict[str, Any]] = []
+        parts = _Answer(
+            id=completionId,
+            model=str(body.get("model", "scripted")),
+            created=int(self.reactor.seconds()),
+            usage=usage,
+        )
         if isinstance(step, Text):
-            text: str | None = step.text
-            finish = "stop"
-        else:
-            text = None
-            finish = "tool_calls"
-            for call in [step] if isinstance(step, ToolCall) else list(step):
-                calls.append(
-                    {
-                        "id": call.id or self._nextId("call_"),
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-                    }
-                )
-        usageBody: dict[str, Any] = {
-            "prompt_tokens": usage.prompt,
-            "completion_tokens": usage.completion,
-            "total_tokens": usage.prompt + usage.completion,
-        }
-        if usage.costUsd is not None:
-            usageBody["cost"] = usage.costUsd
-        if not body.get("stream"):
-            message: dict[str, Any] = {"role": "assistant", "content": text}
-            if calls:
-                message["tool_calls"] = calls
-            request.setHeader(b"content-type", b"application/json")
-            return json.dumps(
-                {
-                    "id": completionId,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                    "usage": usageBody,
-                }
-            ).encode("utf-8")
-
-        def chunk(delta: dict[str, Any], finishReason: str | None = None) -> bytes:
-            record = {
-                "id": completionId,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finishReason}],
-            }
-            return b"data: " + json.dumps(record).encode("utf-8") + b"\n\n"
-
-        frames: deque[tuple[float, bytes]] = deque()
-        frames.append((0, chunk({"role": "assistant", "content": ""})))
-        if isinstance(step, Text):
-            delay = step.delayMs / 1000.0
-            for piece in _split(step.text, step.chunks):
-                frames.append((delay, chunk({"content": piece})))
-        else:
-            for index, sent in enumerate(calls):
-                frames.append(
-                    (
-                        0,
-                        chunk(
-                            {
-                                "tool_calls": [
-                                    {
-                                        "index": index,
-                                        "id": sent["id"],
-                                        "type": "function",
-                                        "function": {"name": sent["function"]["name"], "arguments": ""},
-                                    }
-                                ]
-                            }
-                        ),
-                    )
-                )
-                for piece in _split(sent["function"]["arguments"], 3):
-                    frames.append(
-                        (0, chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
-                    )
-        frames.append((0, chunk({}, finish)))
-        streamOptions = body.get("stream_options")
-        if isinstance(streamOptions, dict) and streamOptions.get("include_usage"):
-            record = {
-                "id": completionId,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [],
-                "usage": usageBody,
-            }
-            frames.append((0, b"data: " + json.dumps(record).encode("utf-8") + b"\n\n"))
-        frames.append((0, b"data: [DONE]\n\n"))
-        request.setHeader(b"content-type", b"text/event-stream")
-        request.setHeader(b"cache-control", b"no-cache")
-        return _Stream(request, self.reactor, frames).start()
-
+            return evolve(parts, text=step.text, chunks=step.chunks, delay=step.delayMs / 1000.0)
+        return evolve(parts, calls=tuple(
+            _Call(id=call.id or self._nextId("call_"), name=call.name,
+                  arguments=json.dumps(call.arguments))
+            for call in ([step] if isinstance(step, ToolCall) else step)
+        ))
 
     def _streamedError(self, request: Request, step: StreamedError) -> Deferred[None]:
         header = (request.getHeader(b"authorization") or b"").decode("latin-1")
@@ -511,14 +448,124 @@ class ScriptedModel:
         return _Stream(request, self.reactor, frames).start()
 
 
-def _arguments(raw: str | None) -> dict[str, Any]:
+@frozen(kw_only=True)
+class _Call:
+    """
+    One tool call of an answer, its arguments as JSON text.
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+    def toJSON(self) -> JSONObject:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@frozen(kw_only=True)
+class _Answer:
+    """
+    One answer, in both renderings (a JSON body, or an event stream of
+    chunks): its C{text} streamed as C{chunks} deltas C{delay} seconds
+    apart, or its tool C{calls}.
+    """
+
+    id: str
+    model: str
+    created: int
+    usage: Usage
+    text: str | None = None
+    chunks: int = 1
+    delay: float = 0.0
+    calls: tuple[_Call, ...] = ()
+
+    @property
+    def finish(self) -> str:
+        return "stop" if self.text is not None else "tool_calls"
+
+    def usageJSON(self) -> JSONObject:
+        out: JSONObject = {
+            "prompt_tokens": self.usage.prompt,
+            "completion_tokens": self.usage.completion,
+            "total_tokens": self.usage.prompt + self.usage.completion,
+        }
+        if self.usage.costUsd is not None:
+            out["cost"] = self.usage.costUsd
+        return out
+
+    def completion(self) -> bytes:
+        """
+        The answer as one C{chat.completion} body.
+        """
+        message: JSONObject = {"role": "assistant", "content": self.text}
+        if self.calls:
+            message["tool_calls"] = [call.toJSON() for call in self.calls]
+        return json.dumps(
+            {
+                "id": self.id,
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
+                "usage": self.usageJSON(),
+            }
+        ).encode("utf-8")
+
+    def _event(self, choices: list[JSON], usage: JSONObject | None = None) -> bytes:
+        record: JSONObject = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if usage is not None:
+            record["usage"] = usage
+        return b"data: " + json.dumps(record).encode("utf-8") + b"\n\n"
+
+    def _chunk(self, delta: JSONObject, finishReason: str | None = None) -> bytes:
+        return self._event([{"index": 0, "delta": delta, "finish_reason": finishReason}])
+
+    def frames(self, withUsage: bool) -> deque[tuple[float, bytes]]:
+        """
+        The answer as an event stream: each frame and the delay before it.
+
+        @param withUsage: end with a chunk that carries the usage.
+        """
+        frames: deque[tuple[float, bytes]] = deque()
+        frames.append((0, self._chunk({"role": "assistant", "content": ""})))
+        if self.text is not None:
+            for piece in _split(self.text, self.chunks):
+                frames.append((self.delay, self._chunk({"content": piece})))
+        for index, call in enumerate(self.calls):
+            opening = call.toJSON()
+            opening["function"] = {"name": call.name, "arguments": ""}
+            frames.append((0, self._chunk({"tool_calls": [{"index": index, **opening}]})))
+            for piece in _split(call.arguments, 3):
+                frames.append(
+                    (0, self._chunk(
+                        {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                    ))
+                )
+        frames.append((0, self._chunk({}, self.finish)))
+        if withUsage:
+            frames.append((0, self._event([], self.usageJSON())))
+        frames.append((0, b"data: [DONE]\n\n"))
+        return frames
+
+
+def _arguments(raw: str | None) -> JSONObject:
     """
     The tool arguments given in a marker (a JSON object), or the default.
     """
     if raw is None:
         return dict(_DEFAULT_ARGUMENTS)
     try:
-        parsed = json.loads(raw)
+        parsed = loads(raw)
     except ValueError:
         return dict(_DEFAULT_ARGUMENTS)
     return parsed if isinstance(parsed, dict) else dict(_DEFAULT_ARGUMENTS)

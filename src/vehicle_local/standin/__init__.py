@@ -17,11 +17,12 @@ from vehicle_local.standin._config import (
 )
 from vehicle_local.standin._delegation import Delegation, DelegationRefused, Delegations
 from vehicle_local.standin._gateway import Gateway
-from vehicle_local.standin._mcp import CATALOG, MCPEndpoint
+from vehicle_local.standin._mcp import MCPEndpoint
 from vehicle_local.standin._manifest import Manifest, ManifestError
 from vehicle_local.standin._page import LOGIN_SECONDS, Page, PageLogin
 from vehicle_local.standin._standin import StandIn, freeLoopbackPort
 from vehicle_local.standin._store import FolderStore, ToolError
+from vehicle_local.standin._tools import CATALOG
 
 __all__ = [
     "Account",

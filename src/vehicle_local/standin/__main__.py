@@ -16,13 +16,14 @@ from twisted.logger import Logger, globalLogBeginner, textFileLogObserver
 from twisted.python import usage
 
 from vehicle._reactors import IHostReactor
+from vehicle_local._options import Options as TypedOptions
 from vehicle_local.standin._config import Config, ConfigError
 from vehicle_local.standin._standin import StandIn
 
 _log = Logger()
 
 
-class Options(usage.Options):
+class Options(TypedOptions):
     """
     The stand-in's command line.
     """

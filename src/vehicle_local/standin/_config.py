@@ -9,11 +9,12 @@ Secrets are kept out of every C{repr}.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from attrs import field, frozen
+
+from vehicle.protocol import JSON, JSONObject, loads
 
 #: Roles, weakest first.
 ROLES = ("viewer", "editor", "owner")
@@ -35,11 +36,21 @@ def roleRank(role: str) -> int:
     return ROLES.index(role)
 
 
-def _string(data: Mapping[str, Any], key: str, where: str) -> str:
+def _string(data: JSONObject, key: str, where: str) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}.{key} must be a non-empty string")
     return value
+
+
+def _graphIds(value: JSON) -> list[str] | None:
+    """
+    C{value} if it is a list of graph ids (non-empty strings), else L{None}.
+    """
+    if not isinstance(value, list):
+        return None
+    named = [g for g in value if isinstance(g, str) and g]
+    return named if len(named) == len(value) else None
 
 
 @frozen(kw_only=True)
@@ -61,6 +72,28 @@ class ClientToken:
         if not self.grants:
             return "viewer"
         return max(self.grants.values(), key=roleRank)
+
+    @classmethod
+    def fromJSON(cls, raw: JSON, where: str) -> "ClientToken":
+        """
+        Parse one of C{config.tokens}, found at C{where}.
+
+        @raise ConfigError: when it is malformed.
+        """
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where} must be an object")
+        grants = raw.get("grants", {})
+        if not isinstance(grants, dict) or not all(
+            isinstance(role, str) and role in ROLES for role in grants.values()
+        ):
+            raise ConfigError(
+                f"{where}.grants must map graph ids to one of {', '.join(ROLES)}"
+            )
+        return cls(
+            id=_string(raw, "id", where),
+            secret=_string(raw, "secret", where),
+            grants={g: role for g, role in grants.items() if isinstance(role, str)},
+        )
 
 
 @frozen(kw_only=True)
@@ -106,7 +139,7 @@ class PublicConfig:
         return self.enabled and graphId is not None and graphId in self.graphs
 
     @classmethod
-    def fromJSON(cls, data: Any) -> "PublicConfig":
+    def fromJSON(cls, data: JSON) -> "PublicConfig":
         """
         Parse C{config.public}.
 
@@ -114,17 +147,16 @@ class PublicConfig:
         """
         if data is None:
             return cls()
-        if not isinstance(data, Mapping):
+        if not isinstance(data, dict):
             raise ConfigError("config.public must be an object")
         enabled = data.get("enabled", False)
         if not isinstance(enabled, bool):
             raise ConfigError("config.public.enabled must be true or false")
         graphs = data.get("graphs", [])
-        if not isinstance(graphs, list) or not all(
-            isinstance(g, str) and g and "," not in g for g in graphs
-        ):
+        named = _graphIds(graphs)
+        if named is None or not all("," not in g for g in named):
             raise ConfigError("config.public.graphs must be a list of graph ids")
-        if enabled and not graphs:
+        if enabled and not named:
             raise ConfigError("config.public.graphs names no graph")
         rawAccounts = data.get("accounts", [])
         if not isinstance(rawAccounts, list):
@@ -133,7 +165,7 @@ class PublicConfig:
         seen: set[str] = set()
         for index, raw in enumerate(rawAccounts):
             where = f"config.public.accounts[{index}]"
-            if not isinstance(raw, Mapping):
+            if not isinstance(raw, dict):
                 raise ConfigError(f"{where} must be an object")
             verified = raw.get("emailVerified", False)
             if not isinstance(verified, bool):
@@ -150,7 +182,7 @@ class PublicConfig:
             accounts.append(account)
         return cls(
             enabled=enabled,
-            graphs=tuple(dict.fromkeys(graphs)),
+            graphs=tuple(dict.fromkeys(named)),
             accounts=tuple(accounts),
         )
 
@@ -167,6 +199,32 @@ class ServiceConfig:
     delegateCaller: bool = True
     acceptsModelKey: bool = False
 
+    @classmethod
+    def fromJSON(cls, raw: JSON, environ: Mapping[str, str]) -> "ServiceConfig":
+        """
+        Parse C{config.service}; a missing C{secret} is read from
+        C{MNEMOSYNE_INTERNAL_SERVICE_SECRET} in C{environ}.
+
+        @raise ConfigError: when it is malformed.
+        """
+        if not isinstance(raw, dict):
+            raise ConfigError("config.service must be an object")
+        raw = dict(raw)
+        if "secret" not in raw and environ.get("MNEMOSYNE_INTERNAL_SERVICE_SECRET"):
+            raw["secret"] = environ["MNEMOSYNE_INTERNAL_SERVICE_SECRET"]
+        flags = {}
+        for flag, default in (("delegateCaller", True), ("acceptsModelKey", False)):
+            value = raw.get(flag, default)
+            if not isinstance(value, bool):
+                raise ConfigError(f"config.service.{flag} must be true or false")
+            flags[flag] = value
+        return cls(
+            url=_string(raw, "url", "config.service").rstrip("/"),
+            secret=_string(raw, "secret", "config.service"),
+            delegateCaller=flags["delegateCaller"],
+            acceptsModelKey=flags["acceptsModelKey"],
+        )
+
 
 @frozen(kw_only=True)
 class Config:
@@ -181,7 +239,7 @@ class Config:
     public: PublicConfig = PublicConfig()
 
     @classmethod
-    def fromJSON(cls, data: Any, environ: Mapping[str, str] | None = None) -> "Config":
+    def fromJSON(cls, data: JSON, environ: Mapping[str, str] | None = None) -> "Config":
         """
         Parse the decoded JSON document.
 
@@ -192,56 +250,25 @@ class Config:
         @raise ConfigError: when anything is missing or malformed.
         """
         environ = environ or {}
-        if not isinstance(data, Mapping):
+        if not isinstance(data, dict):
             raise ConfigError("the configuration must be a JSON object")
         data = dict(data)
         if "masterKey" not in data and environ.get("GARDEND_MASTER_KEY"):
             data["masterKey"] = environ["GARDEND_MASTER_KEY"]
         masterKey = _string(data, "masterKey", "config")
-        graphs = data.get("graphs", [])
-        if not isinstance(graphs, list) or not all(
-            isinstance(g, str) and g for g in graphs
-        ):
+        graphs = _graphIds(data.get("graphs", []))
+        if graphs is None:
             raise ConfigError("config.graphs must be a list of graph ids")
-        tokens = []
-        seen = set()
-        for index, raw in enumerate(data.get("tokens", [])):
-            where = f"config.tokens[{index}]"
-            if not isinstance(raw, Mapping):
-                raise ConfigError(f"{where} must be an object")
-            grants = raw.get("grants", {})
-            if not isinstance(grants, Mapping) or not all(
-                isinstance(g, str) and role in ROLES for g, role in grants.items()
-            ):
-                raise ConfigError(
-                    f"{where}.grants must map graph ids to one of {', '.join(ROLES)}"
-                )
-            token = ClientToken(
-                id=_string(raw, "id", where),
-                secret=_string(raw, "secret", where),
-                grants=dict(grants),
-            )
-            if token.id in seen:
-                raise ConfigError(f"{where}.id {token.id!r} is used twice")
-            seen.add(token.id)
+        rawTokens = data.get("tokens", [])
+        if not isinstance(rawTokens, list):
+            raise ConfigError("config.tokens must be a list")
+        tokens: list[ClientToken] = []
+        for index, raw in enumerate(rawTokens):
+            token = ClientToken.fromJSON(raw, f"config.tokens[{index}]")
+            if token.id in {t.id for t in tokens}:
+                raise ConfigError(f"config.tokens[{index}].id {token.id!r} is used twice")
             tokens.append(token)
-        rawService = data.get("service")
-        if not isinstance(rawService, Mapping):
-            raise ConfigError("config.service must be an object")
-        rawService = dict(rawService)
-        if "secret" not in rawService and environ.get(
-            "MNEMOSYNE_INTERNAL_SERVICE_SECRET"
-        ):
-            rawService["secret"] = environ["MNEMOSYNE_INTERNAL_SERVICE_SECRET"]
-        for flag in ("delegateCaller", "acceptsModelKey"):
-            if flag in rawService and not isinstance(rawService[flag], bool):
-                raise ConfigError(f"config.service.{flag} must be true or false")
-        service = ServiceConfig(
-            url=_string(rawService, "url", "config.service").rstrip("/"),
-            secret=_string(rawService, "secret", "config.service"),
-            delegateCaller=rawService.get("delegateCaller", True),
-            acceptsModelKey=rawService.get("acceptsModelKey", False),
-        )
+        service = ServiceConfig.fromJSON(data.get("service"), environ)
         public = PublicConfig.fromJSON(data.get("public"))
         secrets = {masterKey} | {t.secret for t in tokens}
         for account in public.accounts:
@@ -266,7 +293,7 @@ class Config:
         Read and parse the JSON file at C{path}.
         """
         try:
-            data = json.loads(Path(path).read_text("utf-8"))
+            data = loads(Path(path).read_text("utf-8"))
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read {path}: {e}")
         return cls.fromJSON(data, environ)

@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import json
 import re
-from typing import Any, ClassVar, Optional
+from typing import ClassVar, Optional, TypedDict
 from urllib.parse import unquote
 
 from attrs import define, field, frozen
@@ -28,6 +28,7 @@ from treq.client import HTTPClient
 
 from vehicle._reactors import IClientReactor
 from vehicle._relay import copyAnswer, passOn, relayBody
+from vehicle.protocol import JSON
 from vehicle_local.standin._config import Account, ClientToken, Config
 from vehicle_local.standin._delegation import Delegations
 from vehicle_local.standin._mcp import MCPEndpoint
@@ -110,6 +111,18 @@ class Caller:
         return self.token.grants.get(graphId)
 
 
+class SeenRequest(TypedDict):
+    """
+    A request the gateway forwarded, as a test reads it.
+
+    @ivar headers: the headers that went to the host (lower-case names).
+    """
+
+    method: str
+    path: str
+    headers: dict[str, str]
+
+
 class _Refusal(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(status, code, message)
@@ -118,7 +131,7 @@ class _Refusal(Exception):
         self.message = message
 
 
-def _json(request: Request, status: int, body: Any) -> bytes:
+def _json(request: Request, status: int, body: JSON) -> bytes:
     request.setResponseCode(status)
     request.setHeader(b"content-type", b"application/json")
     return json.dumps(body).encode("utf-8")
@@ -140,7 +153,7 @@ class Gateway:
     delegations: Delegations
     reactor: IClientReactor
     serviceUrl: str = ""
-    requestsSeen: list[dict[str, Any]] = field(factory=list)
+    requestsSeen: list[SeenRequest] = field(factory=list)
     client: Optional[HTTPClient] = None
 
     router: ClassVar[Klein] = Klein()
@@ -273,30 +286,16 @@ class Gateway:
                 },
             )
 
-    async def _forward(self, request: Request) -> Optional[bytes]:
-        path, _, query = request.uri.partition(b"?")
-        rest = path[len(MOUNT) :]
-        graphId: Optional[str] = None
-        segments = rest.split(b"/")
-        if len(segments) >= 3 and segments[0] == b"" and segments[1] == b"g":
-            graphId = unquote(segments[2].decode("utf-8", "replace"))
-            rest = b"/" + b"/".join(segments[3:])
-        caller = self.authenticate(request, graphId)
-        if path[len(MOUNT) :] and not path[len(MOUNT) :].startswith(b"/"):
-            raise _Refusal(404, "not_found", "no such service")
-        if graphId is not None and (
-            not graphId or graphId not in self.config.knownGraphs()
-        ):
-            raise _Refusal(404, "not_found", "no such graph")
-        rest = rest or b"/"
+    def mintedHeaders(self, caller: Caller, graphId: Optional[str]) -> dict[str, str]:
+        """
+        gardend's identity headers for C{caller} on C{graphId}: the secret,
+        the principal and roles, the graph, a delegation token, and for a
+        public caller its kind (and account).
 
+        @raise _Refusal: 403 for a caller with no grant on C{graphId}, or a
+            public caller off the public graphs.
+        """
         service = self.config.service
-        headers = Headers()
-        passed = PASSED + ((b"x-model-key",) if service.acceptsModelKey else ())
-        for name in passed:
-            values = request.requestHeaders.getRawHeaders(name)
-            if values:
-                headers.setRawHeaders(name, values)
         minted = {
             "x-internal-service": service.secret,
             "x-user-id": caller.principal,
@@ -328,18 +327,46 @@ class Gateway:
                     SERVICE_ID,
                     reads=caller.publicGraphs,
                 )
-        for key, value in minted.items():
-            headers.setRawHeaders(key.encode("ascii"), [value])  # bytes, as Twisted names headers
+        return minted
 
-        target = (
-            self.serviceUrl.encode("ascii") + rest + (b"?" + query if query else b"")
-        )
+    def _outgoing(self, request: Request, caller: Caller, graphId: Optional[str]) -> Headers:
+        """
+        The headers the host is sent: the caller's own that pass
+        (L{PASSED}), then gardend's (L{mintedHeaders}).
+        """
+        headers = Headers()
+        service = self.config.service
+        passed = PASSED + ((b"x-model-key",) if service.acceptsModelKey else ())
+        for name in passed:
+            values = request.requestHeaders.getRawHeaders(name)
+            if values:
+                headers.setRawHeaders(name, values)
+        for key, value in self.mintedHeaders(caller, graphId).items():
+            headers.setRawHeaders(key.encode("ascii"), [value])  # bytes, as Twisted names headers
+        return headers
+
+    async def _forward(self, request: Request) -> Optional[bytes]:
+        path, _, query = request.uri.partition(b"?")
+        rest = path[len(MOUNT) :]
+        graphId: Optional[str] = None
+        segments = rest.split(b"/")
+        if len(segments) >= 3 and segments[0] == b"" and segments[1] == b"g":
+            graphId = unquote(segments[2].decode("utf-8", "replace"))
+            rest = b"/" + b"/".join(segments[3:])
+        caller = self.authenticate(request, graphId)
+        if path[len(MOUNT) :] and not path[len(MOUNT) :].startswith(b"/"):
+            raise _Refusal(404, "not_found", "no such service")
+        if graphId is not None and (
+            not graphId or graphId not in self.config.knownGraphs()
+        ):
+            raise _Refusal(404, "not_found", "no such graph")
+        tail = (rest or b"/") + (b"?" + query if query else b"")
+        headers = self._outgoing(request, caller, graphId)
+        target = self.serviceUrl.encode("ascii") + tail
         self.requestsSeen.append(
             {
                 "method": request.method.decode("ascii"),
-                "path": (rest + (b"?" + query if query else b"")).decode(
-                    "utf-8", "replace"
-                ),
+                "path": tail.decode("utf-8", "replace"),
                 "headers": {
                     k.decode("latin-1").lower(): v[-1].decode("latin-1")
                     for k, v in headers.getAllRawHeaders()

@@ -10,13 +10,13 @@ L{vehicle_local.Supervised} child, the way the local run keeps the model.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from attrs import frozen
 
+from vehicle.protocol import JSON, JSONObject, loads
 from vehicle_local.standin._config import ServiceConfig
 from vehicle_local.standin._gateway import MOUNT, SERVICE_ID
 
@@ -42,14 +42,14 @@ INJECTED = (
 )
 
 
-def _text(data: Mapping[str, Any], key: str) -> str:
+def _text(data: JSONObject, key: str) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value:
         raise ManifestError(f"service.json: {key} must be a non-empty string")
     return value
 
 
-def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
+def _flag(data: JSONObject, key: str, default: bool) -> bool:
     value = data.get(key, default)
     if not isinstance(value, bool):
         raise ManifestError(f"service.json: {key} must be true or false")
@@ -87,29 +87,33 @@ class Manifest:
         """
         path = Path(path).absolute()
         try:
-            data = json.loads(path.read_text("utf-8"))
+            data = loads(path.read_text("utf-8"))
         except (OSError, ValueError) as e:
             raise ManifestError(f"cannot read {path}: {e}")
         return cls.fromJSON(data, path)
 
     @classmethod
-    def fromJSON(cls, data: Any, path: Path) -> "Manifest":
+    def fromJSON(cls, data: JSON, path: Path) -> "Manifest":
         """
         Check the decoded manifest C{data} found at C{path}.
 
         @raise ManifestError: when it is malformed.
         """
-        if not isinstance(data, Mapping):
+        if not isinstance(data, dict):
             raise ManifestError("service.json must be a JSON object")
         folder = path.parent
         serviceId = _text(data, "serviceId")
         command = _text(data, "command")
         if os.sep in command or (os.altsep and os.altsep in command):
             command = str((folder / command).resolve()) if not os.path.isabs(command) else command
-        args = data.get("args", [])
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        rawArgs = data.get("args", [])
+        args = [a for a in rawArgs if isinstance(a, str)] if isinstance(rawArgs, list) else []
+        if not isinstance(rawArgs, list) or len(args) != len(rawArgs):
             raise ManifestError("service.json: args must be a list of strings")
-        workingDir = (folder / data.get("workingDir", ".")).resolve()
+        rawWorkingDir = data.get("workingDir", ".")
+        if not isinstance(rawWorkingDir, str):
+            raise ManifestError("service.json: workingDir must be a string")
+        workingDir = (folder / rawWorkingDir).resolve()
         healthPath = _text(data, "healthPath")
         proxyMount = _text(data, "proxyMount")
         for key, value in (("healthPath", healthPath), ("proxyMount", proxyMount)):
@@ -120,16 +124,13 @@ class Manifest:
             raise ManifestError("service.json: env must be a list of {name, value}")
         env = []
         for index, entry in enumerate(rawEnv):
-            if (
-                not isinstance(entry, Mapping)
-                or not isinstance(entry.get("name"), str)
-                or not entry["name"]
-                or not isinstance(entry.get("value"), str)
-            ):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            setting = entry.get("value") if isinstance(entry, dict) else None
+            if not isinstance(name, str) or not name or not isinstance(setting, str):
                 raise ManifestError(
                     f"service.json: env[{index}] must be {{\"name\": ..., \"value\": ...}}"
                 )
-            env.append((entry["name"], entry["value"]))
+            env.append((name, setting))
         return cls(
             path=path,
             serviceId=serviceId,

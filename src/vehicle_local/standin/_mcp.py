@@ -9,12 +9,13 @@ write put in the audit log.  The tools themselves are L{DocumentTools}'s.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Mapping, Optional
+from typing import ClassVar, Optional
 
 from attrs import define
 from twisted.logger import Logger
 from twisted.web.iweb import IRequest
 
+from vehicle.protocol import JSON, JSONObject, loads
 from vehicle_local.standin._config import Config
 from vehicle_local.standin._delegation import Delegation, DelegationRefused, Delegations
 from vehicle_local.standin._store import ToolError
@@ -45,7 +46,7 @@ def _reachable(caller: Delegation) -> tuple[str, ...]:
 
 
 class _HTTPRefusal(Exception):
-    def __init__(self, status: int, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, status: int, code: int, message: str, data: JSON = None) -> None:
         super().__init__(status, code, message)
         self.status = status
         self.code = code
@@ -53,8 +54,22 @@ class _HTTPRefusal(Exception):
         self.data = data
 
 
+def _error(code: int, message: str) -> JSONObject:
+    """
+    A JSON-RPC error answer.
+    """
+    return {"error": {"code": code, "message": message}}
+
+
+def _toolText(envelope: JSONObject, isError: bool) -> JSONObject:
+    """
+    A tool's answer: its envelope as the one text part.
+    """
+    return {"content": [{"type": "text", "text": json.dumps(envelope)}], "isError": isError}
+
+
 def _bearer(request: IRequest) -> Optional[str]:
-    header = request.getHeader(b"authorization")
+    header: bytes | None = request.getHeader(b"authorization")
     if header is None:
         return None
     scheme, _, credential = header.decode("latin-1").partition(" ")
@@ -85,7 +100,7 @@ class MCPEndpoint(DocumentTools):
         """
         Answer one C{POST /mcp}.
         """
-        message: Any = None
+        message: JSON = None
         try:
             if self.offline:
                 raise _HTTPRefusal(503, _UNAVAILABLE, "gardend is offline")
@@ -99,7 +114,7 @@ class MCPEndpoint(DocumentTools):
                     400, _INVALID_REQUEST, "unsupported MCP-Protocol-Version"
                 )
             try:
-                message = json.loads(request.content.read())
+                message = loads(request.content.read())
             except ValueError:
                 raise _HTTPRefusal(400, _PARSE_ERROR, "the body is not JSON")
             if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -115,7 +130,7 @@ class MCPEndpoint(DocumentTools):
             request.setResponseCode(refusal.status)
             if refusal.status == 401:
                 request.setHeader(b"www-authenticate", b'Bearer realm="gardend"')
-            error: dict[str, Any] = {"code": refusal.code, "message": refusal.message}
+            error: JSONObject = {"code": refusal.code, "message": refusal.message}
             if refusal.data is not None:
                 error["data"] = refusal.data
             requestId = message.get("id") if isinstance(message, dict) else None
@@ -124,7 +139,7 @@ class MCPEndpoint(DocumentTools):
             )
         return self._json(request, {"jsonrpc": "2.0", "id": message["id"], **result})
 
-    def _json(self, request: IRequest, body: Any) -> bytes:
+    def _json(self, request: IRequest, body: JSONObject) -> bytes:
         request.setHeader(b"content-type", b"application/json")
         return json.dumps(body).encode("utf-8")
 
@@ -157,18 +172,11 @@ class MCPEndpoint(DocumentTools):
 
     # JSON-RPC
 
-    def _dispatch(
-        self, caller: Delegation, message: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def _dispatch(self, caller: Delegation, message: JSONObject) -> JSONObject:
         method = message["method"]
         params = message.get("params") or {}
         if not isinstance(params, dict):
-            return {
-                "error": {
-                    "code": _INVALID_PARAMS,
-                    "message": "params must be an object",
-                }
-            }
+            return _error(_INVALID_PARAMS, "params must be an object")
         if method == "initialize":
             requested = params.get("protocolVersion")
             version = (
@@ -184,50 +192,35 @@ class MCPEndpoint(DocumentTools):
         if method == "ping":
             return {"result": {}}
         if method == "tools/list":
-            return {
-                "result": {
-                    "tools": [
-                        tool.listing(
-                            bound=caller.graphId is not None,
-                            reads=_reachable(caller),
-                        )
-                        for tool in CATALOG
-                        if self._permits(caller, tool)
-                    ]
-                }
-            }
+            return {"result": {"tools": self._listing(caller)}}
         if method == "tools/call":
-            name = params.get("name")
-            arguments = params.get("arguments") or {}
-            tool = TOOLS.get(name) if isinstance(name, str) else None
-            if tool is None:
-                return {
-                    "error": {
-                        "code": _INVALID_PARAMS,
-                        "message": f"Unknown tool: {name}",
-                    }
-                }
-            if not isinstance(arguments, dict):
-                return {
-                    "error": {
-                        "code": _INVALID_PARAMS,
-                        "message": "arguments must be an object",
-                    }
-                }
-            return {"result": self._call(caller, tool, arguments)}
-        return {
-            "error": {
-                "code": _METHOD_NOT_FOUND,
-                "message": f"Method not found: {method}",
-            }
-        }
+            return self._toolsCall(caller, params)
+        return _error(_METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def _listing(self, caller: Delegation) -> list[JSON]:
+        """
+        The tools C{caller} may call, as C{tools/list} offers them.
+        """
+        return [
+            tool.listing(bound=caller.graphId is not None, reads=_reachable(caller))
+            for tool in CATALOG
+            if self._permits(caller, tool)
+        ]
+
+    def _toolsCall(self, caller: Delegation, params: JSONObject) -> JSONObject:
+        name = params.get("name")
+        arguments = params.get("arguments") or {}
+        tool = TOOLS.get(name) if isinstance(name, str) else None
+        if tool is None:
+            return _error(_INVALID_PARAMS, f"Unknown tool: {name}")
+        if not isinstance(arguments, dict):
+            return _error(_INVALID_PARAMS, "arguments must be an object")
+        return {"result": self._call(caller, tool, arguments)}
 
     def _permits(self, caller: Delegation, tool: ToolSpec) -> bool:
         return tool.scope == READ or caller.role in ("owner", "editor")
 
-    def _call(
-        self, caller: Delegation, tool: ToolSpec, arguments: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    def _call(self, caller: Delegation, tool: ToolSpec, arguments: JSONObject) -> JSONObject:
         try:
             if not self._permits(caller, tool):
                 raise ToolError(
@@ -236,36 +229,27 @@ class MCPEndpoint(DocumentTools):
             graphId = self._graphFor(caller, arguments, tool)
             envelope, audited = self.run(tool.name, graphId, arguments)
         except ToolError as e:
-            envelope = {"ok": False, "error": {"code": e.code, "message": e.message}}
-            return {
-                "content": [{"type": "text", "text": json.dumps(envelope)}],
-                "isError": True,
-            }
+            return _toolText(
+                {"ok": False, "error": {"code": e.code, "message": e.message}}, isError=True
+            )
         if tool.scope == WRITE:
-            record = {
-                "tool": tool.name,
-                "graphId": graphId,
-                "actor": caller.principal,
-                **audited,
-            }
-            if caller.via is not None:
-                record["via"] = caller.via
-            self.store.appendAudit(record)
+            self.store.appendAudit(tool.name, graphId, caller.principal, audited, caller.via)
             self._log.info(
                 "{tool} on {graphId} by {actor}",
                 tool=tool.name,
                 graphId=graphId,
                 actor=caller.principal,
             )
-        return {
-            "content": [{"type": "text", "text": json.dumps(envelope)}],
-            "isError": False,
-        }
+        return _toolText(envelope, isError=False)
 
-    def _graphFor(
-        self, caller: Delegation, arguments: Mapping[str, Any], tool: ToolSpec
-    ) -> str:
-        named = {arguments[k] for k in _GRAPH_ARGS if arguments.get(k) is not None}
+    def _graphFor(self, caller: Delegation, arguments: JSONObject, tool: ToolSpec) -> str:
+        named: set[str] = set()
+        for key in _GRAPH_ARGS:
+            value = arguments.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ToolError("invalid_argument", f"{key} must be a string")
+            if value is not None:
+                named.add(value)
         if len(named) > 1:
             raise ToolError(
                 "invalid_argument", "graphId and graph_id name different graphs"
@@ -274,7 +258,7 @@ class MCPEndpoint(DocumentTools):
             if tool.scope == READ and len(named) == 1 and named <= set(caller.reads):
                 # A public caller's token reads every public graph.
                 (other,) = named
-                return str(other)
+                return other
             if named and named != {caller.graphId}:
                 raise ToolError(
                     "graph_mismatch", "this token is bound to another graph"
@@ -283,6 +267,6 @@ class MCPEndpoint(DocumentTools):
         if not named:
             raise ToolError("graph_required", "graphId is required")
         (graphId,) = named
-        if not isinstance(graphId, str) or graphId not in self.config.knownGraphs():
+        if graphId not in self.config.knownGraphs():
             raise ToolError("not_found", f"no graph {graphId!r}")
         return graphId

@@ -10,18 +10,21 @@ from __future__ import annotations
 import secrets
 import socket
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from attrs import define, field
 from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort, IReactorTCP, IReactorTime
+from twisted.web.resource import IResource
 from twisted.web.server import Site
 from treq.client import HTTPClient
 
 from vehicle._reactors import IHostReactor
+from vehicle.protocol import JSONObject, toObject
 from vehicle_local.standin._config import Config
 from vehicle_local.standin._delegation import Delegations
-from vehicle_local.standin._gateway import SERVICE_ID, Gateway
+from vehicle_local.standin._gateway import SERVICE_ID, Gateway, SeenRequest
 from vehicle_local._supervise import Echo, Named, ServiceFailed, Supervised
 from vehicle_local.standin._manifest import Manifest
 from vehicle_local.standin._mcp import MCPEndpoint
@@ -71,7 +74,7 @@ class StandIn:
             config=self.config, login=PageLogin(masterKey=self.config.masterKey, clock=clock)
         )
 
-    def resource(self) -> Any:
+    def resource(self) -> IResource:
         """
         The gateway, C{/mcp} and the page as one web resource (for
         C{StubTreq}).
@@ -83,14 +86,13 @@ class StandIn:
         Serve on C{127.0.0.1:port} (any free port for 0).
         """
         reactor = reactor if reactor is not None else self.reactor
-        # Twisted types listenTCP's factory as ServerFactory of its default
-        # protocol type, which a Site (a factory of HTTP channels) is not.
+        site = Site(self.resource())
         self._port = reactor.listenTCP(
-            port, Site(self.resource()), interface="127.0.0.1"  # type: ignore[arg-type]
+            port, site, interface="127.0.0.1"  # type: ignore[arg-type]  # Twisted types it as a factory of its default protocol; a Site makes HTTP channels
         )
         return self._port
 
-    def stopListening(self) -> Any:
+    def stopListening(self) -> Deferred[None] | None:
         """
         Stop serving; a L{Deferred} that fires when the port is closed.
         """
@@ -116,7 +118,7 @@ class StandIn:
         return self.url + "/mcp"
 
     @property
-    def requestsSeen(self) -> list[dict[str, Any]]:
+    def requestsSeen(self) -> list[SeenRequest]:
         """
         Every request forwarded to the host: C{{"method", "path", "headers"}}.
         """
@@ -234,29 +236,34 @@ class StandIn:
         """
         return self.delegations.mint(principal, graph, role, SERVICE_ID, reads=reads)
 
-    def audit(self) -> list[dict[str, Any]]:
+    # What a test reads of the workspace: each record as JSON, as its file
+    # holds it.
+
+    def audit(self) -> list[JSONObject]:
         """
         gardend's audit log of writes, oldest first.
         """
         return self.store.audit()
 
-    def document(self, graph: str, documentId: str) -> Optional[dict[str, Any]]:
+    def document(self, graph: str, documentId: str) -> Optional[JSONObject]:
         """
         A stored document, or L{None}.
         """
-        return self.store.document(graph, documentId)
+        document = self.store.document(graph, documentId)
+        return toObject(document) if document is not None else None
 
-    def folder(self, graph: str, folderId: str) -> Optional[dict[str, Any]]:
+    def folder(self, graph: str, folderId: str) -> Optional[JSONObject]:
         """
         A stored folder, or L{None}.
         """
-        return self.store.folder(graph, folderId)
+        folder = self.store.folder(graph, folderId)
+        return toObject(folder) if folder is not None else None
 
-    def wires(self, graph: str) -> list[dict[str, Any]]:
+    def wires(self, graph: str) -> list[JSONObject]:
         """
         The graph's wires.
         """
-        return self.store.wires(graph)
+        return [toObject(wire) for wire in self.store.wires(graph)]
 
     def trash(self, graph: str, documentId: str) -> None:
         """
@@ -279,7 +286,7 @@ class _Serving(Named):
         self.standIn.listen(port=self.port)
         Named.startService(self)
 
-    def stopService(self) -> Any:
+    def stopService(self) -> Deferred[None] | None:
         Named.stopService(self)
         return self.standIn.stopListening()
 

@@ -17,10 +17,12 @@ import tempfile
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional, TypeVar
 
-from attrs import frozen
+from attrs import evolve, frozen
 from twisted.internet.interfaces import IReactorTime
+
+from vehicle.protocol import JSON, JSONObject, fromJSON, loads, omitted, toObject
 
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
 
@@ -52,7 +54,7 @@ class ToolError(Exception):
         self.message = message
 
 
-def checkId(value: Any, what: str) -> str:
+def checkId(value: object, what: str) -> str:
     """
     C{value} if it is a usable id, else L{ToolError} C{invalid_argument}.
     """
@@ -87,7 +89,7 @@ def writeAtomically(path: Path, data: bytes) -> None:
         raise
 
 
-def appendLine(path: Path, record: dict[str, Any]) -> None:
+def appendLine(path: Path, record: JSONObject) -> None:
     """
     Append one JSON line to C{path} and fsync it.
     """
@@ -99,7 +101,7 @@ def appendLine(path: Path, record: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-def _readLines(path: Path) -> list[dict[str, Any]]:
+def _readLines(path: Path) -> list[JSONObject]:
     try:
         text = path.read_text("utf-8")
     except FileNotFoundError:
@@ -108,10 +110,98 @@ def _readLines(path: Path) -> list[dict[str, Any]]:
     for line in text.splitlines():
         if line.strip():
             try:
-                out.append(json.loads(line))
+                record = loads(line)
             except ValueError:
                 continue  # a torn last line
+            if isinstance(record, dict):
+                out.append(record)
     return out
+
+
+# A record's fields are its file's keys in their order there (the files are
+# written with sorted keys), so that what a tool answers of a stored record
+# lists them as the file does.
+
+
+@frozen(kw_only=True)
+class Folder:
+    """
+    A folder of a graph (C{folders/<id>.json}).
+    """
+
+    id: str
+    name: str
+    order: float | None = omitted()
+    parentId: str | None
+    section: str
+
+
+@frozen(kw_only=True)
+class Document:
+    """
+    A document of a graph (C{documents/<id>.json}); in the Trash when
+    C{trashed}.
+    """
+
+    content: str
+    format: str
+    id: str
+    order: float | None = omitted()
+    parentId: str | None
+    revision: int
+    title: str
+    trashed: bool
+    updatedAt: str
+
+    def summary(self) -> JSONObject:
+        """
+        The document as the tools list it: all but its content.
+        """
+        out = toObject(self)
+        del out["content"]
+        return out
+
+
+@frozen(kw_only=True)
+class Wire:
+    """
+    A wire between two documents of a graph (a line of C{wires.jsonl}).
+    """
+
+    id: str
+    sourceDocumentId: str
+    targetDocumentId: str
+    predicate: str
+    createdAt: str
+
+
+@frozen(kw_only=True)
+class Audited:
+    """
+    What a write is audited by: the document or folder it touched.
+    """
+
+    documentId: str | None = omitted()
+    folderId: str | None = omitted()
+
+
+@frozen(kw_only=True)
+class AuditRecord:
+    """
+    A line of gardend's audit log (C{audit.jsonl}): one write, by whom,
+    and through which service.
+    """
+
+    at: str
+    tool: str
+    graphId: str
+    actor: str
+    documentId: str | None = omitted()
+    folderId: str | None = omitted()
+    via: str | None = omitted()
+
+
+_Record = TypeVar("_Record", Folder, Document)
 
 
 @frozen(kw_only=True)
@@ -133,83 +223,80 @@ class FolderStore:
     def _graph(self, graphId: str) -> Path:
         return self.root / "graphs" / checkId(graphId, "graphId")
 
-    def _load(self, path: Path) -> Optional[dict[str, Any]]:
+    def _load(self, path: Path, kind: type[_Record]) -> Optional[_Record]:
         try:
-            return json.loads(path.read_text("utf-8"))
+            data: JSON = loads(path.read_text("utf-8"))
         except FileNotFoundError:
             return None
+        return fromJSON(data, kind)
 
-    def _save(self, path: Path, record: dict[str, Any]) -> None:
+    def _save(self, path: Path, record: Folder | Document) -> None:
         writeAtomically(
-            path, json.dumps(record, indent=2, sort_keys=True).encode("utf-8")
+            path, json.dumps(toObject(record), indent=2, sort_keys=True).encode("utf-8")
         )
 
-    def _all(self, graphId: str, kind: str) -> list[dict[str, Any]]:
-        directory = self._graph(graphId) / kind
+    def _all(self, graphId: str, kind: type[_Record]) -> list[_Record]:
+        directory = self._graph(graphId) / _PLACES[kind]
         if not directory.is_dir():
             return []
         out = []
         for path in sorted(directory.glob("*.json")):
-            record = self._load(path)
+            record = self._load(path, kind)
             if record is not None:
                 out.append(record)
         return out
 
+    def _documentPath(self, graphId: str, documentId: str) -> Path:
+        return self._graph(graphId) / "documents" / (checkId(documentId, "documentId") + ".json")
+
+    def _folderPath(self, graphId: str, folderId: str) -> Path:
+        return self._graph(graphId) / "folders" / (checkId(folderId, "folderId") + ".json")
+
     # reading
 
-    def document(self, graphId: str, documentId: str) -> Optional[dict[str, Any]]:
+    def document(self, graphId: str, documentId: str) -> Optional[Document]:
         """
         The stored document, or L{None}.
         """
-        return self._load(
-            self._graph(graphId)
-            / "documents"
-            / (checkId(documentId, "documentId") + ".json")
-        )
+        return self._load(self._documentPath(graphId, documentId), Document)
 
-    def folder(self, graphId: str, folderId: str) -> Optional[dict[str, Any]]:
+    def folder(self, graphId: str, folderId: str) -> Optional[Folder]:
         """
         The stored folder, or L{None}.
         """
-        return self._load(
-            self._graph(graphId) / "folders" / (checkId(folderId, "folderId") + ".json")
-        )
+        return self._load(self._folderPath(graphId, folderId), Folder)
 
-    def documents(
-        self, graphId: str, includeTrashed: bool = False
-    ) -> list[dict[str, Any]]:
+    def documents(self, graphId: str, includeTrashed: bool = False) -> list[Document]:
         """
         Every document of the graph, by id.
         """
         return [
-            d
-            for d in self._all(graphId, "documents")
-            if includeTrashed or not d.get("trashed")
+            d for d in self._all(graphId, Document) if includeTrashed or not d.trashed
         ]
 
-    def folders(self, graphId: str) -> list[dict[str, Any]]:
+    def folders(self, graphId: str) -> list[Folder]:
         """
         Every folder of the graph, by id.
         """
-        return self._all(graphId, "folders")
+        return self._all(graphId, Folder)
 
-    def wires(self, graphId: str) -> list[dict[str, Any]]:
+    def wires(self, graphId: str) -> list[Wire]:
         """
         Every wire of the graph, oldest first.
         """
-        return _readLines(self._graph(graphId) / "wires.jsonl")
+        return [fromJSON(line, Wire) for line in _readLines(self._graph(graphId) / "wires.jsonl")]
 
-    def audit(self) -> list[dict[str, Any]]:
+    def audit(self) -> list[JSONObject]:
         """
-        The audit log, oldest first.
+        The audit log, oldest first, as its lines are.
         """
         return _readLines(self.root / "audit.jsonl")
 
-    def requireDocument(self, graphId: str, documentId: Any) -> dict[str, Any]:
+    def requireDocument(self, graphId: str, documentId: str) -> Document:
         """
         The document, or L{ToolError} C{not_found}.
         """
-        document = self.document(graphId, checkId(documentId, "documentId"))
+        document = self.document(graphId, documentId)
         if document is None:
             raise ToolError(
                 "not_found", f"no document {documentId!r} in graph {graphId!r}"
@@ -218,18 +305,24 @@ class FolderStore:
 
     # writing
 
-    def appendAudit(self, record: dict[str, Any]) -> None:
+    def appendAudit(
+        self, tool: str, graphId: str, actor: str, audited: Audited, via: str | None
+    ) -> None:
         """
         Append one record to the audit log, stamped with C{at}.
         """
-        appendLine(self.root / "audit.jsonl", {"at": self._now(), **record})
+        record = AuditRecord(
+            at=self._now(), tool=tool, graphId=graphId, actor=actor,
+            documentId=audited.documentId, folderId=audited.folderId, via=via,
+        )
+        appendLine(self.root / "audit.jsonl", toObject(record))
 
-    def _checkParent(self, graphId: str, parentId: Any) -> Optional[str]:
+    def _checkParent(self, graphId: str, parentId: Optional[str]) -> Optional[str]:
         if parentId is None:
             return None
         if self.folder(graphId, checkId(parentId, "parentId")) is None:
             raise ToolError("not_found", f"no folder {parentId!r} in graph {graphId!r}")
-        return str(parentId)
+        return parentId
 
     def createFolder(
         self,
@@ -239,7 +332,7 @@ class FolderStore:
         parentId: Optional[str] = None,
         section: str = "documents",
         order: Optional[float] = None,
-    ) -> dict[str, Any]:
+    ) -> Folder:
         """
         Make a folder; C{already_exists} when C{folderId} is taken.
         """
@@ -250,15 +343,14 @@ class FolderStore:
             )
         if self.folder(graphId, folderId) is not None:
             raise ToolError("already_exists", f"folder {folderId!r} already exists")
-        record: dict[str, Any] = {
-            "id": folderId,
-            "name": name,
-            "parentId": self._checkParent(graphId, parentId),
-            "section": section,
-        }
-        if order is not None:
-            record["order"] = order
-        self._save(self._graph(graphId) / "folders" / (folderId + ".json"), record)
+        record = Folder(
+            id=folderId,
+            name=name,
+            parentId=self._checkParent(graphId, parentId),
+            section=section,
+            order=order,
+        )
+        self._save(self._folderPath(graphId, folderId), record)
         return record
 
     def createDocument(
@@ -268,7 +360,7 @@ class FolderStore:
         documentId: Optional[str] = None,
         parentId: Optional[str] = None,
         order: Optional[float] = None,
-    ) -> dict[str, Any]:
+    ) -> Document:
         """
         Make an empty markdown document at revision 1; C{already_exists} when
         C{documentId} is taken (in the Trash too).
@@ -276,25 +368,22 @@ class FolderStore:
         documentId = checkId(documentId or "doc-" + uuid.uuid4().hex[:12], "documentId")
         if self.document(graphId, documentId) is not None:
             raise ToolError("already_exists", f"document {documentId!r} already exists")
-        record: dict[str, Any] = {
-            "id": documentId,
-            "title": title,
-            "parentId": self._checkParent(graphId, parentId),
-            "content": "",
-            "format": "markdown",
-            "revision": 1,
-            "updatedAt": self._now(),
-            "trashed": False,
-        }
-        if order is not None:
-            record["order"] = order
+        record = Document(
+            id=documentId,
+            title=title,
+            parentId=self._checkParent(graphId, parentId),
+            content="",
+            format="markdown",
+            revision=1,
+            updatedAt=self._now(),
+            trashed=False,
+            order=order,
+        )
         self._saveDocument(graphId, record)
         return record
 
-    def _saveDocument(self, graphId: str, record: dict[str, Any]) -> None:
-        self._save(
-            self._graph(graphId) / "documents" / (record["id"] + ".json"), record
-        )
+    def _saveDocument(self, graphId: str, record: Document) -> None:
+        self._save(self._documentPath(graphId, record.id), record)
 
     def writeDocument(
         self,
@@ -304,49 +393,51 @@ class FolderStore:
         format: str = "markdown",
         title: Optional[str] = None,
         expectedRevision: Optional[int] = None,
-    ) -> dict[str, Any]:
+    ) -> Document:
         """
         Replace a document's content and bump its revision; a trashed
         document takes writes too.
         """
         record = self.requireDocument(graphId, documentId)
-        if expectedRevision is not None and expectedRevision != record["revision"]:
+        if expectedRevision is not None and expectedRevision != record.revision:
             raise ToolError(
                 "revision_conflict",
-                f"document {documentId!r} is at revision {record['revision']}, not {expectedRevision}",
+                f"document {documentId!r} is at revision {record.revision}, not {expectedRevision}",
             )
-        record["content"] = content
-        record["format"] = format
-        if title is not None:
-            record["title"] = title
-        record["revision"] += 1
-        record["updatedAt"] = self._now()
+        record = evolve(
+            record,
+            content=content,
+            format=format,
+            title=record.title if title is None else title,
+            revision=record.revision + 1,
+            updatedAt=self._now(),
+        )
         self._saveDocument(graphId, record)
         return record
 
     def rename(
-        self, graphId: str, entityType: str, entityId: Any, newName: str
-    ) -> dict[str, Any]:
+        self, graphId: str, entityType: str, entityId: Optional[str], newName: str
+    ) -> Document | Folder:
         """
         Retitle a document or rename a folder.
         """
         if entityType == "document":
-            record = self.requireDocument(graphId, entityId)
-            record["title"] = newName
-            record["revision"] += 1
-            record["updatedAt"] = self._now()
-            self._saveDocument(graphId, record)
-            return record
+            document = evolve(
+                self.requireDocument(graphId, checkId(entityId, "documentId")),
+                title=newName,
+                updatedAt=self._now(),
+            )
+            document = evolve(document, revision=document.revision + 1)
+            self._saveDocument(graphId, document)
+            return document
         if entityType == "folder":
             folder = self.folder(graphId, checkId(entityId, "entity_id"))
             if folder is None:
                 raise ToolError(
                     "not_found", f"no folder {entityId!r} in graph {graphId!r}"
                 )
-            folder["name"] = newName
-            self._save(
-                self._graph(graphId) / "folders" / (folder["id"] + ".json"), folder
-            )
+            folder = evolve(folder, name=newName)
+            self._save(self._folderPath(graphId, folder.id), folder)
             return folder
         if entityType == "graph":
             raise ToolError("unsupported", "the stand-in does not rename graphs")
@@ -355,8 +446,8 @@ class FolderStore:
         )
 
     def createWires(
-        self, graphId: str, wires: Iterable[tuple[Any, Any, Any]]
-    ) -> list[dict[str, Any]]:
+        self, graphId: str, wires: Iterable[tuple[str, str, str]]
+    ) -> list[Wire]:
         """
         Add wires between existing documents; all are checked before any is
         written.
@@ -371,22 +462,26 @@ class FolderStore:
                     f"predicate must be one of {', '.join(sorted(PREDICATES))}",
                 )
             records.append(
-                {
-                    "id": "wire-" + uuid.uuid4().hex[:12],
-                    "sourceDocumentId": source,
-                    "targetDocumentId": target,
-                    "predicate": predicate,
-                    "createdAt": self._now(),
-                }
+                Wire(
+                    id="wire-" + uuid.uuid4().hex[:12],
+                    sourceDocumentId=source,
+                    targetDocumentId=target,
+                    predicate=predicate,
+                    createdAt=self._now(),
+                )
             )
         for record in records:
-            appendLine(self._graph(graphId) / "wires.jsonl", record)
+            appendLine(self._graph(graphId) / "wires.jsonl", toObject(record))
         return records
 
     def trash(self, graphId: str, documentId: str) -> None:
         """
         Put a document in the Trash, as a person would in gardend's UI.
         """
-        record = self.requireDocument(graphId, documentId)
-        record["trashed"] = True
-        self._saveDocument(graphId, record)
+        self._saveDocument(
+            graphId, evolve(self.requireDocument(graphId, documentId), trashed=True)
+        )
+
+
+#: The folder of each kind of record in a graph's directory.
+_PLACES: dict[type, str] = {Folder: "folders", Document: "documents"}

@@ -9,26 +9,287 @@ Who may call which, on which graph, is the endpoint's
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 from attrs import define, frozen
 
-from vehicle_local.standin._store import FolderStore, ToolError, checkId
+from vehicle.protocol import JSON, JSONObject, toObject
+from vehicle_local.standin._store import (
+    Audited,
+    Document,
+    Folder,
+    FolderStore,
+    ToolError,
+    checkId,
+)
 
 
 READ = "documents.read"
 WRITE = "documents.write"
 
 
-def _s(description: str, **extra: Any) -> dict[str, Any]:
+def _s(description: str, **extra: JSON) -> JSONObject:
     return {"type": "string", "description": description, **extra}
 
 
-def _n(description: str) -> dict[str, Any]:
+def _n(description: str) -> JSONObject:
     return {"type": "number", "description": description}
 
 
 _GRAPH = _s("The graph (bound by a delegation token; may be omitted then).")
+
+
+# Reading a tool's arguments (JSON, as the caller sent them): each tool's
+# once, into its value, before it runs.
+
+
+def _text(args: JSONObject, *names: str) -> Optional[str]:
+    """
+    The first of C{names} that C{args} gives (a string), or L{None}.
+    """
+    for name in names:
+        value = args.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise ToolError("invalid_argument", f"{name} must be a string")
+            return value
+    return None
+
+
+def _required(args: JSONObject, *names: str) -> str:
+    """
+    The first of C{names} that C{args} gives (a string); one is required.
+    """
+    value = _text(args, *names)
+    if value is None:
+        raise ToolError("invalid_argument", f"{names[0]} is required")
+    return value
+
+
+def _number(args: JSONObject, name: str) -> Optional[int]:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ToolError("invalid_argument", f"{name} must be a number")
+    return int(value)
+
+
+#: What a tool answers: its envelope, and what its write is audited by.
+ToolResult = tuple[JSONObject, Audited]
+
+
+@frozen(kw_only=True)
+class ReadDocument:
+    """
+    C{read_document}'s arguments.
+    """
+
+    documentId: str
+    format: str
+    offset: int
+    maxChars: Optional[int]
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> ReadDocument:
+        return cls(
+            documentId=_required(args, "documentId", "document_id"),
+            format=_text(args, "format") or "markdown",
+            offset=_number(args, "offset") or 0,
+            maxChars=_number(args, "maxChars"),
+        )
+
+
+@frozen(kw_only=True)
+class ListDocuments:
+    """
+    C{list_documents}'s arguments.
+    """
+
+    cursor: Optional[str]
+    limit: int
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> ListDocuments:
+        return cls(cursor=_text(args, "cursor"), limit=_number(args, "limit") or 100)
+
+
+@frozen(kw_only=True)
+class GetWorkspace:
+    """
+    C{get_workspace}'s arguments.
+    """
+
+    foldersOnly: bool
+    depth: Optional[int]
+    folderId: Optional[str]
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> GetWorkspace:
+        return cls(
+            foldersOnly=bool(args.get("foldersOnly")),
+            depth=_number(args, "depth"),
+            folderId=_text(args, "folderId"),
+        )
+
+
+@frozen(kw_only=True)
+class SearchDocuments:
+    """
+    C{search_documents}'s arguments.
+    """
+
+    query: str
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> SearchDocuments:
+        return cls(query=_required(args, "query"))
+
+
+@frozen(kw_only=True)
+class CreateFolder:
+    """
+    C{create_folder}'s arguments.
+    """
+
+    name: str
+    folderId: Optional[str]
+    parentId: Optional[str]
+    section: str
+    order: Optional[int]
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> CreateFolder:
+        return cls(
+            name=_required(args, "name"),
+            folderId=_text(args, "folderId"),
+            parentId=_text(args, "parentId"),
+            section=_text(args, "section") or "documents",
+            order=_number(args, "order"),
+        )
+
+
+@frozen(kw_only=True)
+class CreateDocument:
+    """
+    C{create_document}'s arguments.
+    """
+
+    title: str
+    documentId: Optional[str]
+    parentId: Optional[str]
+    order: Optional[int]
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> CreateDocument:
+        return cls(
+            title=_required(args, "title"),
+            documentId=_text(args, "documentId"),
+            parentId=_text(args, "parentId"),
+            order=_number(args, "order"),
+        )
+
+
+@frozen(kw_only=True)
+class WriteDocument:
+    """
+    C{write_document}'s arguments.
+
+    @ivar content: the new text, or the C{tiptapJson} given, as JSON text.
+    @ivar format: the content's: C{tiptap} for C{tiptapJson}, markdown for
+        C{auto}.
+    """
+
+    documentId: str
+    content: str
+    format: str
+    title: Optional[str]
+    expectedRevision: Optional[int]
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> WriteDocument:
+        documentId = _required(args, "documentId", "document_id")
+        tiptap = args.get("tiptapJson")
+        if (args.get("content") is not None) == (tiptap is not None):
+            raise ToolError(
+                "invalid_argument", "give exactly one of content and tiptapJson"
+            )
+        form = _text(args, "format") or "auto"
+        if form not in ("auto", "plain", "markdown", "html", "xml"):
+            raise ToolError(
+                "invalid_argument", "format must be auto, plain, markdown, html or xml"
+            )
+        if tiptap is not None:
+            content, form = json.dumps(tiptap), "tiptap"
+        else:
+            content = _required(args, "content")
+            form = "markdown" if form == "auto" else form
+        return cls(
+            documentId=documentId,
+            content=content,
+            format=form,
+            title=_text(args, "title"),
+            expectedRevision=_number(args, "expectedRevision"),
+        )
+
+
+@frozen(kw_only=True)
+class Rename:
+    """
+    C{rename}'s arguments.
+    """
+
+    entityType: str
+    entityId: Optional[str]
+    newName: str
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> Rename:
+        entityType = _required(args, "entity_type", "entityType")
+        entityId = _text(args, "entity_id", "entityId")
+        if entityId is None and entityType != "graph":
+            raise ToolError("invalid_argument", "entity_id is required")
+        return cls(
+            entityType=entityType,
+            entityId=entityId,
+            newName=_required(args, "new_name", "newName"),
+        )
+
+
+@frozen(kw_only=True)
+class CreateWires:
+    """
+    C{create_wires}' arguments.
+
+    @ivar wires: (source, target, predicate) of each wire, one at least.
+    """
+
+    wires: tuple[tuple[str, str, str], ...]
+
+    @classmethod
+    def parse(cls, args: JSONObject) -> CreateWires:
+        raw = args.get("wires")
+        given: list[JSON] = [args] if raw is None else raw if isinstance(raw, list) else []
+        objects = [w for w in given if isinstance(w, dict)]
+        if not objects or len(objects) != len(given):
+            raise ToolError(
+                "invalid_argument", "wires must be a non-empty list of objects"
+            )
+        return cls(wires=tuple(
+            (
+                _required(w, "sourceDocumentId", "source_document_id"),
+                _required(w, "targetDocumentId", "target_document_id"),
+                _required(w, "predicate"),
+            )
+            for w in objects
+        ))
+
+
+#: A tool's arguments, read.
+ToolCall = Union[
+    ReadDocument, ListDocuments, GetWorkspace, SearchDocuments, CreateFolder, CreateDocument,
+    WriteDocument, Rename, CreateWires,
+]
 
 
 @frozen(kw_only=True)
@@ -42,19 +303,20 @@ class ToolSpec:
     name: str
     description: str
     scope: str
-    properties: Mapping[str, Any]
+    properties: Mapping[str, JSON]
+    arguments: Callable[[JSONObject], ToolCall]
     required: tuple[str, ...] = ()
     graphArgument: str = "graphId"
 
-    def listing(self, bound: bool, reads: tuple[str, ...] = ()) -> dict[str, Any]:
+    def listing(self, bound: bool, reads: tuple[str, ...] = ()) -> JSONObject:
         """
         The C{tools/list} entry; with C{bound} (a delegation token) the graph
         argument is not offered, since the token names the graph, unless the
         token also C{reads} other graphs: then it is offered, optional, as
         one of the graphs the token reaches.
         """
-        properties = dict(self.properties)
-        required = list(self.required)
+        properties: JSONObject = dict(self.properties)
+        required: list[JSON] = list(self.required)
         if bound:
             properties.pop(self.graphArgument, None)
             required = [r for r in required if r != self.graphArgument]
@@ -63,7 +325,7 @@ class ToolSpec:
                     "The graph to read (default: the conversation's own).",
                     enum=list(reads),
                 )
-        schema: dict[str, Any] = {"type": "object", "properties": properties}
+        schema: JSONObject = {"type": "object", "properties": properties}
         if required:
             schema["required"] = required
         return {
@@ -77,6 +339,7 @@ class ToolSpec:
 CATALOG: tuple[ToolSpec, ...] = (
     ToolSpec(
         name="read_document",
+        arguments=ReadDocument.parse,
         description="Read one document.",
         scope=READ,
         properties={
@@ -92,6 +355,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="list_documents",
+        arguments=ListDocuments.parse,
         description="List the graph's documents (not those in the Trash).",
         scope=READ,
         properties={
@@ -103,6 +367,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="get_workspace",
+        arguments=GetWorkspace.parse,
         description="The graph's folder tree and its documents.",
         scope=READ,
         properties={
@@ -115,6 +380,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="search_documents",
+        arguments=SearchDocuments.parse,
         description="Documents whose title or text contains the query.",
         scope=READ,
         properties={"graphId": _GRAPH, "query": _s("Text to find.")},
@@ -122,6 +388,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="create_folder",
+        arguments=CreateFolder.parse,
         description="Make a folder.",
         scope=WRITE,
         properties={
@@ -136,6 +403,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="create_document",
+        arguments=CreateDocument.parse,
         description="Make an empty document.",
         scope=WRITE,
         properties={
@@ -149,6 +417,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="write_document",
+        arguments=WriteDocument.parse,
         description="Replace a document's content.",
         scope=WRITE,
         properties={
@@ -168,6 +437,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="rename",
+        arguments=Rename.parse,
         description="Rename a document or folder.",
         scope=WRITE,
         properties={
@@ -181,6 +451,7 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         name="create_wires",
+        arguments=CreateWires.parse,
         description="Wire one document to another.",
         scope=WRITE,
         properties={
@@ -193,213 +464,157 @@ CATALOG: tuple[ToolSpec, ...] = (
     ),
 )
 
+
 TOOLS: Mapping[str, ToolSpec] = {tool.name: tool for tool in CATALOG}
-
-
-def _text(args: Mapping[str, Any], *names: str, required: bool = True) -> Optional[str]:
-    for name in names:
-        value = args.get(name)
-        if value is not None:
-            if not isinstance(value, str):
-                raise ToolError("invalid_argument", f"{name} must be a string")
-            return value
-    if required:
-        raise ToolError("invalid_argument", f"{names[0]} is required")
-    return None
-
-
-def _number(args: Mapping[str, Any], name: str) -> Optional[int]:
-    value = args.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ToolError("invalid_argument", f"{name} must be a number")
-    return int(value)
-
-
-def _summary(document: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in document.items() if k != "content"}
 
 
 @define
 class DocumentTools:
     """
-    The tools over one store; each (C{_tool_<name>}) returns C{(envelope,
-    audit fields)}.  The stand-in's endpoint is a L{DocumentTools} with the
-    protocol in front, so that a variant endpoint (the tests' second
-    stand-in) overrides a single tool as a method.
+    The tools over one store; each (C{_tool_<name>}) takes its arguments
+    read (its L{ToolCall}) and returns C{(envelope, audited)}.  The
+    stand-in's endpoint is a L{DocumentTools} with the protocol in front,
+    so that a variant endpoint (the tests' second stand-in) overrides a
+    single tool as a method.
     """
 
     store: FolderStore
 
-    def run(
-        self, name: str, graphId: str, args: Mapping[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def run(self, name: str, graphId: str, args: JSONObject) -> ToolResult:
         """
         Run the tool C{name} (one of L{TOOLS}) on C{graphId}.
 
-        @raise ToolError: the tool's refusal.
+        @raise ToolError: the tool's refusal (its arguments' first).
         """
-        handler: Callable[[str, Mapping[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
-        handler = getattr(self, "_tool_" + name)
-        return handler(graphId, args)
+        call = TOOLS[name].arguments(args)
+        if isinstance(call, ReadDocument):
+            return self._tool_read_document(graphId, call)
+        if isinstance(call, ListDocuments):
+            return self._tool_list_documents(graphId, call)
+        if isinstance(call, GetWorkspace):
+            return self._tool_get_workspace(graphId, call)
+        if isinstance(call, SearchDocuments):
+            return self._tool_search_documents(graphId, call)
+        if isinstance(call, CreateFolder):
+            return self._tool_create_folder(graphId, call)
+        if isinstance(call, CreateDocument):
+            return self._tool_create_document(graphId, call)
+        if isinstance(call, WriteDocument):
+            return self._tool_write_document(graphId, call)
+        if isinstance(call, Rename):
+            return self._tool_rename(graphId, call)
+        return self._tool_create_wires(graphId, call)
 
-    def _tool_read_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
-        document = self.store.requireDocument(
-            graphId, _text(args, "documentId", "document_id")
-        )
-        form = _text(args, "format", required=False) or "markdown"
-        out = _summary(document)
-        if form == "ids_only":
-            return {"ok": True, "document": {"id": document["id"]}}, {}
-        if form not in ("markdown", "xml", "json"):
+    def _tool_read_document(self, graphId: str, args: ReadDocument) -> ToolResult:
+        document = self.store.requireDocument(graphId, args.documentId)
+        if args.format == "ids_only":
+            return {"ok": True, "document": {"id": document.id}}, Audited()
+        if args.format not in ("markdown", "xml", "json"):
             raise ToolError(
                 "invalid_argument", "format must be markdown, xml, json or ids_only"
             )
-        content: str = document["content"]
-        offset = _number(args, "offset") or 0
-        maxChars = _number(args, "maxChars")
+        content, offset = document.content, args.offset
         sliced = (
             content[offset:]
-            if maxChars is None
-            else content[offset : offset + maxChars]
+            if args.maxChars is None
+            else content[offset : offset + args.maxChars]
         )
+        out = document.summary()
         out["content"] = sliced
         out["totalChars"] = len(content)
-        return {"ok": True, "document": out}, {}
+        return {"ok": True, "document": out}, Audited()
 
-    def _tool_list_documents(self, graphId: str, args: Mapping[str, Any]) -> Any:
-        documents = [_summary(d) for d in self.store.documents(graphId)]
-        cursor = _text(args, "cursor", required=False)
+    def _tool_list_documents(self, graphId: str, args: ListDocuments) -> ToolResult:
+        documents: list[JSON] = [d.summary() for d in self.store.documents(graphId)]
+        cursor, limit = args.cursor, args.limit
         start = int(cursor) if cursor and cursor.isdigit() else 0
-        limit = _number(args, "limit") or 100
         page = documents[start : start + limit]
         nextCursor = str(start + limit) if start + limit < len(documents) else None
-        return {"ok": True, "documents": page, "nextCursor": nextCursor}, {}
+        return {"ok": True, "documents": page, "nextCursor": nextCursor}, Audited()
 
-    def _tool_get_workspace(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_get_workspace(self, graphId: str, args: GetWorkspace) -> ToolResult:
         folders = self.store.folders(graphId)
-        foldersOnly = bool(args.get("foldersOnly"))
-        documents = [] if foldersOnly else self.store.documents(graphId)
-        depth = _number(args, "depth")
-        top = _text(args, "folderId", required=False)
+        documents = [] if args.foldersOnly else self.store.documents(graphId)
+        depth, top = args.depth, args.folderId
         if (
             top is not None
             and self.store.folder(graphId, checkId(top, "folderId")) is None
         ):
             raise ToolError("not_found", f"no folder {top!r} in graph {graphId!r}")
 
-        def node(folder: Mapping[str, Any], level: int) -> dict[str, Any]:
-            out = dict(folder)
-            out["documents"] = [
-                _summary(d) for d in documents if d["parentId"] == folder["id"]
-            ]
+        def inside(parentId: Optional[str]) -> list[JSON]:
+            return [d.summary() for d in documents if d.parentId == parentId]
+
+        def node(folder: Folder, level: int) -> JSONObject:
+            out = toObject(folder)
+            out["documents"] = inside(folder.id)
             if depth is None or level < depth:
                 out["folders"] = [
-                    node(f, level + 1) for f in folders if f["parentId"] == folder["id"]
+                    node(f, level + 1) for f in folders if f.parentId == folder.id
                 ]
             return out
 
         return {
             "ok": True,
             "graphId": graphId,
-            "folders": [node(f, 1) for f in folders if f["parentId"] == top],
-            "documents": [_summary(d) for d in documents if d["parentId"] == top],
-        }, {}
+            "folders": [node(f, 1) for f in folders if f.parentId == top],
+            "documents": inside(top),
+        }, Audited()
 
-    def _tool_search_documents(self, graphId: str, args: Mapping[str, Any]) -> Any:
-        query = _text(args, "query") or ""
+    def _tool_search_documents(self, graphId: str, args: SearchDocuments) -> ToolResult:
+        query = args.query
         needle = query.lower()
-        results = []
+        results: list[JSON] = []
         for document in self.store.documents(graphId):
-            content: str = document["content"]
+            content = document.content
             at = content.lower().find(needle)
-            if at < 0 and needle not in document["title"].lower():
+            if at < 0 and needle not in document.title.lower():
                 continue
             snippet = content[max(0, at - 40) : at + len(query) + 40] if at >= 0 else ""
-            results.append(
-                {"id": document["id"], "title": document["title"], "snippet": snippet}
-            )
-        return {"ok": True, "results": results}, {}
+            results.append({"id": document.id, "title": document.title, "snippet": snippet})
+        return {"ok": True, "results": results}, Audited()
 
-    def _tool_create_folder(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_create_folder(self, graphId: str, args: CreateFolder) -> ToolResult:
         folder = self.store.createFolder(
             graphId,
-            name=_text(args, "name") or "",
-            folderId=_text(args, "folderId", required=False),
-            parentId=_text(args, "parentId", required=False),
-            section=_text(args, "section", required=False) or "documents",
-            order=_number(args, "order"),
+            name=args.name,
+            folderId=args.folderId,
+            parentId=args.parentId,
+            section=args.section,
+            order=args.order,
         )
-        return {"ok": True, "folder": folder}, {"folderId": folder["id"]}
+        return {"ok": True, "folder": toObject(folder)}, Audited(folderId=folder.id)
 
-    def _tool_create_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
+    def _tool_create_document(self, graphId: str, args: CreateDocument) -> ToolResult:
         document = self.store.createDocument(
             graphId,
-            title=_text(args, "title") or "",
-            documentId=_text(args, "documentId", required=False),
-            parentId=_text(args, "parentId", required=False),
-            order=_number(args, "order"),
+            title=args.title,
+            documentId=args.documentId,
+            parentId=args.parentId,
+            order=args.order,
         )
-        return {"ok": True, "document": _summary(document)}, {
-            "documentId": document["id"]
-        }
+        return {"ok": True, "document": document.summary()}, Audited(documentId=document.id)
 
-    def _tool_write_document(self, graphId: str, args: Mapping[str, Any]) -> Any:
-        documentId = _text(args, "documentId", "document_id") or ""
-        hasContent = args.get("content") is not None
-        hasTiptap = args.get("tiptapJson") is not None
-        if hasContent == hasTiptap:
-            raise ToolError(
-                "invalid_argument", "give exactly one of content and tiptapJson"
-            )
-        form = _text(args, "format", required=False) or "auto"
-        if form not in ("auto", "plain", "markdown", "html", "xml"):
-            raise ToolError(
-                "invalid_argument", "format must be auto, plain, markdown, html or xml"
-            )
-        if hasTiptap:
-            content, form = json.dumps(args["tiptapJson"]), "tiptap"
-        else:
-            content = _text(args, "content") or ""
-            form = "markdown" if form == "auto" else form
+    def _tool_write_document(self, graphId: str, args: WriteDocument) -> ToolResult:
         document = self.store.writeDocument(
             graphId,
-            documentId,
-            content,
-            format=form,
-            title=_text(args, "title", required=False),
-            expectedRevision=_number(args, "expectedRevision"),
+            args.documentId,
+            args.content,
+            format=args.format,
+            title=args.title,
+            expectedRevision=args.expectedRevision,
         )
-        return {"ok": True, "document": _summary(document)}, {"documentId": documentId}
+        return {"ok": True, "document": document.summary()}, Audited(documentId=args.documentId)
 
-    def _tool_rename(self, graphId: str, args: Mapping[str, Any]) -> Any:
-        entityType = _text(args, "entity_type", "entityType") or ""
-        entityId = _text(args, "entity_id", "entityId", required=entityType != "graph")
-        newName = _text(args, "new_name", "newName") or ""
-        renamed = self.store.rename(graphId, entityType, entityId, newName)
-        key = "documentId" if entityType == "document" else "folderId"
-        return {"ok": True, entityType: _summary(renamed)}, {key: entityId}
+    def _tool_rename(self, graphId: str, args: Rename) -> ToolResult:
+        renamed = self.store.rename(graphId, args.entityType, args.entityId, args.newName)
+        if isinstance(renamed, Document):
+            return {"ok": True, "document": renamed.summary()}, Audited(documentId=renamed.id)
+        return {"ok": True, "folder": toObject(renamed)}, Audited(folderId=renamed.id)
 
-    def _tool_create_wires(self, graphId: str, args: Mapping[str, Any]) -> Any:
-        raw = args.get("wires")
-        if raw is None:
-            raw = [args]
-        if (
-            not isinstance(raw, list)
-            or not raw
-            or not all(isinstance(w, dict) for w in raw)
-        ):
-            raise ToolError(
-                "invalid_argument", "wires must be a non-empty list of objects"
-            )
-        triples = [
-            (
-                _text(w, "sourceDocumentId", "source_document_id"),
-                _text(w, "targetDocumentId", "target_document_id"),
-                _text(w, "predicate"),
-            )
-            for w in raw
-        ]
-        wires = self.store.createWires(graphId, triples)
-        return {"ok": True, "wires": wires}, {"documentId": triples[0][0]}
+    def _tool_create_wires(self, graphId: str, args: CreateWires) -> ToolResult:
+        wires = self.store.createWires(graphId, args.wires)
+        return (
+            {"ok": True, "wires": [toObject(w) for w in wires]},
+            Audited(documentId=args.wires[0][0]),
+        )
