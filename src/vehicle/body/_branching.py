@@ -114,7 +114,7 @@ async def branch(
     kind: Literal["fork", "clone"] = "fork" if request.type == CommandType.fork else "clone"
     entryId = request.entryId if kind == "fork" else None
     points = readSession(piFile).forkPoints()
-    if entryId is not None and entryId not in {p["entryId"] for p in points}:
+    if entryId is not None and entryId not in {p.entryId for p in points}:
         raise NothingToFork(entryId)
     meta = evolve(
         source.meta,
@@ -130,7 +130,7 @@ async def branch(
         meta=meta, entryId=entryId,
         # What the list shows for the branch until something is said in it:
         # the first message of the history it begins with.
-        inherited=points[0]["text"] if points and points[0]["entryId"] != entryId else None,
+        inherited=points[0].text if points and points[0].entryId != entryId else None,
     )
     try:
         return await _build(made, recordFolders, runInThread or inline)
@@ -219,7 +219,7 @@ def _copyConversation(made: _Branch, session: Session) -> BranchResult:
         now=datetime.datetime.fromtimestamp(made.registry.clock.seconds(), datetime.timezone.utc),
         cwd=str(made.workDir()),
     )
-    if not any(e.get("type") == "message" for e in readSession(result.path).entries):
+    if not any(e.type == "message" for e in readSession(result.path).entries):
         result.path.unlink()
     else:
         result.path.chmod(0o600)
