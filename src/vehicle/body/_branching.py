@@ -162,15 +162,7 @@ async def _build(
     try:
         result = _copyConversation(made, session)
         if made.meta.profile == "agent" and recordFolders is not None:
-            # A snapshot: links copied as links, never followed.
-            await runInThread(
-                copyTree, registry.dataDir.workspaceDir(source.sessionId), made.workDir()
-            )
-            session.meta = evolve(session.meta, folders=movedFolders(
-                recordFolders(made.branchId, session.directory), session.directory,
-                registry.dataDir.sessionDir(made.branchId),
-            ))
-            session.writeMeta()
+            await _copyWorkspace(made, session, recordFolders, runInThread)
         if source.deleted:
             raise notFound()
         earlier = source.replay(request.requestId, request.raw, "commands")
@@ -189,6 +181,34 @@ async def _build(
         session.close()
         registry.maker.abandon(made.branchId)
         raise
+    _publish(made, session, sent)
+    return sent
+
+
+async def _copyWorkspace(
+    made: _Branch, session: Session, recordFolders: FolderMaker, runInThread: RunInThread
+) -> None:
+    """
+    An agent's branch gets a snapshot of its source's workspace (links
+    copied as links, never followed), and the identities of its folders.
+    """
+    registry = made.registry
+    await runInThread(
+        copyTree, registry.dataDir.workspaceDir(made.source.sessionId), made.workDir()
+    )
+    session.meta = evolve(session.meta, folders=movedFolders(
+        recordFolders(made.branchId, session.directory), session.directory,
+        registry.dataDir.sessionDir(made.branchId),
+    ))
+    session.writeMeta()
+
+
+def _publish(made: _Branch, session: Session, sent: JSONObject) -> None:
+    """
+    The branch is announced, and its source remembers it (so a retry of
+    the request replays the answer rather than branches again).
+    """
+    registry, source, request = made.registry, made.source, made.request
     try:
         registry.maker.publish(
             session, "branched", made.caller, request.requestId, request.raw, sent, "commands",
@@ -202,7 +222,6 @@ async def _build(
                 made.caller, request.requestId, request.raw, sent, made.kind, made.branchId,
                 made.entryId,
             )
-    return sent
 
 
 def _copyConversation(made: _Branch, session: Session) -> BranchResult:
