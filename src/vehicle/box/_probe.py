@@ -11,7 +11,7 @@ A refusal carries a sentence; the host turns it into C{isolation_unavailable}.
 from __future__ import annotations
 
 import errno
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
@@ -28,7 +28,7 @@ from vehicle.box._seccomp import seccompProblem
 _log = Logger()
 
 #: C{spawner(protocol, executable, args, env)}, like C{reactor.spawnProcess}.
-Spawner = Callable[[ProcessProtocol, str, Sequence[str], Mapping[str, str]], Any]
+Spawner = Callable[[ProcessProtocol, str, Sequence[str], Mapping[str, str]], IProcessTransport]
 
 #: The probe uses every flag the real box uses that an old or restricted
 #: bwrap could reject (C{--disable-userns} needs 0.8, C{--size} 0.7,
