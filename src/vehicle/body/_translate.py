@@ -323,7 +323,8 @@ class Translator:
     def _on_extension_ui_request(self, record: JSONObject) -> list[HostEvent]:
         method = record.get("method")
         if method == "notify":
-            return self._notified(textOf(record.get("message")) or "", record.get("notifyType", "info"))
+            message = textOf(record.get("message")) or ""
+            return self._notified(message, record.get("notifyType", "info"))
         if method in _UI_NO_ANSWER:
             return []
         return [HostEvent("ui.request", dict(record), durable=False)]

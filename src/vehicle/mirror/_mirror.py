@@ -291,7 +291,9 @@ class Mirror:
 
     # -- state --------------------------------------------------------------
 
-    def _written(self, session: MirroredSession, record: MirrorRecord, created: bool | None) -> None:
+    def _written(
+        self, session: MirroredSession, record: MirrorRecord, created: bool | None
+    ) -> None:
         record.state = "written"
         record.reason = None
         record.error = None
