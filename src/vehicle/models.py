@@ -8,8 +8,6 @@ in this object's memory only.
 
 from __future__ import annotations
 
-import copy
-import json
 import re
 from pathlib import Path
 from typing import Any, MutableMapping
@@ -17,6 +15,7 @@ from typing import Any, MutableMapping
 from attrs import field, frozen
 
 from vehicle.errors import VehicleError
+from vehicle.protocol import JSON, JSONObject, loads, objectOf, textOf
 from vehicle.settings import SettingsError
 
 
@@ -27,9 +26,13 @@ _REFERENCE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
 class ModelCatalog:
     """
     Providers (pi's C{models.json} shape, keys resolved) and the default.
+
+    @ivar providers: name -> pi's provider config, JSON as pi reads it: the
+        host reads only its C{baseUrl}, C{apiKey} and its models' C{id}s,
+        and hands the rest to pi.
     """
 
-    providers: dict[str, dict[str, Any]] = field(repr=False)
+    providers: dict[str, JSONObject] = field(repr=False)
     default: str | None = None
 
     @classmethod
@@ -52,12 +55,10 @@ class ModelCatalog:
                 raise SettingsError("VEHICLE_DEFAULT_MODEL is set but VEHICLE_MODELS is not")
             return cls.empty()
         try:
-            data = json.loads(path.read_text("utf-8"))
+            data = loads(path.read_text("utf-8"))
         except (OSError, ValueError) as e:
             raise SettingsError(f"VEHICLE_MODELS {str(path)!r} cannot be read: {e}")
-        providers = copy.deepcopy(data.get("providers") or {})
-        if not isinstance(providers, dict) or not providers:
-            raise SettingsError(f"VEHICLE_MODELS {str(path)!r} names no providers")
+        providers = _providers(objectOf(data).get("providers") or {}, path)
         consumed = set()
         for name, provider in providers.items():
             key = provider.get("apiKey")
@@ -87,9 +88,9 @@ class ModelCatalog:
 
     def names(self) -> list[str]:
         return [
-            f"{provider}/{model['id']}"
+            f"{provider}/{modelId}"
             for provider, spec in self.providers.items()
-            for model in spec.get("models") or []
+            for modelId in _modelIds(spec)
         ]
 
     def has(self, name: str) -> bool:
@@ -118,6 +119,9 @@ class ModelCatalog:
     def providerFor(self, model: str) -> tuple[str, dict[str, Any]]:
         """
         The provider name and its config (with the key) for C{provider/id}.
+
+        @return: the config is pi's, passed through to it; the rooms that
+            plan bodies read its C{baseUrl}, C{apiKey} and C{models} by key.
         """
         provider = model.split("/", 1)[0]
         spec = {k: v for k, v in self.providers[provider].items() if not k.startswith("_")}
@@ -127,10 +131,45 @@ class ModelCatalog:
         """
         Every key this catalog holds (for the tests' leak scans).
         """
-        return [p["apiKey"] for p in self.providers.values() if isinstance(p.get("apiKey"), str)]
+        keys = (p.get("apiKey") for p in self.providers.values())
+        return [key for key in keys if isinstance(key, str)]
 
 
-def _resolved(providers: dict[str, dict[str, Any]], variable: str) -> str:
+def _providers(value: JSON, path: Path) -> dict[str, JSONObject]:
+    """
+    The C{providers} of a C{models.json}, each an object (a copy: the keys
+    are resolved in it).
+
+    @raise SettingsError: there are none, or one is not an object.
+    """
+    if not isinstance(value, dict) or not value:
+        raise SettingsError(f"VEHICLE_MODELS {str(path)!r} names no providers")
+    providers: dict[str, JSONObject] = {}
+    for name, provider in value.items():
+        if not isinstance(provider, dict):
+            raise SettingsError(f"VEHICLE_MODELS {str(path)!r}: provider {name!r} is not an object")
+        providers[name] = dict(provider)
+    return providers
+
+
+def _modelIds(spec: JSONObject) -> list[str]:
+    """
+    The ids of a provider's models (what is not a model with an id is no
+    model).
+    """
+    models = spec.get("models") or []
+    if not isinstance(models, list):
+        return []
+    return [
+        modelId
+        for model in models
+        if isinstance(model, dict)
+        for modelId in (textOf(model.get("id")),)
+        if modelId is not None
+    ]
+
+
+def _resolved(providers: dict[str, JSONObject], variable: str) -> str:
     for provider in providers.values():
         if provider.get("_keyVariable") == variable:
             return str(provider["apiKey"])

@@ -196,13 +196,7 @@ class Settings:
                 "MNEMOSYNE_INTERNAL_SERVICE_SECRET is not set: the host refuses "
                 "to start without gardend's secret"
             )
-        if listen is None:
-            host = env.get("GARDEN_SERVICE_HOST") or "127.0.0.1"
-            port = env.get("PORT")
-            if not port:
-                raise SettingsError("no --listen given and PORT is not set")
-            hostPart = host.replace(":", "\\:")
-            listen = f"tcp:{port}:interface={hostPart}"
+        listen = listen if listen is not None else _listenFrom(env)
         checkLoopbackEndpoint(listen)
         if dataDir is None:
             dataDir = env.get("VEHICLE_DATA_DIR") or env.get("DATA_DIR")
@@ -213,11 +207,7 @@ class Settings:
         piCommand = None
         if env.get("VEHICLE_PI"):
             piCommand = tuple(env["VEHICLE_PI"].split())
-        isolation = (env.get("VEHICLE_ISOLATION") or "bwrap").strip().lower()
-        if isolation not in {"bwrap", "seatbelt", "microvm", "none"}:
-            raise SettingsError(
-                f"VEHICLE_ISOLATION must be bwrap, seatbelt, microvm or none, not {isolation!r}"
-            )
+        isolation = _isolation(env)
         mirror = (env.get("VEHICLE_MIRROR") or "on").strip().lower() not in {
             "off", "0", "false", "no",
         }
@@ -242,6 +232,32 @@ class Settings:
             boxHidden=_hiddenFolders(env, Path(dataDir).absolute()),
             public=PublicSettings.fromEnvironment(env),
         )
+
+
+def _listenFrom(env: Mapping[str, str]) -> str:
+    """
+    The endpoint gardend asks for when no C{--listen} is given: TCP on
+    C{PORT}, at C{GARDEN_SERVICE_HOST} (loopback by default).
+    """
+    host = env.get("GARDEN_SERVICE_HOST") or "127.0.0.1"
+    port = env.get("PORT")
+    if not port:
+        raise SettingsError("no --listen given and PORT is not set")
+    hostPart = host.replace(":", "\\:")
+    return f"tcp:{port}:interface={hostPart}"
+
+
+def _isolation(env: Mapping[str, str]) -> str:
+    """
+    C{VEHICLE_ISOLATION}: C{bwrap} (the default), C{seatbelt}, C{microvm}
+    or C{none}.
+    """
+    isolation = (env.get("VEHICLE_ISOLATION") or "bwrap").strip().lower()
+    if isolation not in {"bwrap", "seatbelt", "microvm", "none"}:
+        raise SettingsError(
+            f"VEHICLE_ISOLATION must be bwrap, seatbelt, microvm or none, not {isolation!r}"
+        )
+    return isolation
 
 
 def _hiddenFolders(env: Mapping[str, str], dataDir: Path) -> tuple[Path, ...]:

@@ -34,6 +34,7 @@ from vehicle.body._picommand import (
     findPi,
 )
 from vehicle.box._proxy import ModelDoor, Upstream
+from vehicle.protocol import RunBudget
 from vehicle_local.standin import Config, StandIn, freeLoopbackPort
 from vehicle_local.model import ScriptedModel
 
@@ -164,7 +165,7 @@ class GraphToolsTests(TestCase):
         if boot is None:
             boot = bootConfig(
                 providers={"sophia": providerConfig(self.model.url, self.key)},
-                budget={"maxTurns": 10, "maxCostUsd": 5.0},
+                budget=RunBudget(maxTurns=10, maxCostUsd=5.0),
                 mcpUrl=self.mcpUrl,
             )
         body = _Body(boot, self.log)
@@ -289,7 +290,7 @@ class GraphToolsTests(TestCase):
         assert self.model.url is not None
         boot = json.loads(bootConfig(
             providers={"sophia": providerConfig(self.model.url, self.key)},
-            budget={"maxTurns": 10, "maxCostUsd": 5.0},
+            budget=RunBudget(maxTurns=10, maxCostUsd=5.0),
             mcpUrl=self.mcpUrl,
         ))
         boot["mcpReaders"] = sorted(READERS)
@@ -488,7 +489,7 @@ class GraphToolsTests(TestCase):
         boot = json.loads(
             bootConfig(
                 providers={"sophia": providerConfig(f"http://127.0.0.1:{bridgePort}/v1", door.token)},
-                budget={"maxTurns": 10, "maxCostUsd": 5.0},
+                budget=RunBudget(maxTurns=10, maxCostUsd=5.0),
                 mcpUrl=f"http://127.0.0.1:{bridgePort}/mcp",
             )
         )
@@ -514,7 +515,7 @@ class GraphToolsTests(TestCase):
         assert self.model.url is not None
         boot = json.loads(bootConfig(
             providers={"sophia": providerConfig(self.model.url, self.key)},
-            budget={"maxTurns": 10, "maxCostUsd": 5.0},
+            budget=RunBudget(maxTurns=10, maxCostUsd=5.0),
             mcpUrl=self.mcpUrl,
         ))
         boot["graphs"] = {"own": GRAPH, "public": [GRAPH]}

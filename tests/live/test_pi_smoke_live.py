@@ -22,6 +22,7 @@ from vehicle.body._picommand import (
     bootConfig,
     findPi,
 )
+from vehicle.protocol import RunBudget
 from vehicle_local.model import ScriptedModel
 
 from tests.support.piconfig import providerConfig
@@ -63,7 +64,7 @@ class PiSmokeTests(TestCase):
         assert self.model.url is not None
         boot = bootConfig(
             providers={"sophia": providerConfig(self.model.url, self.key)},
-            budget={"maxTurns": maxTurns, "maxCostUsd": maxCostUsd},
+            budget=RunBudget(maxTurns=maxTurns, maxCostUsd=maxCostUsd),
         )
         process = PiProcess(boot)
         spawnPi(self, self.pi, self.dirs, process, tools=tools)

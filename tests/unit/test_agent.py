@@ -31,7 +31,7 @@ from vehicle.agent import BRIDGE_PORT, AgentProfile
 from vehicle.box import PROBE_ARGS
 from vehicle._tap import buildHost
 from vehicle.models import ModelCatalog
-from vehicle.settings import Settings
+from vehicle.settings import Settings, SettingsError
 
 from tests.support.harness import MODELS, SECRET, FakeLauncher, Harness
 
@@ -618,3 +618,53 @@ class SeatbeltTests(SynchronousTestCase):
         self.assertNotIn(str(paths.workDir), profile)
         self.assertIn(f"WORKSPACE={paths.workDir}", argv)
         self.assertEqual(env["TMPDIR"], str(paths.piDir / "tmp"))
+
+
+class ModelCatalogTests(SynchronousTestCase):
+    """
+    L{ModelCatalog.load} reads a pi-format C{models.json}: keys from the
+    environment (then removed from it), and a clean refusal for a file it
+    cannot use.
+    """
+
+    def write(self, document: object) -> Path:
+        path = Path(self.mktemp())
+        path.write_text(json.dumps(document), "utf-8")
+        return path
+
+    def test_keysFromEnvironment(self) -> None:
+        """
+        A C{"$NAME"} key is read from the environment, which then no longer
+        holds it; the first model is the default, and a model without an id
+        is no model.
+        """
+        environ = {"SCRIPTED_KEY": "sk-scripted-secret", "OTHER": "x"}
+        path = self.write({"providers": {"scripted": {
+            "baseUrl": "http://127.0.0.1:1/v1", "api": "openai-completions",
+            "apiKey": "$SCRIPTED_KEY", "models": [{"id": "echo-1"}, {"name": "no id"}],
+        }}})
+        catalog = ModelCatalog.load(path, None, environ)
+        self.assertEqual(environ, {"OTHER": "x"})
+        self.assertEqual(catalog.names(), ["scripted/echo-1"])
+        self.assertEqual(catalog.default, "scripted/echo-1")
+        self.assertEqual(catalog.secrets(), ["sk-scripted-secret"])
+        name, spec = catalog.providerFor("scripted/echo-1")
+        self.assertEqual((name, spec["apiKey"]), ("scripted", "sk-scripted-secret"))
+        self.assertNotIn("_keyVariable", spec)
+
+    def test_unusableFileRefused(self) -> None:
+        """
+        No providers, a provider that is not an object, a key whose
+        variable is unset, and a default not in the file are each a
+        L{SettingsError}.
+        """
+        provider = {"baseUrl": "u", "api": "a", "apiKey": "$UNSET", "models": [{"id": "m"}]}
+        for document, default in [
+            ({"providers": {}}, None),
+            ([1, 2], None),
+            ({"providers": {"scripted": "not an object"}}, None),
+            ({"providers": {"scripted": provider}}, None),
+            ({"providers": {"scripted": {**provider, "apiKey": "k"}}}, "scripted/other"),
+        ]:
+            with self.assertRaises(SettingsError, msg=repr(document)):
+                ModelCatalog.load(self.write(document), default, {})

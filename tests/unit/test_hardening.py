@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body._picommand import bootConfig
-from vehicle.protocol import toObject
+from vehicle.protocol import RunBudget, fromJSON, toObject
 from vehicle.session._capsule import ASSISTANT_TEXT_BYTES, LAST_COMMANDS, LAST_ITEMS, MILESTONES
 from vehicle.settings import Settings, SettingsError
 
@@ -487,7 +487,7 @@ class BudgetDefaultTests(SynchronousTestCase):
         self.assertEqual(code, 202, frame)
         self.assertEqual(budgets, [{"maxTurns": 5, "maxCostUsd": 0.5}])
         # What the body is booted with passes the launcher's own check.
-        bootConfig(providers=MODELS["providers"], budget=budgets[0])
+        bootConfig(providers=MODELS["providers"], budget=fromJSON(budgets[0], RunBudget))
 
     def test_badValuesRefused(self) -> None:
         """
@@ -510,7 +510,7 @@ class BudgetDefaultTests(SynchronousTestCase):
             except SettingsError:
                 continue
             bootConfig(providers=MODELS["providers"],
-                       budget={"maxTurns": 12, "maxCostUsd": settings.maxCostUsd})
+                       budget=RunBudget(maxTurns=12, maxCostUsd=settings.maxCostUsd))
 
 
     def test_acceptedSessionBudgetBootsABody(self) -> None:
@@ -527,4 +527,4 @@ class BudgetDefaultTests(SynchronousTestCase):
             self.assertEqual(frame["code"], "invalid_request", frame)
             return
         budget = frame["value"]["session"]["budget"]
-        bootConfig(providers=MODELS["providers"], budget=budget)
+        bootConfig(providers=MODELS["providers"], budget=fromJSON(budget, RunBudget))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from attrs import evolve
 from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.body import ToolCall, TranscriptItem, parseSession
 from vehicle.protocol import Parent
 from vehicle.mirror._render import (
     UNTITLED,
@@ -23,36 +25,39 @@ from vehicle.mirror._render import (
     shorten,
 )
 
+from tests.support.pifiles import HEADER, USAGE, encode
+from tests.support.pifiles import assistant as piAssistant, user as piUser
+
 
 #: 2026-11-30T07:00:00Z
 START = 1796022000.0
 
 
-def user(entryId: str, text: str, at: str) -> dict[str, Any]:
-    return {"entryId": entryId, "role": "user", "text": text, "timestamp": at}
+def user(entryId: str, text: str, at: str) -> TranscriptItem:
+    return TranscriptItem(entryId=entryId, role="user", text=text, timestamp=at)
 
 
 def assistant(
     entryId: str, text: str, at: str, tools: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    return {
-        "entryId": entryId,
-        "role": "assistant",
-        "text": text,
-        "toolCalls": [{"id": f"call-{n}", "name": n} for n in tools],
-        "timestamp": at,
-    }
+) -> TranscriptItem:
+    return TranscriptItem(
+        entryId=entryId,
+        role="assistant",
+        text=text,
+        toolCalls=tuple(ToolCall(id=f"call-{n}", name=n) for n in tools),
+        timestamp=at,
+    )
 
 
-def result(entryId: str, toolName: str, isError: bool = False) -> dict[str, Any]:
-    return {
-        "entryId": entryId,
-        "role": "toolResult",
-        "text": "SECRET-RESULT",
-        "toolName": toolName,
-        "isError": isError,
-        "timestamp": "2026-11-30T07:00:51.500Z",
-    }
+def result(entryId: str, toolName: str, isError: bool = False) -> TranscriptItem:
+    return TranscriptItem(
+        entryId=entryId,
+        role="toolResult",
+        text="SECRET-RESULT",
+        toolName=toolName,
+        isError=isError,
+        timestamp="2026-11-30T07:00:51.500Z",
+    )
 
 
 TRANSCRIPT = [
@@ -140,20 +145,20 @@ class RenderTests(SynchronousTestCase):
     def test_noUsage(self) -> None:
         """
         Nothing but the text and tool names of a message is rendered, so
-        usage and cost fields a transcript item might carry never show.
+        the usage and cost pi's file holds for a reply never show.
         """
-        item = assistant("a9", "ok", "2026-11-30T07:00:51.000Z")
-        item["usage"] = {"totalTokens": 123456, "cost": {"total": 0.987654}}
-        text = render(transcript=[item])
-        self.assertNotIn("123456", text)
-        self.assertNotIn("0.987654", text)
+        records = [HEADER, piUser("u0000001", None, 1, "hi"),
+                   piAssistant("a0000001", "u0000001", 2, [{"type": "text", "text": "ok"}])]
+        text = render(transcript=parseSession(encode(records)).transcript())
+        self.assertIn("ok", text)
+        self.assertNotIn(str(USAGE["totalTokens"]), text)
+        self.assertNotIn("0.00375", text)
 
     def test_cutMarked(self) -> None:
         """
         A message the reader cut short says so.
         """
-        item = assistant("a9", "long", "2026-11-30T07:00:51.000Z")
-        item["truncated"] = True
+        item = evolve(assistant("a9", "long", "2026-11-30T07:00:51.000Z"), truncated=True)
         self.assertIn("long \u2026 *(cut)*", render(transcript=[item]))
         self.assertNotIn("(cut)", render())
 
@@ -319,5 +324,5 @@ class DivergenceTests(SynchronousTestCase):
         """
         An item without a time is not taken as inherited.
         """
-        items = [{"role": "user", "text": "x"}]
+        items = [TranscriptItem(entryId="u1", role="user", text="x")]
         self.assertEqual(divergenceIndex(items, START + 3600), 0)

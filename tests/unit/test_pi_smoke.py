@@ -29,6 +29,7 @@ from vehicle.body._picommand import (
     piArgv,
     piEnvironment,
 )
+from vehicle.protocol import RunBudget
 
 from tests.support.piconfig import providerConfig
 
@@ -156,7 +157,7 @@ class LaunchTests(SynchronousTestCase):
         The boot config is compact JSON of the providers and the budget.
         """
         provider = providerConfig("http://127.0.0.1:1/v1", "k$1")
-        raw = bootConfig(providers={"sophia": provider}, budget={"maxTurns": 3, "maxCostUsd": 1})
+        raw = bootConfig(providers={"sophia": provider}, budget=RunBudget(maxTurns=3, maxCostUsd=1))
         self.assertEqual(
             json.loads(raw),
             {"providers": {"sophia": provider}, "budget": {"maxTurns": 3, "maxCostUsd": 1.0}},
@@ -169,7 +170,7 @@ class LaunchTests(SynchronousTestCase):
         no C{mcp} key.
         """
         provider = providerConfig("http://127.0.0.1:1/v1", "k")
-        budget = {"maxTurns": 3, "maxCostUsd": 1.0}
+        budget = RunBudget(maxTurns=3, maxCostUsd=1.0)
         raw = bootConfig(
             providers={"sophia": provider}, budget=budget, mcpUrl="http://127.0.0.1:8710/mcp"
         )
@@ -189,7 +190,7 @@ class LaunchTests(SynchronousTestCase):
         with self.assertRaises(ValueError):
             bootConfig(
                 providers={"sophia": providerConfig("http://127.0.0.1:1/v1", "k")},
-                budget={"maxTurns": 3, "maxCostUsd": 1.0},
+                budget=RunBudget(maxTurns=3, maxCostUsd=1.0),
                 mcpUrl="http://10.0.0.1/mcp",
             )
 
@@ -199,14 +200,14 @@ class LaunchTests(SynchronousTestCase):
         positive, are refused.
         """
         provider = providerConfig("http://127.0.0.1:1/v1", "k")
-        budget = {"maxTurns": 3, "maxCostUsd": 1.0}
+        budget = RunBudget(maxTurns=3, maxCostUsd=1.0)
         for providers, badBudget in [
             ({"sophia": {**provider, "apiKey": ""}}, budget),
             ({"sophia": {**provider, "models": []}}, budget),
             ({"a/b": provider}, budget),
-            ({"sophia": provider}, {"maxTurns": 0, "maxCostUsd": 1.0}),
-            ({"sophia": provider}, {"maxTurns": True, "maxCostUsd": 1.0}),
-            ({"sophia": provider}, {"maxTurns": 3, "maxCostUsd": float("inf")}),
+            ({"sophia": provider}, RunBudget(maxTurns=0, maxCostUsd=1.0)),
+            ({"sophia": provider}, RunBudget(maxTurns=True, maxCostUsd=1.0)),
+            ({"sophia": provider}, RunBudget(maxTurns=3, maxCostUsd=float("inf"))),
         ]:
             with self.assertRaises(ValueError):
                 bootConfig(providers=providers, budget=badBudget)

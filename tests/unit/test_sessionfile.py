@@ -14,7 +14,9 @@ from hypothesis import given, strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body import (
+    ForkPoint,
     NothingToFork,
+    ToolCall,
     branchSession,
     capText,
     parseSession,
@@ -134,7 +136,7 @@ class ReadSessionTests(SynchronousTestCase):
         data = encode(conversation()) + b'{"type":"message","id":"dead","parentId":"c0f'
         session = readSession(self.write(data))
         self.assertEqual(session.skippedLines, 1)
-        self.assertEqual(session.activeBranch()[-1]["id"], "c0ffee00")
+        self.assertEqual(session.activeBranch()[-1].id, "c0ffee00")
 
     def test_missingFile(self) -> None:
         """
@@ -146,12 +148,18 @@ class ReadSessionTests(SynchronousTestCase):
         """
         The transcript lists user, assistant and tool-result messages of the
         active branch with their entry ids and timestamps; system messages,
-        thinking, labels and custom entries are left out.
+        thinking, labels and custom entries are left out.  On the wire each
+        item's keys come in one order.
         """
         session = readSession(self.write(encode(conversation())))
+        items = session.transcript()
         self.assertEqual(
-            session.transcript(),
-            [
+            [(item.role, item.toolCalls) for item in items[2:4]],
+            [("user", ()), ("assistant", (ToolCall(id="call_fe96c4440a", name="sophia_echo"),))],
+        )
+        self.assertEqual(
+            json.dumps([item.toJSON() for item in items]),
+            json.dumps([
                 {"entryId": "ab1d5f48", "role": "user", "text": "first [[PLAIN]]",
                  "timestamp": "2026-11-30T07:00:50.282Z"},
                 {"entryId": "74a5faba", "role": "assistant", "text": "Hello \u2028there",
@@ -166,7 +174,7 @@ class ReadSessionTests(SynchronousTestCase):
                  "timestamp": "2026-11-30T07:00:51.300Z"},
                 {"entryId": "5e5e5e5e", "role": "assistant", "text": "done",
                  "toolCalls": [], "timestamp": "2026-11-30T07:00:51.500Z"},
-            ],
+            ]),
         )
 
     def test_transcriptTruncates(self) -> None:
@@ -175,10 +183,11 @@ class ReadSessionTests(SynchronousTestCase):
         """
         records = conversation()[:4] + [user("ab1d5f48", "9652dac7", 50.3, "é" * 9000)]
         item = readSession(self.write(encode(records))).transcript()[0]
-        self.assertEqual(item["text"], "é" * 8192)
-        self.assertIs(item["truncated"], True)
+        self.assertEqual(item.text, "é" * 8192)
+        self.assertIs(item.truncated, True)
+        self.assertIs(item.toJSON()["truncated"], True)
         small = readSession(self.write(encode(records))).transcript(maxText=5)[0]
-        self.assertEqual(small["text"], "éé")
+        self.assertEqual(small.text, "éé")
 
     def test_stringContent(self) -> None:
         """
@@ -187,7 +196,7 @@ class ReadSessionTests(SynchronousTestCase):
         records = [HEADER, entry("message", "aaaa0001", None, 1, message={
             "role": "user", "content": "plain", "timestamp": 1})]
         session = parseSession(encode(records))
-        self.assertEqual(session.transcript()[0]["text"], "plain")
+        self.assertEqual(session.transcript()[0].text, "plain")
 
     def test_leafDecidesBranch(self) -> None:
         """
@@ -202,20 +211,20 @@ class ReadSessionTests(SynchronousTestCase):
         ]
         session = parseSession(encode(records))
         self.assertEqual(
-            [e["id"] for e in session.activeBranch()],
+            [e.id for e in session.activeBranch()],
             ["83ce834c", "aa778db0", "9652dac7", "ab1d5f48", "74a5faba",
              "new00000", "new00001"],
         )
         self.assertEqual(
             session.forkPoints(),
-            [{"entryId": "ab1d5f48", "text": "first [[PLAIN]]"},
-             {"entryId": "new00000", "text": "taken"}],
+            [ForkPoint(entryId="ab1d5f48", text="first [[PLAIN]]"),
+             ForkPoint(entryId="new00000", text="taken")],
         )
         # Appending under the old branch moves the leaf back to it.
         records.append(user("0ld0ld02", "0ld0ld01", 56, "back"))
         session = parseSession(encode(records))
         self.assertEqual(
-            [e["id"] for e in session.activeBranch()][-3:],
+            [e.id for e in session.activeBranch()][-3:],
             ["0ld0ld00", "0ld0ld01", "0ld0ld02"],
         )
 
@@ -304,7 +313,7 @@ class BranchSessionTests(SynchronousTestCase):
                                newSessionId="sess-first", now=self.now)
         self.assertEqual(result.selectedText, "first [[PLAIN]]")
         session = readSession(result.path)
-        self.assertEqual([e["type"] for e in session.entries],
+        self.assertEqual([e.type for e in session.entries],
                          ["model_change", "thinking_level_change", "message"])
         self.assertEqual(session.transcript(), [])
         self.assertIsNone(session.firstUserText())

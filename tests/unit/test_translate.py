@@ -11,6 +11,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body import HostEvent, Translator
+from vehicle.protocol import PiQueue
 
 
 ZERO_USAGE = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 0,
@@ -267,8 +268,8 @@ class TranslatorRunTests(SynchronousTestCase):
         self.assertEqual(events[2].data, {"steering": [], "followUp": []})
         self.assertEqual(events[-1].data, {"runId": "run-1", "aborted": True,
                                            "stopReason": "aborted", "turns": 1, "costUsd": 0})
-        self.assertEqual(translator.queue, {"steering": ["steer S1 [[PLAIN]]"],
-                                            "followUp": ["follow F2 [[PLAIN]]"]})
+        self.assertEqual(translator.queue, PiQueue(steering=("steer S1 [[PLAIN]]",),
+                                                   followUp=("follow F2 [[PLAIN]]",)))
 
     def test_steeringInOneRun(self) -> None:
         """
@@ -463,7 +464,7 @@ class TranslatorRecordTests(SynchronousTestCase):
         [queue] = self.translator.feed({"type": "queue_update", "steering": [long],
                                         "followUp": []})
         self.assertEqual(queue.data["steering"], ["€" * 5461])
-        self.assertEqual(self.translator.queue["steering"], [long])
+        self.assertEqual(self.translator.queue.steering, (long,))
 
     def test_noRunYet(self) -> None:
         """

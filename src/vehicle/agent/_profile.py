@@ -14,7 +14,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from attrs import define, field
 from twisted.logger import Logger
@@ -26,6 +26,7 @@ from vehicle.body import BodyPaths, BodyPlan, Wrapper
 from vehicle.box import (
     BoxSpec,
     SeatbeltSpec,
+    Spawner,
     seatbeltArgv,
     seatbeltEnvironment,
     FolderIdentity,
@@ -39,7 +40,7 @@ from vehicle.box import (
 )
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
-from vehicle.protocol import CreateRequest
+from vehicle.protocol import CreateRequest, JSONObject
 from vehicle.session import Caller, FolderRecord, Session
 from vehicle.store import DataDir
 
@@ -71,7 +72,8 @@ class AgentProfile:
     bwrap: str = "/usr/bin/bwrap"
     #: Folders never to show a box (the host's home, gardend's profile).
     hidden: tuple[Path, ...] = field(factory=lambda: (Path.home(),))
-    spawner: Any = None
+    #: Spawns the bwrap probe (tests hand in a fake); the reactor when L{None}.
+    spawner: Spawner | None = None
     doors: dict[str, ModelDoor] = field(factory=dict)
     #: Where run folders are made (a short path: the system's temp folder).
     runRoot: Path | None = None
@@ -264,7 +266,7 @@ class AgentProfile:
 
     def providersFor(
         self, session: Session, door: ModelDoor, port: int = BRIDGE_PORT
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, JSONObject]:
         """
         The boot config's providers for a boxed body: the token, and the
         bridge's loopback address, never the real key or URL.

@@ -23,11 +23,16 @@ from vehicle.body._rpc import (
     PiCommandError,
     PiProtocol,
 )
+from vehicle.body._pimessage import PiMessage, ToolCall, Usage
 from vehicle.body._sessionfile import (
     MAX_TEXT_BYTES,
     BranchResult,
+    Entry,
+    ForkPoint,
     NothingToFork,
     SessionFile,
+    TranscriptItem,
+    TranscriptRole,
     branchSession,
     capText,
     parseSession,
@@ -48,11 +53,19 @@ __all__ = [
     "IBodySink",
     "PiCommandError",
     "PiProtocol",
+    # _pimessage
+    "PiMessage",
+    "ToolCall",
+    "Usage",
     # _sessionfile
     "MAX_TEXT_BYTES",
     "BranchResult",
+    "Entry",
+    "ForkPoint",
     "NothingToFork",
     "SessionFile",
+    "TranscriptItem",
+    "TranscriptRole",
     "branchSession",
     "capText",
     "parseSession",

@@ -114,7 +114,7 @@ async def branch(
     kind: Literal["fork", "clone"] = "fork" if request.type == CommandType.fork else "clone"
     entryId = request.entryId if kind == "fork" else None
     points = readSession(piFile).forkPoints()
-    if entryId is not None and entryId not in {p["entryId"] for p in points}:
+    if entryId is not None and entryId not in {p.entryId for p in points}:
         raise NothingToFork(entryId)
     meta = evolve(
         source.meta,
@@ -130,7 +130,7 @@ async def branch(
         meta=meta, entryId=entryId,
         # What the list shows for the branch until something is said in it:
         # the first message of the history it begins with.
-        inherited=points[0]["text"] if points and points[0]["entryId"] != entryId else None,
+        inherited=points[0].text if points and points[0].entryId != entryId else None,
     )
     try:
         return await _build(made, recordFolders, runInThread or inline)
@@ -162,15 +162,7 @@ async def _build(
     try:
         result = _copyConversation(made, session)
         if made.meta.profile == "agent" and recordFolders is not None:
-            # A snapshot: links copied as links, never followed.
-            await runInThread(
-                copyTree, registry.dataDir.workspaceDir(source.sessionId), made.workDir()
-            )
-            session.meta = evolve(session.meta, folders=movedFolders(
-                recordFolders(made.branchId, session.directory), session.directory,
-                registry.dataDir.sessionDir(made.branchId),
-            ))
-            session.writeMeta()
+            await _copyWorkspace(made, session, recordFolders, runInThread)
         if source.deleted:
             raise notFound()
         earlier = source.replay(request.requestId, request.raw, "commands")
@@ -189,6 +181,34 @@ async def _build(
         session.close()
         registry.maker.abandon(made.branchId)
         raise
+    _publish(made, session, sent)
+    return sent
+
+
+async def _copyWorkspace(
+    made: _Branch, session: Session, recordFolders: FolderMaker, runInThread: RunInThread
+) -> None:
+    """
+    An agent's branch gets a snapshot of its source's workspace (links
+    copied as links, never followed), and the identities of its folders.
+    """
+    registry = made.registry
+    await runInThread(
+        copyTree, registry.dataDir.workspaceDir(made.source.sessionId), made.workDir()
+    )
+    session.meta = evolve(session.meta, folders=movedFolders(
+        recordFolders(made.branchId, session.directory), session.directory,
+        registry.dataDir.sessionDir(made.branchId),
+    ))
+    session.writeMeta()
+
+
+def _publish(made: _Branch, session: Session, sent: JSONObject) -> None:
+    """
+    The branch is announced, and its source remembers it (so a retry of
+    the request replays the answer rather than branches again).
+    """
+    registry, source, request = made.registry, made.source, made.request
     try:
         registry.maker.publish(
             session, "branched", made.caller, request.requestId, request.raw, sent, "commands",
@@ -202,7 +222,6 @@ async def _build(
                 made.caller, request.requestId, request.raw, sent, made.kind, made.branchId,
                 made.entryId,
             )
-    return sent
 
 
 def _copyConversation(made: _Branch, session: Session) -> BranchResult:
@@ -219,7 +238,7 @@ def _copyConversation(made: _Branch, session: Session) -> BranchResult:
         now=datetime.datetime.fromtimestamp(made.registry.clock.seconds(), datetime.timezone.utc),
         cwd=str(made.workDir()),
     )
-    if not any(e.get("type") == "message" for e in readSession(result.path).entries):
+    if not any(e.type == "message" for e in readSession(result.path).entries):
         result.path.unlink()
     else:
         result.path.chmod(0o600)

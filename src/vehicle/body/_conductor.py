@@ -118,7 +118,7 @@ class Conductor:
         current = latestSessionFile(piDir) if piDir.exists() else None
         if current is None:
             return []
-        return readSession(current).transcript()
+        return [item.toJSON() for item in readSession(current).transcript()]
 
     def meterModelRequest(self) -> str | None:
         """

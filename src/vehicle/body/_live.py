@@ -250,18 +250,12 @@ class LiveBody:
         return [str(p["apiKey"]) for p in providers.values() if p.get("apiKey")]
 
     def snapshotQueue(self) -> PiQueue:
-        return PiQueue(
-            steering=tuple(self.translator.queue.get("steering", [])),
-            followUp=tuple(self.translator.queue.get("followUp", [])),
-        )
+        return self.translator.queue
 
     def piQueues(self) -> bool:
         """
         Does pi hold anything in its queue (as the host knows it, or as pi
         last reported it)?
         """
-        return bool(
-            self.queued
-            or self.translator.queue.get("steering")
-            or self.translator.queue.get("followUp")
-        )
+        piQueue = self.translator.queue
+        return bool(self.queued or piQueue.steering or piQueue.followUp)

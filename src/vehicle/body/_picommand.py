@@ -15,10 +15,12 @@ import math
 import platform
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 from urllib.parse import urlsplit
 
 from attrs import frozen
+
+from vehicle.protocol import JSONObject, RunBudget
 
 
 __all__ = [
@@ -195,7 +197,7 @@ def piEnvironment(*, home: Path, agentDir: Path, path: str) -> dict[str, str]:
     }
 
 
-def agentSettings() -> dict[str, Any]:
+def agentSettings() -> JSONObject:
     """
     The agent dir's C{settings.json}: pi's automatic retries off (the host
     decides what a failed model call means), at agent and provider level.
@@ -220,49 +222,72 @@ def checkMcpUrl(url: str) -> str:
     raise ValueError(f"the MCP endpoint must be https or http on loopback, not {url!r}")
 
 
-def bootConfig(
-    *,
-    providers: Mapping[str, Mapping[str, Any]],
-    budget: Mapping[str, Any],
-    mcpUrl: str | None = None,
-) -> bytes:
+def _checkedProvider(name: str, provider: JSONObject) -> JSONObject:
     """
-    The bytes the host writes to the child's fd 3 (then closes it).
+    C{provider} as the boot config carries it (its C{models} a list).
 
-    @param providers: name -> pi provider config (models.json shape:
-        C{baseUrl}, C{api}, C{apiKey}, C{models}); C{apiKey} is passed as a
-        literal (the extension escapes pi's templating).
-    @param budget: C{maxTurns} (int) and C{maxCostUsd} (float) of one run.
-    @param mcpUrl: the graph's MCP endpoint as the body reaches it (gardend's
-        loopback C{/mcp} for a chat body, C{http://127.0.0.1:<bridge>/mcp}
-        for a boxed one), or L{None} for no graph tools. It becomes
-        C{"mcp": {"url": mcpUrl}}; the child must then be started with
-        C{piArgv(..., mcp=True)}.
+    @raise ValueError: it lacks a name, a field, its key or its models.
     """
-    checked: dict[str, Any] = {}
-    for name, provider in providers.items():
-        if not name or "/" in name:
-            raise ValueError(f"not a provider name: {name!r}")
-        for key in ("baseUrl", "api", "apiKey", "models"):
-            if key not in provider:
-                raise ValueError(f"provider {name!r} lacks {key!r}")
-        if not isinstance(provider["apiKey"], str) or not provider["apiKey"]:
-            raise ValueError(f"provider {name!r} has no key")
-        if not isinstance(provider["models"], (list, tuple)) or not provider["models"]:
-            raise ValueError(f"provider {name!r} has no models")
-        checked[name] = {**provider, "models": list(provider["models"])}
-    maxTurns = budget["maxTurns"]
-    maxCostUsd = budget["maxCostUsd"]
+    if not name or "/" in name:
+        raise ValueError(f"not a provider name: {name!r}")
+    for key in ("baseUrl", "api", "apiKey", "models"):
+        if key not in provider:
+            raise ValueError(f"provider {name!r} lacks {key!r}")
+    apiKey, models = provider["apiKey"], provider["models"]
+    if not isinstance(apiKey, str) or not apiKey:
+        raise ValueError(f"provider {name!r} has no key")
+    if not isinstance(models, (list, tuple)) or not models:
+        raise ValueError(f"provider {name!r} has no models")
+    return {**provider, "models": list(models)}
+
+
+def _checkedBudget(budget: RunBudget) -> JSONObject:
+    """
+    C{budget} as the boot config carries it.
+
+    @raise ValueError: its turns are not a positive int, or its dollars not
+        a positive finite number.
+    """
+    maxTurns, maxCostUsd = budget.maxTurns, budget.maxCostUsd
     if isinstance(maxTurns, bool) or not isinstance(maxTurns, int) or maxTurns < 1:
         raise ValueError(f"maxTurns must be a positive int, not {maxTurns!r}")
     if isinstance(maxCostUsd, bool) or not isinstance(maxCostUsd, (int, float)):
         raise ValueError(f"maxCostUsd must be a number, not {maxCostUsd!r}")
     if not math.isfinite(maxCostUsd) or maxCostUsd <= 0:
         raise ValueError(f"maxCostUsd must be positive, not {maxCostUsd!r}")
-    document: dict[str, Any] = {
-        "providers": checked,
-        "budget": {"maxTurns": maxTurns, "maxCostUsd": float(maxCostUsd)},
+    return {"maxTurns": maxTurns, "maxCostUsd": float(maxCostUsd)}
+
+
+def bootConfig(
+    *,
+    providers: Mapping[str, JSONObject],
+    budget: RunBudget,
+    mcpUrl: str | None = None,
+    extra: JSONObject | None = None,
+) -> bytes:
+    """
+    The bytes the host writes to the child's fd 3 (then closes it).
+
+    @param providers: name -> pi provider config (models.json shape:
+        C{baseUrl}, C{api}, C{apiKey}, C{models}), passed through as pi
+        reads it; C{apiKey} is passed as a literal (the extension escapes
+        pi's templating).
+    @param budget: the turns and dollars of one run.
+    @param mcpUrl: the graph's MCP endpoint as the body reaches it (gardend's
+        loopback C{/mcp} for a chat body, C{http://127.0.0.1:<bridge>/mcp}
+        for a boxed one), or L{None} for no graph tools. It becomes
+        C{"mcp": {"url": mcpUrl}}; the child must then be started with
+        C{piArgv(..., mcp=True)}.
+    @param extra: more of the extension's boot config, after the rest (a
+        box's bridge, a viewer's reader tools, a public conversation's
+        graphs).
+    """
+    document: JSONObject = {
+        "providers": {name: _checkedProvider(name, p) for name, p in providers.items()},
+        "budget": _checkedBudget(budget),
     }
     if mcpUrl is not None:
         document["mcp"] = {"url": checkMcpUrl(mcpUrl)}
+    if extra:
+        document.update(extra)
     return json.dumps(document, separators=(",", ":")).encode("utf-8")

@@ -43,13 +43,13 @@ class IBodySink(Interface):
     Receives what a pi child says outside of responses to requests.
     """
 
-    def piEvent(event: JSONObject) -> None:  # type: ignore[misc]
+    def piEvent(event: JSONObject) -> None:
         """
         One stdout record that is not the response to a pending request:
         events, C{extension_ui_request}s, responses without a known C{id}.
         """
 
-    def bodyExited(  # type: ignore[misc]
+    def bodyExited(
         exitCode: int | None, signal: int | None, stderrTail: str
     ) -> None:
         """

@@ -12,19 +12,19 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Literal, Mapping, Sequence
 
 from attrs import field, frozen
 
+from vehicle.body._pimessage import PiMessage, ToolCall
 from vehicle.errors import VehicleError
+from vehicle.protocol import JSONObject, loads, textOf
 from vehicle.session import isoTimestamp
 
 
 #: The cap on a text field the host shows (transcript items, events), in
 #: UTF-8 bytes.
 MAX_TEXT_BYTES = 16384
-
-_TRANSCRIPT_ROLES = frozenset({"user", "assistant", "toolResult"})
 
 
 def capText(text: str, maxBytes: int = MAX_TEXT_BYTES) -> tuple[str, bool]:
@@ -47,42 +47,6 @@ def capText(text: str, maxBytes: int = MAX_TEXT_BYTES) -> tuple[str, bool]:
     while cut > 0 and (encoded[cut] & 0xC0) == 0x80:
         cut -= 1
     return encoded[:cut].decode("utf-8", "surrogatepass"), True
-
-
-def messageText(message: Mapping[str, Any]) -> str:
-    """
-    The visible text of a pi message: its C{text} parts joined by newlines.
-
-    Thinking, images and tool calls are left out; C{content} may also be a
-    plain string (user messages).
-    """
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(
-        part["text"]
-        for part in content
-        if isinstance(part, dict)
-        and part.get("type") == "text"
-        and isinstance(part.get("text"), str)
-    )
-
-
-def messageToolCalls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """
-    The tool calls of an assistant message as C{[{"id", "name"}]}, without
-    their arguments.
-    """
-    content = message.get("content")
-    if not isinstance(content, list):
-        return []
-    return [
-        {"id": part.get("id"), "name": part.get("name")}
-        for part in content
-        if isinstance(part, dict) and part.get("type") == "toolCall"
-    ]
 
 
 class NothingToFork(VehicleError):
@@ -108,116 +72,208 @@ class NothingToFork(VehicleError):
         return str(self.details["entryId"])
 
 
+#: A transcript item's role: what the host shows of a conversation.
+TranscriptRole = Literal["user", "assistant", "toolResult"]
+
+
+@frozen(kw_only=True)
+class Entry:
+    """
+    One entry of a session file (every record after the header), read once.
+
+    @ivar id: its id (8 hex digits), L{None} for a record without one.
+    @ivar parentId: the entry it follows on its branch.
+    @ivar type: C{message}, C{label}, C{model_change}, C{custom}, ...
+    @ivar timestamp: when pi appended it (ISO 8601).
+    @ivar message: for a C{message} entry, its message.
+    @ivar record: the record as pi wrote it, which a branch copies whole.
+    """
+
+    id: str | None
+    parentId: str | None
+    type: str | None
+    timestamp: str | None
+    message: PiMessage | None
+    record: JSONObject = field(repr=False)
+
+    @classmethod
+    def fromJSON(cls, record: JSONObject) -> Entry:
+        """
+        Read one record of a session file.
+        """
+        kind = textOf(record.get("type"))
+        message = record.get("message")
+        return cls(
+            id=textOf(record.get("id")),
+            parentId=textOf(record.get("parentId")),
+            type=kind,
+            timestamp=textOf(record.get("timestamp")),
+            message=(
+                PiMessage.fromJSON(message)
+                if kind == "message" and isinstance(message, dict)
+                else None
+            ),
+            record=record,
+        )
+
+
+@frozen(kw_only=True)
+class TranscriptItem:
+    """
+    One message of a conversation as the host shows it (the snapshot's
+    C{transcript}, the mirror's document).
+
+    @ivar text: the message's text, capped.
+    @ivar truncated: whether the text was cut.
+    @ivar toolCalls: an assistant message's tool calls.
+    @ivar toolName: a tool result's tool.
+    @ivar isError: whether a tool result is a failure.
+    @ivar timestamp: when pi appended the entry.
+    """
+
+    entryId: str
+    role: TranscriptRole
+    text: str
+    truncated: bool = False
+    toolCalls: tuple[ToolCall, ...] = ()
+    toolName: str | None = None
+    isError: bool = False
+    timestamp: str | None = None
+
+    def toJSON(self) -> JSONObject:
+        """
+        The item on the wire: C{{"entryId", "role", "text"}}, then
+        C{"truncated": true} when cut, C{"toolCalls"} for an assistant
+        message, C{"toolName"} and C{"isError"} for a tool result, and the
+        C{"timestamp"}.
+        """
+        item: JSONObject = {"entryId": self.entryId, "role": self.role, "text": self.text}
+        if self.truncated:
+            item["truncated"] = True
+        if self.role == "assistant":
+            item["toolCalls"] = [call.toJSON() for call in self.toolCalls]
+        elif self.role == "toolResult":
+            item["toolName"] = self.toolName
+            item["isError"] = self.isError
+        if self.timestamp is not None:
+            item["timestamp"] = self.timestamp
+        return item
+
+
+@frozen(kw_only=True)
+class ForkPoint:
+    """
+    A user message a fork may be cut at, as pi's C{get_fork_messages}
+    lists it (its full text).
+    """
+
+    entryId: str
+    text: str
+
+
+def _transcriptRole(role: str | None) -> TranscriptRole | None:
+    if role == "user":
+        return "user"
+    if role == "assistant":
+        return "assistant"
+    if role == "toolResult":
+        return "toolResult"
+    return None
+
+
 @frozen
 class SessionFile:
     """
     One pi session file as read.
 
     @ivar header: the C{{"type": "session", ...}} first line, or an empty
-        mapping when the file has none.
+        object when the file has none.
     @ivar entries: every other parsed record, in file order.
     @ivar skippedLines: lines that were not JSON objects (a torn last line,
         for one).
     """
 
-    header: Mapping[str, Any]
-    entries: Sequence[dict[str, Any]]
+    header: JSONObject
+    entries: Sequence[Entry]
     skippedLines: int = 0
-    _byId: Mapping[str, dict[str, Any]] = field(init=False, eq=False, repr=False)
+    _byId: Mapping[str, Entry] = field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        byId = {
-            e["id"]: e for e in self.entries if isinstance(e.get("id"), str)
-        }
+        byId = {e.id: e for e in self.entries if e.id is not None}
         object.__setattr__(self, "_byId", byId)
 
-    def activeBranch(self) -> list[dict[str, Any]]:
+    def activeBranch(self) -> list[Entry]:
         """
         The entries from the root to the leaf, the leaf being the last entry
         (with an id) in file order, as pi decides when it loads the file.
         """
-        leaf = None
-        for entry in reversed(self.entries):
-            if isinstance(entry.get("id"), str):
-                leaf = entry
-                break
-        chain: list[dict[str, Any]] = []
+        leaf = next((e for e in reversed(self.entries) if e.id is not None), None)
+        chain: list[Entry] = []
         seen: set[str] = set()
-        while leaf is not None and leaf["id"] not in seen:
-            seen.add(leaf["id"])
+        while leaf is not None and leaf.id is not None and leaf.id not in seen:
+            seen.add(leaf.id)
             chain.append(leaf)
-            parentId = leaf.get("parentId")
-            leaf = self._byId.get(parentId) if isinstance(parentId, str) else None
+            leaf = self._byId.get(leaf.parentId) if leaf.parentId is not None else None
         chain.reverse()
         return chain
 
-    def _messages(self) -> Iterable[tuple[dict[str, Any], dict[str, Any]]]:
+    def _messages(self) -> Iterable[tuple[str, Entry, PiMessage]]:
         for entry in self.activeBranch():
-            message = entry.get("message")
-            if entry.get("type") == "message" and isinstance(message, dict):
-                yield entry, message
+            if entry.message is not None and entry.id is not None:
+                yield entry.id, entry, entry.message
 
-    def transcript(self, maxText: int = MAX_TEXT_BYTES) -> list[dict[str, Any]]:
+    def transcript(self, maxText: int = MAX_TEXT_BYTES) -> list[TranscriptItem]:
         """
-        The conversation on the active branch, as the host shows it.
+        The conversation on the active branch, as the host shows it: user
+        and assistant messages and tool results (system messages and
+        entries that are not messages are left out).
 
         @param maxText: the cap on each item's C{text}, in UTF-8 bytes.
-        @return: items C{{"entryId", "role", "text", "timestamp"}} plus
-            C{"toolCalls": [{"id", "name"}]} for an assistant message,
-            C{"toolName"} and C{"isError"} for a tool result, and
-            C{"truncated": True} when the text was cut. System messages and
-            entries that are not messages are left out.
         """
         items = []
-        for entry, message in self._messages():
-            role = message.get("role")
-            if role not in _TRANSCRIPT_ROLES:
+        for entryId, entry, message in self._messages():
+            role = _transcriptRole(message.role)
+            if role is None:
                 continue
-            text, truncated = capText(messageText(message), maxText)
-            item: dict[str, Any] = {
-                "entryId": entry["id"],
-                "role": role,
-                "text": text,
-            }
-            if truncated:
-                item["truncated"] = True
-            if role == "assistant":
-                item["toolCalls"] = messageToolCalls(message)
-            elif role == "toolResult":
-                item["toolName"] = message.get("toolName")
-                item["isError"] = bool(message.get("isError", False))
-            if "timestamp" in entry:
-                item["timestamp"] = entry["timestamp"]
-            items.append(item)
+            text, truncated = capText(message.text, maxText)
+            items.append(
+                TranscriptItem(
+                    entryId=entryId,
+                    role=role,
+                    text=text,
+                    truncated=truncated,
+                    toolCalls=message.toolCalls if role == "assistant" else (),
+                    toolName=message.toolName if role == "toolResult" else None,
+                    isError=message.isError if role == "toolResult" else False,
+                    timestamp=entry.timestamp,
+                )
+            )
         return items
 
-    def forkPoints(self) -> list[dict[str, str]]:
+    def forkPoints(self) -> list[ForkPoint]:
         """
-        The user messages on the active branch, C{[{"entryId", "text"}]}, as
-        pi's C{get_fork_messages} lists them (full text).
+        The user messages on the active branch, as pi's
+        C{get_fork_messages} lists them (full text).
         """
         return [
-            {"entryId": entry["id"], "text": messageText(message)}
-            for entry, message in self._messages()
-            if message.get("role") == "user"
+            ForkPoint(entryId=entryId, text=message.text)
+            for entryId, _, message in self._messages()
+            if message.role == "user"
         ]
 
     def firstUserText(self) -> str | None:
         """
         The text of the first user message on the active branch, if any.
         """
-        for _, message in self._messages():
-            if message.get("role") == "user":
-                return messageText(message)
-        return None
+        return next((point.text for point in self.forkPoints()), None)
 
 
 def parseSession(data: bytes) -> SessionFile:
     """
     Parse the bytes of a session file; see L{readSession}.
     """
-    header: Mapping[str, Any] = {}
-    entries: list[dict[str, Any]] = []
+    header: JSONObject = {}
+    entries: list[Entry] = []
     skipped = 0
     first = True
     # LF only: raw U+2028/U+2029 occur inside JSON strings.
@@ -225,7 +281,7 @@ def parseSession(data: bytes) -> SessionFile:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
+            record = loads(raw)
         except ValueError:
             skipped += 1
             continue
@@ -235,7 +291,7 @@ def parseSession(data: bytes) -> SessionFile:
         if first and record.get("type") == "session":
             header = record
         else:
-            entries.append(record)
+            entries.append(Entry.fromJSON(record))
         first = False
     return SessionFile(header=header, entries=entries, skippedLines=skipped)
 
@@ -279,7 +335,7 @@ def _seconds(now: datetime) -> float:
     return now.timestamp()
 
 
-def _line(record: Mapping[str, Any]) -> bytes:
+def _line(record: JSONObject) -> bytes:
     try:
         text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
         return text.encode("utf-8") + b"\n"
@@ -334,25 +390,9 @@ def branchSession(
     source = Path(source)
     destDir = Path(destDir)
     session = readSession(source)
-    branch = session.activeBranch()
-    selectedText = None
-    if entryId is not None:
-        for index, entry in enumerate(branch):
-            message = entry.get("message")
-            if (
-                entry.get("id") == entryId
-                and entry.get("type") == "message"
-                and isinstance(message, dict)
-                and message.get("role") == "user"
-            ):
-                selectedText = messageText(message)
-                branch = branch[:index]
-                break
-        else:
-            raise NothingToFork(entryId)
-
+    branch, selectedText = _cut(session.activeBranch(), entryId)
     timestamp = isoTimestamp(_seconds(now))
-    header = {
+    header: JSONObject = {
         "type": "session",
         "version": 3,
         "id": newSessionId,
@@ -360,20 +400,43 @@ def branchSession(
         "cwd": cwd if cwd is not None else session.header.get("cwd"),
         "parentSession": str(source),
     }
-    lines = [_line(header)]
-    parentId = None
-    for entry in branch:
-        if entry.get("type") == "label":
-            continue
-        copied = dict(entry)
-        copied["parentId"] = parentId
-        parentId = copied["id"]
-        lines.append(_line(copied))
-
     name = timestamp.replace(":", "-").replace(".", "-") + f"_{newSessionId}.jsonl"
     destDir.mkdir(parents=True, exist_ok=True)
     path = destDir / name
     if path.exists():
         raise FileExistsError(str(path))
-    _writeAtomically(path, b"".join(lines))
+    _writeAtomically(path, b"".join([_line(header), *_rechained(branch)]))
     return BranchResult(path=path, selectedText=selectedText)
+
+
+def _cut(branch: list[Entry], entryId: str | None) -> tuple[list[Entry], str | None]:
+    """
+    Where a branch ends: a clone keeps the whole active branch; a fork ends
+    before the user message C{entryId}, whose text it also returns.
+
+    @raise NothingToFork: C{entryId} is not a user message on C{branch}.
+    """
+    if entryId is None:
+        return branch, None
+    for index, entry in enumerate(branch):
+        message = entry.message
+        if entry.id == entryId and message is not None and message.role == "user":
+            return branch[:index], message.text
+    raise NothingToFork(entryId)
+
+
+def _rechained(branch: list[Entry]) -> list[bytes]:
+    """
+    The lines of C{branch} in a new file: each record as pi wrote it, but
+    for its C{parentId} (the entry kept before it: labels are dropped).
+    """
+    lines = []
+    parentId: str | None = None
+    for entry in branch:
+        if entry.type == "label":
+            continue
+        copied = dict(entry.record)
+        copied["parentId"] = parentId
+        parentId = entry.id
+        lines.append(_line(copied))
+    return lines

@@ -15,7 +15,8 @@ from attrs import define
 
 from vehicle.body._life import BodyLife
 from vehicle.body._live import LiveBody
-from vehicle.protocol import Command, CommandStatus, JSONObject, numberOf, objectOf, textOf
+from vehicle.body._pimessage import PiMessage
+from vehicle.protocol import Command, CommandStatus, JSONObject, numberOf, objectOf
 from vehicle.session import RunSettled, Session
 
 
@@ -63,7 +64,7 @@ class Settlement:
                 body.turnStarted()
             self.life.pump.cancelIdle()
         elif kind == "message_end":
-            self._userMessage(body, objectOf(event.get("message")))
+            self._userMessage(body, PiMessage.fromJSON(objectOf(event.get("message"))))
         settled: RunSettled | None = None
         for hostEvent in body.translator.feed(event):
             if hostEvent.type == "ui.request":
@@ -82,19 +83,11 @@ class Settlement:
         if kind == "agent_settled":
             self._settled(bool(event.get("aborted")), settled)
 
-    def _userMessage(self, body: LiveBody, message: JSONObject) -> None:
-        if message.get("role") != "user":
+    def _userMessage(self, body: LiveBody, message: PiMessage) -> None:
+        if message.role != "user":
             return
-        parts = message.get("content")
-        if isinstance(parts, str):
-            text = parts
-        else:
-            text = "".join(
-                textOf(p.get("text")) or ""
-                for p in (parts if isinstance(parts, list) else [])
-                if isinstance(p, dict) and p.get("type") == "text"
-            )
-        command = body.delivered(text)
+        # The text pi was sent comes back as its parts, joined as they are.
+        command = body.delivered("".join(message.texts))
         if command is not None:
             self.session.move(command.commandId, CommandStatus.delivered)
 

@@ -13,7 +13,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar
 
 from attrs import define, field
 from twisted.internet.interfaces import IProcessTransport, IReactorProcess
@@ -30,7 +30,7 @@ from vehicle.body._picommand import (
     piEnvironment,
 )
 from vehicle.models import ModelCatalog
-from vehicle.protocol import RunBudget
+from vehicle.protocol import JSONObject, RunBudget
 from vehicle.store import writeAtomic
 
 
@@ -129,11 +129,14 @@ class BodyPlan:
     """
 
     workDir: Path | None = None
-    providers: dict[str, dict[str, Any]] | None = field(default=None, repr=False)
+    #: pi's provider configs (models.json shape), as the boot config
+    #: carries them; L{None}: the catalogue's for the session's model.
+    providers: dict[str, JSONObject] | None = field(default=None, repr=False)
     wrap: Wrapper | None = None
-    bootExtra: dict[str, Any] | None = None
+    bootExtra: JSONObject | None = None
     box: str | None = None
-    cleanup: Callable[[], Any] | None = None
+    #: Undoes what the plan set up (its door); may return a Deferred.
+    cleanup: Callable[[], object] | None = None
     #: The graph's MCP endpoint as this body reaches it; L{None}: the
     #: launcher's own (gardend's loopback /mcp), or no graph tools at all.
     mcpUrl: str | None = None
@@ -179,9 +182,9 @@ class Launcher:
         model: str,
         profile: str,
         budget: RunBudget,
-        providers: dict[str, dict[str, Any]] | None = None,
+        providers: dict[str, JSONObject] | None = None,
         wrap: Wrapper | None = None,
-        bootExtra: dict[str, Any] | None = None,
+        bootExtra: JSONObject | None = None,
         mcpUrl: str | None = None,
         extraFDs: dict[int, bytes] | None = None,
     ) -> IProcessTransport:
@@ -189,35 +192,13 @@ class Launcher:
         Spawn C{pi --mode rpc} for a session and hand it its boot config.
         """
         paths.prepare()
-        pi = self.pi()
-        argv = piArgv(
-            pi,
-            sessionDir=paths.piDir,
-            sessionFile=latestSessionFile(paths.piDir),
-            extension=self.extension,
-            model=model,
-            tools=AGENT_TOOLS if profile == "agent" else None,
-            mcp=mcpUrl is not None,
-        )
-        if self.piCommand:
-            argv = list(self.piCommand) + argv[2:]
-        env = piEnvironment(
-            home=paths.home,
-            agentDir=paths.agentDir,
-            path=f"{pi.node.parent}:/usr/local/bin:/usr/bin:/bin",
-        )
+        argv, env = self._command(paths, model=model, profile=profile, mcp=mcpUrl is not None)
         if wrap is not None:
             argv, env = wrap(argv, env, paths)
         if providers is None:
             name, spec = self.models.providerFor(model)
             providers = {name: spec}
-        boot = bootConfig(
-            providers=providers,
-            budget={"maxTurns": budget.maxTurns, "maxCostUsd": budget.maxCostUsd},
-            mcpUrl=mcpUrl,
-        )
-        if bootExtra:
-            boot = json.dumps({**json.loads(boot), **bootExtra}, separators=(",", ":")).encode()
+        boot = bootConfig(providers=providers, budget=budget, mcpUrl=mcpUrl, extra=bootExtra)
         transport = self.reactor.spawnProcess(
             protocol,
             argv[0],
@@ -233,3 +214,29 @@ class Launcher:
             transport.closeChildFD(fd)
         self._log.info("Spawned pi pid={pid} in {workDir}", pid=transport.pid, workDir=str(paths.workDir))
         return transport
+
+    def _command(
+        self, paths: BodyPaths, *, model: str, profile: str, mcp: bool
+    ) -> tuple[list[str], dict[str, str]]:
+        """
+        The argv and whole environment of a pi child, before any box: it
+        resumes the conversation pi keeps in C{paths.piDir}, if any.
+        """
+        pi = self.pi()
+        argv = piArgv(
+            pi,
+            sessionDir=paths.piDir,
+            sessionFile=latestSessionFile(paths.piDir),
+            extension=self.extension,
+            model=model,
+            tools=AGENT_TOOLS if profile == "agent" else None,
+            mcp=mcp,
+        )
+        if self.piCommand:
+            argv = list(self.piCommand) + argv[2:]
+        env = piEnvironment(
+            home=paths.home,
+            agentDir=paths.agentDir,
+            path=f"{pi.node.parent}:/usr/local/bin:/usr/bin:/bin",
+        )
+        return argv, env

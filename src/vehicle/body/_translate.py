@@ -9,16 +9,12 @@ and what of a record is kept (no tool arguments or results, texts capped).
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
 
 from attrs import define, field, frozen
 
-from vehicle.body._sessionfile import (
-    MAX_TEXT_BYTES,
-    capText,
-    messageText,
-    messageToolCalls,
-)
+from vehicle.body._pimessage import PiMessage
+from vehicle.body._sessionfile import MAX_TEXT_BYTES, capText
+from vehicle.protocol import JSON, JSONObject, PiQueue, loads, objectOf, textOf
 
 
 #: The prefix of a C{notify} message by which the extension reports a budget
@@ -31,8 +27,6 @@ TOOLS_NOTICE_PREFIX = "sophia.tools "
 
 #: Extension UI methods that expect no answer (pi's fire-and-forget kinds).
 _UI_NO_ANSWER = frozenset({"setStatus", "setWidget", "setTitle", "set_editor_text"})
-
-_SCALARS = (str, int, float, bool, type(None))
 
 #: pi record type -> the L{Translator} method that handles it.
 _HANDLERS = {
@@ -67,42 +61,43 @@ class HostEvent:
     """
 
     type: str
-    data: dict[str, Any]
+    data: JSONObject
     durable: bool = True
 
 
-def _capped(text: Any) -> tuple[str, bool]:
+def _capped(text: JSON) -> tuple[str, bool]:
     return capText(text if isinstance(text, str) else "", MAX_TEXT_BYTES)
 
 
-def _number(value: Any) -> float | int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0
-    return value
-
-
-def _usage(message: Mapping[str, Any]) -> dict[str, Any]:
-    usage = message.get("usage")
-    if not isinstance(usage, dict):
-        usage = {}
-    cost = usage.get("cost")
-    return {
-        "input": _number(usage.get("input")),
-        "output": _number(usage.get("output")),
-        "cacheRead": _number(usage.get("cacheRead")),
-        "cacheWrite": _number(usage.get("cacheWrite")),
-        "totalTokens": _number(usage.get("totalTokens")),
-        "costUsd": _number(cost.get("total")) if isinstance(cost, dict) else 0,
-    }
-
-
-def _scalars(record: Mapping[str, Any], skip: frozenset[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _scalars(record: JSONObject, skip: frozenset[str]) -> JSONObject:
+    """
+    The fields of C{record} that are neither objects nor lists, texts
+    capped.
+    """
+    out: JSONObject = {}
     for key, value in record.items():
-        if key in skip or not isinstance(value, _SCALARS):
+        if key in skip or isinstance(value, (dict, list)):
             continue
         out[key] = _capped(value)[0] if isinstance(value, str) else value
     return out
+
+
+def _notice(message: str, prefix: str) -> JSON:
+    """
+    The JSON after C{prefix} in one of the extension's notices (L{None}
+    when it does not parse).
+    """
+    try:
+        return loads(message[len(prefix):])
+    except ValueError:
+        return None
+
+
+def _strings(value: JSON) -> tuple[str, ...]:
+    """
+    The strings of a JSON list (anything else: none).
+    """
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 @define
@@ -116,16 +111,13 @@ class Translator:
     @ivar currentRunId: the id of the open run, or of the last one once it
         settled; C{None} before the first.
     @ivar runOpen: whether a run has started and not settled.
-    @ivar queue: pi's queue as last reported, C{{"steering": [...],
-        "followUp": [...]}}.
+    @ivar queue: pi's queue as last reported.
     @ivar tools: the names of the active tools, as set by L{setTools}.
     """
 
     currentRunId: str | None = field(init=False, default=None)
     runOpen: bool = field(init=False, default=False)
-    queue: dict[str, list[str]] = field(
-        init=False, factory=lambda: {"steering": [], "followUp": []}
-    )
+    queue: PiQueue = field(init=False, factory=PiQueue)
     tools: list[str] = field(init=False, factory=list)
     #: The runs numbered so far (a revived body goes on from the log's).
     _runCount: int = 0
@@ -148,7 +140,7 @@ class Translator:
         """
         self.tools = list(tools)
 
-    def feed(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def feed(self, record: JSONObject) -> list[HostEvent]:
         """
         Translate one stdout record (not a C{response}).
 
@@ -161,10 +153,10 @@ class Translator:
         result: list[HostEvent] = getattr(self, name)(record)
         return result
 
-    def _run(self) -> dict[str, Any]:
+    def _run(self) -> JSONObject:
         return {} if self.currentRunId is None else {"runId": self.currentRunId}
 
-    def _on_agent_start(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_agent_start(self, record: JSONObject) -> list[HostEvent]:
         if self.runOpen and self._awaitingRetry:
             self._awaitingRetry = False
             return []
@@ -181,13 +173,13 @@ class Translator:
             )
         ]
 
-    def _on_agent_end(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_agent_end(self, record: JSONObject) -> list[HostEvent]:
         willRetry = bool(record.get("willRetry", False))
         self._awaitingRetry = willRetry
         return [HostEvent("run.ended", {**self._run(), "willRetry": willRetry})]
 
-    def _on_agent_settled(self, record: Mapping[str, Any]) -> list[HostEvent]:
-        data: dict[str, Any] = {
+    def _on_agent_settled(self, record: JSONObject) -> list[HostEvent]:
+        data: JSONObject = {
             **self._run(),
             "aborted": bool(record.get("aborted", False)),
         }
@@ -199,55 +191,61 @@ class Translator:
         self._awaitingRetry = False
         return [HostEvent("run.settled", data)]
 
-    def _on_message_end(self, record: Mapping[str, Any]) -> list[HostEvent]:
-        message = record.get("message")
-        if not isinstance(message, dict):
+    def _on_message_end(self, record: JSONObject) -> list[HostEvent]:
+        raw = record.get("message")
+        if not isinstance(raw, dict):
             return []
-        role = message.get("role")
-        if role not in ("user", "assistant"):
+        message = PiMessage.fromJSON(raw)
+        if message.role not in ("user", "assistant"):
             return []
-        text, truncated = _capped(messageText(message))
-        data: dict[str, Any] = {**self._run(), "role": role, "text": text}
+        text, truncated = _capped(message.text)
+        data: JSONObject = {**self._run(), "role": message.role, "text": text}
         if truncated:
             data["truncated"] = True
-        if role == "user":
+        if message.role == "user":
             return [HostEvent("message.completed", data)]
-        stopReason = message.get("stopReason")
-        usage = _usage(message)
+        return self._assistantEnded(message, data)
+
+    def _assistantEnded(self, message: PiMessage, data: JSONObject) -> list[HostEvent]:
+        """
+        An assistant message ended: a turn of the run, its cost counted;
+        C{run.error} too when the model request failed.
+        """
+        usage = message.usage
         self._turns += 1
-        self._costUsd += usage["costUsd"]
-        if isinstance(stopReason, str):
-            self._lastStopReason = stopReason
-        data["toolCalls"] = messageToolCalls(message)
-        data["stopReason"] = stopReason
-        data["usage"] = usage
-        errorMessage = message.get("errorMessage")
-        if isinstance(errorMessage, str):
-            errorMessage = _capped(errorMessage)[0]
+        self._costUsd += usage.costUsd
+        if message.stopReason is not None:
+            self._lastStopReason = message.stopReason
+        data["toolCalls"] = [call.toJSON() for call in message.toolCalls]
+        data["stopReason"] = message.stopReason
+        data["usage"] = usage.toJSON()
+        errorMessage = None
+        if message.errorMessage is not None:
+            errorMessage = _capped(message.errorMessage)[0]
             data["errorMessage"] = errorMessage
         events = [HostEvent("message.completed", data)]
-        if stopReason == "error":
+        if message.stopReason == "error":
             events.append(
                 HostEvent(
                     "run.error",
                     {
                         **self._run(),
                         "message": errorMessage
-                        if isinstance(errorMessage, str)
+                        if errorMessage is not None
                         else "The model request failed.",
                     },
                 )
             )
         return events
 
-    def _on_message_update(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_message_update(self, record: JSONObject) -> list[HostEvent]:
         update = record.get("assistantMessageEvent")
         if not isinstance(update, dict) or update.get("type") != "text_delta":
             return []
         text, _ = _capped(update.get("delta"))
         return [HostEvent("message.delta", {**self._run(), "text": text}, durable=False)]
 
-    def _on_tool_execution_start(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_tool_execution_start(self, record: JSONObject) -> list[HostEvent]:
         args = record.get("args")
         argsBytes = len(
             json.dumps(args, ensure_ascii=False, separators=(",", ":")).encode(
@@ -266,34 +264,34 @@ class Translator:
             )
         ]
 
-    def _on_tool_execution_end(self, record: Mapping[str, Any]) -> list[HostEvent]:
-        data: dict[str, Any] = {
+    def _on_tool_execution_end(self, record: JSONObject) -> list[HostEvent]:
+        data: JSONObject = {
             **self._run(),
             "toolCallId": record.get("toolCallId"),
             "toolName": record.get("toolName"),
             "isError": bool(record.get("isError", False)),
         }
-        if isinstance(record.get("durationMs"), (int, float)):
-            data["durationMs"] = record["durationMs"]
+        durationMs = record.get("durationMs")
+        if isinstance(durationMs, (int, float)):
+            data["durationMs"] = durationMs
         return [HostEvent("tool.result", data)]
 
-    def _on_queue_update(self, record: Mapping[str, Any]) -> list[HostEvent]:
-        queue = {}
-        for key in ("steering", "followUp"):
-            items = record.get(key)
-            queue[key] = [
-                item for item in (items if isinstance(items, list) else [])
-                if isinstance(item, str)
-            ]
-        self.queue = queue
+    def _on_queue_update(self, record: JSONObject) -> list[HostEvent]:
+        self.queue = PiQueue(
+            steering=_strings(record.get("steering")),
+            followUp=_strings(record.get("followUp")),
+        )
         return [
             HostEvent(
                 "queue.updated",
-                {key: [_capped(t)[0] for t in texts] for key, texts in queue.items()},
+                {
+                    "steering": [_capped(t)[0] for t in self.queue.steering],
+                    "followUp": [_capped(t)[0] for t in self.queue.followUp],
+                },
             )
         ]
 
-    def _on_auto_retry_start(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_auto_retry_start(self, record: JSONObject) -> list[HostEvent]:
         return [
             HostEvent(
                 "retry.started",
@@ -306,54 +304,49 @@ class Translator:
             )
         ]
 
-    def _on_compaction_start(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_compaction_start(self, record: JSONObject) -> list[HostEvent]:
         return [HostEvent("compaction.started", _scalars(record, frozenset({"type"})))]
 
-    def _on_compaction_end(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_compaction_end(self, record: JSONObject) -> list[HostEvent]:
         data = _scalars(record, frozenset({"type"}))
-        result = record.get("result")
-        if isinstance(result, dict) and isinstance(
-            result.get("tokensBefore"), (int, float)
-        ):
-            data["tokensBefore"] = result["tokensBefore"]
+        tokensBefore = objectOf(record.get("result")).get("tokensBefore")
+        if isinstance(tokensBefore, (int, float)):
+            data["tokensBefore"] = tokensBefore
         return [HostEvent("compaction.ended", data)]
 
-    def _on_extension_error(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_extension_error(self, record: JSONObject) -> list[HostEvent]:
         error = record.get("error", record.get("message"))
         if isinstance(error, dict):
             error = error.get("message")
         return [HostEvent("extension.error", {"message": _capped(error)[0]})]
 
-    def _on_extension_ui_request(self, record: Mapping[str, Any]) -> list[HostEvent]:
+    def _on_extension_ui_request(self, record: JSONObject) -> list[HostEvent]:
         method = record.get("method")
         if method == "notify":
-            message = record.get("message")
-            message = message if isinstance(message, str) else ""
-            if message.startswith(TOOLS_NOTICE_PREFIX):
-                # The extension names the active tools before each run.
-                try:
-                    names = json.loads(message[len(TOOLS_NOTICE_PREFIX):])
-                except ValueError:
-                    names = None
-                if isinstance(names, list) and all(isinstance(n, str) for n in names):
-                    self.tools = list(names)
-                return []
-            if message.startswith(BUDGET_NOTICE_PREFIX):
-                try:
-                    facts = json.loads(message[len(BUDGET_NOTICE_PREFIX):])
-                except ValueError:
-                    facts = None
-                if isinstance(facts, dict):
-                    return [HostEvent("budget.exceeded", {**facts, **self._run()})]
-            return [
-                HostEvent(
-                    "body.notice",
-                    {
-                        "message": _capped(message)[0],
-                        "notifyType": record.get("notifyType", "info"),
-                    },
-                )
-            ]
+            message = textOf(record.get("message")) or ""
+            return self._notified(message, record.get("notifyType", "info"))
         if method in _UI_NO_ANSWER:
             return []
         return [HostEvent("ui.request", dict(record), durable=False)]
+
+    def _notified(self, message: str, notifyType: JSON) -> list[HostEvent]:
+        """
+        A C{notify}: the extension naming the active tools (before each
+        run) or reporting a budget stop, or a notice for the log.
+        """
+        if message.startswith(TOOLS_NOTICE_PREFIX):
+            names = _notice(message, TOOLS_NOTICE_PREFIX)
+            tools = _strings(names)
+            if isinstance(names, list) and len(tools) == len(names):
+                self.tools = list(tools)
+            return []
+        if message.startswith(BUDGET_NOTICE_PREFIX):
+            facts = _notice(message, BUDGET_NOTICE_PREFIX)
+            if isinstance(facts, dict):
+                return [HostEvent("budget.exceeded", {**facts, **self._run()})]
+        return [
+            HostEvent(
+                "body.notice",
+                {"message": _capped(message)[0], "notifyType": notifyType},
+            )
+        ]

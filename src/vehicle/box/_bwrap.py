@@ -69,7 +69,20 @@ def bwrapArgv(spec: BoxSpec) -> list[str]:
             else:
                 argv += ["--symlink", target, str(path)]
     argv += ["--dev", "/dev", "--proc", "/proc"]
+    argv += _mounts(spec)
+    if spec.seccompFd is not None:
+        argv += ["--seccomp", str(spec.seccompFd)]
+    argv += ["--chdir", str(spec.workspace), "--", *spec.command]
+    return argv
 
+
+def _mounts(spec: BoxSpec) -> list[str]:
+    """
+    The box's own mounts, each beneath another after it: the hidden
+    folders' tmpfs, the private C{/tmp}, the read-only paths, the body's
+    folders and the socket's; then the hidden folders (and, on a minimal
+    root, bwrap's own root) made read-only.
+    """
     # The private /tmp already hides the host's; masking it again and making
     # that read-only would take the body's /tmp away.
     masked = [hidden for hidden in spec.hidden if hidden != _TMP]
@@ -84,6 +97,7 @@ def bwrapArgv(spec: BoxSpec) -> list[str]:
     if spec.socketDir is not None:
         socketDir = str(spec.socketDir)
         mounts.append((spec.socketDir, ["--ro-bind", socketDir, socketDir]))
+    argv: list[str] = []
     # A stable sort by depth puts every mount after the ones above it; among
     # equals the order above stands, so the argv is deterministic.
     for _, args in sorted(mounts, key=lambda mount: _depth(mount[0])):
@@ -94,8 +108,4 @@ def bwrapArgv(spec: BoxSpec) -> list[str]:
         # bwrap's own root is a tmpfs holding the mount points: read-only too,
         # so nothing outside the body's folders and /tmp takes a write.
         argv += ["--remount-ro", "/"]
-
-    if spec.seccompFd is not None:
-        argv += ["--seccomp", str(spec.seccompFd)]
-    argv += ["--chdir", str(spec.workspace), "--", *spec.command]
     return argv

@@ -11,7 +11,7 @@ A refusal carries a sentence; the host turns it into C{isolation_unavailable}.
 from __future__ import annotations
 
 import errno
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
@@ -28,7 +28,7 @@ from vehicle.box._seccomp import seccompProblem
 _log = Logger()
 
 #: C{spawner(protocol, executable, args, env)}, like C{reactor.spawnProcess}.
-Spawner = Callable[[ProcessProtocol, str, Sequence[str], Mapping[str, str]], Any]
+Spawner = Callable[[ProcessProtocol, str, Sequence[str], Mapping[str, str]], IProcessTransport]
 
 #: The probe uses every flag the real box uses that an old or restricted
 #: bwrap could reject (C{--disable-userns} needs 0.8, C{--size} 0.7,
@@ -166,13 +166,13 @@ class _ProbeProtocol(ProcessProtocol):
 
     def processEnded(self, reason: Failure) -> None:
         status = 0
-        if reason.check(ProcessTerminated):
-            value = reason.value
+        value = reason.value
+        if isinstance(value, ProcessTerminated):
             if value.exitCode is not None:
                 status = value.exitCode
             else:
                 status = -(value.signal or 0) or -1
-        elif not reason.check(ProcessDone):
+        elif not isinstance(value, ProcessDone):
             status = -1
         self.done.callback((status, bytes(self.stderr)))
 
@@ -202,19 +202,7 @@ async def probeBwrap(
     @return: C{ok} iff bwrap exited 0; otherwise a reason sentence.
     """
     if spawner is None:
-        spawnProcess = IReactorProcess(reactor).spawnProcess
-
-        def spawner(
-            protocol: ProcessProtocol,
-            executable: str,
-            args: Sequence[str],
-            env: Mapping[str, str],
-        ) -> IProcessTransport:
-            process: IProcessTransport = spawnProcess(
-                protocol, executable, list(args), env=dict(env)
-            )
-            return process
-
+        spawner = _reactorSpawner(reactor)
     protocol = _ProbeProtocol()
     try:
         transport = spawner(protocol, bwrap, [bwrap, *PROBE_ARGS], PROBE_ENV)
@@ -256,6 +244,27 @@ async def probeBwrap(
         )
     _log.warn("bwrap probe failed: {reason}", reason=reason)
     return ProbeResult(False, reason)
+
+
+def _reactorSpawner(reactor: IReactorTime) -> Spawner:
+    """
+    The probe's L{Spawner} when none is handed in: C{reactor}'s own
+    C{spawnProcess}.
+    """
+    spawnProcess = IReactorProcess(reactor).spawnProcess
+
+    def spawner(
+        protocol: ProcessProtocol,
+        executable: str,
+        args: Sequence[str],
+        env: Mapping[str, str],
+    ) -> IProcessTransport:
+        process: IProcessTransport = spawnProcess(
+            protocol, executable, list(args), env=dict(env)
+        )
+        return process
+
+    return spawner
 
 
 async def decideIsolation(

@@ -14,7 +14,7 @@ import hmac
 import json
 import secrets
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Callable, ClassVar, Iterable
 
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
@@ -22,9 +22,11 @@ from twisted.internet.endpoints import UNIXServerEndpoint
 from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.web.http import Request as HTTPRequest
 from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
+from treq.client import HTTPClient
 
 from vehicle._http import httpClient
 from vehicle._relay import BodyRelay, copyAnswer, passOn, relayBody
@@ -128,7 +130,7 @@ class Upstream:
     key: str | None = field(default=None, repr=False)
     #: For a key that may change (a caller's own, newest wins): asked per
     #: request, and takes precedence over C{key}.
-    keySource: Any = field(default=None, repr=False)
+    keySource: Callable[[], str | None] | None = field(default=None, repr=False)
     #: Scrub the key out of error answers before the body sees them.
     scrub: bool = False
 
@@ -158,15 +160,30 @@ class _DoorRequest(BoundedRequest):
     limit = MAX_DOOR_BODY
 
 
+class _DoorSite(Site):
+    """
+    The door's site: quiet, no access log (a body's requests are its own).
+    """
+
+    noisy = False
+    requestFactory = _DoorRequest
+
+    def __init__(self, resource: Resource) -> None:
+        Site.__init__(self, resource)
+
+    def log(self, request: HTTPRequest) -> None:
+        pass
+
+
 class _ProxyResource(Resource):
     isLeaf = True
     _log: ClassVar[Logger] = Logger()
 
     def __init__(self, door: "ModelDoor") -> None:
-        super().__init__()
+        Resource.__init__(self)
         self.door = door
 
-    def render(self, request: Request) -> Any:
+    def render(self, request: Request) -> int:
         d = Deferred.fromCoroutine(self.door.forward(request))
         gone: list[Failure] = []
         d.addErrback(self._failed, request, gone)
@@ -178,7 +195,7 @@ class _ProxyResource(Resource):
         request.notifyFinish().addErrback(lost)
         return NOT_DONE_YET
 
-    def _failed(self, failure: Any, request: Request, gone: list[Failure]) -> None:
+    def _failed(self, failure: Failure, request: Request, gone: list[Failure]) -> None:
         if failure.check(CancelledError):
             return
         self._log.failure("The model door failed", failure)
@@ -206,15 +223,15 @@ class ModelDoor:
     #: Asked before each model request: L{None} to let it through, or the
     #: reason to refuse it (the door meters the body's own budget, since a
     #: tool that read the token out of pi's memory could call it too).
-    gate: Any = None
+    gate: Callable[[], str | None] | None = None
     port: IListeningPort | None = None
     #: The client to reach upstreams with (default: one that connects to
     #: IP addresses without a name lookup, made at L{listen}).
-    http: Any = None
+    http: HTTPClient | None = None
     _relays: set[BodyRelay] = field(factory=set)
     #: C{open}, C{closing} (its socket is being let go) or C{closed}.
     state: str = "open"
-    _closeWaiters: list[Deferred] = field(factory=list)
+    _closeWaiters: list[Deferred[None]] = field(factory=list)
 
     async def listen(self) -> None:
         if self.http is None:
@@ -222,10 +239,7 @@ class ModelDoor:
         self.socketPath.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.socketPath.exists():
             self.socketPath.unlink()
-        site = Site(_ProxyResource(self))
-        site.requestFactory = _DoorRequest
-        site.noisy = False
-        site.log = lambda request: None  # type: ignore[method-assign]
+        site = _DoorSite(_ProxyResource(self))
         endpoint = UNIXServerEndpoint(self.reactor, str(self.socketPath), mode=0o600)
         self.port = await endpoint.listen(site)
         _DOORS.add(self)
@@ -238,7 +252,7 @@ class ModelDoor:
         if self.state == "closed":
             return
         if self.state == "closing":
-            waiter: Deferred = Deferred()
+            waiter: Deferred[None] = Deferred()
             self._closeWaiters.append(waiter)
             await waiter
             return
@@ -309,6 +323,7 @@ class ModelDoor:
             headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
+        assert self.http is not None, "the door forwards once it listens"
         response = await passOn(self.http, request, url, headers)
         scrubber: KeyScrubber | None = None
         if upstream.scrub:

@@ -131,6 +131,69 @@ def _block(head: str, items: Sequence[str]) -> list[str]:
     return [f"({head}", *(f"  {item}" for item in items[:-1]), f"  {items[-1]})"]
 
 
+def _readingRules(hiddenCount: int, readOnlyCount: int) -> list[str]:
+    """
+    What the box reads: metadata anywhere, contents anywhere but beneath
+    the C{HIDDEN_i} folders, and the C{READONLY_i} paths even beneath one.
+    """
+    lines = [
+        "; reading: metadata anywhere, contents anywhere but the hidden folders",
+        "(allow file-read-metadata)",
+    ]
+    if hiddenCount:
+        notHidden = []
+        for index in range(hiddenCount):
+            name = hiddenParam(index)
+            notHidden.append(f'(require-not (literal (param "{name}")))')
+            notHidden.append(f'(require-not (subpath (param "{name}")))')
+        lines += [
+            "(allow file-read*",
+            "  (require-all",
+            *(f"    {item}" for item in notHidden[:-1]),
+            f"    {notHidden[-1]}))",
+        ]
+    else:
+        lines.append("(allow file-read*)")
+    if readOnlyCount:
+        lines += _block(
+            "allow file-read*",
+            [
+                f'(subpath (param "{readOnlyParam(index)}"))'
+                for index in range(readOnlyCount)
+            ],
+        )
+    return lines
+
+
+def _writingRules() -> list[str]:
+    """
+    What the box writes: beneath its own folders, and a few devices.
+    """
+    return [
+        "; writing: only the body's own folders, and a few devices",
+        *_block(
+            "allow file-read* file-write*",
+            [
+                '(subpath (param "WORKSPACE"))',
+                '(subpath (param "PIDIR"))',
+                '(subpath (param "TMPDIR"))',
+            ],
+        ),
+        *_block("allow file-read-data file-write-data file-ioctl", _DEVICES),
+    ]
+
+
+#: The host's bridge: a Unix socket beneath C{SOCKET_DIR}, and nothing else
+#: on the network.
+_SOCKET_RULES = (
+    "; the host's bridge: connect to its socket, nothing else on the network",
+    '(allow file-read* (subpath (param "SOCKET_DIR")))',
+    "(allow system-socket (socket-domain AF_UNIX))",
+    "(allow network-outbound"
+    ' (remote unix-socket (subpath (param "SOCKET_DIR"))))',
+)
+
+
 def seatbeltProfile(
     *, hiddenCount: int, readOnlyCount: int, socket: bool
 ) -> str:
@@ -170,53 +233,12 @@ def seatbeltProfile(
         "(allow mach-host*)",
         *_block("allow mach-lookup", _MACH_SERVICES),
         "",
-        "; reading: metadata anywhere, contents anywhere but the hidden folders",
-        "(allow file-read-metadata)",
-    ]
-    if hiddenCount:
-        notHidden = []
-        for index in range(hiddenCount):
-            name = hiddenParam(index)
-            notHidden.append(f'(require-not (literal (param "{name}")))')
-            notHidden.append(f'(require-not (subpath (param "{name}")))')
-        lines += [
-            "(allow file-read*",
-            "  (require-all",
-            *(f"    {item}" for item in notHidden[:-1]),
-            f"    {notHidden[-1]}))",
-        ]
-    else:
-        lines.append("(allow file-read*)")
-    if readOnlyCount:
-        lines += _block(
-            "allow file-read*",
-            [
-                f'(subpath (param "{readOnlyParam(index)}"))'
-                for index in range(readOnlyCount)
-            ],
-        )
-    lines += [
+        *_readingRules(hiddenCount, readOnlyCount),
         "",
-        "; writing: only the body's own folders, and a few devices",
-        *_block(
-            "allow file-read* file-write*",
-            [
-                '(subpath (param "WORKSPACE"))',
-                '(subpath (param "PIDIR"))',
-                '(subpath (param "TMPDIR"))',
-            ],
-        ),
-        *_block("allow file-read-data file-write-data file-ioctl", _DEVICES),
+        *_writingRules(),
     ]
     if socket:
-        lines += [
-            "",
-            "; the host's bridge: connect to its socket, nothing else on the network",
-            '(allow file-read* (subpath (param "SOCKET_DIR")))',
-            "(allow system-socket (socket-domain AF_UNIX))",
-            "(allow network-outbound"
-            ' (remote unix-socket (subpath (param "SOCKET_DIR"))))',
-        ]
+        lines += ["", *_SOCKET_RULES]
     return "\n".join(lines) + "\n"
 
 

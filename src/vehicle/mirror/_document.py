@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Callable, ClassVar
 
 from attrs import define, field
 from twisted.logger import Logger
@@ -20,7 +20,7 @@ from twisted.logger import Logger
 from vehicle.body import latestSessionFile, readSession
 from vehicle.mirror._mcp import MCPClient, MirrorError
 from vehicle.mirror._record import MirrorRecord
-from vehicle.protocol import Parent
+from vehicle.protocol import JSON, JSONObject, Parent
 from vehicle.mirror._render import (
     AGENT_FOLDER_ID,
     AGENT_FOLDER_NAME,
@@ -132,34 +132,60 @@ class DocumentWriter:
         """
         created = False
         if not record.created:
-            await self._ensureFolders(call)
-            # From here the document may exist: a delete answer names it.
-            record.creating = True
-            try:
-                await call(
-                    "create_document",
-                    title=rendered.title,
-                    documentId=documentId,
-                    parentId=CONVERSATIONS_FOLDER_ID,
-                )
-                created = True
-                record.title = rendered.title
-            except MirrorError:
-                # Whatever the refusal says, reading tells whether the
-                # document is there: made before mirror.json said so
-                # (then it is written whole), or not made at all.
-                if not await _exists(call, documentId):
-                    # Perhaps a folder the mirror knew is gone.
-                    self.folders.pop(call.graphId, None)
-                    raise
-                record.title = None
-            record.created = True
-            record.documentId = documentId
-            record.folder = CONVERSATIONS_FOLDER_ID
-            record.contentHash = None
+            created = await self._create(call, record, rendered.title, documentId)
             persist()
+        await self._update(call, record, rendered, documentId)
+        if parentSessionId is not None and not record.wired:
+            await self._wire(call, record, documentId, parentSessionId)
+        return created
+
+    async def _create(
+        self, call: "ToolCalls", record: MirrorRecord, title: str, documentId: str
+    ) -> bool:
+        """
+        Make the document (and its folders).  A refusal is checked by
+        reading: the document may be there already (made before
+        C{mirror.json} said so), and is then written whole.
+
+        @return: whether this call made it.
+        """
+        await self._ensureFolders(call)
+        # From here the document may exist: a delete answer names it.
+        record.creating = True
+        created = False
+        try:
+            await call(
+                "create_document",
+                title=title,
+                documentId=documentId,
+                parentId=CONVERSATIONS_FOLDER_ID,
+            )
+            created = True
+            record.title = title
+        except MirrorError:
+            # Whatever the refusal says, reading tells whether the
+            # document is there: made before mirror.json said so
+            # (then it is written whole), or not made at all.
+            if not await _exists(call, documentId):
+                # Perhaps a folder the mirror knew is gone.
+                self.folders.pop(call.graphId, None)
+                raise
+            record.title = None
+        record.created = True
+        record.documentId = documentId
+        record.folder = CONVERSATIONS_FOLDER_ID
+        record.contentHash = None
+        return created
+
+    async def _update(
+        self, call: "ToolCalls", record: MirrorRecord, rendered: Rendered, documentId: str
+    ) -> None:
+        """
+        Write the content when it changed (with the title, if that did
+        too), else retitle the document when only the title changed.
+        """
         if rendered.contentHash != record.contentHash:
-            arguments: dict[str, Any] = {
+            arguments: JSONObject = {
                 "documentId": documentId,
                 "content": rendered.content,
                 "format": "markdown",
@@ -182,12 +208,8 @@ class DocumentWriter:
                 entity_type="document",
                 entity_id=documentId,
                 new_name=rendered.title,
-                graphArgument="graph_id",
             )
             record.title = rendered.title
-        if parentSessionId is not None and not record.wired:
-            await self._wire(call, record, documentId, parentSessionId)
-        return created
 
     async def _ensureFolders(self, call: "ToolCalls") -> None:
         """
@@ -208,7 +230,7 @@ class DocumentWriter:
         for folderId, name, parentId in wanted:
             if folderId in known:
                 continue
-            arguments: dict[str, Any] = {"name": name, "folderId": folderId}
+            arguments: JSONObject = {"name": name, "folderId": folderId}
             if parentId is not None:
                 arguments["parentId"] = parentId
             try:
@@ -267,29 +289,31 @@ class ToolCalls:
     graphId: str
     #: Is the session still there?  A pass stops at its next call once the
     #: session was deleted (its document is then the client's to trash).
-    wanted: Any = lambda: True
+    wanted: Callable[[], bool] = lambda: True
 
-    async def __call__(
-        self, tool: str, graphArgument: str = "graphId", **arguments: Any
-    ) -> dict[str, Any]:
+    async def __call__(self, tool: str, /, **arguments: JSON) -> JSONObject:
         if not self.wanted():
             raise MirrorError("the session was deleted", "deleted")
-        arguments[graphArgument] = self.graphId
+        arguments[_GRAPH_ARGUMENTS.get(tool, "graphId")] = self.graphId
         return await self.client.callTool(self.token, tool, arguments)
+
+
+#: The tools that name their graph otherwise than C{graphId}.
+_GRAPH_ARGUMENTS = {"rename": "graph_id"}
 
 
 #: The keys under which an answer names a folder's (or a document's) id.
 _ID_KEYS = ("id", "folderId", "folder_id")
 
 
-def _ids(answer: Any) -> set[str]:
+def _ids(answer: JSON) -> set[str]:
     """
     Every id named anywhere in a C{get_workspace} answer, however it nests
     its folders (C{folders}, C{children}, C{items}, wrapped or not).  A
     document's id may come too; the mirror only asks for its folders'.
     """
     out: set[str] = set()
-    stack = [answer]
+    stack: list[JSON] = [answer]
     while stack:
         node = stack.pop()
         if isinstance(node, list):

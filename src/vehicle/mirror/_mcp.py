@@ -9,20 +9,23 @@ L{MirrorError}; the bearer token is never part of one.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import treq
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from attrs import define, field
 from twisted.logger import Logger
+from twisted.web.iweb import IResponse
+
+from vehicle.protocol import JSON, JSONObject, loads, objectOf, textOf
 
 
 #: The MCP revision this client asks for.
 PROTOCOL_VERSION = "2025-06-18"
 
 #: The client's name on C{initialize}.
-CLIENT_INFO = {"name": "vehicle-mirror", "version": "1.0.0"}
+CLIENT_INFO: JSONObject = {"name": "vehicle-mirror", "version": "1.0.0"}
 
 
 class MirrorError(Exception):
@@ -44,18 +47,18 @@ class MirrorError(Exception):
         return self.message
 
 
-def _sseMessages(body: bytes) -> list[Any]:
+def _sseMessages(body: bytes) -> list[JSON]:
     """
     The JSON payloads of the C{data:} fields of a C{text/event-stream} body
     (streamable HTTP may answer a POST that way).
     """
-    out = []
+    out: list[JSON] = []
     data: list[str] = []
     for line in body.decode("utf-8", "replace").splitlines() + [""]:
         if line == "":
             if data:
                 try:
-                    out.append(json.loads("\n".join(data)))
+                    out.append(loads("\n".join(data)))
                 except ValueError:
                     pass
                 data = []
@@ -73,7 +76,7 @@ class MCPClient:
 
     @ivar url: the endpoint (gardend's C{MNEMOSYNE_MCP_URL}).
     @ivar reactor: for request timeouts.
-    @ivar http: treq, or an object with its C{post} and C{content}.
+    @ivar http: treq, or a treq client (an object with its C{post}).
     @ivar timeout: seconds before a request is given up.
     """
 
@@ -88,9 +91,7 @@ class MCPClient:
     _sessionHeader: str | None = field(default=None, init=False)
     _nextId: int = field(default=0, init=False)
 
-    async def callTool(
-        self, token: str, name: str, arguments: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def callTool(self, token: str, name: str, arguments: JSONObject) -> JSONObject:
         """
         Call one tool (after C{initialize}, the first time).
 
@@ -127,26 +128,23 @@ class MCPClient:
                 "clientInfo": CLIENT_INFO,
             },
         )
-        version = result.get("protocolVersion")
-        self._protocolVersion = version if isinstance(version, str) else None
+        self._protocolVersion = textOf(result.get("protocolVersion"))
         await self._post(
             token, {"jsonrpc": "2.0", "method": "notifications/initialized"}
         )
         self.initialized = True
 
-    async def _request(
-        self, token: str, method: str, params: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def _request(self, token: str, method: str, params: JSONObject) -> JSONObject:
         self._nextId += 1
         requestId = self._nextId
         messages = await self._post(
             token,
             {"jsonrpc": "2.0", "id": requestId, "method": method, "params": params},
         )
-        for message in messages:
-            if isinstance(message, dict) and message.get("id") == requestId:
-                break
-        else:
+        message = next(
+            (m for m in messages if isinstance(m, dict) and m.get("id") == requestId), None
+        )
+        if message is None:
             raise MirrorError(f"{method}: no answer from the MCP endpoint", "protocol")
         error = message.get("error")
         if isinstance(error, dict):
@@ -159,7 +157,7 @@ class MCPClient:
             raise MirrorError(f"{method}: the answer has no result", "protocol")
         return result
 
-    async def _post(self, token: str, message: Mapping[str, Any]) -> list[Any]:
+    async def _post(self, token: str, message: JSONObject) -> list[JSON]:
         # Header names as bytes, as Twisted keeps them (a str name beside
         # the same name in bytes is a BytesWarning under python -b).
         headers: dict[bytes, str] = {
@@ -171,21 +169,20 @@ class MCPClient:
             headers[b"mcp-protocol-version"] = self._protocolVersion
         if self._sessionHeader is not None:
             headers[b"mcp-session-id"] = self._sessionHeader
-        options: dict[str, Any] = {"reactor": self.reactor}
-        if self.http is treq:
-            # One write per settled run: no reason to keep idle connections.
-            options["persistent"] = False
+        # One write per settled run: no reason to keep idle connections.
+        oneShot = {"persistent": False} if self.http is treq else {}
         method = message.get("method", "?")
 
-        async def fetch() -> tuple[Any, bytes]:
-            response = await self.http.post(
+        async def fetch() -> tuple[IResponse, bytes]:
+            response: IResponse = await self.http.post(
                 self.url,
                 data=json.dumps(message).encode("utf-8"),
                 headers=headers,
                 timeout=self.timeout,
                 # A redirect must not carry the bearer token elsewhere.
                 allow_redirects=False,
-                **options,
+                reactor=self.reactor,
+                **oneShot,
             )
             return response, await treq.content(response)
 
@@ -204,31 +201,31 @@ class MCPClient:
         if sessionHeader:
             self._sessionHeader = sessionHeader[0].decode("latin-1")
         contentType = (response.headers.getRawHeaders(b"content-type") or [b""])[0]
+        messages: list[JSON] = []
         if contentType.lower().startswith(b"text/event-stream"):
             messages = _sseMessages(body)
         elif body.strip():
             try:
-                messages = [json.loads(body)]
+                messages = [loads(body)]
             except ValueError:
-                messages = []
-        else:
-            messages = []
+                pass
         if response.code >= 400:
             detail = _errorText(messages) or f"HTTP {response.code}"
             raise MirrorError(f"{method}: {detail}", f"http_{response.code}")
         return messages
 
 
-def _errorText(messages: list[Any]) -> str | None:
+def _errorText(messages: list[JSON]) -> str | None:
     for message in messages:
-        if isinstance(message, dict) and isinstance(message.get("error"), dict):
-            text = message["error"].get("message")
-            if isinstance(text, str):
+        error = objectOf(message).get("error")
+        if isinstance(error, dict):
+            text = textOf(error.get("message"))
+            if text is not None:
                 return text
     return None
 
 
-def _envelope(name: str, result: Mapping[str, Any]) -> dict[str, Any]:
+def _envelope(name: str, result: JSONObject) -> JSONObject:
     """
     The JSON envelope in a tool result's first text block.
 
@@ -241,10 +238,10 @@ def _envelope(name: str, result: Mapping[str, Any]) -> dict[str, Any]:
             if isinstance(block, dict) and block.get("type") == "text":
                 text = block.get("text")
                 break
-    envelope: Any = None
+    envelope: JSON = None
     if isinstance(text, str):
         try:
-            envelope = json.loads(text)
+            envelope = loads(text)
         except ValueError:
             envelope = None
     if not isinstance(envelope, dict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Protocol
 
 from attrs import define, field
 from twisted.internet.defer import Deferred, succeed
@@ -32,9 +32,32 @@ from vehicle.mirror._record import (
     MirrorRecord,
 )
 from vehicle.mirror._render import documentIdFor
-from vehicle.protocol import MirrorStage, MirrorState
-from vehicle.session import isoTimestamp
+from vehicle.protocol import JSONObject, MirrorStage, MirrorState
+from vehicle.session import SessionMeta, isoTimestamp
 from vehicle.store import readJson, writeJsonAtomic
+
+
+class MirroredSession(Protocol):
+    """
+    What the mirror touches of a session (L{vehicle.session.Session}).
+    """
+
+    @property
+    def meta(self) -> SessionMeta: ...
+
+    @property
+    def directory(self) -> Path: ...
+
+    @property
+    def title(self) -> str | None: ...
+
+    @property
+    def delegatedToken(self) -> str | None: ...
+
+    @property
+    def deleted(self) -> bool: ...
+
+    def emit(self, eventType: str, data: JSONObject | None = None) -> object: ...
 
 
 @define(eq=False)
@@ -56,11 +79,11 @@ class Mirror:
     mcpUrl: str | None = field(kw_only=True)
     enabled: bool = field(kw_only=True)
     #: The client for MCP (default: one that reaches IP addresses without a
-    #: name lookup, made on first use).
+    #: name lookup, made on first use): treq's, or a fake of its C{post}.
     http: Any = field(default=None, kw_only=True)
     _records: dict[str, MirrorRecord] = field(factory=dict, init=False)
     _writer: DocumentWriter = field(factory=DocumentWriter, init=False)
-    _read: Callable[..., Deferred] = field(init=False)
+    _read: Callable[..., Deferred[Rendered | None]] = field(init=False)
 
     def __attrs_post_init__(self) -> None:
         # pi's file is read in the reactor's thread pool (inline on a
@@ -69,7 +92,7 @@ class Mirror:
 
     # -- the host's interface ----------------------------------------------
 
-    def attach(self, session: Any) -> None:
+    def attach(self, session: MirroredSession) -> None:
         """
         Start keeping a session: load its C{mirror.json} when present.
         Attaching a session already kept changes nothing.
@@ -77,7 +100,7 @@ class Mirror:
         if session.meta.sessionId in self._records:
             return
         record = MirrorRecord()
-        path = Path(session.directory) / MIRROR_FILE
+        path = session.directory / MIRROR_FILE
         try:
             record = MirrorRecord.fromJSON(readJson(path))
         except FileNotFoundError:
@@ -90,7 +113,7 @@ class Mirror:
             )
         self._records[session.meta.sessionId] = record
 
-    def afterSettle(self, session: Any) -> Deferred:
+    def afterSettle(self, session: MirroredSession) -> Deferred[MirrorState]:
         """
         A run settled: bring the document up to date.
 
@@ -99,7 +122,7 @@ class Mirror:
         """
         return self._schedule(session)
 
-    def afterRename(self, session: Any) -> Deferred:
+    def afterRename(self, session: MirroredSession) -> Deferred[MirrorState]:
         """
         The session was renamed: retitle the document (C{rename}), if it
         exists; else write it.
@@ -108,7 +131,7 @@ class Mirror:
         """
         return self._schedule(session)
 
-    def state(self, session: Any) -> MirrorState:
+    def state(self, session: MirroredSession) -> MirrorState:
         """
         The snapshot's C{mirror}.
         """
@@ -132,7 +155,7 @@ class Mirror:
             error=record.error,
         )
 
-    def deleteInfo(self, session: Any) -> dict[str, str] | None:
+    def deleteInfo(self, session: MirroredSession) -> dict[str, str] | None:
         """
         C{{documentId, graphId}} for the delete answer when the session's
         document was ever made, else L{None}.
@@ -148,7 +171,7 @@ class Mirror:
             "graphId": session.meta.graphId,
         }
 
-    def forget(self, session: Any) -> None:
+    def forget(self, session: MirroredSession) -> None:
         """
         Drop a session's in-memory record (after it was deleted).
         """
@@ -156,7 +179,7 @@ class Mirror:
 
     # -- the queue ------------------------------------------------------------
 
-    def _refusal(self, session: Any) -> tuple[MirrorStage, str] | None:
+    def _refusal(self, session: MirroredSession) -> tuple[MirrorStage, str] | None:
         if not self.enabled:
             return "off", REASON_OFF
         if not self.mcpUrl:
@@ -165,18 +188,18 @@ class Mirror:
             return "skipped", REASON_VIEWER
         return None
 
-    def _record(self, session: Any) -> MirrorRecord:
+    def _record(self, session: MirroredSession) -> MirrorRecord:
         record = self._records.get(session.meta.sessionId)
         if record is None:
             self.attach(session)
             record = self._records[session.meta.sessionId]
         return record
 
-    def _schedule(self, session: Any) -> Deferred:
+    def _schedule(self, session: MirroredSession) -> Deferred[MirrorState]:
         if self._refusal(session) is not None:
             return succeed(self.state(session))
         record = self._record(session)
-        waiter: Deferred = Deferred()
+        waiter: Deferred[MirrorState] = Deferred()
         record.waiters.append(waiter)
         if not record.running:
             record.running = True
@@ -189,7 +212,7 @@ class Mirror:
             )
         return waiter
 
-    async def _drain(self, session: Any, record: MirrorRecord) -> None:
+    async def _drain(self, session: MirroredSession, record: MirrorRecord) -> None:
         """
         One pass at a time: the calls that arrive during a pass share the
         next one.
@@ -213,12 +236,12 @@ class Mirror:
 
     # -- one pass -----------------------------------------------------------
 
-    async def _pass(self, session: Any, record: MirrorRecord) -> None:
-        if getattr(session, "deleted", False):
+    async def _pass(self, session: MirroredSession, record: MirrorRecord) -> None:
+        if session.deleted:
             return
         meta = session.meta
         rendered: Rendered | None = await self._read(
-            Path(session.directory) / "pi",
+            session.directory / "pi",
             sessionId=meta.sessionId,
             model=meta.model,
             createdAt=meta.createdSeconds,
@@ -226,11 +249,11 @@ class Mirror:
             title=session.title,
             parent=meta.parent,
         )
-        if getattr(session, "deleted", False):
+        if session.deleted:
             return
         if rendered is None:
             if not record.created:
-                self._set(session, record, state="pending", reason=REASON_NOTHING_YET)
+                self._pending(session, record, REASON_NOTHING_YET)
             return
         documentId = documentIdFor(meta.sessionId)
         needWrite = not record.created or rendered.contentHash != record.contentHash
@@ -242,7 +265,8 @@ class Mirror:
             return
         token = session.delegatedToken
         if not token:
-            self._set(session, record, state="pending", reason=REASON_NO_TOKEN, error=None)
+            record.error = None
+            self._pending(session, record, REASON_NO_TOKEN)
             return
         if record.client is None:
             if self.http is None:
@@ -250,7 +274,7 @@ class Mirror:
             record.client = MCPClient(url=self.mcpUrl or "", reactor=self.reactor, http=self.http)
         call = ToolCalls(
             record.client, token, meta.graphId,
-            wanted=lambda: not getattr(session, "deleted", False),
+            wanted=lambda: not session.deleted,
         )
         try:
             created = await self._writer.write(
@@ -267,7 +291,9 @@ class Mirror:
 
     # -- state --------------------------------------------------------------
 
-    def _written(self, session: Any, record: MirrorRecord, created: bool | None) -> None:
+    def _written(
+        self, session: MirroredSession, record: MirrorRecord, created: bool | None
+    ) -> None:
         record.state = "written"
         record.reason = None
         record.error = None
@@ -280,7 +306,7 @@ class Mirror:
                 {"documentId": record.documentId, "created": created},
             )
 
-    def _fail(self, session: Any, record: MirrorRecord, message: str) -> None:
+    def _fail(self, session: MirroredSession, record: MirrorRecord, message: str) -> None:
         record.state = "failed"
         record.reason = "the last write failed; it is tried again at the next settle"
         record.error = message
@@ -299,19 +325,19 @@ class Mirror:
             },
         )
 
-    def _set(self, session: Any, record: MirrorRecord, **changes: Any) -> None:
-        for name, value in changes.items():
-            setattr(record, name, value)
+    def _pending(self, session: MirroredSession, record: MirrorRecord, reason: str) -> None:
+        record.state = "pending"
+        record.reason = reason
         self._persist(session, record)
 
-    def _persist(self, session: Any, record: MirrorRecord) -> None:
+    def _persist(self, session: MirroredSession, record: MirrorRecord) -> None:
         """
         Rewrite C{mirror.json} (small; synchronous like C{meta.json}).
         """
-        if getattr(session, "deleted", False):
+        if session.deleted:
             return
         try:
-            writeJsonAtomic(Path(session.directory) / MIRROR_FILE, record.persisted())
+            writeJsonAtomic(session.directory / MIRROR_FILE, record.persisted())
         except OSError:
             self._log.failure(
                 "Could not write {file} of {sessionId}",
@@ -319,8 +345,8 @@ class Mirror:
                 sessionId=session.meta.sessionId,
             )
 
-    def _emit(self, session: Any, eventType: str, data: dict[str, Any]) -> None:
-        if getattr(session, "deleted", False):
+    def _emit(self, session: MirroredSession, eventType: str, data: JSONObject) -> None:
+        if session.deleted:
             return
         try:
             session.emit(eventType, data)

@@ -6,13 +6,11 @@ One session's mirror record: what C{mirror.json} keeps of its document
 
 from __future__ import annotations
 
-from typing import Any
-
 from attrs import define, field
 from twisted.internet.defer import Deferred
 
 from vehicle.mirror._mcp import MCPClient
-from vehicle.protocol import MIRROR_STAGES, MirrorStage
+from vehicle.protocol import MIRROR_STAGES, JSON, JSONObject, MirrorStage, MirrorState, textOf
 
 
 MIRROR_FILE = "mirror.json"
@@ -27,21 +25,6 @@ REASON_NO_TOKEN = (
 )
 REASON_NOTHING_YET = "nothing has been said yet"
 REASON_FIRST = "waiting for the first settled run"
-
-#: The fields of C{mirror.json} (never the token).
-_PERSISTED = (
-    "state",
-    "documentId",
-    "folder",
-    "reason",
-    "writtenAt",
-    "error",
-    "contentHash",
-    "title",
-    "created",
-    "wired",
-)
-
 
 @define
 class MirrorRecord:
@@ -63,20 +46,47 @@ class MirrorRecord:
     wired: bool = False
     client: MCPClient | None = field(default=None, repr=False)
     running: bool = False
-    waiters: list[Deferred] = field(factory=list, repr=False)
+    waiters: list[Deferred[MirrorState]] = field(factory=list, repr=False)
 
-    def persisted(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _PERSISTED}
+    def persisted(self) -> JSONObject:
+        """
+        What C{mirror.json} keeps (never the token).
+        """
+        return {
+            "state": self.state,
+            "documentId": self.documentId,
+            "folder": self.folder,
+            "reason": self.reason,
+            "writtenAt": self.writtenAt,
+            "error": self.error,
+            "contentHash": self.contentHash,
+            "title": self.title,
+            "created": self.created,
+            "wired": self.wired,
+        }
 
     @classmethod
-    def fromJSON(cls, data: Any) -> "MirrorRecord":
+    def fromJSON(cls, data: JSON) -> "MirrorRecord":
+        """
+        The record C{mirror.json} kept (what is missing, or not what it
+        should be, as a new record has it).
+        """
         record = cls()
         if not isinstance(data, dict):
             return record
-        for name in _PERSISTED:
-            if name in data:
-                setattr(record, name, data[name])
-        record.state = STATES.get(str(record.state), "pending")
-        record.created = bool(record.created)
-        record.wired = bool(record.wired)
-        return record
+
+        def text(name: str, default: str | None) -> str | None:
+            return textOf(data[name]) if name in data else default
+
+        return cls(
+            state=STATES.get(str(data.get("state", record.state)), "pending"),
+            documentId=text("documentId", record.documentId),
+            folder=text("folder", record.folder),
+            reason=text("reason", record.reason),
+            writtenAt=text("writtenAt", record.writtenAt),
+            error=text("error", record.error),
+            contentHash=text("contentHash", record.contentHash),
+            title=text("title", record.title),
+            created=bool(data.get("created", record.created)),
+            wired=bool(data.get("wired", record.wired)),
+        )

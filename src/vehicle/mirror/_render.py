@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
-from vehicle.body import stripContextNote
+from vehicle.body import TranscriptItem, stripContextNote
 from vehicle.protocol import Parent
 
 
@@ -69,7 +69,7 @@ def shorten(text: str, limit: int = TITLE_CHARS) -> str:
     return cut.rstrip() + "\u2026"
 
 
-def divergenceIndex(transcript: Sequence[Mapping[str, Any]], createdAt: float) -> int:
+def divergenceIndex(transcript: Sequence[TranscriptItem], createdAt: float) -> int:
     """
     How many leading items of a branch's transcript it inherited from its
     parent: a branch's file keeps the copied entries' timestamps, which are
@@ -78,37 +78,31 @@ def divergenceIndex(transcript: Sequence[Mapping[str, Any]], createdAt: float) -
     @param createdAt: when the branch was made (POSIX seconds).
     """
     for index, item in enumerate(transcript):
-        when = _parse(item.get("timestamp"))
+        when = _parse(item.timestamp)
         if when is None or when >= createdAt:
             return index
     return len(transcript)
 
 
-def firstQuestion(
-    transcript: Sequence[Mapping[str, Any]], start: int = 0
-) -> str | None:
+def firstQuestion(transcript: Sequence[TranscriptItem], start: int = 0) -> str | None:
     """
     The first user message at or after C{start} (else the first at all),
     as the person wrote it, shortened for a title; L{None} when nobody has
     said anything yet.
     """
-    users = [
-        (index, item)
-        for index, item in enumerate(transcript)
-        if item.get("role") == "user"
-    ]
+    users = [(index, item) for index, item in enumerate(transcript) if item.role == "user"]
     chosen = next((item for index, item in users if index >= start), None)
     if chosen is None and users:
         chosen = users[0][1]
     if chosen is None:
         return None
-    words = shorten(personWords(str(chosen.get("text") or ""))[1])
+    words = shorten(personWords(chosen.text)[1])
     return words or None
 
 
 def documentTitle(
     title: str | None,
-    transcript: Sequence[Mapping[str, Any]],
+    transcript: Sequence[TranscriptItem],
     divergeAt: int = 0,
 ) -> str:
     """
@@ -128,8 +122,8 @@ def utc(seconds: float, withSeconds: bool = True) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC" if withSeconds else "%Y-%m-%d %H:%M UTC")
 
 
-def _parse(timestamp: Any) -> float | None:
-    if not isinstance(timestamp, str):
+def _parse(timestamp: str | None) -> float | None:
+    if timestamp is None:
         return None
     try:
         moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
@@ -144,7 +138,7 @@ def _escape(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(text.split()))
 
 
-def _who(name: str, timestamp: Any) -> str:
+def _who(name: str, timestamp: str | None) -> str:
     line = f"**{_escape(name)}**"
     when = _parse(timestamp)
     if when is not None:
@@ -152,8 +146,8 @@ def _who(name: str, timestamp: Any) -> str:
     return line
 
 
-def _chip(name: Any, failed: bool) -> str:
-    label = " ".join(str(name or "tool").replace("`", "'").split()) or "tool"
+def _chip(name: str | None, failed: bool) -> str:
+    label = " ".join((name or "tool").replace("`", "'").split()) or "tool"
     return f"`\u2699 {label}{' (failed)' if failed else ''}`"
 
 
@@ -175,7 +169,7 @@ def renderConversation(
     model: str,
     createdAt: float,
     person: str,
-    transcript: Sequence[Mapping[str, Any]],
+    transcript: Sequence[TranscriptItem],
     parent: Parent | None = None,
     divergeAt: int = 0,
 ) -> str:
@@ -189,92 +183,109 @@ def renderConversation(
     fork's link stands before the first message it did not inherit.
 
     @param person: how the session's owner is named.
-    @param transcript: L{vehicle.body.SessionFile.transcript} items.
+    @param transcript: L{vehicle.body.SessionFile.transcript}'s items.
     @param parent: C{meta.parent} (C{{sessionId, kind, entryId}}) or L{None}.
     @param divergeAt: for a fork, how many leading items it inherited
         (L{divergenceIndex}).
     """
-    errors = _failedCalls(transcript)
-
     blocks = [f"*Model:* `{_code(model)}` \u00b7 *Started:* {utc(createdAt, False)}"]
     link = branchLink(parent)
     isFork = link is not None and parent is not None and parent.kind != "clone"
     if link is not None and not isFork:
         blocks.append(link)
     divergeAt = max(0, min(divergeAt, len(transcript))) if isFork else -1
-
-    turns: list[list[str]] = []
-    current: list[str] | None = None
-    lastSpeaker: str | None = None
-    for index, item in enumerate(transcript):
-        if index == divergeAt:
-            turns.append([link or ""])
-            current, lastSpeaker = None, None
-        role = item.get("role")
-        if role == "user":
-            author, words = personWords(str(item.get("text") or ""))
-            current = [_who(author or person, item.get("timestamp"))]
-            if words.strip():
-                current.append(words.strip("\n") + _cut(item))
-            turns.append(current)
-            lastSpeaker = "user"
-        elif role == "assistant":
-            if current is None:
-                current = []
-                turns.append(current)
-            if lastSpeaker != "assistant":
-                current.append(_who(ASSISTANT, item.get("timestamp")))
-                lastSpeaker = "assistant"
-            text = str(item.get("text") or "").strip("\n")
-            if text.strip():
-                current.append(text + _cut(item))
-            chips = [
-                _chip(call.get("name"), (item.get("entryId"), position) in errors)
-                for position, call in enumerate(item.get("toolCalls") or [])
-            ]
-            if chips:
-                current.append(" ".join(chips))
-    if divergeAt == len(transcript):
-        turns.append([link or ""])
-
     out = "\n\n".join(blocks)
-    for turn in turns:
+    for turn in _turns(transcript, person, link or "", divergeAt):
         if turn:
             out += "\n\n---\n\n" + "\n\n".join(turn)
     return out + "\n"
 
 
-def _cut(item: Mapping[str, Any]) -> str:
-    return " \u2026 *(cut)*" if item.get("truncated") else ""
+def _turns(
+    transcript: Sequence[TranscriptItem], person: str, link: str, divergeAt: int
+) -> list[list[str]]:
+    """
+    The conversation's turns, each a list of blocks: a person's turn opens
+    with who and when, then their words, and the replies that follow it
+    join it (their speaker named once); a fork's C{link} is a turn of its
+    own before item C{divergeAt} (C{-1}: none).
+    """
+    errors = _failedCalls(transcript)
+    turns: list[list[str]] = []
+    current: list[str] | None = None
+    lastSpeaker: str | None = None
+    for index, item in enumerate(transcript):
+        if index == divergeAt:
+            turns.append([link])
+            current, lastSpeaker = None, None
+        if item.role == "user":
+            author, words = personWords(item.text)
+            current = [_who(author or person, item.timestamp)]
+            if words.strip():
+                current.append(words.strip("\n") + _cut(item))
+            turns.append(current)
+            lastSpeaker = "user"
+        elif item.role == "assistant":
+            if current is None:
+                current = []
+                turns.append(current)
+            if lastSpeaker != "assistant":
+                current.append(_who(ASSISTANT, item.timestamp))
+                lastSpeaker = "assistant"
+            current.extend(_reply(item, errors))
+    if divergeAt == len(transcript):
+        turns.append([link])
+    return turns
+
+
+def _reply(item: TranscriptItem, errors: set[tuple[str, int]]) -> list[str]:
+    """
+    An assistant message's blocks: its text, and its tool calls as chips
+    on one line (a failed one marked).
+    """
+    blocks = []
+    text = item.text.strip("\n")
+    if text.strip():
+        blocks.append(text + _cut(item))
+    chips = [
+        _chip(call.name, (item.entryId, position) in errors)
+        for position, call in enumerate(item.toolCalls)
+    ]
+    if chips:
+        blocks.append(" ".join(chips))
+    return blocks
+
+
+def _cut(item: TranscriptItem) -> str:
+    return " \u2026 *(cut)*" if item.truncated else ""
 
 
 def _code(text: str) -> str:
     return " ".join(str(text).replace("`", "'").split())
 
 
-def _failedCalls(transcript: Sequence[Mapping[str, Any]]) -> set[tuple[Any, int]]:
+def _failedCalls(transcript: Sequence[TranscriptItem]) -> set[tuple[str, int]]:
     """
     The tool calls whose result was an error, as C{(entryId, position)} of
     the assistant message that made them: results follow their message in
     call order.
     """
-    out: set[tuple[Any, int]] = set()
-    pending: list[tuple[Any, int, Any]] = []
+    out: set[tuple[str, int]] = set()
+    pending: list[tuple[str, int, str | None]] = []
     for item in transcript:
-        role = item.get("role")
-        if role == "assistant":
+        if item.role == "assistant":
             pending = [
-                (item.get("entryId"), position, call.get("name"))
-                for position, call in enumerate(item.get("toolCalls") or [])
+                (item.entryId, position, call.name)
+                for position, call in enumerate(item.toolCalls)
             ]
-        elif role == "toolResult":
+        elif item.role == "toolResult":
             match = next(
-                (p for p in pending if p[2] == item.get("toolName")),
+                (p for p in pending if p[2] == item.toolName),
                 pending[0] if pending else None,
             )
             if match is not None:
                 pending.remove(match)
-                if item.get("isError"):
+                if item.isError:
                     out.add(match[:2])
         else:
             pending = []
