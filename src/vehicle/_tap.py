@@ -251,8 +251,7 @@ def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiS
         lock.acquire()
     except DataDirLocked as e:
         raise SettingsRefused(f"vehicle: {e}")
-    metrics = Metrics()
-    api, host = buildHost(settings, options["models"], reactor, metrics=metrics)
+    api, host = buildHost(settings, options["models"], reactor)
     site = VehicleSite(api.resource(), reactor, headerTimeout=settings.headerTimeoutSeconds)
     top = MultiService()
     # Started in this order, stopped in the reverse: the lock is held
@@ -265,7 +264,7 @@ def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiS
     if settings.metricsListen is not None:
         # Its own port, never gardend's: an operator's scraper reaches it.
         children += (StreamServerEndpointService(
-            serverFromString(reactor, settings.metricsListen), metricsSite(metrics, reactor)
+            serverFromString(reactor, settings.metricsListen), metricsSite(api.metrics, reactor)
         ),)
     for child in children:
         child.setServiceParent(top)
