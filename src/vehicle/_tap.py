@@ -24,12 +24,13 @@ from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile
 from vehicle.body import EXTENSION, Launcher, RunInThread
 from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower
+from vehicle.metrics import Metrics, metricsSite
 from vehicle.mirror import Mirror
 from vehicle.public import OwnKeyBodies, Public, openLedger
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
-from vehicle.store import DataDir, DataDirLock, DataDirLocked
+from vehicle.store import DataDir, DataDirLock, DataDirLocked, observeLogs
 from vehicle.web import VehicleAPI, VehicleSite
 
 
@@ -54,6 +55,9 @@ class Options(usage.Options):
          "host 127.0.0.1). Loopback only."],
         ["data-dir", None, None,
          "Where sessions live (default $VEHICLE_DATA_DIR, else $DATA_DIR)."],
+        ["metrics", None, None,
+         "Endpoint to serve /metrics on, in Prometheus's text format (e.g. "
+         "tcp:9464:interface=127.0.0.1; default $VEHICLE_METRICS, else off). Never gardend's."],
         ["log-format", None, "text",
          "text (for a person, the default) or json (one JSON object a line on standard "
          "output, for a machine; in place of --logger's observer)."],
@@ -67,7 +71,8 @@ class Options(usage.Options):
             self.parent["logger"] = "vehicle._logs.jsonObserver"
         try:
             self["settings"] = Settings.fromEnvironment(
-                os.environ, listen=self["listen"], dataDir=self["data-dir"]
+                os.environ, listen=self["listen"], dataDir=self["data-dir"],
+                metrics=self["metrics"],
             )
             self["models"] = ModelCatalog.load(
                 self["settings"].modelsFile, self["settings"].defaultModel, os.environ
@@ -84,6 +89,7 @@ def buildHost(
     reactor: IHostReactor,
     launcher: Launcher | None = None,
     runInThread: RunInThread | None = None,
+    metrics: Metrics | None = None,
 ) -> tuple[VehicleAPI, HostService]:
     """
     The rooms, wired: registry, bodies, app and the service that owns them.
@@ -91,15 +97,23 @@ def buildHost(
     @param runInThread: runs blocking file work (a branch's workspace copy)
         off the reactor's thread: the reactor's pool by default, inline on
         a reactor without threads (a test's fake clock).
+    @param metrics: where every room tells what happened (the app's
+        C{metrics}; a new one when not given); the store's logs tell it
+        too, process-wide.
     """
+    if metrics is None:
+        metrics = Metrics()
+    observeLogs(metrics)
     dataDir = DataDir(settings.dataDir)
     dataDir.ensure()
     registry = Registry(dataDir=dataDir, clock=reactor, defaultLeaseTtlMs=settings.leaseTtlMs)
     if launcher is None:
         launcher = _launcher(settings, models, reactor)
-    agent = _agentProfile(settings, models, reactor, dataDir)
-    mirror = Mirror(reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror)
-    public, ownKey = _publicParts(settings, models, reactor, dataDir, agent)
+    agent = _agentProfile(settings, models, reactor, dataDir, metrics)
+    mirror = Mirror(
+        reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
+    )
+    public, ownKey = _publicParts(settings, models, reactor, dataDir, agent, metrics)
     bodies = Bodies(
         launcher=launcher,
         clock=reactor,
@@ -131,10 +145,13 @@ def buildHost(
         snapshots=bodies,
         keepaliveSeconds=settings.keepaliveSeconds,
         public=public,
+        metrics=metrics,
     )
-    return api, HostService(
+    host = HostService(
         registry=registry, bodies=bodies, stopStreams=api.stopStreams, version=__version__.public()
     )
+    metrics.sample(lambda: host.sample(streams=len(api.streams)))
+    return api, host
 
 
 def _launcher(settings: Settings, models: ModelCatalog, reactor: IHostReactor) -> Launcher:
@@ -151,7 +168,8 @@ def _launcher(settings: Settings, models: ModelCatalog, reactor: IHostReactor) -
 
 
 def _agentProfile(
-    settings: Settings, models: ModelCatalog, reactor: IHostReactor, dataDir: DataDir
+    settings: Settings, models: ModelCatalog, reactor: IHostReactor, dataDir: DataDir,
+    metrics: Metrics,
 ) -> AgentProfile:
     """
     The agent profile's part: its box, as the settings ask for it.
@@ -166,6 +184,7 @@ def _agentProfile(
         extensionDir=EXTENSION.parent,
         mcpUrl=settings.mcpUrl,
         hidden=(Path.home(),) + settings.boxHidden,
+        metrics=metrics,
     )
 
 
@@ -175,6 +194,7 @@ def _publicParts(
     reactor: IHostReactor,
     dataDir: DataDir,
     agent: AgentProfile,
+    metrics: Metrics,
 ) -> tuple[Public | None, OwnKeyBodies | None]:
     """
     Public sessions (their ledger opened) and the bodies of callers who
@@ -182,8 +202,10 @@ def _publicParts(
     """
     if not settings.public.enabled:
         return None, None
-    ledger = openLedger(settings.public, dataDir.public, reactor)
-    public = Public(settings=settings.public, ledger=ledger, models=models, clock=reactor)
+    ledger = openLedger(settings.public, dataDir.public, reactor, metrics)
+    public = Public(
+        settings=settings.public, ledger=ledger, models=models, clock=reactor, metrics=metrics
+    )
     ownKey = OwnKeyBodies(reactor=reactor, public=public, models=models, runDir=agent.runDir)
     return public, ownKey
 
@@ -239,6 +261,11 @@ def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiS
         host,
         StreamServerEndpointService(serverFromString(reactor, settings.listen), site),
     )
+    if settings.metricsListen is not None:
+        # Its own port, never gardend's: an operator's scraper reaches it.
+        children += (StreamServerEndpointService(
+            serverFromString(reactor, settings.metricsListen), metricsSite(api.metrics, reactor)
+        ),)
     for child in children:
         child.setServiceParent(top)
     return top

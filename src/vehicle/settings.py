@@ -175,6 +175,9 @@ class Settings:
     #: dir (gardend's profile, when the host can tell where it is).
     boxHidden: tuple[Path, ...] = ()
     public: PublicSettings = field(factory=PublicSettings)
+    #: Where C{/metrics} is served (C{--metrics}, else C{VEHICLE_METRICS});
+    #: L{None}: nowhere.
+    metricsListen: str | None = None
 
     @classmethod
     def fromEnvironment(
@@ -183,10 +186,11 @@ class Settings:
         *,
         listen: str | None = None,
         dataDir: str | None = None,
+        metrics: str | None = None,
     ) -> "Settings":
         """
-        Read the settings from C{env}; C{listen} and C{dataDir} (from the
-        command line) win over the environment.
+        Read the settings from C{env}; C{listen}, C{dataDir} and C{metrics}
+        (from the command line) win over the environment.
 
         @raise SettingsError: when a setting is missing or wrong.
         """
@@ -231,7 +235,24 @@ class Settings:
             headerTimeoutSeconds=_float(env, "VEHICLE_HEADER_TIMEOUT_SECONDS", 10.0),
             boxHidden=_hiddenFolders(env, Path(dataDir).absolute()),
             public=PublicSettings.fromEnvironment(env),
+            metricsListen=_metricsFrom(env, metrics),
         )
+
+
+def _metricsFrom(env: Mapping[str, str], given: str | None) -> str | None:
+    """
+    The endpoint of C{/metrics}: C{--metrics}, else C{VEHICLE_METRICS}, else
+    none.  Any interface may be named (a scraper may be on another
+    machine: the figures carry no secret and no session id); only stream
+    endpoints Twisted can listen on (C{tcp}, C{tcp6}, C{unix}).
+    """
+    value = (given if given is not None else env.get("VEHICLE_METRICS") or "").strip()
+    if not value:
+        return None
+    kind = _splitEndpoint(value)[0]
+    if kind not in {"tcp", "tcp6", "unix"}:
+        raise SettingsError(f"--metrics {value!r}: a tcp, tcp6 or unix endpoint")
+    return value
 
 
 def _listenFrom(env: Mapping[str, str]) -> str:

@@ -16,6 +16,7 @@ from twisted.internet import reactor as globalReactor
 from twisted.internet.defer import gatherResults
 from twisted.trial.unittest import TestCase
 
+from vehicle.metrics import Metrics
 from vehicle_local.standin import Config, StandIn
 from vehicle.mirror import MIRROR_FILE, MCPClient, Mirror, MirrorError
 from vehicle.protocol import Parent, RunBudget, fromJSON
@@ -519,8 +520,11 @@ class MirrorTests(TestCase):
     async def test_outage(self) -> None:
         """
         With gardend down the write fails (C{mirror.failed}, state
-        C{failed}), and the next settle writes it.
+        C{failed}), and the next settle writes it; the metrics count both
+        writes and the failure.
         """
+        metrics = Metrics()
+        self.mirror = self.makeMirror(metrics=metrics)
         session, pi = self.makeSession()
         self.firstTurn(pi)
         await self.mirror.afterSettle(session)
@@ -541,6 +545,10 @@ class MirrorTests(TestCase):
         self.assertEqual(state.state, "written")
         self.assertIsNone(state.error)
         self.assertIn("And tulips?", self.document()["content"])
+        # Each write and the failure between them, counted for an operator.
+        samples = metrics.registry.get_sample_value
+        self.assertEqual(samples("vehicle_mirror_writes_total", {"outcome": "written"}), 2)
+        self.assertEqual(samples("vehicle_mirror_writes_total", {"outcome": "failed"}), 1)
 
     async def test_outageBeforeFirstWrite(self) -> None:
         """

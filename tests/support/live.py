@@ -259,10 +259,16 @@ class SSEWatcher:
         return d
 
     def close(self) -> None:
-        try:
-            self.response.original._transport.stopProducing()
-        except Exception:
-            pass
+        """
+        Hang up: the connection is closed (treq buffers the response: the
+        transport is on Twisted's own, the innermost C{original}).
+        """
+        response = self.response
+        while not hasattr(response, "_transport") and hasattr(response, "original"):
+            response = response.original
+        transport = getattr(response, "_transport", None)
+        if transport is not None:
+            transport.stopProducing()
 
 
 async def _value(value: Any) -> Any:

@@ -255,6 +255,17 @@ class CreationTests(SynchronousTestCase):
         frame = self.assertError(self.host.createAgent(), 503, "isolation_unavailable")
         self.assertIn("bwrap: setting up uid map: Permission denied", frame["message"])
 
+    def test_probesCounted(self) -> None:
+        """
+        Each probe of the box is counted for an operator by its outcome:
+        the one at start passed, one refused by bwrap failed.
+        """
+        samples = self.host.api.metrics.registry.get_sample_value
+        self.assertEqual(samples("vehicle_box_probes_total", {"outcome": "passed"}), 1)
+        self.host.spawner.refuse(b"bwrap: setting up uid map: Permission denied\n")
+        self.host.createAgent()
+        self.assertEqual(samples("vehicle_box_probes_total", {"outcome": "failed"}), 1)
+
     def test_probeAgainAfterRefusal(self) -> None:
         """
         The probe is not cached: once bwrap works again, the same request

@@ -805,6 +805,7 @@ class ProbeTests(SynchronousTestCase):
                 tier="bwrap",
                 reason="bwrap cannot make a box on this host:"
                 " bwrap: setting up uid map: Permission denied",
+                probed=True,
             ),
         )
 

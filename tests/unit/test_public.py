@@ -74,7 +74,8 @@ class PublicTests(RouteTestCase):
 
     def test_turnLimits(self) -> None:
         """
-        Turns per conversation and per day are counted before acceptance.
+        Turns per conversation and per day are counted before acceptance;
+        the metrics count each refusal by its code.
         """
         sid = self.ok("POST", "/sessions", {"requestId": "c1"},
                       headers=visitor(KEY), **VISITOR)["value"]["session"]["sessionId"]
@@ -92,6 +93,10 @@ class PublicTests(RouteTestCase):
         frame = self.ok("GET", "/account", headers=visitor(KEY), **VISITOR)
         self.assertEqual(frame["value"]["kind"], "anonymous")
         self.assertEqual(frame["value"]["turnsToday"], PUBLIC.turnsPerDay)
+        # Each refusal counted for an operator, by its code.
+        refused = self.h.api.metrics.registry.get_sample_value
+        for reason in ("session_turn_limit", "daily_turn_limit"):
+            self.assertEqual(refused("vehicle_public_turns_refused_total", {"reason": reason}), 1)
 
     def test_byokTurnNeedsTheKey(self) -> None:
         """

@@ -39,6 +39,7 @@ from vehicle.box import (
     systemRoots,
 )
 from vehicle.errors import VehicleError
+from vehicle.metrics import Metrics, unserved
 from vehicle.models import ModelCatalog
 from vehicle.protocol import CreateRequest, JSONObject
 from vehicle.session import Caller, FolderRecord, Session
@@ -74,6 +75,8 @@ class AgentProfile:
     hidden: tuple[Path, ...] = field(factory=lambda: (Path.home(),))
     #: Spawns the bwrap probe (tests hand in a fake); the reactor when L{None}.
     spawner: Spawner | None = None
+    #: Where each probe of the box is counted.
+    metrics: Metrics = field(factory=unserved)
     doors: dict[str, ModelDoor] = field(factory=dict)
     #: Where run folders are made (a short path: the system's temp folder).
     runRoot: Path | None = None
@@ -95,6 +98,8 @@ class AgentProfile:
             bwrap=self.bwrap,
             spawner=self.spawner,
         )
+        if decision.probed:
+            self.metrics.boxProbed(decision.ok)
         if not decision.ok:
             raise VehicleError(
                 "isolation_unavailable", decision.reason or "agent bodies cannot be boxed here"

@@ -92,12 +92,15 @@ class IsolationDecision:
     @ivar reason: for a refusal, the sentence to send with
         C{isolation_unavailable}; C{None} when C{ok}.
     @ivar needsProbe: whether L{probeBwrap} must still pass.
+    @ivar probed: whether L{probeBwrap} ran for this decision (C{ok} is
+        then its outcome).
     """
 
     ok: bool
     tier: str
     reason: str | None = None
     needsProbe: bool = False
+    probed: bool = False
 
 
 def checkIsolation(
@@ -296,9 +299,10 @@ async def decideIsolation(
         )
     probe = await probeBwrap(reactor, bwrap, spawner)
     if probe.ok:
-        return IsolationDecision(ok=True, tier=decision.tier)
+        return IsolationDecision(ok=True, tier=decision.tier, probed=True)
     return IsolationDecision(
         ok=False,
         tier=decision.tier,
         reason=f"bwrap cannot make a box on this host: {probe.reason}",
+        probed=True,
     )

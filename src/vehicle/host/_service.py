@@ -9,6 +9,7 @@ a delete), and the mirror as one of the sessions' observers
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, ClassVar
 
 from attrs import define
@@ -19,6 +20,7 @@ from twisted.logger import Logger
 from vehicle.agent import AgentProfile
 from vehicle.body import RunInThread, branch
 from vehicle.errors import VehicleError
+from vehicle.metrics import HostSample
 from vehicle.host._bodies import Bodies
 from vehicle.mirror import Mirror
 from vehicle.protocol import CommandRequest, JSONObject
@@ -64,6 +66,29 @@ class HostService(Service):
             self._log.error("The box probe could not run: {error!r}", error=e)
         else:
             self._log.info("Agent bodies run in isolation tier {tier}", tier=tier)
+
+    def sample(self, streams: int = 0) -> HostSample:
+        """
+        The host's state for a scrape: its sessions by their body's
+        state, the bodies (every session whose body is not dormant) by
+        profile, the runs under way, the long-polls waiting, the ledger
+        writes owed; C{streams} is the web room's count.
+        """
+        states: Counter[str] = Counter()
+        bodies: Counter[str] = Counter()
+        runs = polls = 0
+        for session in list(self.registry.sessions.values()):
+            state = session.bodyState()
+            states[state] += 1
+            if state != "dormant":
+                bodies[session.meta.profile] += 1
+            runs += session.running()
+            polls += session.feed.waiting()
+        public = self.bodies.public
+        return HostSample(
+            sessions=dict(states), bodies=dict(bodies), runs=runs, streams=streams, polls=polls,
+            owed=len(public.accounting.owed) if public is not None else 0,
+        )
 
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)

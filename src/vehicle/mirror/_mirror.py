@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from vehicle._http import httpClient
 from vehicle._reactors import IClientReactor
 from vehicle._threads import threadRunner
+from vehicle.metrics import Metrics, unserved
 from vehicle.mirror._document import DocumentWriter, Rendered, ToolCalls, renderSession
 from vehicle.mirror._mcp import MCPClient, MirrorError
 from vehicle.mirror._record import (
@@ -81,6 +82,8 @@ class Mirror:
     #: The client for MCP (default: one that reaches IP addresses without a
     #: name lookup, made on first use): treq's, or a fake of its C{post}.
     http: Any = field(default=None, kw_only=True)
+    #: Where each pass's write, or failure, is counted.
+    metrics: Metrics = field(factory=unserved, kw_only=True)
     _records: dict[str, MirrorRecord] = field(factory=dict, init=False)
     _writer: DocumentWriter = field(factory=DocumentWriter, init=False)
     _read: Callable[..., Deferred[Rendered | None]] = field(init=False)
@@ -288,6 +291,7 @@ class Mirror:
             self._fail(session, record, e.message)
             return
         self._written(session, record, created=created)
+        self.metrics.mirrorWrote(True)
 
     # -- state --------------------------------------------------------------
 
@@ -307,6 +311,7 @@ class Mirror:
             )
 
     def _fail(self, session: MirroredSession, record: MirrorRecord, message: str) -> None:
+        self.metrics.mirrorWrote(False)
         record.state = "failed"
         record.reason = "the last write failed; it is tried again at the next settle"
         record.error = message

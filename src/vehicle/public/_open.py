@@ -11,6 +11,7 @@ from pathlib import Path
 
 from twisted.internet.interfaces import IReactorCore, IReactorThreads, IReactorTime
 
+from vehicle.metrics import Metrics, unserved
 from vehicle.public._contract import LedgerStore
 from vehicle.public._ledger import Ledger
 from vehicle.public._postgres import AdbapiRunner, InlineRunner, PostgresLedger, Runner, describe
@@ -47,13 +48,17 @@ def runnerFor(reactor: IReactorTime, url: str, timeoutSeconds: float) -> Runner:
     return InlineRunner(url=url, timeoutSeconds=timeoutSeconds)
 
 
-def openLedger(settings: PublicSettings, folder: Path, reactor: IReactorTime) -> LedgerStore:
+def openLedger(
+    settings: PublicSettings, folder: Path, reactor: IReactorTime, metrics: Metrics | None = None
+) -> LedgerStore:
     """
     The host's ledger, started: the file read, or PostgreSQL's schema
     migrated (or, when it is out of reach, migrated at the first request
     that finds it back).
 
     @param folder: the data dir's C{public/}.
+    @param metrics: where PostgreSQL's latency is told (the file's is its
+        log's fsync, which the store tells).
     """
     ledger: LedgerStore
     if settings.ledgerUrl:
@@ -63,6 +68,7 @@ def openLedger(settings: PublicSettings, folder: Path, reactor: IReactorTime) ->
             host=hostIdentity(folder),
             where=describe(settings.ledgerUrl),
             timeoutSeconds=settings.ledgerTimeoutSeconds,
+            metrics=metrics or unserved(),
         )
     else:
         ledger = Ledger(path=folder / "ledger.jsonl", clock=reactor)

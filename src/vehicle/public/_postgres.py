@@ -40,6 +40,7 @@ from twisted.internet.interfaces import IReactorCore, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from vehicle.metrics import Metrics, unserved
 from vehicle.public._contract import (
     GRANT_CONFLICT,
     GRANT_REPEATED,
@@ -275,24 +276,44 @@ class PostgresLedger:
     where: str = "postgresql"
     timeoutSeconds: float = 2.0
     straySweepSeconds: float = 30.0
+    #: Where each transaction's latency is told.
+    metrics: Metrics = field(factory=unserved)
     _migrated: bool = False
     _migrating: "Deferred[Exception | None] | None" = None
 
     # -- how a transaction is run --------------------------------------------
 
-    def _run(self, interaction: Interaction[T]) -> Deferred[T]:
+    def _run(self, operation: str, interaction: Interaction[T]) -> Deferred[T]:
         """
         Run C{interaction} once the schema is there, answering within the
         timeout: a database out of reach is L{LedgerUnavailable}.
         """
-        return Deferred.fromCoroutine(self._runWhenReady(interaction))
+        return Deferred.fromCoroutine(self._runWhenReady(operation, interaction))
 
-    async def _runWhenReady(self, interaction: Interaction[T]) -> T:
+    async def _runWhenReady(self, operation: str, interaction: Interaction[T]) -> T:
         if not self._migrated:
             await self._migrate()
-        return await self._answer(interaction)
+        return await self._answer(operation, interaction)
 
-    async def _answer(self, interaction: Interaction[T]) -> T:
+    async def _answer(self, operation: str, interaction: Interaction[T]) -> T:
+        """
+        One transaction, timed: the ledger's latency is told to
+        L{metrics} by C{operation} and outcome (C{ok}, C{unavailable},
+        C{error}).
+        """
+        began = self.clock.seconds()
+        outcome = "error"
+        try:
+            result = await self._bounded(interaction)
+            outcome = "ok"
+            return result
+        except LedgerUnavailable:
+            outcome = "unavailable"
+            raise
+        finally:
+            self.metrics.ledgerAnswered(operation, self.clock.seconds() - began, outcome)
+
+    async def _bounded(self, interaction: Interaction[T]) -> T:
         deadline = time.monotonic() + self.timeoutSeconds
 
         def bounded(cursor: Any) -> T:
@@ -335,7 +356,7 @@ class PostgresLedger:
 
     async def _migrateOnce(self) -> Exception | None:
         try:
-            version = await self._answer(_applyMigrations)
+            version = await self._answer("migrate", _applyMigrations)
         except Exception as e:
             return e
         finally:
@@ -391,7 +412,7 @@ class PostgresLedger:
             same = kind == "grant" and who == principal and _usd(amount) == round(amountUsd, 9)
             return GRANT_REPEATED if same else GRANT_CONFLICT
 
-        return self._run(grant)
+        return self._run("addGrant", grant)
 
     def figures(self, principal: str) -> Deferred[Figures]:
         day = self.today()
@@ -403,7 +424,7 @@ class PostgresLedger:
                            turnsToday=int(turns), poolTodayUsd=_usd(pool),
                            heldAllUsd=_usd(heldAll))
 
-        return self._run(read)
+        return self._run("figures", read)
 
     def reserveTurn(self, ask: TurnAsk) -> Deferred[str]:
         at = self._now()
@@ -447,7 +468,7 @@ class PostgresLedger:
                 )
             return RESERVED
 
-        return self._run(reserve)
+        return self._run("reserveTurn", reserve)
 
     def voidTurn(self, session: str, command: str) -> Deferred[bool]:
         key, hold = turnKey(session, command), holdKey(session, command)
@@ -463,7 +484,7 @@ class PostgresLedger:
                       ([key, hold, releaseKey(hold)],))
             return bool(c.rowcount)
 
-        return self._run(void)
+        return self._run("voidTurn", void)
 
     def countTurn(
         self, principal: str, session: str, funding: str, command: str, day: str
@@ -481,7 +502,7 @@ class PostgresLedger:
             )
             return c.fetchone() is not None
 
-        return self._run(count)
+        return self._run("countTurn", count)
 
     def chargeRun(
         self, principal: str, amountUsd: float, key: str, session: str,
@@ -503,7 +524,7 @@ class PostgresLedger:
                 _endHold(c, hold, "charged", day, at)
             return True
 
-        return self._run(charge)
+        return self._run("chargeRun", charge)
 
     def endHold(self, key: str, reason: str) -> Deferred[bool]:
         day, at = self.today(), self._now()
@@ -516,7 +537,7 @@ class PostgresLedger:
             _lockAccount(c, row[0])
             return _endHold(c, key, reason, day, at)
 
-        return self._run(end)
+        return self._run("endHold", end)
 
     def openHolds(self, session: str | None = None) -> Deferred[list[Hold]]:
         def read(c: Any) -> list[Hold]:
@@ -529,7 +550,7 @@ class PostgresLedger:
             return [Hold(key=k, principal=p, amountUsd=_usd(a), session=s, command=cmd)
                     for k, p, a, s, cmd in c.fetchall()]
 
-        return self._run(read)
+        return self._run("openHolds", read)
 
     def turnsOf(self, session: str) -> Deferred[SessionTurns]:
         def read(c: Any) -> SessionTurns:
@@ -546,7 +567,7 @@ class PostgresLedger:
                     reserved[command] = float(at)
             return SessionTurns(reserved=reserved, unnamed=unnamed)
 
-        return self._run(read)
+        return self._run("turnsOf", read)
 
     def missingKeys(self, keys: Iterable[str]) -> Deferred[set[str]]:
         wanted = list(keys)
@@ -557,7 +578,7 @@ class PostgresLedger:
             c.execute("SELECT key FROM ledger_rows WHERE key = ANY(%s)", (wanted,))
             return set(wanted) - {row[0] for row in c.fetchall()}
 
-        return self._run(read)
+        return self._run("missingKeys", read)
 
     def importRows(self, rows: Sequence[tuple[str, LedgerRow]]) -> Deferred[tuple[int, int]]:
         """
@@ -568,7 +589,7 @@ class PostgresLedger:
         def move(c: Any) -> tuple[int, int]:
             return _importRows(c, rows)
 
-        return self._run(move)
+        return self._run("importRows", move)
 
 
 def _lockAccount(c: Any, principal: str) -> None:

@@ -16,6 +16,7 @@ from attrs import define, field, frozen
 from twisted.internet.interfaces import IReactorTime
 
 from vehicle.errors import VehicleError
+from vehicle.metrics import Metrics, unserved
 from vehicle.models import ModelCatalog
 from vehicle.public._accounting import Accounting
 from vehicle.public._contract import (
@@ -84,6 +85,8 @@ class Public:
     ledger: LedgerStore
     models: ModelCatalog
     clock: IReactorTime
+    #: Where public turns refused are counted.
+    metrics: Metrics = field(factory=unserved)
     #: sessionId -> the newest key its owner sent (memory only).
     _keys: dict[str, str] = field(factory=dict, repr=False)
     #: The accounts whose signup grant this host has seen made.
@@ -227,8 +230,17 @@ class Public:
         turn and hold its run's budget, keyed by the command.
 
         @raise VehicleError: the limit that refuses it, or
-            C{ledger_unavailable}.
+            C{ledger_unavailable}; each refusal is counted by its code.
         """
+        try:
+            return await self._reserveTurn(session, caller, request)
+        except VehicleError as e:
+            self.metrics.turnRefused(e.code)
+            raise
+
+    async def _reserveTurn(
+        self, session: Session, caller: Caller, request: CommandRequest
+    ) -> Reservation:
         self.requireEnabled()
         credit = session.meta.funding == "credit"
         if session.meta.funding == "byok":

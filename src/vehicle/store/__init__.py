@@ -15,7 +15,7 @@ from vehicle.store._atomic import (
     writeJsonAtomic,
 )
 from vehicle.store._files import Files, OsFiles, files, removeTree, useFiles
-from vehicle.store._jsonl import CorruptLog, JsonlLog
+from vehicle.store._jsonl import CorruptLog, JsonlLog, LogObserver, observeLogs
 from vehicle.store._layout import DataDir
 from vehicle.store._lock import DataDirLock, DataDirLocked
 
@@ -25,6 +25,8 @@ __all__ = [
     "DataDir",
     "Files",
     "JsonlLog",
+    "LogObserver",
+    "observeLogs",
     "OsFiles",
     "files",
     "fsyncDirectory",

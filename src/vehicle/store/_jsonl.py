@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from attrs import define
 from twisted.logger import Logger
@@ -37,6 +38,45 @@ _APPEND = os.O_WRONLY | os.O_APPEND
 
 #: The mode of a log and of its C{.broken} copy, whatever the umask.
 _MODE = 0o600
+
+
+class LogObserver(Protocol):
+    """
+    Who is told of every log's writes (the host's metrics): the one place
+    they are seen is L{JsonlLog.append} and L{JsonlLog.sync}.
+    """
+
+    def appended(self, log: str) -> None:
+        """
+        One record was appended to C{log} (the file's stem: C{events}).
+        """
+
+    def synced(self, log: str, seconds: float) -> None:
+        """
+        One fsync of C{log} took C{seconds}.
+        """
+
+
+class _Unobserved:
+    def appended(self, log: str) -> None:
+        pass
+
+    def synced(self, log: str, seconds: float) -> None:
+        pass
+
+
+_observer: LogObserver = _Unobserved()
+
+
+def observeLogs(observer: LogObserver | None) -> LogObserver:
+    """
+    Tell C{observer} of every record appended to a log and every fsync of
+    one, in this process, from now on (L{None}: nobody); the observer it
+    replaces is returned (a test puts it back).
+    """
+    global _observer
+    previous, _observer = _observer, observer if observer is not None else _Unobserved()
+    return previous
 
 
 class CorruptLog(Exception):
@@ -264,6 +304,7 @@ class JsonlLog:
                 pass
             raise
         self._size += len(data)
+        _observer.appended(self._path.stem)
         if seq is not None:
             self.lastSeq = seq
         if sync:
@@ -278,11 +319,13 @@ class JsonlLog:
         """
         if self._fd is None:
             raise ValueError(f"{self._path}: the log is closed")
+        began = time.monotonic()
         try:
             _sync(self._fd)
         except BaseException as e:
             self._failure = e
             raise
+        _observer.synced(self._path.stem, time.monotonic() - began)
 
     def close(self) -> None:
         """

@@ -27,6 +27,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from vehicle import __version__
 from vehicle.errors import VehicleError, answerError, answerFrame, encode, errorFrame
 from vehicle.host import Drive, Replayed
+from vehicle.metrics import UNMATCHED, Metrics, unserved
 from vehicle.protocol import (
     BodyView,
     ChimeRequest,
@@ -46,6 +47,7 @@ from vehicle.protocol import (
 from vehicle.public import Public
 from vehicle.session import Caller, Registry, Session, makeCapsule
 from vehicle.web._frames import frame, parseBody, validate
+from vehicle.web._metered import MeteredResource
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait, wantsEventStream
 
@@ -105,6 +107,8 @@ class VehicleAPI:
     #: Public sessions (their doors, limits and ledger), if this host has them.
     public: Public | None = None
     streams: set[EventStream] = field(factory=set)
+    #: Where every request answered is counted.
+    metrics: Metrics = field(factory=unserved)
     #: The C{requestId} of each request whose body said one, for its frames.
     _requestIds: WeakKeyDictionary[Request, str] = field(init=False, factory=WeakKeyDictionary)
 
@@ -113,7 +117,21 @@ class VehicleAPI:
         return self.drive.registry
 
     def resource(self) -> IResource:
-        return GuardedResource(self.router.resource(), self.secret)
+        guarded = GuardedResource(self.router.resource(), self.secret)
+        return MeteredResource(guarded, self.metrics, self.routeOf, self.clock)
+
+    def routeOf(self, method: str, path: bytes) -> str:
+        """
+        The pattern of the route that takes C{method} on C{path}
+        (C{/sessions/<sessionId>/commands}), or L{UNMATCHED}.
+        """
+        try:
+            rule, _ = self.router.url_map.bind("vehicle").match(
+                path.decode("utf-8"), method=method, return_rule=True
+            )
+        except (HTTPException, UnicodeDecodeError):
+            return UNMATCHED
+        return str(rule.rule)
 
     # -- trust, parse, answer ----------------------------------------------
 
