@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from treq.client import HTTPClient
 from twisted.internet import reactor
@@ -120,14 +120,18 @@ class Page:
         box = self.find("#composer-text")
         box.send_keys(text + (Keys.ENTER if enter else ""))
 
-    def waitIdleWith(self, count: int) -> list[tuple[str, str]]:
+    def waitIdleWith(
+        self, count: int, whole: Callable[[list[tuple[str, str]]], bool] = lambda items: True,
+    ) -> list[tuple[str, str]]:
         """
-        Wait until the run is over and the transcript has C{count} messages.
+        Wait until the run is over and the transcript has C{count} messages,
+        the last ones C{whole} (an answer shown whole, not the part of it
+        streamed so far).
         """
         def settled() -> Any:
             items = self.transcript()
             return (self.data("status") == "idle" and self.streaming() is None
-                    and len(items) >= count and items)
+                    and len(items) >= count and whole(items) and items)
 
         return waitUntil(settled, what=f"an idle conversation of {count} messages")  # type: ignore[no-any-return]
 
@@ -253,7 +257,7 @@ class ConversationTests(_PageCase):
         self.assertGreaterEqual(len(pieces), 5, pieces)
         for shorter, longer in zip(pieces, pieces[1:]):
             self.assertTrue(longer.startswith(shorter) and longer != shorter, pieces)
-        items = page.waitIdleWith(2)
+        items = page.waitIdleWith(2, lambda items: "slow-16" in items[1][1])
         self.assertEqual(items[1][0], "assistant")
         self.assertTrue(items[1][1].startswith(pieces[-1]), (items, pieces))
         self.assertIn("slow-16", items[1][1])
@@ -262,7 +266,7 @@ class ConversationTests(_PageCase):
 
         # Markup in an answer is shown as its characters, and runs nothing.
         page.type(HOSTILE)
-        items = page.waitIdleWith(4)
+        items = page.waitIdleWith(4, lambda items: items[3][1].endswith("')"))
         self.assertEqual(items[2], ("user", HOSTILE))
         self.assertEqual(items[3], ("assistant", f"Hello from the scripted model (you said: '{HOSTILE}')"))
         self.assertEqual(page.d.execute_script(
@@ -396,8 +400,7 @@ class TwoTabsTests(_PageCase):
         b.click("#take-over")
         waitUntil(lambda: b.data("lease") == "mine", what="the takeover")
         b.type("hello from tab B")
-        items = b.waitIdleWith(2)
-        self.assertEqual(items[1][1], "Hello from the scripted model (you said: 'hello from tab B')")
+        items = b.waitLast(("assistant", "Hello from the scripted model (you said: 'hello from tab B')"))
         b.d.switch_to.window(tabA)
         waitUntil(lambda: a.data("lease") == "elsewhere", what="tab A seeing the takeover")
         waitUntil(lambda: "took over" in a.find(".transcript").text, what="tab A's note")
@@ -417,7 +420,7 @@ class TwoTabsTests(_PageCase):
         waitUntil(lambda: "Chime from Ada" in b.find(".transcript").text, what="the chime's note")
         waitUntil(lambda: "what about <u>cows</u>?" in b.find(".chimes").text, what="the waiting chime")
         b.click(".chimes .chime button")
-        items = b.waitIdleWith(4)
+        items = b.waitIdleWith(4, lambda items: items[3][1].endswith("')"))
         self.assertEqual(items[2][0], "user")
         self.assertTrue(items[2][1].startswith("[Ada collaborator]"), items)
         self.assertIn("what about <u>cows</u>?", items[2][1])
