@@ -175,6 +175,14 @@ class Settings:
     #: dir (gardend's profile, when the host can tell where it is).
     boxHidden: tuple[Path, ...] = ()
     public: PublicSettings = field(factory=PublicSettings)
+    #: C{VEHICLE_SPARE_BODIES}: warm chat bodies kept ready for new and
+    #: revived conversations (0: none; each holds a pi process's memory).
+    #: None unless asked for here; the environment's default is 1.
+    spareBodies: int = 0
+    #: C{VEHICLE_SPARE_REFILL_MS}: the pause after a spare is handed over
+    #: before the next one starts (its start would take the CPU the handed
+    #: body's first run needs).
+    spareRefillMs: int = 2000
 
     @classmethod
     def fromEnvironment(
@@ -231,6 +239,8 @@ class Settings:
             headerTimeoutSeconds=_float(env, "VEHICLE_HEADER_TIMEOUT_SECONDS", 10.0),
             boxHidden=_hiddenFolders(env, Path(dataDir).absolute()),
             public=PublicSettings.fromEnvironment(env),
+            spareBodies=_int(env, "VEHICLE_SPARE_BODIES", 1, 0),
+            spareRefillMs=_int(env, "VEHICLE_SPARE_REFILL_MS", 2000, 0),
         )
 
 

@@ -48,6 +48,7 @@ class HostService(Service):
         if agent is not None:
             agent.sweepRunDirs()
             Deferred.fromCoroutine(self._probe(agent))
+        self.bodies.start()
         self._log.info(
             "vehicle {version} serving {count} sessions from {dataDir}",
             version=self.version,
