@@ -32,6 +32,7 @@ from vehicle.protocol import CommandRequest, RunBudget, fromRequest, toObject
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
 
+from tests.support._hints import assertAnnotationsResolve
 from tests.support.fakepi import STATE
 from tests.support.harness import FakeLauncher, FakePiTransport, newSession
 from tests.support.schemas import assertValidEvent
@@ -920,3 +921,13 @@ class ChatSpareDoorTests(SynchronousTestCase):
         assert pool is not None
         self.assertEqual((pool.size, pool.model, pool.refillSeconds, pool.mcpUrl),
                          (2, MODEL, 1.5, launcher.mcpUrl))
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_annotationsResolve(self) -> None:
+        """
+        Every annotation of the spares' module is a type.
+        """
+        from vehicle.body import _spares
+
+        assertAnnotationsResolve(self, _spares)
