@@ -13,7 +13,7 @@ from typing import Any
 
 from twisted.trial.unittest import TestCase
 
-from tests.live.test_spares_live import readySpare
+from tests.live.test_warm_spares_live import readySpare
 from tests.support.live import LiveHost, SSEWatcher, settledEvent, sleep, startStandIn
 
 

@@ -188,36 +188,6 @@ class _HandOffSink:
         pass
 
 
-@implementer(IBodySink)
-@define(eq=False)
-class _SpareSink:
-    """
-    Hears a spare until it is handed over: its priming run's end, and its
-    exit; the extension's questions are answered no (a spare has no
-    session, no token, no facts).
-    """
-
-    pool: "SparePool"
-    spare: Spare | None = None
-
-    def piEvent(self, event: JSONObject) -> None:
-        spare = self.spare
-        if spare is None:
-            return
-        if _isQuestion(event):
-            _refuse(spare, event)
-        elif (
-            event.get("type") == "agent_settled"
-            and spare.settled is not None
-            and not spare.settled.called
-        ):
-            spare.settled.callback(None)
-
-    def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
-        if self.spare is not None:
-            self.pool.lost(self.spare, exitCode, signal)
-
-
 @define(eq=False)
 class SparePool:
     """
@@ -385,3 +355,33 @@ class SparePool:
 
     def _discard(self, spare: Spare) -> Deferred[None]:
         return spare.discard()
+
+
+@implementer(IBodySink)
+@define(eq=False)
+class _SpareSink:
+    """
+    Hears a spare until it is handed over: its priming run's end, and its
+    exit; the extension's questions are answered no (a spare has no
+    session, no token, no facts).
+    """
+
+    pool: SparePool
+    spare: Spare | None = None
+
+    def piEvent(self, event: JSONObject) -> None:
+        spare = self.spare
+        if spare is None:
+            return
+        if _isQuestion(event):
+            _refuse(spare, event)
+        elif (
+            event.get("type") == "agent_settled"
+            and spare.settled is not None
+            and not spare.settled.called
+        ):
+            spare.settled.callback(None)
+
+    def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
+        if self.spare is not None:
+            self.pool.lost(self.spare, exitCode, signal)
