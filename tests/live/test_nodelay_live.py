@@ -13,8 +13,7 @@ from typing import Any
 
 from twisted.trial.unittest import TestCase
 
-from tests.live.test_warm_spares_live import readySpare
-from tests.support.live import LiveHost, SSEWatcher, settledEvent, sleep, startStandIn
+from tests.support.live import LiveHost, SSEWatcher, readySpare, settledEvent, sleep, startStandIn
 
 
 def recording(factory: Any) -> list[Any]:

@@ -9,40 +9,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
 
 from twisted.trial.unittest import TestCase
 
-from vehicle.body import PRIMING_PROMPT, SparePool
+from vehicle.body import PRIMING_PROMPT
 from vehicle.body._spawner import latestSessionFile
 
-from tests.support.live import LiveHost, settledEvent, sleep
-
-
-async def waitUntil(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    """
-    Poll C{predicate} on the reactor until it holds.
-    """
-    waited = 0.0
-    while not predicate():
-        if waited > timeout:
-            raise AssertionError("the condition did not come about in time")
-        await sleep(0.05)
-        waited += 0.05
-
-
-def pool(host: LiveHost) -> SparePool:
-    spares = host.host.bodies.spares
-    assert spares is not None
-    return spares
-
-
-async def readySpare(host: LiveHost) -> Any:
-    """
-    The spare that is ready first (waiting for it).
-    """
-    await waitUntil(lambda: bool(pool(host).ready))
-    return pool(host).ready[0]
+from tests.support.live import LiveHost, pool, readySpare, settledEvent, waitUntil
 
 
 def filesUnder(folder: Path) -> dict[Path, bytes]:
