@@ -251,6 +251,17 @@ class MakingTests(PoolTestCase):
             {"type": "extension_ui_response", "id": "sophia.session", "cancelled": True},
         ])
 
+    def test_onlyQuestionsAreAnswered(self) -> None:
+        """
+        A record that is not the extension's question is not answered,
+        whatever fields it has.
+        """
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        record(transport, {"type": "tool_execution_start", "id": "t", "method": "input"})
+        record(transport, {"type": "agent_end", "id": "e", "method": "input"})
+        self.assertEqual(kinds(transport), ["get_state"])
+
     def test_otherRecordsAreNoNews(self) -> None:
         """
         What a spare says besides (its priming's events, a notice) moves
@@ -336,6 +347,19 @@ class TakingTests(PoolTestCase):
         assert taken is not None
         self.assertIs(taken.protocol.transport, second)
         self.assertIsNot(first, second)
+
+    def test_refillMakesUpTheDifference(self) -> None:
+        """
+        With one of two spares taken, the refill starts one, not more.
+        """
+        pool = self.makePool(size=2)
+        pool.start()
+        self.readyOne(0)
+        self.readyOne(1)
+        pool.take(self.session())
+        self.clock.advance(2)
+        self.assertEqual(len(self.launcher.spawned), 3)
+        self.assertEqual((len(pool.ready), len(pool.making)), (1, 1))
 
     def test_oneRefillForSeveralTakes(self) -> None:
         """
