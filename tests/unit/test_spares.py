@@ -18,7 +18,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
-from vehicle.body import PRIMING_PROMPT, SPARE_BUDGET, SparePool, sessionFacts
+from vehicle.body import PRIMING_PROMPT, SPARE_BUDGET, SparePool, bootConfig, sessionFacts
 from vehicle.body._conductor import Conductor
 from vehicle.body._rpc import PiProtocol
 from vehicle.body._sessionfile import hasConversation, newSessionFile
@@ -206,6 +206,10 @@ class MakingTests(PoolTestCase):
             self.assertEqual(asked["model"], MODEL)
             self.assertEqual(asked["profile"], "chat")
             self.assertEqual(asked["budget"], SPARE_BUDGET)
+            # A boot config the extension can read (one turn, a cost above 0).
+            self.assertEqual(json.loads(bootConfig(providers=asked["providers"],
+                                                   budget=asked["budget"]))["budget"],
+                             {"maxTurns": 1, "maxCostUsd": 0.01})
             self.assertEqual(asked["providers"], door.providers)
             self.assertNotIn(KEY, json.dumps(asked["providers"]))
             self.assertEqual(asked["bootExtra"], {**door.bootExtra, "spare": True})
@@ -333,6 +337,7 @@ class TakingTests(PoolTestCase):
         self.pool.start()
         self.readyOne()
         self.assertIsNone(self.pool.take(self.session(model="scripted/other-2")))
+        self.assertIsNone(self.pool.take(self.session(model="scripted/a-0")))
         self.assertEqual(len(self.pool.ready), 1)
 
     def test_oldestFirst(self) -> None:
@@ -657,6 +662,22 @@ class HandOffTests(PoolTestCase):
         }])
         self.assertEqual(json.loads(answers[0]["value"]),
                          {"budget": {"maxTurns": 5, "maxCostUsd": 0.5}})
+
+    def test_otherQuestionsOnTheWay(self) -> None:
+        """
+        Any other question during the hand-off is answered no: the facts
+        go only to the facts' question.
+        """
+        self.prompt()
+        record(self.spareTransport, {"type": "extension_ui_request", "id": "t1",
+                                     "method": "input", "title": "sophia.delegated-token"})
+        record(self.spareTransport, {"type": "extension_ui_request", "id": "c1",
+                                     "method": "confirm", "title": "sophia.session"})
+        answers = [r for r in self.spareTransport.written if r["type"] == "extension_ui_response"]
+        self.assertEqual(answers, [
+            {"type": "extension_ui_response", "id": "t1", "cancelled": True},
+            {"type": "extension_ui_response", "id": "c1", "cancelled": True},
+        ])
 
     def test_aRevivedConversation(self) -> None:
         """
