@@ -21,6 +21,7 @@ from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS
 from zope.interface import implementer
 
 from vehicle._reactors import IClientReactor
+from vehicle._sockets import NoDelayEndpoint
 
 
 @implementer(IAgentEndpointFactory)
@@ -29,6 +30,8 @@ class DirectEndpoints:
     IP literals straight to TCP; names through the usual resolver; TLS for
     C{https} as a browser would check it (C{tls}: another policy, e.g. one
     trusting a private CA).  C{timeout}: seconds to wait for a connection.
+    Every connection sends each write at once (a model's stream of deltas
+    through the door, L{vehicle._sockets}).
     """
 
     def __init__(
@@ -47,6 +50,7 @@ class DirectEndpoints:
             endpoint = TCP6ClientEndpoint(self.reactor, bare, uri.port, self.timeout)
         else:
             endpoint = HostnameEndpoint(self.reactor, uri.host, uri.port, self.timeout)
+        endpoint = NoDelayEndpoint(endpoint)
         if uri.scheme == b"https":
             endpoint = wrapClientTLS(self.tls.creatorForNetloc(uri.host, uri.port), endpoint)
         return endpoint

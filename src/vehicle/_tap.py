@@ -17,13 +17,15 @@ from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.endpoints import serverFromString
 from twisted.python import usage
+from twisted.web.client import HTTPConnectionPool
 
 from vehicle import __version__
 from vehicle._reactors import IHostReactor, globalReactor
 from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile
 from vehicle.body import EXTENSION, Launcher, RunInThread
-from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower
+from vehicle._http import httpClient
+from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower, chatSpares
 from vehicle.metrics import Metrics, metricsSite
 from vehicle.mirror import Mirror
 from vehicle.public import OwnKeyBodies, Public, openLedger
@@ -114,6 +116,17 @@ def buildHost(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
     public, ownKey = _publicParts(settings, models, reactor, dataDir, agent, metrics)
+    # The spares' doors keep their connections to the provider open.
+    doorConnections = HTTPConnectionPool(reactor, persistent=True)
+    spares = chatSpares(
+        launcher=launcher,
+        reactor=reactor,
+        models=models,
+        size=settings.spareBodies,
+        runDir=agent.runDir,
+        refillSeconds=settings.spareRefillMs / 1000.0,
+        http=httpClient(reactor, pool=doorConnections),
+    )
     bodies = Bodies(
         launcher=launcher,
         clock=reactor,
@@ -122,6 +135,8 @@ def buildHost(
         mirror=mirror,
         public=public,
         ownKey=ownKey,
+        spares=spares,
+        doorConnections=doorConnections,
     )
     _follow(registry, bodies, public, mirror)
     drive = Drive(

@@ -25,9 +25,8 @@ What is counted where:
   - public turns refused, by their error code: C{public/_public.Public.reserveTurn};
   - the ledger's latency: C{public/_postgres.PostgresLedger._answer} (each
     transaction; the file ledger's is its log's fsync);
-  - spare bodies: whoever keeps them calls L{Metrics.sparesReady};
-  - sessions, bodies, runs, watchers, writes owed to the ledger: sampled
-    at each scrape from C{host/_service.HostService.sample}.
+  - sessions, bodies, spare bodies, runs, watchers, writes owed to the
+    ledger: sampled at each scrape from C{host/_service.HostService.sample}.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from __future__ import annotations
 from typing import Callable, Iterator, Mapping
 
 from attrs import Factory, define, field, frozen
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from twisted.internet.interfaces import IReactorTime
@@ -68,6 +67,7 @@ class HostSample:
     @ivar streams: the open SSE streams.
     @ivar polls: the long-polls waiting for an event.
     @ivar owed: ledger writes waiting for the ledger to answer again.
+    @ivar spares: spare bodies started ahead and not yet a session's.
     """
 
     sessions: Mapping[str, int] = Factory(dict)
@@ -76,6 +76,7 @@ class HostSample:
     streams: int = 0
     polls: int = 0
     owed: int = 0
+    spares: int = 0
 
 
 #: Every state a session's body may be in: each is written, zero or not.
@@ -121,6 +122,9 @@ class _Sampled:
             "vehicle_ledger_writes_owed",
             "Ledger writes (charges, releases) waiting for the ledger to answer again",
             value=sample.owed)
+        yield GaugeMetricFamily(
+            "vehicle_bodies_spare", "Spare bodies started ahead and not yet given to a session",
+            value=sample.spares)
 
 
 @define(eq=False)
@@ -140,7 +144,6 @@ class Metrics:
     _mirror: Counter = field(init=False)
     _refused: Counter = field(init=False)
     _ledger: Histogram = field(init=False)
-    _spares: Gauge = field(init=False)
 
     def __attrs_post_init__(self) -> None:
         r = self.registry
@@ -170,9 +173,6 @@ class Metrics:
             "vehicle_ledger_duration_seconds",
             "Time the shared ledger (PostgreSQL) took to answer, by operation and outcome",
             ["operation", "outcome"], buckets=LATENCY_BUCKETS, registry=r)
-        self._spares = Gauge(
-            "vehicle_bodies_spare", "Spare bodies started ahead and not yet given to a session",
-            registry=r)
         r.register(self._sampled)
 
     # -- what happened --------------------------------------------------------
@@ -218,12 +218,6 @@ class Metrics:
         (C{unavailable}) or failed (C{error}) after C{seconds}.
         """
         self._ledger.labels(operation, outcome).observe(seconds)
-
-    def sparesReady(self, count: int) -> None:
-        """
-        How many spare bodies are ready now (the body room's to say).
-        """
-        self._spares.set(count)
 
     # -- what is read at a scrape ----------------------------------------------
 

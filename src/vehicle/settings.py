@@ -178,6 +178,14 @@ class Settings:
     #: Where C{/metrics} is served (C{--metrics}, else C{VEHICLE_METRICS});
     #: L{None}: nowhere.
     metricsListen: str | None = None
+    #: C{VEHICLE_SPARE_BODIES}: warm chat bodies kept ready for new and
+    #: revived conversations (0: none; each holds a pi process's memory).
+    #: None unless asked for here; the environment's default is 1.
+    spareBodies: int = 0
+    #: C{VEHICLE_SPARE_REFILL_MS}: the pause after a spare is handed over
+    #: before the next one starts (its start would take the CPU the handed
+    #: body's first run needs).
+    spareRefillMs: int = 2000
 
     @classmethod
     def fromEnvironment(
@@ -236,6 +244,8 @@ class Settings:
             boxHidden=_hiddenFolders(env, Path(dataDir).absolute()),
             public=PublicSettings.fromEnvironment(env),
             metricsListen=_metricsFrom(env, metrics),
+            spareBodies=_int(env, "VEHICLE_SPARE_BODIES", 1, 0),
+            spareRefillMs=_int(env, "VEHICLE_SPARE_REFILL_MS", 2000, 0),
         )
 
 

@@ -64,7 +64,7 @@ def identity(
 @implementer(IProcessTransport)
 def newSession(
     registry: Registry, caller: Caller, model: str = "scripted/echo-1",
-    sessionId: str | None = None, title: str | None = None,
+    sessionId: str | None = None, title: str | None = None, budget: RunBudget | None = None,
 ) -> Session:
     """
     A chat session made by C{caller} on its graph (holding the lease), as a
@@ -75,7 +75,7 @@ def newSession(
         sessionId=sessionId or registry.newSessionId(), graphId=caller.graphId,
         principal=caller.principal,
         role=caller.role, model=model, createdAt=isoTimestamp(registry.clock.seconds()),
-        budget=RunBudget(maxTurns=12, maxCostUsd=0.25),
+        budget=budget or RunBudget(maxTurns=12, maxCostUsd=0.25),
     )
     session, _ = registry.maker.create(
         caller, meta, requestId="create-1", raw={"requestId": "create-1"},

@@ -381,3 +381,29 @@ def startStandIn(testCase: TestCase, masterKey: str = "master-test", graphs: tup
     stand.listen(reactor, 0)
     testCase.addCleanup(stand.stopListening)
     return stand
+
+
+async def waitUntil(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    """
+    Poll C{predicate} on the reactor until it holds.
+    """
+    waited = 0.0
+    while not predicate():
+        if waited > timeout:
+            raise AssertionError("the condition did not come about in time")
+        await sleep(0.05)
+        waited += 0.05
+
+
+def pool(host: LiveHost) -> Any:
+    spares = host.host.bodies.spares
+    assert spares is not None
+    return spares
+
+
+async def readySpare(host: LiveHost) -> Any:
+    """
+    The spare that is ready first (waiting for it).
+    """
+    await waitUntil(lambda: bool(pool(host).ready))
+    return pool(host).ready[0]

@@ -9,6 +9,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.client import URI
 
+from vehicle._sockets import NoDelayEndpoint
 from vehicle._http import DirectEndpoints
 
 
@@ -18,7 +19,16 @@ class DirectEndpointsTests(SynchronousTestCase):
     """
 
     def endpoint(self, url: str):
-        return DirectEndpoints(MemoryReactorClock()).endpointForURI(URI.fromBytes(url.encode()))
+        """
+        The TCP endpoint for C{url}, under the wrapper that sets
+        C{TCP_NODELAY} on its connections (and under TLS for C{https}).
+        """
+        endpoint = DirectEndpoints(MemoryReactorClock()).endpointForURI(URI.fromBytes(url.encode()))
+        if url.startswith("https:"):
+            self.assertIsInstance(endpoint._wrappedEndpoint, NoDelayEndpoint)
+            return endpoint
+        self.assertIsInstance(endpoint, NoDelayEndpoint)
+        return endpoint.wrapped
 
     def test_ipv4(self) -> None:
         """
@@ -46,4 +56,4 @@ class DirectEndpointsTests(SynchronousTestCase):
         """
         endpoint = self.endpoint("https://openrouter.ai/api/v1")
         self.assertNotIsInstance(endpoint, HostnameEndpoint)
-        self.assertIsInstance(endpoint._wrappedEndpoint, HostnameEndpoint)
+        self.assertIsInstance(endpoint._wrappedEndpoint.wrapped, HostnameEndpoint)

@@ -91,7 +91,6 @@ class MetricsTests(SynchronousTestCase):
         m.mirrorWrote(False)
         m.turnRefused("daily_turn_limit")
         m.ledgerAnswered("reserveTurn", 0.02, "ok")
-        m.sparesReady(3)
         self.assertEqual(value(m, "vehicle_http_requests_total",
                                route="/sessions", method="POST", status="201"), 2)
         self.assertEqual(value(m, "vehicle_http_request_duration_seconds_bucket",
@@ -107,7 +106,6 @@ class MetricsTests(SynchronousTestCase):
                                reason="daily_turn_limit"), 1)
         self.assertEqual(value(m, "vehicle_ledger_duration_seconds_count",
                                operation="reserveTurn", outcome="ok"), 1)
-        self.assertEqual(value(m, "vehicle_bodies_spare"), 3)
 
     def test_sampledAtEachScrape(self) -> None:
         """
@@ -117,7 +115,7 @@ class MetricsTests(SynchronousTestCase):
         state = {"runs": 1}
         self.metrics.sample(lambda: HostSample(
             sessions={"dormant": 2, "live": 1}, bodies={"chat": 1}, runs=state["runs"],
-            streams=4, polls=5, owed=6,
+            streams=4, polls=5, owed=6, spares=7,
         ))
         code, contentType, samples = scrape(self, self.metrics)
         self.assertEqual(code, 200)
@@ -130,6 +128,7 @@ class MetricsTests(SynchronousTestCase):
         self.assertEqual(samples[("vehicle_watchers", (("kind", "stream"),))], 4)
         self.assertEqual(samples[("vehicle_watchers", (("kind", "poll"),))], 5)
         self.assertEqual(samples[("vehicle_ledger_writes_owed", ())], 6)
+        self.assertEqual(samples[("vehicle_bodies_spare", ())], 7)
         state["runs"] = 0
         self.assertEqual(scrape(self, self.metrics)[2][("vehicle_runs", ())], 0)
 

@@ -7,7 +7,15 @@ from vehicle.body._branching import RunInThread, branch, inline
 from vehicle.body._conductor import Conductor
 from vehicle.body._life import Planner
 from vehicle.body._modeltext import stripContextNote
-from vehicle.body._picommand import agentSettings, bootConfig, findPi, piArgv, piEnvironment
+from vehicle.body._picommand import (
+    agentSettings,
+    bootConfig,
+    findPi,
+    piArgv,
+    piEnvironment,
+    sessionFacts,
+)
+from vehicle.body._spares import PRIMING_PROMPT, SPARE_BUDGET, Spare, SpareDoor, SparePool
 from vehicle.body._spawner import (
     EXTENSION,
     BodyPaths,
@@ -47,6 +55,13 @@ __all__ = [
     "findPi",
     "piArgv",
     "piEnvironment",
+    "sessionFacts",
+    # _spares
+    "PRIMING_PROMPT",
+    "SPARE_BUDGET",
+    "Spare",
+    "SpareDoor",
+    "SparePool",
     # _rpc
     "MAX_LINE_BYTES",
     "BodyExited",

@@ -26,6 +26,7 @@ from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import readSession
 from vehicle.body._settlement import Settlement
+from vehicle.body._spares import SparePool
 from vehicle.body._spawner import Launcher, latestSessionFile
 from vehicle.protocol import BodyState, BodyView, Command, JSONObject, PiQueue
 from vehicle.session import IConductor, Session
@@ -47,6 +48,8 @@ class Conductor:
     #: The plan of each body (an agent's box, a visitor's own key); the
     #: defaults when L{None}.
     planner: Planner | None = None
+    #: Where a ready spare is taken from, if its plan is the default's.
+    spares: SparePool | None = None
     pump: Pump = field(init=False)
     life: BodyLife = field(init=False)
     delivery: Delivery = field(init=False)
@@ -61,6 +64,7 @@ class Conductor:
             sink=self,
             pump=self.pump,
             planner=self.planner,
+            spares=self.spares,
         )
         self.delivery = Delivery(session=self.session, life=self.life, clock=self.clock)
         self.settlement = Settlement(session=self.session, life=self.life, delivery=self.delivery)

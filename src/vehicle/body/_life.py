@@ -8,6 +8,8 @@ it exits by itself.
 
 from __future__ import annotations
 
+import uuid
+from datetime import datetime, timezone
 from typing import Awaitable, Callable, ClassVar
 
 from attrs import define
@@ -18,7 +20,9 @@ from twisted.python.failure import Failure
 
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
-from vehicle.body._rpc import IBodySink
+from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
+from vehicle.body._sessionfile import hasConversation, newSessionFile
+from vehicle.body._spares import Spare, SparePool
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, latestSessionFile
 from vehicle.protocol import BodyState, JSONObject
 from vehicle.session import Session
@@ -27,6 +31,15 @@ from vehicle.session import Session
 #: (session) -> the plan of its next body; raises a VehicleError when a
 #: body may not start now (tampering, no box).
 Planner = Callable[[Session], Awaitable[BodyPlan]]
+
+
+def _resumes(paths: BodyPaths) -> bool:
+    """
+    Will the session's body resume a conversation pi kept (not a file
+    holding only the header a spare's hand-off wrote)?
+    """
+    current = latestSessionFile(paths.piDir) if paths.piDir.exists() else None
+    return current is not None and hasConversation(current)
 
 
 class HostClosing(Exception):
@@ -54,6 +67,9 @@ class BodyLife:
     sink: IBodySink
     pump: Pump
     planner: Planner | None = None
+    #: Where a ready spare is taken from (a session whose plan is the
+    #: default's: a chat body on the host's key), if spares are kept.
+    spares: SparePool | None = None
     paths: BodyPaths | None = None
     state: BodyState = "dormant"
     body: LiveBody | None = None
@@ -92,9 +108,10 @@ class BodyLife:
 
     async def ensure(self) -> LiveBody:
         """
-        The live body, made now if there is none: planned, spawned, asked
-        its state; C{body.materialized} (and C{session.revived} when pi
-        resumes its own file) once it answers.
+        The live body, made now if there is none: a spare handed over when
+        one is ready (L{_handOff}), else planned, spawned and asked its
+        state; C{body.materialized} (and C{session.revived} when pi resumes
+        the session's conversation) once it answers.
 
         @raise HostClosing: the host is stopping or the session is gone.
         """
@@ -119,11 +136,32 @@ class BodyLife:
             self.state = "dormant"
             self._cleanUp(plan)
             raise
+        started = None
+        spare = self.spares.take(self.session) if self.spares is not None else None
+        if spare is not None:
+            started = await self._handOff(spare)
+        if started is None:
+            started = await self._spawn(plan)
+        body, revived, state = started
+        self.state = "live"
+        event: JSONObject = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
+        if body.plan.box:
+            event["box"] = body.plan.box
+        self.session.emit("body.materialized", event)
+        if revived:
+            self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
+        return body
+
+    async def _spawn(self, plan: BodyPlan) -> tuple[LiveBody, bool, JSONObject]:
+        """
+        Start a body for the session from C{plan}: the body, whether it
+        resumes the session's conversation, and its state.
+        """
         body = LiveBody.prepare(self.session, plan, self.sink)
         self.paths = body.paths
-        revived = latestSessionFile(body.paths.piDir) is not None
         self.body = body
         try:
+            revived = _resumes(body.paths)
             body.spawn(self.launcher, self.session.meta)
             state = await body.protocol.request({"type": "get_state"})
         except BaseException:
@@ -132,14 +170,55 @@ class BodyLife:
                 body.protocol.terminate(self.clock, graceSeconds=1)
             self.gone()
             raise
-        self.state = "live"
-        event: JSONObject = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
-        if plan.box:
-            event["box"] = plan.box
-        self.session.emit("body.materialized", event)
-        if revived:
-            self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
-        return body
+        return body, revived, state
+
+    async def _handOff(self, spare: Spare) -> tuple[LiveBody, bool, JSONObject] | None:
+        """
+        Make C{spare} the session's body: pi is switched to the session's
+        file (a new one holding only its header, with the session's
+        working folder as its cwd, when it has none yet); its extension
+        asks for the session's facts on the way, and its door opens to the
+        session's provider.  L{None} when the spare refused or ended: it
+        is let go, and a body is started as if there had been no spare.
+        """
+        paths = BodyPaths.forSession(self.session.directory)
+        paths.prepareConversation()
+        revived = _resumes(paths)
+        existing = latestSessionFile(paths.piDir)
+        target = existing if existing is not None else newSessionFile(
+            paths.piDir,
+            sessionId=str(uuid.uuid4()),
+            now=datetime.fromtimestamp(self.clock.seconds(), timezone.utc),
+            cwd=paths.workDir,
+        )
+        body = LiveBody.handed(self.session, spare, paths, self.launcher.mcpUrl)
+        self.paths = paths
+        self.body = body
+        spare.door.handTo(self.session)
+        try:
+            switched = await body.protocol.request(
+                {"type": "switch_session", "sessionPath": str(target)}
+            )
+            if switched.get("cancelled") is not False:
+                raise PiCommandError("switch_session", "the spare refused the session")
+            state = await body.protocol.request({"type": "get_state"})
+            if state.get("sessionFile") != str(target):
+                raise PiCommandError("switch_session", "the spare is not on the session's file")
+        except (PiCommandError, BodyExited) as e:
+            if self.body is not body or self.state != "starting":
+                raise  # let go meanwhile (a delete, the host's stop)
+            self._log.warn(
+                "Spare {spareId} could not be handed to {sessionId} ({error}); starting a body",
+                spareId=spare.spareId, sessionId=self.session.sessionId, error=str(e),
+            )
+            self.body = None
+            body.expectingExit()
+            body.protocol.terminate(self.clock, graceSeconds=1).addBoth(
+                lambda _: self._cleanUp(body.plan)
+            )
+            return None
+        body.protocol.sink = self.sink
+        return body, revived, state
 
     def _refuseIfClosing(self) -> None:
         if self.closing or self.session.deleted or self.session.closed:

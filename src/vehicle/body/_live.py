@@ -12,7 +12,9 @@ from __future__ import annotations
 from attrs import define, field
 from twisted.internet.interfaces import IProcessTransport
 
+from vehicle.body._picommand import sessionFacts
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher
+from vehicle.body._spares import Spare
 from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._translate import Translator
 from vehicle.protocol import Command, JSONObject, PiQueue
@@ -99,6 +101,32 @@ class LiveBody:
             paths=BodyPaths.forSession(session.directory, plan.workDir),
             translator=Translator(runCount=session.feed.runsSoFar()),
         )
+
+    @classmethod
+    def handed(
+        cls, session: Session, spare: Spare, paths: BodyPaths, mcpUrl: str | None
+    ) -> "LiveBody":
+        """
+        The body C{spare} becomes for C{session}: its process and its plan
+        (its door's token; its folders to remove when it is gone), the
+        session's folders, and the session's facts, which the extension
+        asks for while pi is switched to the session's file.  The body is
+        heard by the session once the switch is done.
+        """
+        spare.handingOver(
+            sessionFacts(
+                budget=session.meta.budget, extra=bootExtra(session.meta, BodyPlan(), mcpUrl)
+            )
+        )
+        body = cls(
+            protocol=spare.protocol,
+            plan=spare.plan(),
+            paths=paths,
+            translator=Translator(runCount=session.feed.runsSoFar()),
+            transport=spare.transport,
+        )
+        body.translator.setTools(toolsFor(session.meta))
+        return body
 
     def spawn(self, launcher: Launcher, meta: SessionMeta) -> None:
         """

@@ -37,6 +37,7 @@ __all__ = [
     "piEnvironment",
     "agentSettings",
     "bootConfig",
+    "sessionFacts",
     "checkMcpUrl",
 ]
 
@@ -291,3 +292,17 @@ def bootConfig(
     if extra:
         document.update(extra)
     return json.dumps(document, separators=(",", ":")).encode("utf-8")
+
+
+def sessionFacts(*, budget: RunBudget, extra: JSONObject | None = None) -> str:
+    """
+    What a spare body's extension asks for when it is handed to a session
+    (the UI C{input} titled C{sophia.session}): the part of a boot config
+    that is the session's (its budget, a reader's tools, a public
+    conversation's graphs), as JSON text.  Never a key: the spare reaches
+    the model through its door.
+    """
+    document: JSONObject = {"budget": _checkedBudget(budget)}
+    if extra:
+        document.update(extra)
+    return json.dumps(document, separators=(",", ":"))

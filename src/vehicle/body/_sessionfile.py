@@ -388,25 +388,60 @@ def branchSession(
     @raise FileExistsError: the destination file exists already.
     """
     source = Path(source)
-    destDir = Path(destDir)
     session = readSession(source)
     branch, selectedText = _cut(session.activeBranch(), entryId)
+    path = _newFile(
+        Path(destDir), newSessionId, now,
+        {"cwd": cwd if cwd is not None else session.header.get("cwd"),
+         "parentSession": str(source)},
+        _rechained(branch),
+    )
+    return BranchResult(path=path, selectedText=selectedText)
+
+
+def newSessionFile(destDir: Path, *, sessionId: str, now: datetime, cwd: Path) -> Path:
+    """
+    A new, empty session for pi to be switched to (C{switch_session}):
+    only its header, named and written as pi would name it, whose C{cwd}
+    pi adopts (its tools and system prompt follow it).
+
+    @raise FileExistsError: the file exists already.
+    """
+    return _newFile(destDir, sessionId, now, {"cwd": str(cwd)}, [])
+
+
+def _newFile(
+    destDir: Path, sessionId: str, now: datetime, fields: JSONObject, lines: list[bytes]
+) -> Path:
+    """
+    Write C{destDir/<timestamp>_<sessionId>.jsonl} atomically: a header
+    with C{fields}, then C{lines}.
+    """
     timestamp = isoTimestamp(_seconds(now))
     header: JSONObject = {
         "type": "session",
         "version": 3,
-        "id": newSessionId,
+        "id": sessionId,
         "timestamp": timestamp,
-        "cwd": cwd if cwd is not None else session.header.get("cwd"),
-        "parentSession": str(source),
+        **fields,
     }
-    name = timestamp.replace(":", "-").replace(".", "-") + f"_{newSessionId}.jsonl"
+    name = timestamp.replace(":", "-").replace(".", "-") + f"_{sessionId}.jsonl"
     destDir.mkdir(parents=True, exist_ok=True)
     path = destDir / name
     if path.exists():
         raise FileExistsError(str(path))
-    _writeAtomically(path, b"".join([_line(header), *_rechained(branch)]))
-    return BranchResult(path=path, selectedText=selectedText)
+    _writeAtomically(path, b"".join([_line(header), *lines]))
+    return path
+
+
+def hasConversation(path: Path) -> bool:
+    """
+    Does the session file at C{path} hold anything beyond its header (a
+    file the host wrote for a spare's hand-off may hold only that)?
+    """
+    with open(path, "rb") as f:
+        f.readline()
+        return f.readline().strip() != b""
 
 
 def _cut(branch: list[Entry], entryId: str | None) -> tuple[list[Entry], str | None]:

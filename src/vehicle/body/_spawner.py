@@ -95,9 +95,16 @@ class BodyPaths:
             workDir=workDir or sessionDir / "work",
         )
 
-    def prepare(self) -> None:
+    def prepareConversation(self) -> None:
+        """
+        Make the folders of the conversation itself: pi's session files
+        and the working folder.
+        """
         for path in (self.piDir, self.workDir):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def prepare(self) -> None:
+        self.prepareConversation()
         # Inside the pi folder, which an agent's body may write: the host
         # writes here before each body, so these must be its own folders.
         for path in (self.agentDir, self.home):

@@ -6,6 +6,11 @@ key and forwards to the provider, streaming the answer back.
 
 The real key never enters the box: a tool that reads pi's memory finds only
 the token, and the token is worthless outside the body it was made for.
+
+A spare body's door (L{ModelDoor.model} L{None}) reaches no provider: it
+answers the spare's one priming prompt itself (L{PRIMING_ANSWER}) and
+refuses anything else, until the spare is handed to a session
+(L{ModelDoor.handTo}).
 """
 
 from __future__ import annotations
@@ -151,6 +156,26 @@ MODEL_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"
 #: conversation's whole context, with tool results, fits).
 MAX_DOOR_BODY = 32 * 1024 * 1024
 
+#: The chat completion a spare's door answers its priming prompt with, as
+#: the event stream pi asked for: one word, no tokens, no cost.  It never
+#: reaches a provider, and it stays in the spare's own session.
+PRIMING_ANSWER = b"".join(
+    b"data: " + json.dumps(chunk, separators=(",", ":")).encode("ascii") + b"\n\n"
+    for chunk in (
+        {"id": "primed", "object": "chat.completion.chunk", "created": 0, "model": "primer",
+         "choices": [{"index": 0, "delta": {"role": "assistant", "content": "ready"},
+                      "finish_reason": None}]},
+        {"id": "primed", "object": "chat.completion.chunk", "created": 0, "model": "primer",
+         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {"id": "primed", "object": "chat.completion.chunk", "created": 0, "model": "primer",
+         "choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}},
+    )
+) + b"data: [DONE]\n\n"
+
+#: The one model path a spare's door answers (its priming), pi's
+#: C{openai-completions} API.
+PRIMING_PATH = "/v1/chat/completions"
+
 #: The header a body's MCP requests carry to open the door (the bearer there
 #: is the person's delegation token, for gardend).
 DOOR_HEADER = b"x-vehicle-door"
@@ -217,7 +242,9 @@ class ModelDoor:
 
     reactor: IHostReactor
     socketPath: Path
-    model: Upstream
+    #: The provider; L{None} for a spare's door, which answers its one
+    #: priming prompt itself and refuses the rest until L{handTo}.
+    model: Upstream | None
     mcp: Upstream | None = None
     token: str = field(factory=newToken, repr=False)
     #: Asked before each model request: L{None} to let it through, or the
@@ -232,6 +259,17 @@ class ModelDoor:
     #: C{open}, C{closing} (its socket is being let go) or C{closed}.
     state: str = "open"
     _closeWaiters: list[Deferred[None]] = field(factory=list)
+    #: A spare's door has answered its priming prompt (it answers one).
+    primed: bool = False
+
+    def handTo(self, model: Upstream, gate: Callable[[], str | None]) -> None:
+        """
+        A spare's body is handed to a session: from now on its door reaches
+        C{model} (the session's provider, the host holding the key), each
+        request let through by C{gate} (the session's meter).
+        """
+        self.model = model
+        self.gate = gate
 
     async def listen(self) -> None:
         if self.http is None:
@@ -285,14 +323,38 @@ class ModelDoor:
             if self.mcp is None:
                 return None
             return self.mcp, self.mcp.baseUrl + text[len("/mcp"):]
-        if text.split("?", 1)[0] in MODEL_PATHS:
+        if text.split("?", 1)[0] in MODEL_PATHS and self.model is not None:
             return self.model, self.model.baseUrl.rstrip("/") + text[len("/v1"):]
         return None
 
+    def _prime(self, request: Request) -> bool:
+        """
+        Answer a spare's priming prompt here, if C{request} is it: the
+        first model request of a door that reaches no provider yet, with
+        its body's token.  Anything else is refused by L{forward}.
+        """
+        if self.model is not None or self.primed or request.method != b"POST":
+            return False
+        if request.uri.decode("latin-1").split("?", 1)[0] != PRIMING_PATH:
+            return False
+        expected = b"Bearer " + self.token.encode("ascii")
+        if not hmac.compare_digest(request.getHeader(b"authorization") or b"", expected):
+            return False
+        self.primed = True
+        request.setResponseCode(200)
+        request.setHeader(b"content-type", b"text/event-stream")
+        request.write(PRIMING_ANSWER)
+        request.finish()
+        return True
+
     async def forward(self, request: Request) -> None:
+        if self._prime(request):
+            return None
         route = self._route(request.uri)
         given = request.getHeader(b"authorization") or b""
         if route is None:
+            if self.model is None and request.uri.decode("latin-1").split("?", 1)[0] in MODEL_PATHS:
+                return self._refuse(request, 503, "this body serves no session yet")
             return self._refuse(request, 404, "no such upstream")
         upstream, url = route
         sent: str | None = None

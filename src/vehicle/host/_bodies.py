@@ -11,17 +11,104 @@ tap only builds the parts and hands them here.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 from attrs import define, evolve, field
+from treq.client import HTTPClient
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IReactorTime
+from twisted.web.client import HTTPConnectionPool
 
+from vehicle._reactors import IHostReactor
 from vehicle.agent import AgentProfile
-from vehicle.body import Conductor, Launcher, Planner
-from vehicle.box import doorsClosed
+from vehicle.body import Conductor, Launcher, Planner, SpareDoor, SparePool
+from vehicle.box import ModelDoor, Upstream, doorsClosed
 from vehicle.mirror import Mirror
+from vehicle.models import ModelCatalog
 from vehicle.public import OwnKeyBodies, Public
 from vehicle.protocol import BodyView, JSONObject
 from vehicle.session import RunSettled, Session
+
+
+@define(eq=False)
+class ChatSpareDoor:
+    """
+    A chat spare's way to the model (L{SpareDoor}): the host's door on a
+    socket of its own, which the extension's bridge reaches on a free port
+    of the loopback.  The spare's boot config holds the door's token only;
+    the door holds the key, and reaches the session's provider once the
+    spare is handed over.
+    """
+
+    door: ModelDoor
+    models: ModelCatalog
+    providers: dict[str, JSONObject] = field(repr=False)
+    bootExtra: JSONObject
+
+    @classmethod
+    async def open(
+        cls, reactor: IHostReactor, models: ModelCatalog, model: str, socketPath: Path,
+        http: HTTPClient | None = None,
+    ) -> "ChatSpareDoor":
+        door = ModelDoor(reactor=reactor, socketPath=socketPath, model=None, http=http)
+        await door.listen()
+        name, spec = models.providerFor(model)
+        return cls(
+            door=door,
+            models=models,
+            # The bridge picks a free port and puts it in place of the 0.
+            providers={name: {**spec, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": door.token}},
+            bootExtra={"bridge": {"socket": str(socketPath), "port": 0}},
+        )
+
+    def handTo(self, session: Session) -> None:
+        _, spec = self.models.providerFor(session.meta.model)
+        self.door.handTo(
+            Upstream(baseUrl=str(spec["baseUrl"]), key=str(spec["apiKey"])),
+            gate=lambda: (
+                session.conductor.meterModelRequest()
+                if session.conductor is not None else "no run is under way"
+            ),
+        )
+
+    def close(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self.door.close())
+
+
+def chatSpares(
+    *,
+    launcher: Launcher,
+    reactor: IHostReactor,
+    models: ModelCatalog,
+    size: int,
+    runDir: Callable[[], Path],
+    refillSeconds: float,
+    http: HTTPClient | None = None,
+) -> SparePool | None:
+    """
+    The pool of chat spares for the catalogue's default model, or L{None}
+    when there are to be none (size 0, no model).
+    """
+    model = models.default
+    if size < 1 or model is None:
+        return None
+
+    async def openDoor(spareId: str) -> SpareDoor:
+        return await ChatSpareDoor.open(
+            reactor, models, model, runDir() / spareId / "model.sock", http
+        )
+
+    return SparePool(
+        launcher=launcher,
+        clock=reactor,
+        size=size,
+        model=model,
+        root=runDir,
+        openDoor=openDoor,
+        mcpUrl=launcher.mcpUrl,
+        refillSeconds=refillSeconds,
+    )
 
 
 @define(eq=False)
@@ -39,7 +126,20 @@ class Bodies:
     mirror: Mirror | None = None
     public: Public | None = None
     ownKey: OwnKeyBodies | None = None
+    #: Warm chat bodies for new and revived chat conversations on the
+    #: host's key (an agent's box and a visitor's own key are planned).
+    spares: SparePool | None = None
+    #: The connections the doors keep open to the providers (closed once
+    #: every door is).
+    doorConnections: HTTPConnectionPool | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
+
+    def start(self) -> None:
+        """
+        The host starts: the spares are made, in the background.
+        """
+        if self.spares is not None:
+            self.spares.start()
 
     def created(self, session: Session) -> None:
         planner: Planner | None = None
@@ -53,6 +153,7 @@ class Bodies:
             clock=self.clock,
             idleSeconds=self.idleSeconds,
             planner=planner,
+            spares=self.spares if planner is None else None,
         )
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
@@ -87,9 +188,13 @@ class Bodies:
                 self.agent.removeRunDir()
 
         closing = gatherResults(
-            [c.close() for c in list(self.conductors.values())],
+            [c.close() for c in list(self.conductors.values())]
+            + ([self.spares.stop()] if self.spares is not None else []),
             consumeErrors=True,
         )
         # The bodies' doors let go of their sockets before their folder goes.
         closing.addBoth(lambda _: Deferred.fromCoroutine(doorsClosed()))
+        connections = self.doorConnections
+        if connections is not None:
+            closing.addBoth(lambda _: connections.closeCachedConnections())
         return closing.addBoth(closeLedger)

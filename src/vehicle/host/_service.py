@@ -50,6 +50,7 @@ class HostService(Service):
         if agent is not None:
             agent.sweepRunDirs()
             Deferred.fromCoroutine(self._probe(agent))
+        self.bodies.start()
         self._log.info(
             "vehicle {version} serving {count} sessions from {dataDir}",
             version=self.version,
@@ -72,7 +73,8 @@ class HostService(Service):
         The host's state for a scrape: its sessions by their body's
         state, the bodies (every session whose body is not dormant) by
         profile, the runs under way, the long-polls waiting, the ledger
-        writes owed; C{streams} is the web room's count.
+        writes owed, the spare bodies ready; C{streams} is the web
+        package's count.
         """
         states: Counter[str] = Counter()
         bodies: Counter[str] = Counter()
@@ -84,10 +86,11 @@ class HostService(Service):
                 bodies[session.meta.profile] += 1
             runs += session.running()
             polls += session.feed.waiting()
-        public = self.bodies.public
+        public, spares = self.bodies.public, self.bodies.spares
         return HostSample(
             sessions=dict(states), bodies=dict(bodies), runs=runs, streams=streams, polls=polls,
             owed=len(public.accounting.owed) if public is not None else 0,
+            spares=len(spares.ready) if spares is not None else 0,
         )
 
     def stopService(self) -> Deferred[None]:

@@ -44,6 +44,7 @@ from twisted.python.failure import Failure
 from twisted.web.http import RESPONSES, HTTPChannel
 from twisted.web.server import Site
 
+from vehicle._sockets import noDelay
 from vehicle._request import BoundedRequest, tooLarge
 from vehicle._timers import cancelIfActive
 from vehicle._twistedparts import MalformedRequestHook
@@ -159,6 +160,9 @@ class GuardedChannel(MalformedRequestHook):
     _cutOff = False
 
     def connectionMade(self) -> None:
+        # An event stream's deltas leave at once, never behind an ACK
+        # (Twisted's channel sets it too; this does not depend on that).
+        noDelay(self.transport)
         HTTPChannel.connectionMade(self)
         self._armDeadline()
 

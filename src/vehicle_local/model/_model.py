@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 from twisted.web.resource import IResource
 from twisted.web.server import Request, Site
 
+from vehicle._sockets import NoDelayHTTPChannel
 from vehicle._timers import cancelIfActive
 from vehicle.protocol import JSON, JSONObject, loads
 
@@ -300,6 +301,8 @@ class ScriptedModel:
         endpoint = TCP4ServerEndpoint(reactor, port, interface="127.0.0.1")
         site = Site(self.resource())
         site.noisy = False
+        # Each delta leaves at once: pi waits for it (pi.md, section 13).
+        site.protocol = NoDelayHTTPChannel  # type: ignore[assignment]  # Site's type names its H2 wrapper only
 
         def listening(listeningPort: IListeningPort) -> IListeningPort:
             address = listeningPort.getHost()

@@ -21,11 +21,12 @@ from attrs import define, field, frozen
 from klein import Klein
 from twisted.internet.defer import CancelledError
 from twisted.logger import Logger
-from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.client import HTTPConnectionPool
 from twisted.web.http_headers import Headers
 from twisted.web.server import Request
 from treq.client import HTTPClient
 
+from vehicle._http import httpClient
 from vehicle._reactors import IClientReactor
 from vehicle._relay import copyAnswer, passOn, relayBody
 from vehicle.protocol import JSON
@@ -164,7 +165,8 @@ class Gateway:
             self.serviceUrl = self.config.service.url
         if self.client is None:
             pool = HTTPConnectionPool(self.reactor, persistent=False)
-            self.client = HTTPClient(Agent(self.reactor, pool=pool))
+            # Its connections to the host send each write at once.
+            self.client = httpClient(self.reactor, pool=pool)
 
     # who
 

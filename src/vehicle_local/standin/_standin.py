@@ -20,6 +20,7 @@ from twisted.web.resource import IResource
 from twisted.web.server import Site
 from treq.client import HTTPClient
 
+from vehicle._sockets import NoDelayHTTPChannel
 from vehicle._reactors import IHostReactor
 from vehicle.protocol import JSONObject, toObject
 from vehicle_local.standin._config import Config
@@ -87,6 +88,8 @@ class StandIn:
         """
         reactor = reactor if reactor is not None else self.reactor
         site = Site(self.resource())
+        # The gateway relays the host's event streams: each delta at once.
+        site.protocol = NoDelayHTTPChannel  # type: ignore[assignment]  # Site's type names its H2 wrapper only
         self._port = reactor.listenTCP(
             port, site, interface="127.0.0.1"  # type: ignore[arg-type]  # Twisted types it as a factory of its default protocol; a Site makes HTTP channels
         )

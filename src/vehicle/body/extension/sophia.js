@@ -21,9 +21,20 @@
 //      all readers', whatever the server lists; a public session's fence
 //      also keeps pi's MCP resource tools, which name no graph, shut.
 //
+//   4. a spare body's hand-off: a spare (boot config `spare: true`) is started
+//      before anyone's session exists, so its boot config holds no session's
+//      facts (only its door token). When the host switches it to a session
+//      (`switch_session`), the extension asks the host for that session's
+//      facts (UI `input` titled "sophia.session": the budget, a reader's
+//      tools, a public conversation's graphs) before pi lets go of the spare's
+//      own session, and refuses the switch without them; a spare is handed
+//      over once, and refuses any later switch.
+//
 // pi evaluates this module once per process but calls the factory again after
-// fork, clone and new_session, so everything that must outlive one runtime
-// lives on globalThis.
+// fork, clone, new_session and switch_session, so everything that must outlive
+// one runtime lives on globalThis; what belongs to one session (the run's
+// counters, the tools told, the tokens handed over, the reader tools) is reset
+// when another session starts in the same process.
 
 import * as fs from "node:fs";
 import * as net from "node:net";
@@ -31,6 +42,8 @@ import { createProvider } from "@earendil-works/pi-ai/models";
 
 const STATE_KEY = Symbol.for("vehicle.sophia.state");
 const BUDGET_PREFIX = "sophia.budget ";
+// The UI request a spare asks its session's facts with, at its hand-off.
+const SESSION_TITLE = "sophia.session";
 const TOOLS_PREFIX = "sophia.tools ";
 
 // The graph tools: the MCP server's name (its tools are mcp__graph__<tool>),
@@ -127,6 +140,61 @@ const state =
     handoffs: new Map(),
   });
 
+// The facts of the session this process serves: the boot config's, or for a
+// spare, those the host gave at the hand-off (null before it: a spare serves
+// no one, and its budget is the boot config's, one turn for its priming).
+function facts() {
+  if (state.boot?.spare === true) {
+    return state.facts ?? { budget: state.boot?.budget };
+  }
+  return state.boot;
+}
+
+// What belongs to one session, forgotten when another starts here.
+function resetSessionState() {
+  state.run = newRun();
+  state.reportedTools = undefined;
+  state.handoffs.clear();
+  state.readerTools = undefined;
+  state.readerToolsPending = undefined;
+}
+
+// A spare's hand-off: the facts of the session it is switched to, asked of
+// the host; a switch without them (or a second one) is refused.
+async function handOff(event, ctx) {
+  if (state.boot?.spare !== true) {
+    return undefined;
+  }
+  if (state.facts !== undefined) {
+    return { cancel: true };
+  }
+  let ui;
+  try {
+    ui = ctx.ui;
+  } catch {
+    return { cancel: true };
+  }
+  let raw;
+  try {
+    raw = await ui.input(SESSION_TITLE, JSON.stringify({ target: event?.targetSessionFile ?? null }), {
+      timeout: TOKEN_TIMEOUT_MS,
+    });
+  } catch {
+    return { cancel: true };
+  }
+  let given;
+  try {
+    given = JSON.parse(typeof raw === "string" ? raw : "");
+  } catch {
+    return { cancel: true };
+  }
+  if (given === null || typeof given !== "object" || Array.isArray(given) || typeof given.budget !== "object") {
+    return { cancel: true };
+  }
+  state.facts = given;
+  return undefined;
+}
+
 // A boxed body has no network: the model (and MCP) are reached through the
 // host's door, a Unix socket bound into the box. pi speaks HTTP to
 // 127.0.0.1:<port> inside the box's own loopback; this bridge pipes each
@@ -137,6 +205,8 @@ function startBridge(bridge) {
   }
   return new Promise((resolve) => {
     const server = net.createServer((client) => {
+      // Each delta is one small write: never held for an ACK (Nagle).
+      client.setNoDelay(true);
       const door = net.connect(bridge.socket);
       client.pipe(door);
       door.pipe(client);
@@ -190,12 +260,12 @@ function isResourceTool(name) {
 
 // The role at creation was a reader's: the host says so in the boot config.
 function readerSession() {
-  return Array.isArray(state.boot?.mcpReaders) || state.boot?.access === "read";
+  return Array.isArray(facts()?.mcpReaders) || facts()?.access === "read";
 }
 
 // A public conversation reads its own graph and the public ones only.
 function fenced() {
-  const graphs = state.boot?.graphs;
+  const graphs = facts()?.graphs;
   return graphs !== null && typeof graphs === "object";
 }
 
@@ -608,8 +678,15 @@ export default async function sophia(pi) {
   registerProviders(pi);
   registerGraphTools(pi);
 
-  pi.on("session_start", (_event, ctx) => {
+  pi.on("session_before_switch", handOff);
+
+  pi.on("session_start", (event, ctx) => {
     captureUi(ctx);
+    if (event?.reason !== "startup") {
+      // Another session in this process (a spare handed over, a new,
+      // forked or resumed one): nothing of the last one carries over.
+      resetSessionState();
+    }
   });
 
   // One prompt (with its steering and follow-ups) is one run.
@@ -617,7 +694,7 @@ export default async function sophia(pi) {
     captureUi(ctx);
     state.run = newRun();
     reportTools(pi, ctx);
-    const graphs = state.boot?.graphs;
+    const graphs = facts()?.graphs;
     const sections = event?.systemPromptOptions?.sections;
     if (graphs && sections && typeof sections === "object") {
       // The model is told the graphs it may read, and how to name one.
@@ -653,7 +730,7 @@ export default async function sophia(pi) {
     }
     // A public conversation reads its own graph and the public ones, and
     // names no other (gardend would refuse it too; this says why, sooner).
-    const graphs = state.boot?.graphs;
+    const graphs = facts()?.graphs;
     const named = event.input?.graphId ?? event.input?.graph_id;
     if (graphs && typeof named === "string" && ![graphs.own, ...(graphs.public ?? [])].includes(named)) {
       return {
@@ -717,7 +794,7 @@ export default async function sophia(pi) {
     }
     reportTools(pi, ctx);
     const run = state.run;
-    const budget = state.boot?.budget;
+    const budget = facts()?.budget;
     const reason = run.stopped ? null : budgetExceeded(run, budget);
     if (run.stopped || reason !== null) {
       ctx.abort();

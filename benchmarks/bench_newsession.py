@@ -1,0 +1,278 @@
+"""
+Benchmark (b) of issue 16: a new conversation's first word.  From the
+request that makes a session to the first text delta of its first prompt,
+on the same scripted model (in a process of its own), side by side in one
+run:
+
+- C{host, no spare}: a live host with no spares (its body is started at
+  the prompt: Node boots pi);
+- C{host, a spare ready}: a live host with one spare, ready before each
+  sample (the spare is handed over at the prompt);
+- the floors: C{pi started alone} (spawn C{pi --mode rpc} with vehicle's
+  extension, prompt at once, to its first delta) and C{a warm pi} (a
+  prompt to a pi that has answered one before);
+- C{opencode} (C{opencode serve}: C{POST /session}, then a prompt, to the
+  first C{message.part.delta} of its event stream), installed with npm
+  into a temporary folder at each run (never by the tests or setup);
+- rivet's C{sandbox-agent}: installed the same way; it runs an agent it
+  downloads itself, which it cannot here (see docs/performance.md): the
+  reason is printed.
+
+Usage: .venv/bin/python benchmarks/bench_newsession.py [--runs N] [--no-peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+from twisted.internet.defer import Deferred  # noqa: E402
+from twisted.internet.task import react  # noqa: E402
+
+from benchmarks._common import BenchCase  # noqa: E402
+from benchmarks.bench_delta import Direct, hostWith, startModel, waitForSpare  # noqa: E402
+
+OPENCODE = "opencode-ai@1.18.33"
+SANDBOX_AGENT = "@sandbox-agent/cli@0.4.2"
+
+
+async def hostSample(host: Any) -> float:
+    """
+    Create a session, prompt it at once, until the first delta on SSE.
+    """
+    from tests.support.live import SSEWatcher
+
+    start = time.perf_counter()
+    sid = await host.create()
+    watcher = await SSEWatcher(host, sid).start()
+    await host.command(sid, "prompt", "p1", text="hello")
+    await watcher.waitFor(lambda m: m.get("event") == "message.delta")
+    first = time.perf_counter()
+    await watcher.waitFor(lambda m: m.get("event") == "run.settled")
+    watcher.close()
+    return first - start
+
+
+async def coldPi(reactor: Any, provider: dict[str, Any]) -> float:
+    """
+    The floor of a body started at the prompt: spawn pi, prompt it.
+    """
+    direct = Direct()
+    start = time.perf_counter()
+    await direct.start(reactor, provider)  # its state, then a first prompt
+    first = direct.firstOfWarmUp - start
+    await direct.stop(reactor)
+    return first
+
+
+def install(folder: Path, package: str) -> Path:
+    """
+    C{npm install} C{package} into C{folder}; its bin folder.
+    """
+    subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(folder), package],
+        check=True, capture_output=True, timeout=600,
+    )
+    return folder / "node_modules"
+
+
+class OpenCode:
+    """
+    C{opencode serve} on the scripted model, driven over its HTTP API.
+    """
+
+    def __init__(self, modules: Path, modelUrl: str, folder: Path) -> None:
+        binary = modules / "opencode-linux-x64" / "bin" / "opencode"
+        binary.chmod(0o755)
+        work, home = folder / "work", folder / "home"
+        work.mkdir(parents=True)
+        home.mkdir()
+        (work / "opencode.json").write_text(json.dumps({
+            "provider": {"scripted": {
+                "npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                "options": {"baseURL": modelUrl, "apiKey": "sk-scripted"},
+                "models": {"echo-1": {"name": "Echo"}},
+            }},
+            "model": "scripted/echo-1", "autoupdate": False, "share": "disabled",
+        }))
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.process = subprocess.Popen(
+            [str(binary), "serve", "--port", str(self.port), "--hostname", "127.0.0.1"],
+            cwd=work, env={**os.environ, "HOME": str(home), "OPENCODE_DISABLE_AUTOUPDATE": "1"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def sample(self) -> float:
+        """
+        A new session and its first prompt, to the first text delta (a
+        blocking client in threads: opencode is another process).
+        """
+        import http.client
+        import threading
+
+        first: list[float] = []
+        ready = threading.Event()
+
+        def listen() -> None:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            connection.request("GET", "/event")
+            response = connection.getresponse()
+            ready.set()
+            while not first:
+                line = response.fp.readline()
+                if not line:
+                    return
+                if line.startswith(b"data:") and b'"message.part.delta"' in line:
+                    first.append(time.perf_counter())
+            connection.close()
+
+        def post(path: str, body: Any) -> Any:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            connection.request("POST", path, json.dumps(body), {"content-type": "application/json"})
+            answer = connection.getresponse().read()
+            connection.close()
+            return json.loads(answer or b"null")
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        ready.wait(30)
+        start = time.perf_counter()
+        sid = post("/session", {})["id"]
+        post(f"/session/{sid}/prompt_async", {
+            "parts": [{"type": "text", "text": "hello"}],
+            "model": {"providerID": "scripted", "modelID": "echo-1"},
+        })
+        thread.join(60)
+        return first[0] - start
+
+    def waitUp(self) -> None:
+        import urllib.request
+
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/doc", timeout=1).read()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("opencode serve did not come up")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def sandboxAgent(modules: Path, folder: Path) -> str:
+    """
+    Try to make sandbox-agent run pi (or opencode) offline: the reason it
+    cannot, in its own words.
+    """
+    binary = modules / "@sandbox-agent" / "cli-linux-x64" / "bin" / "sandbox-agent"
+    binary.chmod(0o755)
+    home = folder / "home"
+    home.mkdir(parents=True)
+    reasons = []
+    for agent in ("pi", "opencode"):
+        done = subprocess.run([str(binary), "install-agent", agent], env={**os.environ, "HOME": str(home)},
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode == 0:
+            return ""
+        error = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if "error" in line]
+        reasons.append(f"install-agent {agent}: {error[-1].split('error=', 1)[-1] if error else done.returncode}")
+    return "; ".join(reasons)
+
+
+def line(name: str, times: list[float], floor: float | None) -> str:
+    median = statistics.median(times)
+    ratio = f"  x {median / floor:6.2f} the cold floor" if floor else ""
+    return (f"  {name:<26} {median * 1000:8.1f} ms  ({min(times) * 1000:.1f}-"
+            f"{max(times) * 1000:.1f}){ratio}")
+
+
+async def main(reactor: Any, args: argparse.Namespace) -> None:
+    load = os.getloadavg()
+    case = BenchCase("vehicle-bench-new-")
+    model, modelUrl = await startModel(reactor)
+    peers = Path(tempfile.mkdtemp(prefix="vehicle-bench-peers-"))
+    results: dict[str, list[float]] = {}
+    notes: list[str] = []
+    try:
+        cold = await hostWith(case, modelUrl)
+        warm = await hostWith(case, modelUrl, spareBodies=1, spareRefillMs=0)
+        opencode = None
+        if not args.no_peers:
+            try:
+                modules = install(peers / "opencode", OPENCODE)
+                opencode = OpenCode(modules, modelUrl, peers / "opencode-run")
+                opencode.waitUp()
+                opencode.sample()  # its first session loads the provider: not counted
+            except Exception as e:  # noqa: BLE001 - a peer that cannot run is reported
+                notes.append(f"opencode could not run: {e}")
+                opencode = None
+            try:
+                reason = sandboxAgent(install(peers / "sandbox-agent", SANDBOX_AGENT),
+                                      peers / "sandbox-agent-run")
+                if reason:
+                    notes.append(f"sandbox-agent cannot run offline here: {reason}")
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"sandbox-agent could not be installed: {e}")
+        await hostSample(cold)  # warm-ups, not counted
+        await waitForSpare(warm)
+        await hostSample(warm)
+        for _ in range(args.runs):
+            results.setdefault("host, no spare", []).append(await hostSample(cold))
+            await waitForSpare(warm)
+            results.setdefault("host, a spare ready", []).append(await hostSample(warm))
+            results.setdefault("pi started alone", []).append(
+                await coldPi(reactor, cold.scriptedProvider()))
+            if opencode is not None:
+                results.setdefault("opencode 1.18.33", []).append(
+                    await Deferred.fromCoroutine(_inThread(reactor, opencode.sample)))
+        direct = await Direct().start(reactor, cold.scriptedProvider())
+        results["a warm pi (a prompt)"] = [await direct.prompt(f"hi {n}") for n in range(args.runs)]
+        await direct.stop(reactor)
+        if opencode is not None:
+            opencode.stop()
+    finally:
+        await case.cleanup()
+        model.signalProcess("TERM")
+        shutil.rmtree(peers, ignore_errors=True)
+    after = os.getloadavg()
+    floor = statistics.median(results["pi started alone"])
+    print(f"a new session: create + prompt -> first text delta; median of {args.runs} (min-max)")
+    print(f"{os.cpu_count()} cores; load average {load[0]:.2f} before, {after[0]:.2f} after")
+    for name in ("pi started alone", "a warm pi (a prompt)", "host, no spare",
+                 "host, a spare ready", "opencode 1.18.33"):
+        if name in results:
+            print(line(name, results[name], floor))
+    for note in notes:
+        print(f"  {note}")
+
+
+async def _inThread(reactor: Any, f: Any) -> Any:
+    from twisted.internet.threads import deferToThread
+
+    return await deferToThread(f)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--no-peers", action="store_true")
+    arguments = parser.parse_args()
+    react(lambda reactor: Deferred.fromCoroutine(main(reactor, arguments)))

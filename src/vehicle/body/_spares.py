@@ -1,0 +1,387 @@
+# -*- test-case-name: tests.unit.test_spares -*-
+"""
+Spare bodies: warm C{pi --mode rpc} children started before anyone needs
+them, so a new or revived conversation's first word does not wait for Node.
+
+A spare (L{Spare}) is made for no one: its own folders in the host's
+private run folder, its own empty session there, a boot config that names
+no session and holds no key (only the token of its own door to the model,
+L{SpareDoor}, which reaches no provider until the hand-off), and no
+person's data.  It is primed (one prompt that its door answers itself, so
+pi has loaded what its first real prompt needs) and waits.
+
+L{SparePool.take} gives one to a session, once: the pool forgets it at
+once, and the body it becomes dies with its session's body (a spare is
+never returned).  The pool refills in the background, after a pause that
+keeps a new spare's start off the CPU the handed body's first run needs,
+and stops with the host.  The hand-off itself (pi's C{switch_session} to
+the session's file, the session's facts asked by the extension) is the
+body's life's (L{vehicle.body._life.BodyLife}).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from pathlib import Path
+from typing import Awaitable, Callable, ClassVar, Protocol
+
+from attrs import define, field
+from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from vehicle._timers import cancelIfActive
+from vehicle.body._rpc import IBodySink, PiProtocol
+from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher
+from vehicle.protocol import JSONObject, RunBudget
+from vehicle.session import Session
+
+
+#: A spare's own budget, from its boot config: its one priming turn.  A
+#: session's budget reaches it at the hand-off.
+SPARE_BUDGET = RunBudget(maxTurns=1, maxCostUsd=0.01)
+
+#: What a spare's priming prompt says (its door answers it; it stays in
+#: the spare's own session, which no one ever sees).
+PRIMING_PROMPT = "ready?"
+
+#: The extension's question for its session's facts, at the hand-off.
+SESSION_TITLE = "sophia.session"
+
+#: The longest pause before another try after a spare could not be made.
+MAX_RETRY_SECONDS = 60.0
+
+
+class SpareDoor(Protocol):
+    """
+    A spare's way to the model: the host's door, which holds the key and
+    reaches no provider until the spare is handed to a session.
+    """
+
+    #: The boot config's providers: the door's token and the bridge's
+    #: address, never a key.
+    providers: dict[str, JSONObject]
+    #: The rest of the boot config the door needs (the bridge).
+    bootExtra: JSONObject
+
+    def handTo(self, session: Session) -> None:
+        """
+        From now on reach C{session}'s provider, metered by its budget.
+        """
+
+    def close(self) -> Deferred[None]:
+        """
+        Stop listening; the door is gone.
+        """
+
+
+#: Opens the door of the spare named by the argument.
+DoorOpener = Callable[[str], Awaitable[SpareDoor]]
+
+
+class SpareLost(Exception):
+    """
+    The spare ended, or the pool stopped, before it was ready.
+    """
+
+
+@define(eq=False)
+class Spare:
+    """
+    One warm pi child that serves no one yet.
+
+    @ivar paths: its own folders (its session, agent dir, home, work).
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    spareId: str
+    paths: BodyPaths
+    door: SpareDoor
+    protocol: PiProtocol
+    transport: IProcessTransport | None = None
+    #: Waits for the priming run's end.
+    settled: Deferred[None] | None = None
+    _discarded: Deferred[None] | None = None
+
+    def handingOver(self, facts: str) -> None:
+        """
+        The spare is being handed to a session: the extension's question
+        for the session's facts is answered with C{facts}, any other no,
+        and nothing else it says is anyone's news until the session's body
+        hears it (its end included: a hand-off that fails is let go).
+        """
+        self.protocol.sink = _HandOffSink(spare=self, facts=facts)
+
+    def plan(self) -> BodyPlan:
+        """
+        The plan of the body this spare becomes: its providers (its door's
+        token) and, when that body is gone, its door closed and its
+        folders removed.
+        """
+        return BodyPlan(
+            providers=self.door.providers,
+            bootExtra=self.door.bootExtra,
+            cleanup=self.discard,
+        )
+
+    def discard(self) -> Deferred[None]:
+        """
+        Close its door and remove its folders (its process is gone, or
+        going); once, however often it is asked.
+        """
+        if self._discarded is None:
+            shutil.rmtree(self.paths.piDir.parent, ignore_errors=True)
+            self._discarded = self.door.close()
+            self._discarded.addErrback(
+                lambda f: self._log.failure("The door of {spareId} did not close", f,
+                                            spareId=self.spareId)
+            )
+        done: Deferred[None] = Deferred()
+
+        def closed(result: None) -> None:
+            done.callback(None)
+            return result
+
+        self._discarded.addCallback(closed)
+        return done
+
+
+def _refuse(spare: Spare, event: JSONObject) -> None:
+    """
+    Answer an extension's question no (cancelled).
+    """
+    spare.protocol.send({"type": "extension_ui_response", "id": event.get("id"), "cancelled": True})
+
+
+def _isQuestion(event: JSONObject) -> bool:
+    return event.get("type") == "extension_ui_request" and event.get("method") in (
+        "input", "confirm", "select", "editor",
+    )
+
+
+@implementer(IBodySink)
+@define(eq=False)
+class _HandOffSink:
+    """
+    Hears a spare while it is switched to its session: the extension asks
+    for the session's facts (L{vehicle.body._picommand.sessionFacts}).
+    """
+
+    spare: Spare
+    facts: str = field(repr=False)
+
+    def piEvent(self, event: JSONObject) -> None:
+        if not _isQuestion(event):
+            return
+        if event.get("method") == "input" and event.get("title") == SESSION_TITLE:
+            self.spare.protocol.send(
+                {"type": "extension_ui_response", "id": event.get("id"), "value": self.facts}
+            )
+        else:
+            _refuse(self.spare, event)
+
+    def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
+        pass
+
+
+@define(eq=False)
+class SparePool:
+    """
+    Keeps up to C{size} spares of one kind of body (chat, for the host's
+    default model) ready, and hands each to one session.
+
+    @ivar ready: the spares ready to be handed over, oldest first.
+    @ivar making: the spares being started or primed.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    launcher: Launcher
+    clock: IReactorTime
+    size: int
+    #: The model the spares are started with: only its sessions take one.
+    model: str
+    #: Where spares keep their folders (the host's private run folder).
+    root: Callable[[], Path]
+    openDoor: DoorOpener
+    #: The graph's MCP endpoint as a chat body reaches it, if any.
+    mcpUrl: str | None = None
+    #: The pause after a hand-off before the next spare starts.
+    refillSeconds: float = 2.0
+    #: Prime each spare (one prompt its door answers) before it is ready.
+    prime: bool = True
+    ready: list[Spare] = field(factory=list)
+    making: list[Spare] = field(factory=list)
+    stopped: bool = False
+    #: Spares that could not be made in a row (the pause before the next
+    #: try doubles with each).
+    failures: int = 0
+    _refill: IDelayedCall | None = None
+
+    def start(self) -> None:
+        """
+        Start filling the pool.
+        """
+        self._fill()
+
+    def take(self, session: Session) -> Spare | None:
+        """
+        A ready spare for C{session}, now its own (the pool forgets it), or
+        L{None}: none is ready, the pool is stopped, or the session's model
+        is not the spares'.  The pool refills after L{refillSeconds}.
+        """
+        if self.stopped or session.meta.model != self.model or not self.ready:
+            return None
+        spare = self.ready.pop(0)
+        self._scheduleFill(self.refillSeconds)
+        return spare
+
+    def stop(self) -> Deferred[None]:
+        """
+        The host stops: no more spares, and every spare not handed over
+        ends (its folders and door go with it).
+        """
+        self.stopped = True
+        cancelIfActive(self._refill)
+        self._refill = None
+        spares, self.ready = self.ready + self.making, []
+        self.making = []
+        return gatherResults(
+            [Deferred.fromCoroutine(self._end(spare)) for spare in spares], consumeErrors=True
+        ).addCallback(lambda _: None)
+
+    def lost(self, spare: Spare, exitCode: int | None, signal: int | None) -> None:
+        """
+        A spare ended by itself before it was handed over.
+        """
+        if spare.settled is not None and not spare.settled.called:
+            spare.settled.errback(SpareLost(spare.spareId))
+        if spare in self.ready:
+            self.ready.remove(spare)
+            self._log.warn(
+                "Spare {spareId} ended (exit {exitCode}, signal {signal})",
+                spareId=spare.spareId, exitCode=exitCode, signal=signal,
+            )
+            self._discard(spare)
+            self._scheduleFill(self.refillSeconds)
+
+    # -- making ---------------------------------------------------------------
+
+    def _scheduleFill(self, delay: float) -> None:
+        if self.stopped or (self._refill is not None and self._refill.active()):
+            return
+        self._refill = self.clock.callLater(delay, self._fill)
+
+    def _fill(self) -> None:
+        self._refill = None
+        while not self.stopped and len(self.ready) + len(self.making) < self.size:
+            self._startOne()
+
+    def _startOne(self) -> None:
+        spareId = "spare-" + secrets.token_hex(8)
+        sink = _SpareSink(pool=self)
+        made = Deferred.fromCoroutine(self._make(spareId, sink))
+        made.addCallbacks(self._madeOne, self._notMade)
+
+    async def _make(self, spareId: str, sink: _SpareSink) -> Spare:
+        door = await self.openDoor(spareId)
+        spare = Spare(
+            spareId=spareId,
+            paths=BodyPaths.forSession(self.root() / "spares" / spareId),
+            door=door,
+            protocol=PiProtocol(sink),
+        )
+        sink.spare = spare
+        self.making.append(spare)
+        try:
+            if self.stopped:
+                raise SpareLost(spareId)
+            spare.transport = self.launcher.spawn(
+                spare.protocol,
+                paths=spare.paths,
+                model=self.model,
+                profile="chat",
+                budget=SPARE_BUDGET,
+                providers=door.providers,
+                bootExtra={**door.bootExtra, "spare": True},
+                mcpUrl=self.mcpUrl,
+            )
+            await spare.protocol.request({"type": "get_state"})
+            if self.prime:
+                spare.settled = Deferred()
+                await spare.protocol.request({"type": "prompt", "message": PRIMING_PROMPT})
+                await spare.settled
+            if self.stopped or spare not in self.making:
+                raise SpareLost(spareId)
+        except Exception:
+            if spare in self.making:
+                self.making.remove(spare)
+            if spare.settled is not None:
+                # Nobody waits for the priming any more.
+                spare.settled.addErrback(lambda _: None)
+            await self._end(spare)
+            raise
+        self.making.remove(spare)
+        return spare
+
+    def _madeOne(self, spare: Spare) -> None:
+        self.failures = 0
+        self.ready.append(spare)
+        self._log.info("Spare {spareId} is ready", spareId=spare.spareId)
+
+    def _notMade(self, failure: Failure) -> None:
+        if self.stopped:
+            return
+        self.failures += 1
+        delay = min(MAX_RETRY_SECONDS, self.refillSeconds * 2 ** self.failures)
+        self._log.warn(
+            "A spare body could not be made ({error}); the next try in {delay} s",
+            error=str(failure.value), delay=delay,
+        )
+        self._scheduleFill(delay)
+
+    async def _end(self, spare: Spare) -> None:
+        """
+        Stop a spare that will not be handed over, then discard it.
+        """
+        protocol = spare.protocol
+        if spare.transport is not None and not protocol.hasEnded:
+            await protocol.terminate(self.clock, graceSeconds=3)
+        await self._discard(spare)
+
+    def _discard(self, spare: Spare) -> Deferred[None]:
+        return spare.discard()
+
+
+@implementer(IBodySink)
+@define(eq=False)
+class _SpareSink:
+    """
+    Hears a spare until it is handed over: its priming run's end, and its
+    exit; the extension's questions are answered no (a spare has no
+    session, no token, no facts).
+    """
+
+    pool: SparePool
+    spare: Spare | None = None
+
+    def piEvent(self, event: JSONObject) -> None:
+        spare = self.spare
+        if spare is None:
+            return
+        if _isQuestion(event):
+            _refuse(spare, event)
+        elif (
+            event.get("type") == "agent_settled"
+            and spare.settled is not None
+            and not spare.settled.called
+        ):
+            spare.settled.callback(None)
+
+    def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
+        if self.spare is not None:
+            self.pool.lost(self.spare, exitCode, signal)

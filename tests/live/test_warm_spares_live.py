@@ -1,0 +1,226 @@
+"""
+Spare bodies with real pi: a new or revived chat conversation is handed a
+warm, primed pi that held nothing of anyone, and pi is switched to the
+session's own file (L{vehicle.body._spares}, L{vehicle.body._life}).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from twisted.trial.unittest import TestCase
+
+from vehicle.body import PRIMING_PROMPT
+from vehicle.body._spawner import latestSessionFile
+
+from tests.support.live import LiveHost, pool, readySpare, settledEvent, waitUntil
+
+
+def filesUnder(folder: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def openFiles(pid: int) -> list[str]:
+    """
+    Where the process's open file descriptors lead.
+    """
+    found = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found.append(os.readlink(fd))
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+class HandOffTests(TestCase):
+    """
+    A new and a revived conversation each get a spare, which becomes the
+    session's body on the session's own file.
+    """
+
+    timeout = 120
+
+    async def test_newSessionTakesTheSpare(self) -> None:
+        """
+        The first prompt of a new conversation runs on the ready spare:
+        pi is on a file in the session's own pi folder (one header, whose
+        cwd is the session's work folder), the model is reached with the
+        host's key through the spare's door, and the model sees only the
+        session's system and user messages, never the priming.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=60000).start()
+        spare = await readySpare(host)
+        pid = spare.transport.pid
+        primed = len(host.model.requests)
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="hello spare")
+        events = await host.waitFor(sid, settledEvent)
+        materialized = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized[0]["data"]["pid"], pid)
+        self.assertNotIn("session.revived", [e["type"] for e in events])
+        self.assertEqual(pool(host).ready, [])
+        # The priming never reached the model: the door answered it.
+        self.assertEqual(primed, 0)
+        self.assertEqual(len(host.model.requests), 1)
+        headers, body = host.model.requests[0]
+        self.assertEqual(headers["authorization"], "Bearer " + host.key)
+        self.assertEqual([m["role"] for m in body["messages"]], ["system", "user"])
+        self.assertNotIn(PRIMING_PROMPT, json.dumps(body))
+        session = host.registry().sessions[sid]
+        piFile = latestSessionFile(session.directory / "pi")
+        assert piFile is not None
+        records = [json.loads(line) for line in piFile.read_text().splitlines()]
+        self.assertEqual([r["type"] for r in records].count("session"), 1)
+        self.assertEqual(records[0]["cwd"], str(session.directory / "work"))
+        self.assertIn(str(session.directory / "work"), json.dumps(body["messages"][0]))
+        self.assertNotIn(PRIMING_PROMPT, piFile.read_text())
+        self.assertIn("hello spare", piFile.read_text())
+
+    async def test_revivedSessionTakesASpare(self) -> None:
+        """
+        A conversation whose body went dormant is revived on a spare: pi
+        resumes the session's file, and the model sees the conversation.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=0, bodyIdleMs=500).start()
+        await readySpare(host)
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="first words")
+        await host.waitFor(sid, settledEvent)
+        await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        spare = await readySpare(host)
+        since = len(host.events(sid))
+        code, frame = await host.command(sid, "prompt", "p2", text="second words")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, settledEvent, since=since)
+        kinds = [e["type"] for e in events]
+        self.assertIn("session.revived", kinds)
+        revived = [e for e in events if e["type"] == "session.revived"][0]
+        piFile = latestSessionFile(host.registry().sessions[sid].directory / "pi")
+        assert piFile is not None
+        records = [json.loads(line) for line in piFile.read_text().splitlines()]
+        # What pi resumed: the first run's messages (its system message
+        # too), all but the second run's two.
+        self.assertEqual(
+            revived["data"]["messageCount"],
+            len([r for r in records if r["type"] == "message"]) - 2,
+        )
+        materialized = [e for e in events if e["type"] == "body.materialized"][0]
+        self.assertEqual(materialized["data"]["pid"], spare.transport.pid)
+        _, body = host.model.requests[-1]
+        texts = json.dumps(body["messages"])
+        self.assertIn("first words", texts)
+        self.assertIn("second words", texts)
+        self.assertNotIn(PRIMING_PROMPT, texts)
+
+    async def test_theSessionsBudgetRules(self) -> None:
+        """
+        The spare's own budget (one turn, for its priming) is not the
+        session's: the extension is given the session's at the hand-off,
+        so a run of endless tool calls makes exactly the session's turns.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=60000).start()
+        await readySpare(host)
+        sid = await host.create(budget={"maxTurns": 3})
+        await host.command(sid, "prompt", "p1", text="loop [[LOOP:nothing]]")
+        events = await host.waitFor(sid, settledEvent)
+        kinds = [e["type"] for e in events]
+        self.assertIn("budget.exceeded", kinds)
+        self.assertEqual(len(host.model.requests), 3)
+
+
+class NothingOfAnyoneTests(TestCase):
+    """
+    A spare holds no key, no session's file, no other person's words, and
+    is never used twice.
+    """
+
+    timeout = 120
+
+    async def test_aSpareHoldsNoKey(self) -> None:
+        """
+        The host's key is in none of a ready spare's environment, argv, or
+        files, and the spare's door token (all its boot config holds) is
+        not the key.
+        """
+        host = await LiveHost(self, spareBodies=1).start()
+        spare = await readySpare(host)
+        pid = spare.transport.pid
+        key = host.key.encode()
+        self.assertNotIn(key, Path(f"/proc/{pid}/environ").read_bytes())
+        self.assertNotIn(key, Path(f"/proc/{pid}/cmdline").read_bytes())
+        folder = spare.paths.piDir.parent
+        files = filesUnder(folder)
+        self.assertTrue(files)
+        for path, data in files.items():
+            self.assertNotIn(key, data, path)
+        tokens = [p["apiKey"] for p in spare.door.providers.values()]
+        self.assertNotIn(host.key, tokens)
+        self.assertTrue(all(t.startswith("vbt-") for t in tokens))
+
+    async def test_aSpareHoldsNoSessionsFile(self) -> None:
+        """
+        A ready spare is on its own session, in its own folder: it has no
+        file of the data dir open, its own folder holds only its own
+        session, and after one person's conversation ran on a spare, the
+        next spare holds none of their words.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=0).start()
+        first = await readySpare(host)
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="a secret of alice")
+        await host.waitFor(sid, settledEvent)
+        await waitUntil(lambda: bool(pool(host).ready) and pool(host).ready[0] is not first)
+        second = pool(host).ready[0]
+        pid = second.transport.pid
+        self.assertNotEqual(pid, first.transport.pid)
+        dataDir = str(host.root)
+        self.assertEqual([f for f in openFiles(pid) if f.startswith(dataDir)], [])
+        folder = second.paths.piDir.parent
+        sessions = list((folder / "pi").glob("*.jsonl"))
+        self.assertEqual(len(sessions), 1)
+        for path, data in filesUnder(folder).items():
+            self.assertNotIn(b"alice", data, path)
+        self.assertEqual(list(second.paths.workDir.iterdir()), [])
+
+    async def test_aSpareIsNeverReused(self) -> None:
+        """
+        The body a spare became ends with the session's body; the pool
+        never hands it out again, and its folders and door are gone.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=0).start()
+        spare = await readySpare(host)
+        pid = spare.transport.pid
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="once")
+        await host.waitFor(sid, settledEvent)
+        await host.command(sid, "shutdown", "s1")
+        await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        await waitUntil(lambda: not alive(pid))
+        self.assertFalse(spare.paths.piDir.parent.exists())
+        self.assertFalse(spare.door.door.socketPath.exists())
+        await waitUntil(lambda: bool(pool(host).ready))
+        self.assertNotIn(pid, [s.transport.pid for s in pool(host).ready])
+
+    async def test_theSparesStopWithTheHost(self) -> None:
+        """
+        No spare outlives the host: its process ends, its folders go.
+        """
+        host = await LiveHost(self, spareBodies=2).start()
+        await waitUntil(lambda: len(pool(host).ready) == 2)
+        spares = [(s.transport.pid, s.paths.piDir.parent) for s in pool(host).ready]
+        await host.stop()
+        for pid, folder in spares:
+            self.assertFalse(alive(pid))
+            self.assertFalse(folder.exists())

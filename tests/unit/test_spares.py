@@ -1,0 +1,978 @@
+"""
+Tests for spare bodies: the pool (L{vehicle.body._spares.SparePool}: made,
+primed, handed out once, refilled, stopped), the hand-off of a spare to a
+session (L{vehicle.body._life.BodyLife}: pi switched to the session's file,
+the session's facts answered, a refusal let go), a spare's door before and
+after the hand-off (L{vehicle.box.ModelDoor}, L{vehicle.host.ChatSpareDoor}),
+with a fake pi on a L{MemoryReactorClock}.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.testing import MemoryReactorClock
+from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.test.requesthelper import DummyRequest
+
+from vehicle.body import PRIMING_PROMPT, SPARE_BUDGET, SparePool, bootConfig, sessionFacts
+from vehicle.body._conductor import Conductor
+from vehicle.body._rpc import PiProtocol
+from vehicle.body._sessionfile import hasConversation, newSessionFile
+from vehicle.body._spares import MAX_RETRY_SECONDS, Spare
+from vehicle.body._spawner import BodyPaths
+from vehicle.box import ModelDoor, Upstream
+from vehicle.box._proxy import PRIMING_ANSWER
+from vehicle.host import ChatSpareDoor, chatSpares
+from vehicle.models import ModelCatalog
+from vehicle.protocol import CommandRequest, RunBudget, fromRequest, toObject
+from vehicle.session import Caller, Registry
+from vehicle.store import DataDir
+
+from tests.support._hints import assertAnnotationsResolve
+from tests.support.fakepi import STATE
+from tests.support.harness import FakeLauncher, FakePiTransport, newSession
+from tests.support.schemas import assertValidEvent
+
+
+ALICE = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
+MODEL = "scripted/echo-1"
+KEY = "sk-test-key-0123456789"
+PROVIDER = {
+    "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "apiKey": KEY,
+    "models": [{"id": "echo-1"}],
+}
+
+
+class RecordingLauncher(FakeLauncher):
+    """
+    A fake launcher that keeps what each spawn was asked.
+    """
+
+    mcpUrl = "http://127.0.0.1:7/mcp"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[dict[str, Any]] = []
+
+    def spawn(self, protocol: Any, **kw: Any) -> FakePiTransport:
+        self.asked.append(kw)
+        return super().spawn(protocol, **kw)
+
+
+class FakeDoor:
+    """
+    A spare's door: its token in the providers, what it was handed, and
+    whether it was closed.
+    """
+
+    def __init__(self, spareId: str) -> None:
+        self.spareId = spareId
+        self.providers: dict[str, Any] = {"scripted": {**PROVIDER, "apiKey": f"vbt-{spareId}"}}
+        self.bootExtra: dict[str, Any] = {"bridge": {"socket": f"/run/{spareId}.sock", "port": 0}}
+        self.handed: list[Any] = []
+        self.closed = 0
+
+    def handTo(self, session: Any) -> None:
+        self.handed.append(session)
+
+    def close(self) -> Deferred[None]:
+        self.closed += 1
+        return succeed(None)
+
+
+class Deaf:
+    """
+    Hears nothing (a spare's protocol in a test that does not run it).
+    """
+
+    def piEvent(self, event: Any) -> None:
+        pass
+
+    def bodyExited(self, *args: Any) -> None:
+        pass
+
+
+def quietSink() -> Deaf:
+    return Deaf()
+
+
+def record(transport: FakePiTransport, data: dict[str, Any]) -> None:
+    transport.protocol.outReceived(json.dumps(data).encode() + b"\n")
+
+
+def answer(transport: FakePiTransport, kind: str, data: Any = None, success: bool = True) -> None:
+    """
+    Answer the oldest request of C{kind} the host wrote to C{transport}.
+    """
+    answered = getattr(transport, "answered", set())
+    transport.answered = answered  # type: ignore[attr-defined]  # a test's note on the fake
+    for request in transport.written:
+        if request.get("type") == kind and request["id"] not in answered:
+            answered.add(request["id"])
+            reply: dict[str, Any] = {"type": "response", "id": request["id"], "command": kind,
+                                     "success": success}
+            if data is not None:
+                reply["data"] = data
+            if not success:
+                reply["error"] = "refused"
+            record(transport, reply)
+            return
+    raise AssertionError(f"no {kind!r} request: {transport.written}")
+
+
+def kinds(transport: FakePiTransport) -> list[str]:
+    return [r["type"] for r in transport.written]
+
+
+def exited(transport: FakePiTransport, code: int = 1) -> None:
+    from twisted.internet.error import ProcessTerminated
+    from twisted.python.failure import Failure
+
+    transport.protocol.processEnded(Failure(ProcessTerminated(exitCode=code)))
+
+
+class PoolTestCase(SynchronousTestCase):
+    """
+    A pool of spares on a fake launcher, its doors fakes.
+    """
+
+    size = 1
+    prime = True
+
+    def setUp(self) -> None:
+        self.clock = MemoryReactorClock()
+        self.clock.advance(1_796_000_000)
+        self.root = Path(self.mktemp())
+        self.root.mkdir()
+        self.launcher = RecordingLauncher()
+        self.doors: list[FakeDoor] = []
+        self.pool = self.makePool()
+        self.dataDir = DataDir(Path(self.mktemp()))
+        self.dataDir.ensure()
+        self.registry = Registry(dataDir=self.dataDir, clock=self.clock)
+        self.addCleanup(self.registry.close)
+
+    def makePool(self, **kw: Any) -> SparePool:
+        async def openDoor(spareId: str) -> FakeDoor:
+            door = FakeDoor(spareId)
+            self.doors.append(door)
+            return door
+
+        settings: dict[str, Any] = dict(
+            launcher=self.launcher, clock=self.clock, size=self.size, model=MODEL,
+            root=lambda: self.root, openDoor=openDoor, mcpUrl=self.launcher.mcpUrl,
+            refillSeconds=2.0, prime=self.prime,
+        )
+        settings.update(kw)
+        return SparePool(**settings)
+
+    def session(self, model: str = MODEL, **meta: Any) -> Any:
+        return newSession(self.registry, ALICE, model=model, **meta)
+
+    def readyOne(self, index: int = -1) -> FakePiTransport:
+        """
+        The newest spawned spare answers its state and settles its priming.
+        """
+        transport = self.launcher.spawned[index]
+        answer(transport, "get_state", STATE)
+        if self.prime:
+            answer(transport, "prompt", {"disposition": "started"})
+            record(transport, {"type": "agent_settled", "aborted": False})
+        return transport
+
+
+class MakingTests(PoolTestCase):
+    """
+    A spare is started for no one, holds no key, and is ready once primed.
+    """
+
+    size = 2
+
+    def test_startFillsThePool(self) -> None:
+        """
+        Starting the pool starts C{size} spares, each in its own folder
+        under the pool's root, on the spares' model, with the spare's own
+        budget, its door's providers (a token, never the key), the spare
+        flag and the chat bodies' MCP endpoint.
+        """
+        self.pool.start()
+        self.assertEqual(len(self.launcher.spawned), 2)
+        folders = set()
+        for asked, door in zip(self.launcher.asked, self.doors):
+            self.assertEqual(asked["model"], MODEL)
+            self.assertEqual(asked["profile"], "chat")
+            self.assertEqual(asked["budget"], SPARE_BUDGET)
+            # A boot config the extension can read (one turn, a cost above 0).
+            self.assertEqual(json.loads(bootConfig(providers=asked["providers"],
+                                                   budget=asked["budget"]))["budget"],
+                             {"maxTurns": 1, "maxCostUsd": 0.01})
+            self.assertEqual(asked["providers"], door.providers)
+            self.assertNotIn(KEY, json.dumps(asked["providers"]))
+            self.assertEqual(asked["bootExtra"], {**door.bootExtra, "spare": True})
+            self.assertEqual(asked["mcpUrl"], "http://127.0.0.1:7/mcp")
+            paths: BodyPaths = asked["paths"]
+            self.assertEqual(paths.piDir.parent.parent, self.root / "spares")
+            self.assertEqual(paths.piDir.parent.name, door.spareId)
+            folders.add(paths.piDir)
+        self.assertEqual(len(folders), 2)
+        self.assertEqual(len(self.pool.making), 2)
+        self.assertEqual(self.pool.ready, [])
+
+    def test_readyOncePrimed(self) -> None:
+        """
+        A spare asks pi its state, then sends the priming prompt, and is
+        ready only when that run has settled.
+        """
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        self.assertEqual(kinds(transport), ["get_state"])
+        answer(transport, "get_state", STATE)
+        self.assertEqual(kinds(transport), ["get_state", "prompt"])
+        self.assertEqual(transport.written[1]["message"], PRIMING_PROMPT)
+        answer(transport, "prompt", {"disposition": "started"})
+        self.assertEqual(self.pool.ready, [])
+        record(transport, {"type": "agent_settled", "aborted": False})
+        self.assertEqual([s.protocol.transport for s in self.pool.ready], [transport])
+        self.assertEqual(len(self.pool.making), 1)
+
+    def test_questionsAreAnsweredNo(self) -> None:
+        """
+        The extension's questions to a spare (a token, a session's facts)
+        are answered cancelled: a spare has nothing to give.
+        """
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        for title in ("sophia.delegated-token", "sophia.session"):
+            record(transport, {"type": "extension_ui_request", "id": title, "method": "input",
+                               "title": title})
+        answers = [r for r in transport.written if r["type"] == "extension_ui_response"]
+        self.assertEqual(answers, [
+            {"type": "extension_ui_response", "id": "sophia.delegated-token", "cancelled": True},
+            {"type": "extension_ui_response", "id": "sophia.session", "cancelled": True},
+        ])
+
+    def test_onlyQuestionsAreAnswered(self) -> None:
+        """
+        A record that is not the extension's question is not answered,
+        whatever fields it has.
+        """
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        record(transport, {"type": "tool_execution_start", "id": "t", "method": "input"})
+        record(transport, {"type": "agent_end", "id": "e", "method": "input"})
+        self.assertEqual(kinds(transport), ["get_state"])
+
+    def test_otherRecordsAreNoNews(self) -> None:
+        """
+        What a spare says besides (its priming's events, a notice) moves
+        nothing: it is ready only at its run's end.
+        """
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        answer(transport, "get_state", STATE)
+        answer(transport, "prompt", {"disposition": "started"})
+        record(transport, {"type": "extension_ui_request", "id": "n", "method": "notify",
+                           "message": "sophia.tools []"})
+        record(transport, {"type": "agent_start"})
+        self.assertEqual(self.pool.ready, [])
+        self.assertEqual(kinds(transport), ["get_state", "prompt"])
+
+
+class UnprimedTests(PoolTestCase):
+    """
+    Without priming, a spare is ready when pi answers its state.
+    """
+
+    prime = False
+
+    def test_readyAtItsState(self) -> None:
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        answer(transport, "get_state", STATE)
+        self.assertEqual(kinds(transport), ["get_state"])
+        self.assertEqual(len(self.pool.ready), 1)
+        self.assertEqual(self.pool.making, [])
+
+
+class TakingTests(PoolTestCase):
+    """
+    A spare is handed out once, only for the spares' model, and the pool
+    refills after its pause.
+    """
+
+    def test_takeGivesTheReadySpareOnce(self) -> None:
+        """
+        A ready spare is taken once; the pool is then empty until its
+        pause has passed, and only then starts the next.
+        """
+        self.pool.start()
+        transport = self.readyOne()
+        session = self.session()
+        spare = self.pool.take(session)
+        assert spare is not None
+        self.assertIs(spare.protocol.transport, transport)
+        self.assertIsNone(self.pool.take(session))
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.clock.advance(1.9)
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.clock.advance(0.1)
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertIsNone(self.pool.take(session))
+
+    def test_nothingReadyNothingTaken(self) -> None:
+        """
+        A spare still starting is not handed out.
+        """
+        self.pool.start()
+        self.assertIsNone(self.pool.take(self.session()))
+
+    def test_onlyTheSparesModel(self) -> None:
+        """
+        A session on another model gets no spare, and the spare stays.
+        """
+        self.pool.start()
+        self.readyOne()
+        self.assertIsNone(self.pool.take(self.session(model="scripted/other-2")))
+        self.assertIsNone(self.pool.take(self.session(model="scripted/a-0")))
+        self.assertEqual(len(self.pool.ready), 1)
+
+    def test_oldestFirst(self) -> None:
+        """
+        Of two ready spares, the one ready first is handed out first.
+        """
+        pool = self.makePool(size=2)
+        pool.start()
+        second = self.readyOne(1)
+        first = self.readyOne(0)
+        taken = pool.take(self.session())
+        assert taken is not None
+        self.assertIs(taken.protocol.transport, second)
+        self.assertIsNot(first, second)
+
+    def test_refillMakesUpTheDifference(self) -> None:
+        """
+        With one of two spares taken, the refill starts one, not more.
+        """
+        pool = self.makePool(size=2)
+        pool.start()
+        self.readyOne(0)
+        self.readyOne(1)
+        pool.take(self.session())
+        self.clock.advance(2)
+        self.assertEqual(len(self.launcher.spawned), 3)
+        self.assertEqual((len(pool.ready), len(pool.making)), (1, 1))
+
+    def test_oneRefillForSeveralTakes(self) -> None:
+        """
+        Spares taken during one pause are made up after it, together.
+        """
+        pool = self.makePool(size=2)
+        pool.start()
+        self.readyOne(0)
+        self.readyOne(1)
+        pool.take(self.session())
+        self.clock.advance(1)
+        pool.take(self.session())
+        self.clock.advance(1)
+        self.assertEqual(len(self.launcher.spawned), 4)
+        self.clock.advance(10)
+        self.assertEqual(len(self.launcher.spawned), 4)
+
+
+class LossTests(PoolTestCase):
+    """
+    A spare that ends before it is handed over is let go and replaced;
+    one that cannot be made is tried again, ever more slowly.
+    """
+
+    def test_aReadySpareEnds(self) -> None:
+        """
+        A ready spare that exits is no longer ready, its door is closed
+        and its folder removed, and another starts after the pause.
+        """
+        self.pool.start()
+        transport = self.readyOne()
+        folder = self.launcher.asked[0]["paths"].piDir.parent
+        folder.mkdir(parents=True)
+        exited(transport)
+        self.assertEqual(self.pool.ready, [])
+        self.assertEqual(self.doors[0].closed, 1)
+        self.assertFalse(folder.exists())
+        self.clock.advance(2)
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_aSpareEndsWhilePriming(self) -> None:
+        """
+        A spare that exits while it is primed never becomes ready; the
+        next try comes after twice the pause, the one after that after
+        twice that, and a success starts the count again.
+        """
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        answer(transport, "get_state", STATE)
+        answer(transport, "prompt", {"disposition": "started"})
+        exited(transport)
+        self.assertEqual(self.pool.ready, [])
+        self.assertEqual(self.pool.making, [])
+        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.pool.failures, 1)
+        self.clock.advance(3.9)
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.clock.advance(0.1)
+        self.assertEqual(len(self.launcher.spawned), 2)
+        exited(self.launcher.spawned[1])
+        self.assertEqual(self.pool.failures, 2)
+        self.clock.advance(7.9)
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.clock.advance(0.1)
+        self.assertEqual(len(self.launcher.spawned), 3)
+        self.readyOne()
+        self.assertEqual(self.pool.failures, 0)
+        self.assertEqual(len(self.pool.ready), 1)
+
+    def test_theLongestPause(self) -> None:
+        """
+        However often a spare fails, the next try comes within a minute.
+        """
+        self.pool.start()
+        for _ in range(12):
+            exited(self.launcher.spawned[-1])
+            spawned = len(self.launcher.spawned)
+            self.clock.advance(MAX_RETRY_SECONDS)
+            self.assertEqual(len(self.launcher.spawned), spawned + 1)
+
+    def test_aRefusedStateIsAFailure(self) -> None:
+        """
+        A spare whose state pi refuses is ended and tried again later.
+        """
+        self.pool.start()
+        transport = self.launcher.spawned[0]
+        answer(transport, "get_state", success=False)
+        self.assertIn(0, transport.closed)
+        self.assertEqual(self.pool.making, [])
+        exited(transport)
+        self.assertEqual(self.pool.failures, 1)
+        self.assertEqual(self.doors[0].closed, 1)
+
+    def test_aHandedSpareIsNotThePoolsAnyMore(self) -> None:
+        """
+        The pool does not hear a spare it handed out: its end is not a
+        loss of the pool's.
+        """
+        self.pool.start()
+        transport = self.readyOne()
+        spare = self.pool.take(self.session())
+        assert spare is not None
+        spare.protocol.sink = quietSink()
+        exited(transport)
+        self.assertEqual(self.doors[0].closed, 0)
+
+
+class StopTests(PoolTestCase):
+    """
+    The pool stops with the host, and every spare not handed over ends.
+    """
+
+    size = 2
+
+    def test_stopEndsEverySpare(self) -> None:
+        """
+        Ready and starting spares alike are told to end (stdin closed,
+        then signals), and their doors close once they have; no spare is
+        started again.
+        """
+        self.pool.start()
+        ready = self.readyOne(0)
+        starting = self.launcher.spawned[1]
+        stopped = self.pool.stop()
+        self.assertIn(0, ready.closed)
+        self.assertIn(0, starting.closed)
+        self.assertNoResult(stopped)
+        exited(ready, 0)
+        exited(starting, 0)
+        self.successResultOf(stopped)
+        self.assertEqual([d.closed for d in self.doors], [1, 1])
+        self.assertEqual(self.pool.ready, [])
+        self.assertEqual(self.pool.making, [])
+        self.clock.advance(MAX_RETRY_SECONDS * 2)
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertIsNone(self.pool.take(self.session()))
+
+    def test_stopAfterATake(self) -> None:
+        """
+        A pause to refill is cancelled by the stop.
+        """
+        self.pool.start()
+        self.readyOne(0)
+        self.pool.take(self.session())
+        self.pool.stop()
+        self.clock.advance(MAX_RETRY_SECONDS)
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_endsAfterTheGrace(self) -> None:
+        """
+        A spare that does not end on its stdin's close is signalled.
+        """
+        self.pool.start()
+        ready = self.readyOne(0)
+        self.pool.stop()
+        self.clock.advance(2.9)
+        self.assertEqual(ready.signals, [])
+        self.clock.advance(0.1)
+        self.assertEqual(ready.signals, ["TERM"])
+        self.assertEqual(self.doors[0].closed, 1)
+
+
+class DiscardTests(SynchronousTestCase):
+    """
+    A spare is discarded once: its folder removed, its door closed.
+    """
+
+    def test_once(self) -> None:
+        folder = Path(self.mktemp())
+        (folder / "pi").mkdir(parents=True)
+        door = FakeDoor("s1")
+        spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), door=door,
+                      protocol=PiProtocol(quietSink()))
+        first, second = spare.discard(), spare.discard()
+        self.successResultOf(first)
+        self.successResultOf(second)
+        self.assertEqual(door.closed, 1)
+        self.assertFalse(folder.exists())
+
+    def test_waitsForTheDoor(self) -> None:
+        """
+        Discarding is done when the door has closed.
+        """
+        closing: Deferred[None] = Deferred()
+        door = FakeDoor("s1")
+        door.close = lambda: closing  # type: ignore[method-assign]  # a door slow to close
+        spare = Spare(spareId="s1", paths=BodyPaths.forSession(Path(self.mktemp())), door=door,
+                      protocol=PiProtocol(quietSink()))
+        done = spare.discard()
+        self.assertNoResult(done)
+        closing.callback(None)
+        self.successResultOf(done)
+
+    def test_thePlan(self) -> None:
+        """
+        The body a spare becomes has its door's providers and bridge, and
+        discards the spare when it is gone.
+        """
+        folder = Path(self.mktemp())
+        folder.mkdir()
+        door = FakeDoor("s1")
+        spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), door=door,
+                      protocol=PiProtocol(quietSink()))
+        plan = spare.plan()
+        self.assertEqual(plan.providers, door.providers)
+        self.assertEqual(plan.bootExtra, door.bootExtra)
+        assert plan.cleanup is not None
+        plan.cleanup()
+        self.assertEqual(door.closed, 1)
+        self.assertFalse(folder.exists())
+
+
+class HandOffTests(PoolTestCase):
+    """
+    A session's body made of a spare: pi switched to the session's file,
+    the session's facts given, the door opened to the session.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.pool.start()
+        self.spareTransport = self.readyOne()
+        self.sessionUnderTest = self.session(budget=RunBudget(maxTurns=5, maxCostUsd=0.5))
+        self.conductor = Conductor(session=self.sessionUnderTest, launcher=self.launcher,
+                                   clock=self.clock, spares=self.pool)
+        self.sessionUnderTest.conductor = self.conductor
+        self.seen: list[dict[str, Any]] = []
+
+        def check(event: Any) -> None:
+            event = toObject(event)
+            assertValidEvent(self, event)
+            self.seen.append(event)
+
+        self.sessionUnderTest.feed.subscribe(check)
+
+    def prompt(self, text: str = "hello") -> None:
+        self.sessionUnderTest.command(
+            ALICE, fromRequest({"type": "prompt", "requestId": "p1", "text": text}, CommandRequest)
+        )
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.seen if e["type"] == kind]
+
+    def switched(self) -> Path:
+        """
+        The file pi was switched to; pi switches and answers its state.
+        """
+        request = [r for r in self.spareTransport.written if r["type"] == "switch_session"][-1]
+        path = Path(request["sessionPath"])
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        answer(self.spareTransport, "get_state", {**STATE, "sessionFile": str(path)})
+        return path
+
+    def test_aNewConversation(self) -> None:
+        """
+        A new session's first prompt goes to the spare: pi is switched to
+        a new file in the session's own pi folder holding only a header
+        (the session's working folder its cwd), the door is handed to the
+        session, and the prompt follows; no process is started.
+        """
+        self.prompt()
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.doors[0].handed, [self.sessionUnderTest])
+        path = self.switched()
+        directory = self.sessionUnderTest.directory
+        self.assertEqual(path.parent, directory / "pi")
+        lines = path.read_text().splitlines()
+        self.assertEqual(len(lines), 1)
+        header = json.loads(lines[0])
+        self.assertEqual(header["type"], "session")
+        self.assertEqual(header["version"], 3)
+        self.assertEqual(header["cwd"], str(directory / "work"))
+        self.assertTrue(path.name.endswith(f"_{header['id']}.jsonl"))
+        self.assertTrue((directory / "work").is_dir())
+        self.assertEqual(kinds(self.spareTransport)[-1], "prompt")
+        self.assertEqual(self.spareTransport.written[-1]["message"], "hello")
+        materialized = self.events("body.materialized")
+        self.assertEqual(materialized[0]["data"], {"kind": "rpc", "pid": 4242})
+        self.assertEqual(self.events("session.revived"), [])
+        self.assertEqual(self.conductor.life.paths, BodyPaths.forSession(directory))
+        self.assertEqual(self.conductor.state, "live")
+
+    def test_theSessionsFacts(self) -> None:
+        """
+        When the extension asks for the session's facts on the way, it is
+        answered with the session's budget (not the spare's).
+        """
+        self.prompt()
+        record(self.spareTransport, {"type": "extension_ui_request", "id": "f1",
+                                     "method": "input", "title": "sophia.session"})
+        answers = [r for r in self.spareTransport.written if r["type"] == "extension_ui_response"]
+        self.assertEqual(answers, [{
+            "type": "extension_ui_response", "id": "f1",
+            "value": sessionFacts(budget=RunBudget(maxTurns=5, maxCostUsd=0.5)),
+        }])
+        self.assertEqual(json.loads(answers[0]["value"]),
+                         {"budget": {"maxTurns": 5, "maxCostUsd": 0.5}})
+
+    def test_otherQuestionsOnTheWay(self) -> None:
+        """
+        Any other question during the hand-off is answered no: the facts
+        go only to the facts' question.
+        """
+        self.prompt()
+        record(self.spareTransport, {"type": "extension_ui_request", "id": "t1",
+                                     "method": "input", "title": "sophia.delegated-token"})
+        record(self.spareTransport, {"type": "extension_ui_request", "id": "c1",
+                                     "method": "confirm", "title": "sophia.session"})
+        answers = [r for r in self.spareTransport.written if r["type"] == "extension_ui_response"]
+        self.assertEqual(answers, [
+            {"type": "extension_ui_response", "id": "t1", "cancelled": True},
+            {"type": "extension_ui_response", "id": "c1", "cancelled": True},
+        ])
+
+    def test_aRevivedConversation(self) -> None:
+        """
+        A session with a conversation in its pi folder is switched to
+        that file, and is revived.
+        """
+        piDir = self.sessionUnderTest.directory / "pi"
+        piDir.mkdir(parents=True, exist_ok=True)
+        existing = piDir / "2026-01-01T00-00-00-000Z_abc.jsonl"
+        existing.write_text('{"type":"session","version":3,"id":"abc","cwd":"/"}\n'
+                            '{"type":"message","id":"m1"}\n')
+        self.prompt()
+        path = self.switched()
+        self.assertEqual(path, existing)
+        self.assertEqual(len(list(piDir.glob("*.jsonl"))), 1)
+        self.assertEqual(len(self.events("session.revived")), 1)
+
+    def test_aHeaderAloneIsNoConversation(self) -> None:
+        """
+        A file holding only a header (a hand-off's, whose body ended
+        before a word) is switched to, and is no revival.
+        """
+        piDir = self.sessionUnderTest.directory / "pi"
+        piDir.mkdir(parents=True, exist_ok=True)
+        existing = piDir / "2026-01-01T00-00-00-000Z_abc.jsonl"
+        existing.write_text('{"type":"session","version":3,"id":"abc","cwd":"/"}\n')
+        self.prompt()
+        self.assertEqual(self.switched(), existing)
+        self.assertEqual(self.events("session.revived"), [])
+
+    def refused(self, **how: Any) -> None:
+        self.prompt()
+        if how.get("cancelled"):
+            answer(self.spareTransport, "switch_session", {"cancelled": True})
+        elif how.get("failed"):
+            answer(self.spareTransport, "switch_session", success=False)
+        elif how.get("otherFile"):
+            answer(self.spareTransport, "switch_session", {"cancelled": False})
+            answer(self.spareTransport, "get_state", {**STATE, "sessionFile": "/elsewhere.jsonl"})
+        else:
+            exited(self.spareTransport)
+
+    def assertStartedAfresh(self) -> None:
+        """
+        The spare is let go unheard (its end is no news) and a body is
+        started for the session, which then serves the prompt.
+        """
+        self.assertEqual(len(self.launcher.spawned), 2)
+        fresh = self.launcher.spawned[1]
+        self.assertIn(0, self.spareTransport.closed)
+        exited(self.spareTransport)
+        self.assertEqual(self.events("body.exited"), [])
+        self.assertEqual(self.doors[0].closed, 1)
+        answer(fresh, "get_state", STATE)
+        self.assertEqual(kinds(fresh), ["get_state", "prompt"])
+        self.assertIs(self.conductor.body.protocol.transport, fresh)  # type: ignore[union-attr]
+
+    def test_aRefusingSpare(self) -> None:
+        """
+        A spare that refuses the switch is let go; a body is started.
+        """
+        self.refused(cancelled=True)
+        self.assertStartedAfresh()
+
+    def test_aFailingSwitch(self) -> None:
+        self.refused(failed=True)
+        self.assertStartedAfresh()
+
+    def test_theWrongFile(self) -> None:
+        """
+        A spare that says it is on another file than the session's is let
+        go.
+        """
+        self.refused(otherFile=True)
+        self.assertStartedAfresh()
+
+    def test_aSpareEndingOnTheWay(self) -> None:
+        """
+        A spare that ends during the hand-off is replaced by a body
+        started for the session, and its end is no news.
+        """
+        self.refused(exited=True)
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertEqual(self.events("body.exited"), [])
+        answer(self.launcher.spawned[1], "get_state", STATE)
+        self.assertEqual(kinds(self.launcher.spawned[1]), ["get_state", "prompt"])
+
+    def test_deletedOnTheWay(self) -> None:
+        """
+        A body let go during the hand-off (the host stops) starts nothing
+        more.
+        """
+        self.prompt()
+        self.conductor.close()
+        exited(self.spareTransport, 0)
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.conductor.state, "dormant")
+
+    def test_theBodyEndsTheSpare(self) -> None:
+        """
+        When the body a spare became is gone, the spare is discarded.
+        """
+        self.prompt()
+        self.switched()
+        self.conductor.dispose("shutdown")
+        exited(self.spareTransport, 0)
+        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.pool.ready, [])
+
+
+class FactsTests(SynchronousTestCase):
+    """
+    The facts a spare is given are a boot config's session part.
+    """
+
+    def test_budgetAndExtra(self) -> None:
+        facts = sessionFacts(budget=RunBudget(maxTurns=2, maxCostUsd=1),
+                             extra={"graphs": {"own": "g1", "public": ["p"]}})
+        self.assertEqual(json.loads(facts), {"budget": {"maxTurns": 2, "maxCostUsd": 1.0},
+                                             "graphs": {"own": "g1", "public": ["p"]}})
+
+    def test_aBadBudget(self) -> None:
+        self.assertRaises(ValueError, sessionFacts, budget=RunBudget(maxTurns=0, maxCostUsd=1))
+
+
+class SessionFileTests(SynchronousTestCase):
+    """
+    The header-only file a new conversation's spare is switched to.
+    """
+
+    def test_newFile(self) -> None:
+        from datetime import datetime, timezone
+
+        folder = Path(self.mktemp())
+        now = datetime(2026, 12, 1, 10, 20, 30, 123000, tzinfo=timezone.utc)
+        path = newSessionFile(folder, sessionId="u1", now=now, cwd=Path("/w"))
+        self.assertEqual(path.name, "2026-12-01T10-20-30-123Z_u1.jsonl")
+        self.assertEqual(json.loads(path.read_text()), {
+            "type": "session", "version": 3, "id": "u1",
+            "timestamp": "2026-12-01T10:20:30.123Z", "cwd": "/w",
+        })
+        self.assertFalse(hasConversation(path))
+        self.assertRaises(FileExistsError, newSessionFile, folder, sessionId="u1", now=now,
+                          cwd=Path("/w"))
+        path.write_text(path.read_text() + '{"type":"message"}\n')
+        self.assertTrue(hasConversation(path))
+
+
+class DoorTests(SynchronousTestCase):
+    """
+    A spare's door answers its priming and nothing else until it is
+    handed over; then it is the session's.
+    """
+
+    def door(self) -> ModelDoor:
+        return ModelDoor(reactor=MemoryReactorClock(), socketPath=Path("/nowhere/s.sock"),
+                         model=None, token="vbt-t")
+
+    def request(self, door: ModelDoor, path: bytes = b"/v1/chat/completions",
+                token: str = "vbt-t", method: bytes = b"POST") -> DummyRequest:
+        request = DummyRequest([])
+        request.method = method
+        request.uri = path
+        request.requestHeaders.setRawHeaders(b"authorization", [f"Bearer {token}".encode()])
+        self.successResultOf(Deferred.fromCoroutine(door.forward(request)))
+        return request
+
+    def test_priming(self) -> None:
+        """
+        The first chat completion with the body's token is answered by the
+        door: an event stream of one word and no tokens.
+        """
+        door = self.door()
+        request = self.request(door)
+        self.assertEqual(request.responseCode or 200, 200)
+        self.assertEqual(b"".join(request.written), PRIMING_ANSWER)
+        self.assertEqual(request.responseHeaders.getRawHeaders(b"content-type"),
+                         [b"text/event-stream"])
+        self.assertEqual(request.finished, 1)
+        frames = [f for f in PRIMING_ANSWER.split(b"\n\n") if f]
+        self.assertEqual(frames[-1], b"data: [DONE]")
+        usage = json.loads(frames[-2][len(b"data: "):])["usage"]
+        self.assertEqual(usage["total_tokens"], 0)
+
+    def test_onlyOnce(self) -> None:
+        """
+        A second model request of a spare is refused: it serves no one.
+        """
+        door = self.door()
+        self.request(door)
+        second = self.request(door)
+        self.assertEqual(second.responseCode, 503)
+        self.assertIn(b"serves no session", b"".join(second.written))
+
+    def test_notWithoutTheToken(self) -> None:
+        door = self.door()
+        request = self.request(door, token="vbt-other")
+        self.assertEqual(request.responseCode, 503)
+        self.assertFalse(door.primed)
+
+    def test_notAnotherPath(self) -> None:
+        """
+        Only pi's chat completions are primed; another model path is
+        refused, and another path is no upstream at all.
+        """
+        door = self.door()
+        self.assertEqual(self.request(door, b"/v1/messages").responseCode, 503)
+        self.assertEqual(self.request(door, b"/elsewhere").responseCode, 404)
+        self.assertFalse(door.primed)
+
+    def test_notAGet(self) -> None:
+        door = self.door()
+        self.request(door, method=b"GET")
+        self.assertFalse(door.primed)
+
+    def test_handedOver(self) -> None:
+        """
+        Once handed over, the door's model and gate are the session's, and
+        it primes nothing any more.
+        """
+        door = self.door()
+        gate = lambda: "spent"  # noqa: E731
+        door.handTo(Upstream(baseUrl="http://127.0.0.1:9/v1", key=KEY), gate)
+        assert door.model is not None
+        self.assertEqual((door.model.baseUrl, door.model.key), ("http://127.0.0.1:9/v1", KEY))
+        self.assertIs(door.gate, gate)
+        request = self.request(door)
+        self.assertEqual(request.responseCode, 429)
+        self.assertFalse(door.primed)
+
+
+class ChatSpareDoorTests(SynchronousTestCase):
+    """
+    The host's door for a chat spare: a token in the boot config, the key
+    at the hand-off.
+    """
+
+    def test_openAndHandOver(self) -> None:
+        reactor = MemoryReactorClock()
+        models = ModelCatalog({"scripted": dict(PROVIDER)}, MODEL)
+        folder = Path(self.mktemp())
+        door = self.successResultOf(Deferred.fromCoroutine(
+            ChatSpareDoor.open(reactor, models, MODEL, folder / "s1" / "model.sock")
+        ))
+        token = door.door.token
+        self.assertEqual(door.providers, {"scripted": {
+            **PROVIDER, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": token,
+        }})
+        self.assertEqual(door.bootExtra, {"bridge": {"socket": str(folder / "s1" / "model.sock"),
+                                                     "port": 0}})
+        self.assertIsNone(door.door.model)
+
+        class Session:
+            class meta:
+                model = MODEL
+
+            class conductor:
+                @staticmethod
+                def meterModelRequest() -> str:
+                    return "metered"
+
+        door.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
+        model = door.door.model
+        assert model is not None
+        self.assertEqual((model.baseUrl, model.key, model.scrub), (PROVIDER["baseUrl"], KEY, False))
+        assert door.door.gate is not None
+        self.assertEqual(door.door.gate(), "metered")
+        Session.conductor = None  # type: ignore[assignment]  # the session let go of its body
+        self.assertEqual(door.door.gate(), "no run is under way")
+
+    def test_noPool(self) -> None:
+        """
+        No spares when there are to be none, or no model to start them on.
+        """
+        launcher = RecordingLauncher()
+        reactor = MemoryReactorClock()
+        models = ModelCatalog({"scripted": dict(PROVIDER)}, MODEL)
+        runDir = lambda: Path("/run")  # noqa: E731
+        self.assertIsNone(chatSpares(launcher=launcher, reactor=reactor, models=models, size=0,
+                                     runDir=runDir, refillSeconds=1))
+        self.assertIsNone(chatSpares(launcher=launcher, reactor=reactor,
+                                     models=ModelCatalog({}, None), size=1, runDir=runDir,
+                                     refillSeconds=1))
+        pool = chatSpares(launcher=launcher, reactor=reactor, models=models, size=2,
+                          runDir=runDir, refillSeconds=1.5)
+        assert pool is not None
+        self.assertEqual((pool.size, pool.model, pool.refillSeconds, pool.mcpUrl),
+                         (2, MODEL, 1.5, launcher.mcpUrl))
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_annotationsResolve(self) -> None:
+        """
+        Every annotation of the spares' module is a type.
+        """
+        from vehicle.body import _spares
+
+        assertAnnotationsResolve(self, _spares)
