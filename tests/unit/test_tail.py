@@ -10,7 +10,7 @@ from typing import Any
 import json
 
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
-from twisted.internet.error import ConnectionLost, ConnectionRefusedError
+from twisted.internet.error import ConnectingCancelledError, ConnectionLost, ConnectionRefusedError
 from twisted.internet.task import Clock
 from twisted.python import usage
 from twisted.python.failure import Failure
@@ -106,6 +106,8 @@ class FakeHTTP:
         answer = self.route(method, url) if self.route is not None else self.answers.pop(0)
         if isinstance(answer, BaseException):
             return fail(answer)
+        if isinstance(answer, Deferred):
+            return answer
         return succeed(answer)
 
 
@@ -275,6 +277,43 @@ class ReconnectTests(SynchronousTestCase):
         clock.advance(0.5)
         self.assertEqual(len(http.requests), 2)
         self.assertIn("nothing came for 45s", warnings[0])
+
+    def test_cancelledWhileConnecting(self) -> None:
+        """
+        Cancelling the tail while it reconnects ends it, even when the agent
+        reports the cancellation wrapped (a connection attempt cancelled, a
+        request that never got its answer) rather than as a plain
+        L{CancelledError}: it is not taken for a failure to retry.
+        """
+        for wrapped in (ConnectingCancelledError(None),
+                        ResponseNeverReceived([Failure(CancelledError())])):
+            clock = Clock()
+            first = FakeStream()
+            pending: Deferred = Deferred(lambda d, w=wrapped: d.errback(w))
+            http = FakeHTTP(clock, first, pending)
+            tail, _, _ = self.tail(http, clock)
+            done = Deferred.fromCoroutine(tail.run())
+            first.send(event(1))
+            first.cut()
+            clock.advance(0.5)
+            self.assertEqual(len(http.requests), 2)
+            done.cancel()
+            self.failureResultOf(done, CancelledError)
+            clock.advance(60)
+            self.assertEqual(len(http.requests), 2)
+
+    def test_callCancelledIsNotUnreachable(self) -> None:
+        """
+        A host call cancelled while its connection is made raises
+        L{CancelledError}; it is not answered with an C{unreachable} frame
+        as if gardend had not answered.
+        """
+        clock = Clock()
+        pending: Deferred = Deferred(lambda d: d.errback(ConnectingCancelledError(None)))
+        link = HostLink(http=FakeHTTP(clock, pending), gardend="http://g", graph="g1")
+        call = Deferred.fromCoroutine(link.call("GET", "/sessions"))
+        call.cancel()
+        self.failureResultOf(call, CancelledError)
 
     def test_typeFilter(self) -> None:
         """

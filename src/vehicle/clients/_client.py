@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from OpenSSL.SSL import Error as SSLError
 from service_identity import VerificationError
 from twisted.internet import error as neterror
+from twisted.internet.defer import CancelledError
 from twisted.internet.ssl import Certificate, trustRootFromCertificates
 from twisted.python import usage
 from twisted.web.client import BrowserLikePolicyForHTTPS, HTTPConnectionPool
@@ -145,6 +146,20 @@ def _causes(error: BaseException) -> list[BaseException]:
         if isinstance(value, BaseException):
             found.extend(_causes(value))
     return found
+
+
+def wasCancelled(error: BaseException) -> bool:
+    """
+    Whether C{error} is a cancellation, plain or as the agent reports one
+    made while connecting or before the answer came (a
+    C{ConnectingCancelledError}, a C{ResponseNeverReceived} wrapping a
+    L{CancelledError}): the caller stopped, so nothing is to be retried or
+    answered.
+    """
+    return any(
+        isinstance(cause, (CancelledError, neterror.ConnectingCancelledError))
+        for cause in _causes(error)
+    )
 
 
 def _sslText(error: BaseException) -> str:

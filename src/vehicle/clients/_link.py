@@ -17,7 +17,7 @@ from attrs import field, frozen
 from twisted.internet.defer import CancelledError
 
 from vehicle import PROTOCOL
-from vehicle.clients._client import GardendOptions, describeFailure, isLoopback
+from vehicle.clients._client import GardendOptions, describeFailure, isLoopback, wasCancelled
 from vehicle.protocol import JSON, JSONObject, dumps, loads, objectOf, textOf
 
 
@@ -265,6 +265,8 @@ class HostLink:
         except CancelledError:
             raise
         except Exception as e:
+            if wasCancelled(e):
+                raise CancelledError() from e
             reason, text = describeFailure(e, self.gardend)
             return errorFrame(
                 "unreachable", text, details={"gardend": self.gardend, "reason": reason}

@@ -25,7 +25,7 @@ from twisted.web.http import PotentialDataLoss
 
 from vehicle._reactors import IClientReactor
 from vehicle._timers import cancelIfActive
-from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure
+from vehicle.clients._client import GardendOptions, clientHTTP, describeFailure, wasCancelled
 from vehicle.clients._link import HostLink, asFrame, valueOf
 from vehicle.clients._ridemain import boundedWait, explainRefusal, readCredentials
 from vehicle.clients._stdio import StdioLines
@@ -214,6 +214,8 @@ class Tail:
             except _NoStream as e:
                 problem = str(e)
             except Exception as e:
+                if wasCancelled(e):
+                    raise CancelledError() from e
                 reason, problem = describeFailure(e, self.link.gardend)
                 if reason == "tls" or (
                     not self.connections and not self.patient and reason in _FATAL_AT_START
