@@ -280,7 +280,16 @@ class ConversationTests(_PageCase):
         self.assertEqual(items[4:], [("user", f"[[TOOL:{tool} {{}}]]"), ("assistant", ""),
                                      ("tool", items[6][1]), ("assistant", f"The tool {tool} answered.")])
         folded = [False, "Tool call: " + tool, False, "Tool result: " + tool]
-        waitUntil(lambda: page.d.execute_script(_FOLDED) == folded, what="the call and result folded")
+        seen: list[Any] = []
+
+        def isFolded() -> bool:
+            seen.append(page.d.execute_script(_FOLDED))
+            return bool(seen[-1] == folded)
+
+        try:
+            waitUntil(isFolded, what="the call and result folded")
+        except AssertionError:
+            self.fail(f"the call and result, last seen {seen[-1:]}, conversation {page.transcript()}")
         page.shot("page-conversation.png")
 
         # Steer a slow run: the steer is taken after the reply, in the same run.

@@ -92,6 +92,7 @@ def waitUntil(test: Callable[[], T], timeout: float = 60, what: str = "") -> T:
     """
     deadline = time.monotonic() + timeout
     last: Any = None
+    found: Any = None
     while time.monotonic() < deadline:
         try:
             found = test()
@@ -101,4 +102,6 @@ def waitUntil(test: Callable[[], T], timeout: float = 60, what: str = "") -> T:
         if found:
             return found
         time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or test} (last error: {last!r})")
+    raise AssertionError(
+        f"timed out waiting for {what or test} (last seen: {found!r}; last error: {last!r})"
+    )

@@ -665,19 +665,44 @@ class HandOffTests(PoolTestCase):
 
     def test_otherQuestionsOnTheWay(self) -> None:
         """
-        Any other question during the hand-off is answered no: the facts
-        go only to the facts' question.
+        Any other question during the hand-off (pi's MCP client, connecting
+        for the session's file, asks for the delegated token before the
+        switch is answered) waits for the session, which answers it once
+        the switch is done: the facts go only to the facts' question, the
+        token is the session's.
         """
+        ALICE_TOKEN = "delegated-alice-token"
+        self.sessionUnderTest.delegatedToken = ALICE_TOKEN
         self.prompt()
         record(self.spareTransport, {"type": "extension_ui_request", "id": "t1",
                                      "method": "input", "title": "sophia.delegated-token"})
         record(self.spareTransport, {"type": "extension_ui_request", "id": "c1",
                                      "method": "confirm", "title": "sophia.session"})
-        answers = [r for r in self.spareTransport.written if r["type"] == "extension_ui_response"]
-        self.assertEqual(answers, [
-            {"type": "extension_ui_response", "id": "t1", "cancelled": True},
-            {"type": "extension_ui_response", "id": "c1", "cancelled": True},
+
+        def answers() -> list[dict[str, Any]]:
+            return [r for r in self.spareTransport.written if r["type"] == "extension_ui_response"]
+
+        self.assertEqual(answers(), [])
+        self.switched()
+        self.assertEqual(answers(), [
+            {"type": "extension_ui_response", "id": "t1", "value": ALICE_TOKEN},
+            {"type": "extension_ui_response", "id": "c1", "confirmed": False},
         ])
+
+    def test_questionsOnAFailedWay(self) -> None:
+        """
+        A hand-off that fails ends the spare with the questions held on
+        the way unanswered: nothing of the session's reaches a spare it
+        does not keep.
+        """
+        self.sessionUnderTest.delegatedToken = "delegated-alice-token"
+        self.prompt()
+        record(self.spareTransport, {"type": "extension_ui_request", "id": "t1",
+                                     "method": "input", "title": "sophia.delegated-token"})
+        answer(self.spareTransport, "switch_session", {"cancelled": True})
+        self.assertEqual(
+            [r for r in self.spareTransport.written if r["type"] == "extension_ui_response"], []
+        )
 
     def test_aRevivedConversation(self) -> None:
         """

@@ -217,7 +217,7 @@ class BodyLife:
                 lambda _: self._cleanUp(body.plan)
             )
             return None
-        body.protocol.sink = self.sink
+        spare.handedOver(self.sink)
         return body, revived, state
 
     def _refuseIfClosing(self) -> None:

@@ -110,11 +110,25 @@ class Spare:
     def handingOver(self, facts: str) -> None:
         """
         The spare is being handed to a session: the extension's question
-        for the session's facts is answered with C{facts}, any other no,
-        and nothing else it says is anyone's news until the session's body
-        hears it (its end included: a hand-off that fails is let go).
+        for the session's facts is answered with C{facts}; any other
+        question is held for the session (L{handedOver}), and nothing else
+        it says is anyone's news until the session's body hears it (its
+        end included: a hand-off that fails is let go).
         """
         self.protocol.sink = _HandOffSink(spare=self, facts=facts)
+
+    def handedOver(self, sink: IBodySink) -> None:
+        """
+        The switch is done: from now on C{sink} (the session's body) hears
+        the spare, starting with the questions held on the way (pi's MCP
+        client, connecting for the session's file, asks for the session's
+        delegated token before the switch is answered).
+        """
+        handOff = self.protocol.sink
+        self.protocol.sink = sink
+        if isinstance(handOff, _HandOffSink):
+            for question in handOff.held:
+                sink.piEvent(question)
 
     def plan(self) -> BodyPlan:
         """
@@ -168,11 +182,14 @@ def _isQuestion(event: JSONObject) -> bool:
 class _HandOffSink:
     """
     Hears a spare while it is switched to its session: the extension asks
-    for the session's facts (L{vehicle.body._picommand.sessionFacts}).
+    for the session's facts (L{vehicle.body._picommand.sessionFacts}), and
+    its other questions wait for the session (L{Spare.handedOver}); if the
+    hand-off fails, the spare is ended with them unanswered.
     """
 
     spare: Spare
     facts: str = field(repr=False)
+    held: list[JSONObject] = field(factory=list)
 
     def piEvent(self, event: JSONObject) -> None:
         if not _isQuestion(event):
@@ -182,7 +199,7 @@ class _HandOffSink:
                 {"type": "extension_ui_response", "id": event.get("id"), "value": self.facts}
             )
         else:
-            _refuse(self.spare, event)
+            self.held.append(event)
 
     def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
         pass
