@@ -29,7 +29,7 @@ from vehicle.public import OwnKeyBodies, Public, openLedger
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
-from vehicle.store import DataDir, DataDirLock, DataDirLocked
+from vehicle.store import DataDir, DataDirLock, DataDirLocked, GroupWriter, writerFor
 from vehicle.web import VehicleAPI, VehicleSite
 
 
@@ -84,6 +84,7 @@ def buildHost(
     reactor: IHostReactor,
     launcher: Launcher | None = None,
     runInThread: RunInThread | None = None,
+    writer: GroupWriter | None = None,
 ) -> tuple[VehicleAPI, HostService]:
     """
     The rooms, wired: registry, bodies, app and the service that owns them.
@@ -91,8 +92,10 @@ def buildHost(
     @param runInThread: runs blocking file work (a branch's workspace copy)
         off the reactor's thread: the reactor's pool by default, inline on
         a reactor without threads (a test's fake clock).
+    @param writer: the data directory's writer (group commit): its own
+        thread by default, at once on a reactor without threads.
     """
-    dataDir = DataDir(settings.dataDir)
+    dataDir = DataDir(settings.dataDir, writer=writer or writerFor(reactor))
     dataDir.ensure()
     registry = Registry(dataDir=dataDir, clock=reactor, defaultLeaseTtlMs=settings.leaseTtlMs)
     if launcher is None:
