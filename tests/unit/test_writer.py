@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
@@ -253,6 +254,62 @@ class WriterTests(SynchronousTestCase):
         self.assertIn("full", events[0]["error"])
         self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
 
+    def test_laterOnceForItsSecond(self) -> None:
+        """
+        A writer with a clock does the work after its steps later: once a
+        second at most, the newest of each key, for the steps made durable
+        in that time; never a refused step's.
+        """
+        clock = Clock()
+        writer = GroupWriter(runner=self.held, clock=clock)
+        a = self.log("a")
+        ran: list[str] = []
+        broken = Chain(brokenAt=0, failure=OSError(errno.EIO, "earlier"))
+        writer.write(Chain(), [self.line(a, 1)], after=("k", lambda: ran.append("k1")))
+        self.held.release()
+        writer.write(Chain(), [self.line(a, 2)], after=("k", lambda: ran.append("k2")))
+        refused = writer.write(broken, [self.line(a, 3)], after=("k", lambda: ran.append("k3")))
+        self.held.releaseAll()
+        self.failureResultOf(refused, OSError)
+        clock.advance(0.9)
+        self.assertEqual((ran, self.held.waiting), ([], []))
+        clock.advance(0.1)
+        self.held.release()
+        self.assertEqual(ran, ["k2"])
+        clock.advance(5)
+        self.assertEqual((ran, self.held.waiting), (["k2"], []))
+
+    def test_forgetLater(self) -> None:
+        """
+        Work forgotten before its time is not done.
+        """
+        clock = Clock()
+        writer = GroupWriter(runner=self.held, clock=clock)
+        ran: list[str] = []
+        writer.write(Chain(), [], after=("k", lambda: ran.append("k")))
+        writer.write(Chain(), [], after=("j", lambda: ran.append("j")))
+        self.held.releaseAll()
+        writer.forgetLater("k")
+        clock.advance(1)
+        self.held.releaseAll()
+        self.assertEqual(ran, ["j"])
+
+    def test_drainDoesWhatWaits(self) -> None:
+        """
+        Draining does the work waiting for its time, then fires.
+        """
+        clock = Clock()
+        writer = GroupWriter(runner=self.held, clock=clock)
+        ran: list[str] = []
+        writer.write(Chain(), [], after=("k", lambda: ran.append("k")))
+        self.held.release()
+        drained = writer.drain()
+        self.assertNoResult(drained)
+        self.assertEqual(clock.getDelayedCalls(), [])
+        self.held.release()
+        self.successResultOf(drained)
+        self.assertEqual(ran, ["k"])
+
     def test_closeAfterTheWritesBeforeIt(self) -> None:
         """
         A close handed over after a step closes the log once that step's
@@ -471,6 +528,15 @@ class WriterForTests(SynchronousTestCase):
         On a reactor without threads, batches run at once.
         """
         self.assertIs(writerFor(MemoryReactorClock()).runner, runAtOnce)
+
+    def test_laterWithTheReactorsClock(self) -> None:
+        """
+        The writer of a reactor with threads keeps its work for later on
+        the reactor's clock; without threads, it has no clock.
+        """
+        reactor = _ThreadedReactor()
+        self.assertIs(writerFor(reactor).clock, reactor)
+        self.assertIsNone(writerFor(MemoryReactorClock()).clock)
 
     def test_ownThread(self) -> None:
         """

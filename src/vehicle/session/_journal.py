@@ -265,16 +265,21 @@ class Journal:
                 cursor=first, effects=list(effects), command=command,
             )
         written = self._write(record, events, after)
-        if record is not None and requestId is not None:
-            remembered = (record.fingerprint or "", sent)
+        if record is None or requestId is None:
+            return raiseAtOnce(written.addCallbacks(lambda _: sent, _refusal))
+        remembered = (record.fingerprint or "", sent)
+        self._pending[requestId] = []
 
-            def remember(_: None) -> None:
-                self.requests[requestId] = remembered
+        def durable(_: None) -> JSONObject:
+            self.requests[requestId] = remembered
+            self._answered(requestId)
+            return sent
 
-            self._pending[requestId] = []
-            written.addCallback(remember)
-            written.addBoth(self._answered, requestId)
-        return raiseAtOnce(written.addCallbacks(lambda _: sent, _refusal))
+        def refused(failure: Failure) -> Failure:
+            self._answered(requestId)
+            return _refusal(failure)
+
+        return raiseAtOnce(written.addCallbacks(durable, refused))
 
     def finish(self, eventType: str, data: JSONObject) -> Deferred[Event]:
         """
@@ -392,10 +397,12 @@ class Journal:
                 )
         return failure
 
-    def _answered(self, result: object, requestId: str) -> object:
+    def _answered(self, requestId: str) -> None:
+        """
+        The request C{requestId} is settled: who waited for it goes on.
+        """
         for waiter in self._pending.pop(requestId, []):
             waiter.callback(None)
-        return result
 
     def _newsRefused(self, failure: Failure, event: Event) -> None:
         """

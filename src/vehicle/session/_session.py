@@ -15,6 +15,7 @@ handed the commands it accepts and asks it to move them on.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol
 
@@ -354,8 +355,9 @@ class Session:
         """
         Rename: the event is the step (with the request's record when it
         has a C{requestId}); C{meta.json} follows, rewritten by the writer
-        once the step is durable (once for the renames of one batch), and
-        is put right at start should the host be cut between the two.
+        after the step is durable (once a second at most, for all the
+        renames of that second), and is put right at start should the
+        host be cut between the two.
         """
         self.title = normalizeTitle(request.title)
         answer = Answer(type="session.renamed", value=SessionRenamed(session=self.summary(1)))
@@ -549,9 +551,11 @@ class Session:
         C{meta.json} as it is now, to be written whole (atomically) by
         whoever runs it: the key is its path.
         """
-        path = self.directory / "meta.json"
-        content = {**toObject(self.meta), "title": self.title}
-        return str(path), lambda: writeJsonAtomic(path, content)
+        path = os.path.join(self.directory, "meta.json")
+        meta, title = self.meta, self.title
+        # Its content is made by whoever writes it (frozen values: the
+        # writer's thread may), not on every rename.
+        return path, lambda: writeJsonAtomic(Path(path), {**toObject(meta), "title": title})
 
     def reopenAt(self, directory: Path, writer: GroupWriter | None) -> None:
         """
@@ -577,6 +581,9 @@ class Session:
         @raise VehicleError: C{storage_unavailable} (see L{Journal.commit}).
         """
         self._leases.stop()
+        if self._journal.writer is not None:
+            # Its folder is about to move: a title not yet rewritten is in the log.
+            self._journal.writer.forgetLater(self._metaRewrite()[0])
         written = self._journal.finish(
             "session.deleted", {"trashedAs": trashedAs, "by": toObject(caller.holder())},
         )

@@ -82,6 +82,10 @@ def _parseLine(body: bytes) -> tuple[JSONObject | None, str]:
     return value, ""
 
 
+#: The encoder of a line, made once (C{json.dumps} makes one per call).
+_LINE = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def encodeLine(record: JSONObject) -> bytes:
     """
     A record as its line: compact JSON, ASCII-escaped, so no newline (nor
@@ -90,7 +94,7 @@ def encodeLine(record: JSONObject) -> bytes:
 
     @raise ValueError: the record holds NaN or an infinity.
     """
-    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode("ascii")
+    return (_LINE.encode(record) + "\n").encode("ascii")
 
 
 #: How much of a log L{_brokenCopy} reads at a time.

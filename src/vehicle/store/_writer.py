@@ -32,12 +32,18 @@ from typing import Callable, ClassVar, Hashable, Protocol, Sequence, TypeVar
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.interfaces import IReactorCore, IReactorFromThreads, IReactorThreads
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IReactorFromThreads,
+    IReactorThreads,
+    IReactorTime,
+)
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from vehicle._reactors import IClientReactor
 from vehicle.store._jsonl import JsonlLog
 
 
@@ -134,7 +140,8 @@ class Line:
 #: Something to do once a step is durable, on the writer's thread (a
 #: session's C{meta.json} rewritten after a rename): its key, and the work.
 #: Of the steps of one batch with the same key, only the last one that was
-#: made durable has its work done (the same file, rewritten once).
+#: made durable has its work done (the same file, rewritten once).  A
+#: writer with a clock does it later, once for all the steps of a second.
 After = tuple[Hashable, Callable[[], None]]
 
 
@@ -145,6 +152,8 @@ class _Step:
     lines: tuple[Line, ...]
     done: Deferred[None]
     after: After | None = None
+    #: Work to do later, once this step is durable (a writer with a clock).
+    later: After | None = None
     failure: BaseException | None = None
     #: What the C{after} work raised.
     afterFailure: Failure | None = None
@@ -232,6 +241,9 @@ class GroupWriter:
     The writer of a data directory: steps in, batches out (see the module).
 
     @ivar runner: how a batch is run (L{threadedRunner}, or L{runAtOnce}).
+    @ivar clock: with one, the work after a step (L{After}) waits
+        C{laterSeconds} and is done once for every step of its key in that
+        time; without, it is done in the step's batch.
     @ivar batches: how many batches it has run.
     @ivar steps: how many steps it has taken.
     """
@@ -239,6 +251,8 @@ class GroupWriter:
     _log: ClassVar[Logger] = Logger()
 
     runner: Runner = runAtOnce
+    clock: IReactorTime | None = None
+    laterSeconds: float = 1.0
     batches: int = 0
     steps: int = 0
     _queue: list[_Step | _Close] = field(factory=list)
@@ -247,6 +261,9 @@ class GroupWriter:
     #: L{_pump} is under way further up this thread's stack.
     _pumping: bool = False
     _idle: list[Deferred[None]] = field(factory=list)
+    #: Work waiting for its time, by key (the newest of each).
+    _later: dict[Hashable, Callable[[], None]] = field(factory=dict)
+    _timer: IDelayedCall | None = None
 
     def write(
         self, chain: Chain, lines: Sequence[Line], after: After | None = None
@@ -262,11 +279,20 @@ class GroupWriter:
             or with the error of a step before them in C{chain}.
         """
         self.steps += 1
-        step = _Step(index=self.steps, chain=chain, lines=tuple(lines), done=Deferred(),
-                     after=after)
+        step = _Step(index=self.steps, chain=chain, lines=tuple(lines), done=Deferred())
+        if self.clock is None:
+            step.after = after
+        else:
+            step.later = after
         self._queue.append(step)
         self._pump()
         return step.done
+
+    def forgetLater(self, key: Hashable) -> None:
+        """
+        Drop the work waiting under C{key} (its file is about to move).
+        """
+        self._later.pop(key, None)
 
     def close(self, *logs: JsonlLog) -> Deferred[None]:
         """
@@ -279,8 +305,11 @@ class GroupWriter:
 
     def drain(self) -> Deferred[None]:
         """
-        Fires once everything handed over is done (the host is stopping).
+        Fires once everything handed over is done, the work waiting for its
+        time included (the host is stopping).
         """
+        if self._later:
+            self._doLater()
         if not self._running and not self._queue:
             return succeed(None)
         waiter: Deferred[None] = Deferred()
@@ -328,8 +357,32 @@ class GroupWriter:
                 if item.failure is not None:
                     item.done.errback(Failure(item.failure))
                 else:
+                    if item.later is not None:
+                        self._keepLater(item.later)
                     item.done.callback(None)
         self._running = False
+        self._pump()
+
+    def _keepLater(self, later: After) -> None:
+        assert self.clock is not None
+        key, work = later
+        self._later[key] = work
+        if self._timer is None:
+            self._timer = self.clock.callLater(self.laterSeconds, self._doLater)
+
+    def _doLater(self) -> None:
+        """
+        The work kept for later goes into the next batch, after what is
+        queued already.
+        """
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        later, self._later = self._later, {}
+        for key, work in later.items():
+            self.steps += 1
+            self._queue.append(_Step(index=self.steps, chain=Chain(), lines=(),
+                                     done=Deferred(), after=(key, work)))
         self._pump()
 
     def _logAfter(self, step: _Step) -> None:
@@ -354,11 +407,12 @@ def threadedRunner(reactor: IReactorFromThreads, pool: ThreadPool) -> Runner:
     return run
 
 
-def writerFor(reactor: IReactorCore) -> GroupWriter:
+def writerFor(reactor: IClientReactor) -> GroupWriter:
     """
     The writer of a data directory served with C{reactor}: its batches run
     on a thread of its own (started with the reactor, stopped after the
-    services at shutdown); on a reactor without threads, at once.
+    services at shutdown), the work after a step done once a second at
+    most; on a reactor without threads, everything at once.
     """
     threads = IReactorThreads(reactor, None)
     if threads is None:
@@ -366,4 +420,4 @@ def writerFor(reactor: IReactorCore) -> GroupWriter:
     pool = ThreadPool(minthreads=1, maxthreads=1, name="vehicle-writer")
     reactor.callWhenRunning(pool.start)
     reactor.addSystemEventTrigger("during", "shutdown", pool.stop)
-    return GroupWriter(runner=threadedRunner(threads, pool))
+    return GroupWriter(runner=threadedRunner(threads, pool), clock=reactor)
