@@ -35,7 +35,10 @@ from vehicle.store import (
     writerFor,
 )
 
+from vehicle.store import _writer
+
 from tests.support._crashfs import Crash, CrashFiles
+from tests.support._hints import assertAnnotationsResolve
 from tests.support.batches import HeldBatches
 
 
@@ -206,6 +209,139 @@ class WriterTests(SynchronousTestCase):
         self.failureResultOf(broken, OSError)
         self.assertEqual((self.lines("records"), self.lines("events")), ([1], [1]))
 
+    def test_aSyncFailureBreaksTheChainAtItsFirstStep(self) -> None:
+        """
+        A sync that fails covers several steps of a chain: the chain breaks
+        at the first of them, so a step of the chain between them (its
+        lines in a later phase only) is refused too: its event would follow
+        the lost ones.
+        """
+        layer = self.crash()
+        records, events = self.log("records"), self.log("events")
+        chain = Chain()
+        self.writer.write(Chain(), [])
+        first = self.writer.write(chain, [self.line(records, 1), self.line(events, 1, 1)])
+        between = self.writer.write(chain, [self.line(events, 2, 1)])
+        last = self.writer.write(chain, [self.line(records, 2), self.line(events, 3, 1)])
+        layer.fail("fsync", errno.EIO, path=self.root / "records")
+        self.held.releaseAll()
+        for d in (first, between, last):
+            self.failureResultOf(d, OSError)
+        self.assertEqual(chain.brokenAt, 2)
+        self.assertEqual(self.lines("events"), [])
+
+    def test_aLaterFailureDoesNotMoveTheBreakOn(self) -> None:
+        """
+        A chain broken by a write goes on breaking at the earliest step
+        that failed: a sync failing afterwards for an earlier step moves
+        the break back to it, never forward.
+        """
+        layer = self.crash()
+        records, events = self.log("records"), self.log("events")
+        chain = Chain()
+        self.writer.write(Chain(), [])
+        first = self.writer.write(chain, [self.line(records, 1), self.line(events, 1, 1)])
+        between = self.writer.write(chain, [self.line(events, 2, 1)])
+        last = self.writer.write(chain, [self.line(records, 2)])
+        layer.fail("write", errno.ENOSPC, after=1, path=self.root / "records")
+        layer.fail("fsync", errno.EIO, path=self.root / "records")
+        self.held.releaseAll()
+        self.assertEqual(self.failureResultOf(first, OSError).value.errno, errno.EIO)
+        self.assertEqual(self.failureResultOf(last, OSError).value.errno, errno.ENOSPC)
+        self.failureResultOf(between, OSError)
+        self.assertEqual((chain.brokenAt, self.lines("events")), (2, []))
+
+    def test_aRefusedStepStopsOnlyItself(self) -> None:
+        """
+        A step refused (its chain broken before the batch) is passed over:
+        the steps after it in the batch are written.
+        """
+        a = self.log("a")
+        broken = Chain(brokenAt=0, failure=OSError(errno.EIO, "earlier"))
+        self.writer.write(Chain(), [])
+        refused = self.writer.write(broken, [self.line(a, 1)])
+        kept = self.writer.write(Chain(), [self.line(a, 2)])
+        self.held.releaseAll()
+        self.failureResultOf(refused, OSError)
+        self.successResultOf(kept)
+        self.assertEqual(self.lines("a"), [2])
+
+    def test_aFailedWriteWritesNothingMoreOfItsStep(self) -> None:
+        """
+        A step whose line could not be written writes none of its other
+        lines; the steps after it in the batch are written.
+        """
+        layer = self.crash()
+        a, b = self.log("a"), self.log("b")
+        self.writer.write(Chain(), [])
+        failed = self.writer.write(Chain(), [self.line(a, 1), self.line(b, 1)])
+        kept = self.writer.write(Chain(), [self.line(b, 2)])
+        layer.fail("write", errno.ENOSPC, path=self.root / "a")
+        self.held.releaseAll()
+        self.failureResultOf(failed, OSError)
+        self.successResultOf(kept)
+        self.assertEqual((self.lines("a"), self.lines("b")), ([], [2]))
+
+    def test_aStepKeepsItsFirstError(self) -> None:
+        """
+        A step whose lines two failed syncs covered fails with the first.
+        """
+        layer = self.crash()
+        a, b = self.log("a"), self.log("b")
+        self.writer.write(Chain(), [])
+        both = self.writer.write(Chain(), [self.line(a, 1), self.line(b, 1)])
+        layer.fail("fsync", errno.EIO, path=self.root / "a")
+        layer.fail("fsync", errno.ENOSPC, path=self.root / "b")
+        self.held.releaseAll()
+        self.assertEqual(self.failureResultOf(both, OSError).value.errno, errno.EIO)
+
+    def test_aLineIsOfTheFirstPhase(self) -> None:
+        """
+        A line names no phase: it is written with phase 0's.
+        """
+        a = self.log("a")
+        layer = self.calls()
+        self.writer.write(Chain(), [])
+        self.writer.write(Chain(), [Line(a, a.line({"n": 1}))])
+        self.writer.write(Chain(), [Line(a, a.line({"n": 2}), 0)])
+        self.held.releaseAll()
+        self.assertEqual(layer.calls, [("write", "a"), ("write", "a"), ("fsync", "a")])
+
+    def test_aCloseThatFailsStopsNothing(self) -> None:
+        """
+        A close the system refuses leaves the batch's other work done.
+        """
+        a = self.log("a")
+        failing: Any = _RefusingClose()
+        self.writer.write(Chain(), [])
+        closed = self.writer.close(failing, a)
+        written = self.writer.write(Chain(), [self.line(a, 1)])
+        self.held.releaseAll()
+        self.successResultOf(closed)
+        self.successResultOf(written)
+        self.assertTrue(failing.tried)
+        self.assertRaises(ValueError, a.sync)
+
+    def test_deepHandOversStayFlat(self) -> None:
+        """
+        A writer running at once whose answers hand over more steps, over
+        and over, runs them one after the other, not inside each other:
+        thousands of them need no deeper stack.
+        """
+        left = [3000]
+
+        def again(_: None) -> None:
+            left[0] -= 1
+            if left[0]:
+                # Handed over while a batch is answered: its answer comes
+                # in the next batch, this callback already on it.
+                self.writer.write(Chain(), []).addCallback(again)
+
+        self.writer.write(Chain(), []).addCallback(again)
+        self.writer.runner = runAtOnce
+        self.held.release()
+        self.assertEqual((left[0], self.writer.batches), (0, 3000))
+
     def test_afterOncePerKeyForWhatWasDurable(self) -> None:
         """
         The work after a step runs once it is durable, after the batch's
@@ -251,6 +387,7 @@ class WriterTests(SynchronousTestCase):
         self.successResultOf(one)
         self.successResultOf(two)
         self.assertEqual([e["log_level"].name for e in events], ["warn", "critical"])
+        self.assertEqual([e["key"] for e in events], ["meta", "meta"])
         self.assertIn("full", events[0]["error"])
         self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
 
@@ -274,6 +411,7 @@ class WriterTests(SynchronousTestCase):
         clock.advance(0.9)
         self.assertEqual((ran, self.held.waiting), ([], []))
         clock.advance(0.1)
+        self.assertEqual(writer.steps, 4)
         self.held.release()
         self.assertEqual(ran, ["k2"])
         clock.advance(5)
@@ -411,6 +549,18 @@ class RunAtOnceTests(SynchronousTestCase):
         log: Any = _KillingLog()
         self.assertRaises(Crash, writer.write, Chain(), [Line(log, b"x")])
         self.successResultOf(writer.write(Chain(), []))
+
+
+class _RefusingClose:
+    """
+    A log whose close the system refuses.
+    """
+
+    tried = False
+
+    def close(self) -> None:
+        self.tried = True
+        raise OSError(errno.EIO, "no")
 
 
 class _KillingLog:
@@ -573,3 +723,12 @@ class _ThreadLog:
 
     def sync(self) -> None:
         pass
+
+
+class AnnotationTests(SynchronousTestCase):
+    """
+    The writer's annotations are types (what mypy reads).
+    """
+
+    def test_resolve(self) -> None:
+        assertAnnotationsResolve(self, _writer)

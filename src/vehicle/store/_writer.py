@@ -28,7 +28,7 @@ each batch at once, on the caller's thread: the same code, synchronous.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Hashable, Protocol, Sequence, TypeVar
+from typing import Callable, ClassVar, Hashable, Iterable, Protocol, Sequence, TypeVar
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred, fail, succeed
@@ -72,25 +72,35 @@ def runAtOnce(work: Callable[[], None]) -> Deferred[None]:
     return succeed(None)
 
 
+class _AtOnce:
+    """
+    The first callback of a step's L{Deferred} in L{raiseAtOnce}: while
+    C{now}, it keeps a failure to raise (and the L{Deferred} goes on with
+    L{None}); after, it lets every result by.
+    """
+
+    def __init__(self) -> None:
+        self.now = True
+        self.refused: Failure | None = None
+
+    def __call__(self, result: object) -> object:
+        if self.now and isinstance(result, Failure):
+            self.refused = result
+            return None
+        return result
+
+
 def raiseAtOnce(written: Deferred[T]) -> Deferred[T]:
     """
     C{written}, unless it has failed already (a writer that runs at once
     refused it): then its failure is raised here and now, as a write made
     in place would have raised it, so that the caller does nothing more.
     """
-    now = True
-    refused: list[Failure] = []
-
-    def early(result: T | Failure) -> T | Failure | None:
-        if now and isinstance(result, Failure):
-            refused.append(result)
-            return None
-        return result
-
+    early = _AtOnce()
     written.addBoth(early)
-    now = False
-    if refused:
-        refused[0].raiseException()
+    early.now = False
+    if early.refused is not None:
+        early.refused.raiseException()
     return written
 
 
@@ -101,14 +111,27 @@ def writeAtOnce(lines: Sequence[Line]) -> None:
 
     @raise OSError: a write or a sync failed (the log refuses more).
     """
-    for phase in sorted({line.phase for line in lines}):
+    for phase in _inPhases((None, line) for line in lines):
         synced: dict[JsonlLog, None] = {}
-        for line in lines:
-            if line.phase == phase:
-                line.log.write(line.data)
-                synced[line.log] = None
+        for _, line in phase:
+            line.log.write(line.data)
+            synced[line.log] = None
         for log in synced:
             log.sync()
+
+
+X = TypeVar("X")
+
+
+def _inPhases(lines: Iterable[tuple[X, Line]]) -> list[list[tuple[X, Line]]]:
+    """
+    C{lines} (each with what it belongs to) by phase, the phases in order,
+    each keeping the order the lines came in.
+    """
+    phases: dict[int, list[tuple[X, Line]]] = {}
+    for owner, line in lines:
+        phases.setdefault(line.phase, []).append((owner, line))
+    return [phases[phase] for phase in sorted(phases)]
 
 
 @define(eq=False)
@@ -145,7 +168,7 @@ class Line:
 After = tuple[Hashable, Callable[[], None]]
 
 
-@define(eq=False)
+@define
 class _Step:
     index: int
     chain: Chain
@@ -155,8 +178,8 @@ class _Step:
     #: Work to do later, once this step is durable (a writer with a clock).
     later: After | None = None
     failure: BaseException | None = None
-    #: What the C{after} work raised.
-    afterFailure: Failure | None = None
+    #: What the C{after} work raised, under the work's key.
+    afterFailure: tuple[Hashable, Failure] | None = None
 
     def refused(self) -> bool:
         """
@@ -179,7 +202,7 @@ class _Step:
             chain.brokenAt, chain.failure = self.index, error
 
 
-@define(eq=False)
+@define
 class _Close:
     logs: tuple[JsonlLog, ...]
     done: Deferred[None]
@@ -194,20 +217,17 @@ def runBatch(batch: Sequence[_Step | _Close]) -> None:
     thread fires their L{Deferred}s).
     """
     steps = [s for s in batch if isinstance(s, _Step)]
-    for phase in sorted({line.phase for step in steps for line in step.lines}):
+    for phase in _inPhases((step, line) for step in steps for line in step.lines):
         touched: dict[JsonlLog, list[_Step]] = {}
-        for step in steps:
+        for step, line in phase:
             if step.refused():
                 continue
-            for line in step.lines:
-                if line.phase != phase:
-                    continue
-                try:
-                    line.log.write(line.data)
-                except (OSError, ValueError) as e:
-                    step.fail(e)
-                    break
-                touched.setdefault(line.log, []).append(step)
+            try:
+                line.log.write(line.data)
+            except (OSError, ValueError) as e:
+                step.fail(e)
+                continue
+            touched.setdefault(line.log, []).append(step)
         for log, written in touched.items():
             try:
                 log.sync()
@@ -219,12 +239,12 @@ def runBatch(batch: Sequence[_Step | _Close]) -> None:
     for step in steps:
         if not step.refused() and step.after is not None:
             last[step.after[0]] = step
-    for step in last.values():
+    for key, step in last.items():
         assert step.after is not None
         try:
             step.after[1]()
         except Exception:
-            step.afterFailure = Failure()
+            step.afterFailure = key, Failure()
     for close in batch:
         if isinstance(close, _Close):
             for log in close.logs:
@@ -353,7 +373,7 @@ class GroupWriter:
                 item.done.errback(broken)
             else:
                 if item.afterFailure is not None:
-                    self._logAfter(item)
+                    self._logAfter(*item.afterFailure)
                 if item.failure is not None:
                     item.done.errback(Failure(item.failure))
                 else:
@@ -385,15 +405,12 @@ class GroupWriter:
                                      done=Deferred(), after=(key, work)))
         self._pump()
 
-    def _logAfter(self, step: _Step) -> None:
-        failure = step.afterFailure
-        assert failure is not None and step.after is not None
+    def _logAfter(self, key: Hashable, failure: Failure) -> None:
         if isinstance(failure.value, OSError):
             self._log.warn("Work after a durable write ({key}) failed: {error}",
-                           key=str(step.after[0]), error=str(failure.value))
+                           key=str(key), error=str(failure.value))
         else:
-            self._log.failure("Work after a durable write ({key}) failed", failure,
-                              key=str(step.after[0]))
+            self._log.failure("Work after a durable write ({key}) failed", failure, key=str(key))
 
 
 def threadedRunner(reactor: IReactorFromThreads, pool: ThreadPool) -> Runner:
