@@ -32,7 +32,7 @@ from vehicle.public import OwnKeyBodies, Public, openLedger
 from vehicle.models import ModelCatalog
 from vehicle.session import Registry
 from vehicle.settings import Settings, SettingsError, scrubEnvironment
-from vehicle.store import DataDir, DataDirLock, DataDirLocked, observeLogs
+from vehicle.store import DataDir, DataDirLock, DataDirLocked, GroupWriter, observeLogs, writerFor
 from vehicle.web import VehicleAPI, VehicleSite
 
 
@@ -92,6 +92,7 @@ def buildHost(
     launcher: Launcher | None = None,
     runInThread: RunInThread | None = None,
     metrics: Metrics | None = None,
+    writer: GroupWriter | None = None,
 ) -> tuple[VehicleAPI, HostService]:
     """
     The rooms, wired: registry, bodies, app and the service that owns them.
@@ -102,11 +103,13 @@ def buildHost(
     @param metrics: where every room tells what happened (the app's
         C{metrics}; a new one when not given); the store's logs tell it
         too, process-wide.
+    @param writer: the data directory's writer (group commit): its own
+        thread by default, at once on a reactor without threads.
     """
     if metrics is None:
         metrics = Metrics()
     observeLogs(metrics)
-    dataDir = DataDir(settings.dataDir)
+    dataDir = DataDir(settings.dataDir, writer=writer or writerFor(reactor))
     dataDir.ensure()
     registry = Registry(dataDir=dataDir, clock=reactor, defaultLeaseTtlMs=settings.leaseTtlMs)
     if launcher is None:

@@ -123,11 +123,16 @@ def errorFrame(error: VehicleError, requestId: str | None = None) -> dict[str, A
     }
 
 
+#: Made once: C{json.dumps} with separators makes a new one every call.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode(value: Any) -> bytes:
     """
-    A frame's bytes: compact JSON in UTF-8.
+    A frame's bytes: compact JSON in UTF-8 (what C{json.dumps(value,
+    separators=(",", ":"))} gives).
     """
-    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+    return _COMPACT.encode(value).encode("utf-8")
 
 
 class Answering(Protocol):

@@ -17,7 +17,9 @@ not made durable is lost.  What existed when the layer was armed counts as
 durable.
 
 It can also fail an operation with an C{OSError} (C{ENOSPC}, C{EIO}), once
-or from some call on.
+or from some call on, on any file or on one file only; and it can hold
+every sync until a test lets it go (a slow disk, for the group writer's
+thread: L{CrashFiles.holdSyncs}).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import errno
 import os
 import shutil
 import stat
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,6 +43,26 @@ class Crash(BaseException):
 
 
 _realFsync = os.fsync
+
+
+class Hold:
+    """
+    Syncs held (L{CrashFiles.holdSyncs}): each waits until L{release}.
+
+    @ivar entered: set once a sync is waiting (it is on another thread).
+    """
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self._gate = threading.Event()
+
+    def wait(self) -> None:
+        self.entered.set()
+        if not self._gate.wait(timeout=30):
+            raise OSError(errno.ETIMEDOUT, "a held sync was never released")
+
+    def release(self) -> None:
+        self._gate.set()
 
 
 class CrashFiles:
@@ -67,8 +90,11 @@ class CrashFiles:
         self.crashAt: int | None = None
         self.crashed = False
         self.open_fds: set[int] = set()
-        #: (operation name, from the n-th such call, errno, times): injected failures.
+        #: (operation name, from the n-th such call, errno, times, the
+        #: file's name or None for any): injected failures.
         self.failures: list[list[Any]] = []
+        #: Syncs wait here, when held.
+        self.held: Hold | None = None
         self._calls: dict[str, int] = {}
         self._dirs: dict[int, dict[str, tuple[int, str, Any]]] = {}
         self._data: dict[int, bytes] = {}
@@ -103,18 +129,27 @@ class CrashFiles:
             self._snapshot()
 
     def fail(self, operation: str, error: int = errno.ENOSPC, after: int = 0,
-             times: int | None = 1) -> None:
+             times: int | None = 1, path: Path | None = None) -> None:
         """
         Fail the C{operation} (C{write}, C{fsync}, C{replace}, ...) with
         C{error}, from its C{after}-th next call on, C{times} times (every
-        time with L{None}).
+        time with L{None}); with C{path}, only on that file (a write or a
+        sync: its descriptor's file).
         """
         self._calls[operation] = 0
-        self.failures.append([operation, after, error, times])
+        self.failures.append([operation, after, error, times, path])
+
+    def holdSyncs(self) -> Hold:
+        """
+        From now on every sync waits until the returned L{Hold} is
+        released (on the thread that syncs: the group writer's).
+        """
+        self.held = Hold()
+        return self.held
 
     # -- the layer --------------------------------------------------------
 
-    def _check(self, operation: str) -> None:
+    def _check(self, operation: str, fd: int | None = None) -> None:
         if self.crashed:
             raise Crash(f"{operation} after the host was killed")
         count = self._calls.get(operation)
@@ -122,7 +157,9 @@ class CrashFiles:
             return
         self._calls[operation] = count + 1
         for failure in self.failures:
-            name, after, code, times = failure
+            name, after, code, times, path = failure
+            if path is not None and (fd is None or not self._isFile(fd, path)):
+                continue
             if name == operation and count >= after and (times is None or times > 0):
                 if times is not None:
                     failure[3] = times - 1
@@ -141,11 +178,13 @@ class CrashFiles:
         self.real.close(fd)
 
     def write(self, fd: int, data: Any) -> int:
-        self._check("write")
+        self._check("write", fd)
         return self.real.write(fd, data)
 
     def fsync(self, fd: int) -> None:
-        self._check("fsync")
+        if self.held is not None:
+            self.held.wait()
+        self._check("fsync", fd)
         self.real.fsync(fd)  # through os.fsync, so through _osFsync
 
     def ftruncate(self, fd: int, size: int) -> None:
@@ -192,6 +231,13 @@ class CrashFiles:
         if self.crashAt is not None and self.syncs >= self.crashAt:
             self.crashed = True
             raise Crash(f"killed after sync {self.syncs}")
+
+    @staticmethod
+    def _isFile(fd: int, path: Path) -> bool:
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}") == str(Path(path).resolve())
+        except OSError:
+            return False
 
     def _under(self, fd: int) -> bool:
         try:

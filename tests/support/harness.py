@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from treq.testing import StubTreq
 from twisted.internet.testing import MemoryReactorClock
@@ -20,6 +20,7 @@ from vehicle.models import ModelCatalog
 from vehicle.protocol import Answer, RunBudget, SessionCreated
 from vehicle.session import Caller, Registry, Session, SessionMeta, isoTimestamp
 from vehicle.settings import Settings
+from vehicle.store import GroupWriter
 
 from tests.support._headers import bytesNames
 
@@ -178,12 +179,18 @@ class Harness:
     One host: call it with L{call}, restart it with L{restart}.
     """
 
-    def __init__(self, testCase: SynchronousTestCase, root: Path | None = None, **settings: Any) -> None:
+    def __init__(self, testCase: SynchronousTestCase, root: Path | None = None,
+                 writer: Callable[[], GroupWriter] | None = None, **settings: Any) -> None:
+        """
+        @param writer: makes the data dir's writer for each start (by
+            default the memory reactor's: it writes at once).
+        """
         self.testCase = testCase
         self.clock = MemoryReactorClock()
         self.clock.advance(1_796_000_000)
         self.root = root or Path(testCase.mktemp())
         self.overrides = settings
+        self.makeWriter = writer
         self._start()
 
     def _start(self) -> None:
@@ -193,7 +200,10 @@ class Harness:
         environ: dict[str, str] = {}
         models = ModelCatalog(json.loads(json.dumps(MODELS["providers"])), "scripted/echo-1")
         self.launcher = FakeLauncher()
-        self.api, self.host = buildHost(settings, models, self.clock, launcher=self.launcher)
+        self.api, self.host = buildHost(
+            settings, models, self.clock, launcher=self.launcher,
+            writer=self.makeWriter() if self.makeWriter is not None else None,
+        )
         self.host.startService()
         self.stub = StubTreq(self.api.resource())
         del environ

@@ -44,3 +44,24 @@ class BodyBenchmarkTests(SynchronousTestCase):
         A few dormant sessions are made, closed and loaded again.
         """
         self.assertIsInstance(dormantCost(sessions=2), float)
+
+
+class WriteBenchmarkTests(SynchronousTestCase):
+    """
+    L{benchmarks.bench_write}'s in-process profile (the wrk runs need wrk).
+    """
+
+    def test_profile(self) -> None:
+        """
+        Each route is driven through the real app beside the bare route,
+        its CPU taken and its calls put under their phases.
+        """
+        from benchmarks.bench_write import profile
+
+        out = profile(requests=32, rounds=1)
+        self.assertEqual(sorted(out), ["command", "inspect", "rename"])
+        for figures in out.values():
+            self.assertEqual((len(figures["host"]), len(figures["floor"])), (1, 1))
+            self.assertGreater(figures["calls"]["trust"], 0)
+            self.assertNotIn("trust", figures["floorCalls"])
+        self.assertGreater(out["command"]["calls"]["the record"], 0)

@@ -21,6 +21,9 @@ from vehicle.session import Caller, Lease, Observers, RunSettled
 from vehicle.session._journal import Journal
 from vehicle.session._lease import leaseAfter, renewedByUse
 from vehicle.session._room import Room
+from vehicle.store import GroupWriter
+
+from tests.support._crashfs import CrashFiles
 
 
 def _event(kind: str, at: str, **data: Any) -> Event:
@@ -286,7 +289,9 @@ class JournalTests(SynchronousTestCase):
         self.clock.advance(1_000_000)
 
     def open(self) -> tuple[Journal, list[Any], list[Any]]:
-        journal, events, requests = Journal.open("s1", self.directory, self.clock, None)
+        journal, events, requests = Journal.open(
+            "s1", self.directory, self.clock, None, GroupWriter()
+        )
         self.addCleanup(journal.close)
         return journal, events, requests
 
@@ -300,10 +305,10 @@ class JournalTests(SynchronousTestCase):
         owner = _Owner()
         journal.owner = owner
         answer = Answer(type="room.policy", value=RoomPolicySet(policy="mute"))
-        sent = journal.commit(
+        sent = self.successResultOf(journal.commit(
             "policy", ALICE_CALLER, "r1", {"policy": "mute"}, answer,
             [("room.policy", {"policy": "mute"}), ("run.started", {"runId": "run-7"})],
-        )
+        ))
         self.assertEqual(sent, {"type": "room.policy", "value": {"policy": "mute"}})
         self.assertEqual(owner.seqs, [1, 2])
         self.assertEqual(journal.cursor, 2)
@@ -337,10 +342,16 @@ class JournalTests(SynchronousTestCase):
         journal, _, _ = self.open()
         owner = _Owner()
         journal.owner = owner
-
-        def refuse(*args: Any) -> None:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        error = self.assertRaises(VehicleError, journal.guarded, refuse)
+        layer = CrashFiles(self.directory)
+        layer.install(self.patch)
+        self.addCleanup(layer.uninstall)
+        layer.fail("write", errno.ENOSPC)
+        answer = Answer(type="room.policy", value=RoomPolicySet(policy="mute"))
+        error = self.assertRaises(
+            VehicleError, journal.commit, "policy", ALICE_CALLER, "r1", {"policy": "mute"},
+            answer, [("room.policy", {"policy": "mute"})],
+        )
         self.assertEqual(error.code, "storage_unavailable")
         self.assertEqual((owner.forgot, len(owner.derived)), (1, 1))
+        self.assertEqual((journal.requests, journal.history, owner.seqs), ({}, [], []))
+        self.flushLoggedErrors()

@@ -181,7 +181,7 @@ async def _build(
         session.close()
         registry.maker.abandon(made.branchId)
         raise
-    _publish(made, session, sent)
+    await _publish(made, session, sent)
     return sent
 
 
@@ -203,10 +203,11 @@ async def _copyWorkspace(
     session.writeMeta()
 
 
-def _publish(made: _Branch, session: Session, sent: JSONObject) -> None:
+async def _publish(made: _Branch, session: Session, sent: JSONObject) -> None:
     """
     The branch is announced, and its source remembers it (so a retry of
-    the request replays the answer rather than branches again).
+    the request replays the answer rather than branches again): answered
+    once the source's record is durable.
     """
     registry, source, request = made.registry, made.source, made.request
     try:
@@ -218,7 +219,7 @@ def _publish(made: _Branch, session: Session, sent: JSONObject) -> None:
         if made.branchId in registry.sessions:
             # Published (even if a sync after it failed): the source
             # remembers it, so a retry replays rather than branches again.
-            source.rememberBranch(
+            await source.rememberBranch(
                 made.caller, request.requestId, request.raw, sent, made.kind, made.branchId,
                 made.entryId,
             )

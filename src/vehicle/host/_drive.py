@@ -5,7 +5,8 @@ caller's, or C{not_found}), idempotency (a request already answered
 replays), and what the host's other rooms say (a delegation token, public
 turns, the agent profile, a branch made by the body room).  The web room
 authenticates and parses; L{Drive} applies these rules and hands the
-request to the session's own verb, which returns its answer as sent.
+request to the session's own verb, which returns its answer as sent, once
+the request is durable.
 """
 
 from __future__ import annotations
@@ -244,18 +245,47 @@ class Drive:
 
     # -- one session's verbs --------------------------------------------------------
 
-    def claim(self, session: Session, caller: Caller, request: ClaimRequest) -> JSONObject:
-        replay(session, request.requestId, request.raw, "claim")
-        return session.claim(caller, request, self.leaseTtlMs)
+    async def settledReplay(
+        self, caller: Caller, session: Session, requestId: str, raw: JSONObject, route: str,
+        chime: bool = False,
+    ) -> Session:
+        """
+        The replay step (L{replay}), after the same request sent before has
+        settled: a retry that comes while the first is being made durable
+        waits for it, then replays it (or, refused, is taken afresh).  The
+        session is found again after a wait (C{chime}: as a chime finds it).
 
-    def release(self, session: Session, caller: Caller, request: ReleaseRequest) -> JSONObject:
-        replay(session, request.requestId, request.raw, "release")
-        return session.release(caller, request.requestId, request.raw)
+        @return: the session, to take the request.
+        @raise Replayed: for a request already answered.
+        """
+        waiting = session.answering(requestId)
+        while waiting is not None:
+            await waiting
+            sessionId = session.sessionId
+            session = (self.findForChime(caller, sessionId) if chime
+                       else self.find(caller, sessionId))
+            waiting = session.answering(requestId)
+        replay(session, requestId, raw, route)
+        return session
 
-    def rename(self, session: Session, caller: Caller, request: RenameRequest) -> JSONObject:
+    async def claim(self, session: Session, caller: Caller, request: ClaimRequest) -> JSONObject:
+        session = await self.settledReplay(caller, session, request.requestId, request.raw, "claim")
+        return await session.claim(caller, request, self.leaseTtlMs)
+
+    async def release(
+        self, session: Session, caller: Caller, request: ReleaseRequest
+    ) -> JSONObject:
+        session = await self.settledReplay(
+            caller, session, request.requestId, request.raw, "release"
+        )
+        return await session.release(caller, request.requestId, request.raw)
+
+    async def rename(self, session: Session, caller: Caller, request: RenameRequest) -> JSONObject:
         if request.requestId is not None:
-            replay(session, request.requestId, request.raw, "rename")
-        return session.rename(caller, request)
+            session = await self.settledReplay(
+                caller, session, request.requestId, request.raw, "rename"
+            )
+        return await session.rename(caller, request)
 
     async def command(
         self, session: Session, caller: Caller, request: CommandRequest
@@ -266,7 +296,9 @@ class Drive:
 
         @return: the HTTP status and the answer as sent.
         """
-        replay(session, request.requestId, request.raw, "commands")
+        session = await self.settledReplay(
+            caller, session, request.requestId, request.raw, "commands"
+        )
         kind = request.type
         if kind.branches:
             # Ownership is enough: the source is not touched.
@@ -297,17 +329,21 @@ class Drive:
             reservation = await turns.reserveTurn(session, caller, request)
         try:
             if reservation is not None:
-                session = self.find(caller, session.sessionId)
-                replay(session, request.requestId, request.raw, "commands")
+                session = await self.settledReplay(
+                    caller, self.find(caller, session.sessionId), request.requestId,
+                    request.raw, "commands",
+                )
             if startsBody and session.bodyState() == "dormant":
                 # Refuse now, with the protocol's status, rather than accept a
                 # command whose body cannot be made; the world may change
                 # while that is looked at.
                 session.meta.checkDriver(caller)
                 await self.agent.precheck(session)
-                session = self.find(caller, session.sessionId)
-                replay(session, request.requestId, request.raw, "commands")
-            sent = session.command(caller, request)
+                session = await self.settledReplay(
+                    caller, self.find(caller, session.sessionId), request.requestId,
+                    request.raw, "commands",
+                )
+            sent = await session.command(caller, request)
         except BaseException:
             if turns is not None and reservation is not None:
                 await turns.voidTurn(session, reservation)
@@ -324,8 +360,10 @@ class Drive:
             raise VehicleError("chimes_closed", "a public conversation takes no chimes")
         return session
 
-    def chime(self, session: Session, caller: Caller, request: ChimeRequest) -> JSONObject:
-        replay(session, request.requestId, request.raw, "chimes")
+    async def chime(self, session: Session, caller: Caller, request: ChimeRequest) -> JSONObject:
+        session = await self.settledReplay(
+            caller, session, request.requestId, request.raw, "chimes", chime=True
+        )
         # Under co-drive a chime becomes a command at once, unless that would
         # start a body that may not start now (no delegation token): then it
         # waits for the driver, as under suggest.
@@ -334,7 +372,7 @@ class Drive:
             and session.delegatedToken is None
             and session.bodyState() != "live"
         )
-        return session.chime(caller, request, immediate)
+        return await session.chime(caller, request, immediate)
 
     async def delete(self, session: Session, caller: Caller) -> SessionDeleted:
         """
@@ -346,4 +384,4 @@ class Drive:
         await self.bodies.dispose(session)
         session = self.find(caller, sessionId)  # still ours, still there
         refuseIfRunning(session)
-        return self.registry.delete(caller, session)
+        return await self.registry.delete(caller, session)

@@ -32,7 +32,8 @@ class HostService(Service):
     """
     Loads every session at start (and sweeps what an agent's runs left,
     and probes the box in the background); at stop, ends the watches,
-    disposes of the bodies and closes the logs.
+    disposes of the bodies and closes the logs, once the writer has
+    written what they took.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -98,6 +99,8 @@ class HostService(Service):
         self.stopStreams()
         stopped = self.bodies.stop()
         stopped.addBoth(lambda _: self.registry.close())
+        # Stopped once everything taken is written and the logs closed.
+        stopped.addBoth(lambda _: self.registry.dataDir.writer.drain())
         return stopped
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, ForwardRef, TypeAlias, Union
 
+from vehicle.errors import encode
+
 
 if TYPE_CHECKING:
     #: Any JSON value.
@@ -29,9 +31,9 @@ def dumps(value: object) -> bytes:
     """
     Compact JSON in UTF-8 (ASCII, in fact: anything else is escaped, so a
     lone surrogate pi sent is carried, never an encoding error): a frame's
-    bytes.
+    bytes (L{vehicle.errors.encode}).
     """
-    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+    return encode(value)
 
 
 def loads(data: bytes | str) -> JSON:

@@ -4,7 +4,9 @@ The rules of chimes (spec, "Chimes"): a collaborator's attributed message
 is refused, held for the driver, or made the driver's command at once, as
 the room's policy says; the driver accepts or rejects what is held, and
 sets the policy.  A part of its session: it moves the session's room
-(L{Room}) and accepts commands through the session's book.
+(L{Room}) and accepts commands through the session's book.  Each verb
+moves the room as soon as its step is taken and answers once it is
+durable.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import uuid
 
 from attrs import define, evolve
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
 from vehicle.errors import VehicleError
@@ -56,7 +59,7 @@ class Chimes:
 
     def chime(
         self, caller: Caller, request: ChimeRequest, driver: Holder | None, immediate: bool
-    ) -> JSONObject:
+    ) -> Deferred[JSONObject]:
         """
         Refused (C{observe}, C{mute}), held for the driver (C{suggest}), or
         the C{driver}'s command at once (C{co-drive}, while someone holds
@@ -96,7 +99,7 @@ class Chimes:
 
     def _asCommand(
         self, caller: Caller, request: ChimeRequest, chime: Chime, driver: Holder
-    ) -> JSONObject:
+    ) -> Deferred[JSONObject]:
         """
         Under co-drive a chime is the driver's command at once; its answer
         is the chimer's, its record the chimer's request.
@@ -117,7 +120,7 @@ class Chimes:
                                        "commandId": command.commandId})],
         )
 
-    def resolve(self, caller: Caller, request: CommandRequest) -> JSONObject:
+    def resolve(self, caller: Caller, request: CommandRequest) -> Deferred[JSONObject]:
         """
         The driver's C{accept_chime} (the chime becomes its command) or
         C{reject_chime}.
@@ -154,7 +157,7 @@ class Chimes:
         self.room.resolve(chimeId, "accepted")
         return sent
 
-    def setPolicy(self, caller: Caller, request: CommandRequest) -> JSONObject:
+    def setPolicy(self, caller: Caller, request: CommandRequest) -> Deferred[JSONObject]:
         """
         The driver's C{set_room_policy}.
         """

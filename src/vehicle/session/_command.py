@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, ClassVar, Iterable, Protocol
 
 from attrs import define, field
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
@@ -153,13 +154,14 @@ def commandOfRecord(record: RequestRecord) -> Command | None:
 
 class Committer(Protocol):
     """
-    The session's one durable step of a request (L{Journal.commit}).
+    The session's one durable step of a request (L{Journal.commit}): the
+    answer as sent, once durable.
     """
 
     def __call__(
         self, kind: RecordKind, caller: Caller, requestId: str | None, raw: JSONObject,
         answer: Answer, effects: Effects, command: Command | None = None,
-    ) -> JSONObject: ...
+    ) -> Deferred[JSONObject]: ...
 
 
 @define(eq=False)
@@ -171,7 +173,8 @@ class CommandBook:
     @ivar emit: writes one of the session's durable events.
     @ivar commit: the session's durable step of a request.
     @ivar accepted: told of each command accepted, once it is durable
-        (the session: its preview, its body).
+        (the session: its preview, its body).  The book holds it from the
+        moment it is taken (the next request sees it).
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -196,13 +199,14 @@ class CommandBook:
         raw: JSONObject,
         before: Iterable[tuple[str, JSONObject]] = (),
         after: Iterable[tuple[str, JSONObject]] = (),
-    ) -> JSONObject:
+    ) -> Deferred[JSONObject]:
         """
         Accept C{command} in one durable step (L{commit}): the request's
         record (C{kind}, sent by C{caller} as C{requestId} with body
         C{raw}, answered C{answer}), holding the command whole; then
         C{command.accepted} between the events C{before} and C{after}
-        (a chime's).  Returns the answer's frame value as sent.
+        (a chime's).  Returns the answer's frame value as sent, once
+        durable.
 
         @raise VehicleError: C{command_exists}.
         """
@@ -213,8 +217,12 @@ class CommandBook:
             command=command,
         )
         self.commands[command.commandId] = command
-        self.accepted(command)
-        return sent
+
+        def durable(frame: JSONObject) -> JSONObject:
+            self.accepted(command)
+            return frame
+
+        return sent.addCallback(durable)
 
     def get(self, commandId: str) -> Command | None:
         return self.commands.get(commandId)

@@ -32,10 +32,16 @@ def finishBranch(sessions: Mapping[str, Session], branch: Session, record: Reque
     if source is None or record.requestId is None or source.knowsRequest(record.requestId):
         return
     caller = Caller(principal=record.principal, clientId=record.clientId, role="viewer")
-    source.rememberBranch(
+    told = source.rememberBranch(
         caller, record.requestId, record.body, record.frame,
         "clone" if record.body.get("type") == "clone" else "fork",
         branch.sessionId, textOf(record.body.get("entryId")),
     )
-    _log.info("Start: told {source} of its branch {branch}",
-              source=source.sessionId, branch=branch.sessionId)
+    told.addCallbacks(
+        lambda _: _log.info("Start: told {source} of its branch {branch}",
+                            source=source.sessionId, branch=branch.sessionId),
+        # Refused, it is told again at the next start.
+        lambda failure: _log.error("Start: could not tell {source} of its branch {branch}: "
+                                   "{error}", source=source.sessionId, branch=branch.sessionId,
+                                   error=str(failure.value)),
+    )

@@ -152,7 +152,8 @@ class Maker:
         self._served(session, final, record)
 
     def _served(self, session: Session, directory: Path, record: RequestRecord) -> None:
-        session.reopenAt(directory)
+        # Published: from now on its lines go through the data dir's writer.
+        session.reopenAt(directory, self.dataDir.writer)
         self.home.served(session, record)
 
     def create(
@@ -203,7 +204,7 @@ class Maker:
 
     # -- deleting -------------------------------------------------------------
 
-    def delete(self, caller: Caller, session: Session) -> str:
+    async def delete(self, caller: Caller, session: Session) -> str:
         """
         Move the session's directory to the trash; returns its trash name.
         The caller has already refused a running session and disposed the body.
@@ -216,7 +217,7 @@ class Maker:
             trashedAs = self.dataDir.reserveTrash(session.sessionId)
         except OSError as e:
             raise storageError(e) from e
-        event = session.markDeleted(trashedAs, caller)
+        event = await session.markDeleted(trashedAs, caller)
         try:
             self.finishDelete(session, event)
         except OSError as e:

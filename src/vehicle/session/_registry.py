@@ -145,13 +145,13 @@ class Registry:
         session.followers = self.observers
         self.observers.created(session)
 
-    def delete(self, caller: Caller, session: Session) -> SessionDeleted:
+    async def delete(self, caller: Caller, session: Session) -> SessionDeleted:
         """
         Move the session to the trash (L{Maker.delete}): its observers are
         asked for their part of the answer first, and told after.
         """
         parts = self.observers.deleting(session)
-        trashedAs = self.maker.delete(caller, session)
+        trashedAs = await self.maker.delete(caller, session)
         self._forget(session)
         self.observers.deleted(session)
         return SessionDeleted(
@@ -230,7 +230,9 @@ class Registry:
         metaJSON = objectOf(readJson(directory / "meta.json"))
         meta = metaOf(metaJSON)
         title = textOf(metaJSON.get("title"))
-        session, events, requestRecords = Session.open(meta, directory, self.clock, title)
+        session, events, requestRecords = Session.open(
+            meta, directory, self.clock, title, self.dataDir.writer
+        )
         try:
             session.restore(events, requestRecords)
         except BaseException:

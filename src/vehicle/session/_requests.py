@@ -43,13 +43,17 @@ ROUTE_OF: dict[RecordKind, str] = {
 Remembered = tuple[str, JSONObject]
 
 
+#: The canonical form's encoder, made once (C{json.dumps} makes one per call).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def fingerprint(request: JSON, route: str | None = None) -> str:
     """
     A stable digest of a request (its route and body, as sent), to tell a
     replay from a conflict.
     """
     subject = request if route is None else {"route": route, "body": request}
-    canonical = json.dumps(subject, sort_keys=True, separators=(",", ":"))
+    canonical = _CANONICAL.encode(subject)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

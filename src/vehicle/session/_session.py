@@ -15,12 +15,15 @@ handed the commands it accepts and asks it to move them on.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol
 
 from attrs import define, field
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from vehicle.errors import VehicleError
 from vehicle.protocol import (
@@ -59,7 +62,7 @@ from vehicle.session._restore import Derived
 from vehicle.session._room import Room
 from vehicle.session._values import Caller, Lease, SessionMeta, isoTimestamp
 from vehicle.session._watchers import Feed, Watchers
-from vehicle.store import writeJsonAtomic
+from vehicle.store import After, GroupWriter, writeJsonAtomic
 
 
 def normalizeTitle(title: str | None) -> str | None:
@@ -156,14 +159,16 @@ class Session:
 
     @classmethod
     def open(
-        cls, meta: SessionMeta, directory: Path, clock: IReactorTime, title: str | None
+        cls, meta: SessionMeta, directory: Path, clock: IReactorTime, title: str | None,
+        writer: GroupWriter | None = None,
     ) -> tuple[Session, list[Event], list[RequestRecord]]:
         """
         A session over its folder's logs (made when missing), with the
         records read back from them (for L{restore}); C{title} is what
-        C{meta.json} holds.
+        C{meta.json} holds; C{writer} writes a served session's lines
+        (none while its folder is built aside).
         """
-        journal, events, requests = Journal.open(meta.sessionId, directory, clock, title)
+        journal, events, requests = Journal.open(meta.sessionId, directory, clock, title, writer)
         return cls(meta=meta, clock=clock, title=title, journal=journal), events, requests
 
     # -- what it is -----------------------------------------------------------
@@ -211,6 +216,13 @@ class Session:
     def knowsRequest(self, requestId: str) -> bool:
         return requestId in self._journal.requests
 
+    def answering(self, requestId: str) -> Deferred[None] | None:
+        """
+        While the request C{requestId} is being made durable, what fires
+        once it is (or was refused): a retry waits for it, then replays.
+        """
+        return self._journal.answering(requestId)
+
     def currentLease(self) -> Lease | None:
         """
         The lease, retired first if it has lapsed.
@@ -251,7 +263,9 @@ class Session:
             preview=self.preview,
             access=meta.access,
             updatedAt=isoTimestamp(self.clock.seconds() if ahead else self.updatedAt),
-            cursor=self.cursor + ahead,
+            # An answer counts the events taken before its own (durable by
+            # the time it is sent); a read, the durable ones.
+            cursor=self._journal.taken + ahead if ahead else self.cursor,
             status="running" if self.running() else "idle",
             body=self.bodyState(),
             lease=lease.info() if lease else None,
@@ -306,7 +320,9 @@ class Session:
         """
         return self._journal.replay(requestId, raw, route)
 
-    def claim(self, caller: Caller, request: ClaimRequest, defaultTtlMs: int) -> JSONObject:
+    def claim(
+        self, caller: Caller, request: ClaimRequest, defaultTtlMs: int
+    ) -> Deferred[JSONObject]:
         """
         Take the lease: free, ours already (renewed), or the same
         person's with C{takeover}.
@@ -329,36 +345,33 @@ class Session:
         for eventType, data in effects:
             self.emit(eventType, data)
 
-    def release(self, caller: Caller, requestId: str, raw: JSONObject) -> JSONObject:
+    def release(self, caller: Caller, requestId: str, raw: JSONObject) -> Deferred[JSONObject]:
         effects = self._leases.releaseEffects(caller)
         answer = Answer(type="driver.released",
                         value=DriverReleased(session=self.summary(ahead=len(effects))))
         return self._commit("release", caller, requestId, raw, answer, effects)
 
-    def rename(self, caller: Caller, request: RenameRequest) -> JSONObject:
+    def rename(self, caller: Caller, request: RenameRequest) -> Deferred[JSONObject]:
         """
         Rename: the event is the step (with the request's record when it
-        has a C{requestId}); C{meta.json} follows, and is put right at
-        start should the host be cut between the two.
+        has a C{requestId}); C{meta.json} follows, rewritten by the writer
+        after the step is durable (once a second at most, for all the
+        renames of that second), and is put right at start should the
+        host be cut between the two.
         """
         self.title = normalizeTitle(request.title)
         answer = Answer(type="session.renamed", value=SessionRenamed(session=self.summary(1)))
         sent = self._commit(
             "rename", caller, request.requestId, request.raw, answer,
-            [("session.renamed", {"title": self.title})],
+            [("session.renamed", {"title": self.title})], after=self._metaRewrite(),
         )
-        try:
-            self.writeMeta()
-        except OSError as e:
-            # The title is durable in the log; meta.json is put right at start.
-            self._log.warn(
-                "Session {sessionId}: meta.json could not be rewritten ({error}); "
-                "the title is kept in the log", sessionId=self.sessionId, error=str(e),
-            )
+        return sent.addCallback(self._renamed)
+
+    def _renamed(self, sent: JSONObject) -> JSONObject:
         self.followers.renamed(self)
         return sent
 
-    def command(self, caller: Caller, request: CommandRequest) -> JSONObject:
+    def command(self, caller: Caller, request: CommandRequest) -> Deferred[JSONObject]:
         """
         Accept one command for the body (a branch is the host's, not the
         session's): the driver's rights and the lease, then the verb.
@@ -379,7 +392,7 @@ class Session:
             caller=caller, requestId=request.requestId, raw=request.raw,
         )
 
-    def _cancel(self, caller: Caller, request: CommandRequest) -> JSONObject:
+    def _cancel(self, caller: Caller, request: CommandRequest) -> Deferred[JSONObject]:
         targetId = request.targetCommandId or ""
         target = self._book.get(targetId)
         if (
@@ -408,7 +421,9 @@ class Session:
 
     # -- chimes -------------------------------------------------------------------
 
-    def chime(self, caller: Caller, request: ChimeRequest, immediate: bool = True) -> JSONObject:
+    def chime(
+        self, caller: Caller, request: ChimeRequest, immediate: bool = True
+    ) -> Deferred[JSONObject]:
         """
         A collaborator's attributed message, as the room's policy says
         (L{Chimes.chime}).
@@ -423,13 +438,13 @@ class Session:
     def rememberBranch(
         self, caller: Caller, requestId: str, raw: JSONObject, sent: JSONObject,
         kind: Literal["fork", "clone"], branchId: str, entryId: str | None,
-    ) -> None:
+    ) -> Deferred[JSONObject]:
         """
         A fork or clone of this session was published: the source
         remembers the request (a retry replays it) and says so
-        (C{session.forked}, C{session.cloned}).
+        (C{session.forked}, C{session.cloned}); fires once durable.
         """
-        self._commit(
+        return self._commit(
             "branch", caller, requestId, raw, sent,
             [(f"session.{'forked' if kind == 'fork' else 'cloned'}",
               {"branchId": branchId, "entryId": entryId, "by": toObject(caller.holder())})],
@@ -464,9 +479,20 @@ class Session:
     def settled(self, run: RunSettled) -> None:
         """
         A run of this session settled (the body says so): its followers
-        hear of it (the mirror catches up, a credit run is debited).
+        hear of it (the mirror catches up, a credit run is debited) once
+        its C{run.settled} event is durable, and not if it was refused.
         """
-        self.followers.settled(self, run)
+        seq = run.seq
+        if seq is None:
+            self.followers.settled(self, run)
+            return
+
+        def tell(_: None) -> None:
+            history = self._journal.history
+            if seq <= len(history) and history[seq - 1].type == "run.settled":
+                self.followers.settled(self, run)
+
+        self._journal.settle().addCallback(tell)
 
     def _accepted(self, command: Command) -> None:
         """
@@ -483,9 +509,9 @@ class Session:
 
     def _commit(
         self, kind: RecordKind, caller: Caller, requestId: str | None, raw: JSONObject,
-        answer: Answer | JSONObject, effects: Effects,
-    ) -> JSONObject:
-        return self._journal.commit(kind, caller, requestId, raw, answer, effects)
+        answer: Answer | JSONObject, effects: Effects, after: After | None = None,
+    ) -> Deferred[JSONObject]:
+        return self._journal.commit(kind, caller, requestId, raw, answer, effects, after=after)
 
     def restore(self, events: list[Event], requests: list[RequestRecord]) -> None:
         """
@@ -518,34 +544,60 @@ class Session:
         """
         Rewrite C{meta.json} whole (atomically): the fixed meta and the title.
         """
-        writeJsonAtomic(self.directory / "meta.json", {**toObject(self.meta), "title": self.title})
+        self._metaRewrite()[1]()
 
-    def reopenAt(self, directory: Path) -> None:
+    def _metaRewrite(self) -> After:
         """
-        Go on at C{directory}, where the folder was published.
+        C{meta.json} as it is now, to be written whole (atomically) by
+        whoever runs it: the key is its path.
         """
-        self._journal.reopenAt(directory)
+        path = os.path.join(self.directory, "meta.json")
+        meta, title = self.meta, self.title
+        # Its content is made by whoever writes it (frozen values: the
+        # writer's thread may), not on every rename.
+        return path, lambda: writeJsonAtomic(Path(path), {**toObject(meta), "title": title})
+
+    def reopenAt(self, directory: Path, writer: GroupWriter | None) -> None:
+        """
+        Go on at C{directory}, where the folder was published, its lines
+        written by C{writer}.
+        """
+        self._journal.reopenAt(directory, writer)
         self._leases.armTimer()
 
     def close(self) -> None:
         self._leases.cancelTimer()
         self._journal.close()
 
-    def markDeleted(self, trashedAs: str, caller: Caller) -> Event:
+    def markDeleted(self, trashedAs: str, caller: Caller) -> Deferred[Event]:
         """
         The delete's one durable step: C{session.deleted} (naming the trash
-        directory already reserved) as the last event of the log.  It wakes
-        every watcher; the maker then moves the directory (and start
-        finishes that move should the host be cut before it ends).
+        directory already reserved) as the last event of the log.  From
+        the moment it is taken the session is gone for new requests; once
+        durable it wakes every watcher and the logs are closed; the maker
+        then moves the directory (and start finishes that move should the
+        host be cut before it ends).  Refused, the session is as before.
+
+        @raise VehicleError: C{storage_unavailable} (see L{Journal.commit}).
         """
         self._leases.stop()
-        event = self._journal.guarded(
-            self.emit, "session.deleted",
-            {"trashedAs": trashedAs, "by": toObject(caller.holder())},
+        if self._journal.writer is not None:
+            # Its folder is about to move: a title not yet rewritten is in the log.
+            self._journal.writer.forgetLater(self._metaRewrite()[0])
+        written = self._journal.finish(
+            "session.deleted", {"trashedAs": trashedAs, "by": toObject(caller.holder())},
         )
-        self.close()
         self.deleted = True
-        return event
+
+        def deleted(event: Event) -> Event:
+            self._leases.cancelTimer()
+            return event
+
+        def refused(failure: Failure) -> Failure:
+            self.deleted = False
+            return failure
+
+        return written.addCallbacks(deleted, refused)
 
     def trashed(self, trashDir: Path) -> None:
         """

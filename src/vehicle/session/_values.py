@@ -9,6 +9,7 @@ L{vehicle.protocol}'s.
 from __future__ import annotations
 
 import datetime
+import math
 from typing import Literal
 
 from attrs import evolve, field, frozen
@@ -29,12 +30,30 @@ CALLER_KINDS: dict[str, CallerKind] = {
 }
 
 
+#: The last whole second L{isoTimestamp} wrote, and its text up to the
+#: milliseconds (one tuple, replaced whole: safe from any thread).
+_second: tuple[float, str] = (math.nan, "")
+
+
 def isoTimestamp(seconds: float) -> str:
     """
-    An ISO 8601 UTC timestamp with milliseconds, as pi writes them.
+    An ISO 8601 UTC timestamp with milliseconds, as pi writes them: the
+    text C{datetime.fromtimestamp} gives, its second's part made once a
+    second (a request writes several).
     """
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    global _second
+    # The microseconds as datetime.fromtimestamp rounds them (half even).
+    fraction, whole = math.modf(seconds)
+    micro = round(fraction * 1e6)
+    if micro >= 1_000_000:
+        whole, micro = whole + 1, micro - 1_000_000
+    elif micro < 0:
+        whole, micro = whole - 1, micro + 1_000_000
+    cached = _second
+    if cached[0] != whole:
+        moment = datetime.datetime.fromtimestamp(whole, tz=datetime.timezone.utc)
+        cached = _second = (whole, moment.strftime("%Y-%m-%dT%H:%M:%S."))
+    return f"{cached[1]}{micro // 1000:03d}Z"
 
 
 def parseTimestamp(text: str) -> float:

@@ -2,7 +2,9 @@
 """
 Durable files: the append-only JSONL log (sequence numbers, torn-tail repair),
 atomic whole-file rewrites, the data directory's layout and the trash, all
-through one file layer a test can replace (L{useFiles}).
+through one file layer a test can replace (L{useFiles}); the data
+directory's one writer, which makes appends durable in batches (group
+commit, L{GroupWriter}).
 
 This package knows nothing of what sessions mean; it only keeps their bytes.
 """
@@ -18,6 +20,16 @@ from vehicle.store._files import Files, OsFiles, files, removeTree, useFiles
 from vehicle.store._jsonl import CorruptLog, JsonlLog, LogObserver, observeLogs
 from vehicle.store._layout import DataDir
 from vehicle.store._lock import DataDirLock, DataDirLocked
+from vehicle.store._writer import (
+    After,
+    Chain,
+    GroupWriter,
+    Line,
+    raiseAtOnce,
+    runAtOnce,
+    writeAtOnce,
+    writerFor,
+)
 
 
 __all__ = [
@@ -38,4 +50,12 @@ __all__ = [
     "removeTree",
     "DataDirLock",
     "DataDirLocked",
+    "After",
+    "Chain",
+    "GroupWriter",
+    "Line",
+    "raiseAtOnce",
+    "runAtOnce",
+    "writeAtOnce",
+    "writerFor",
 ]

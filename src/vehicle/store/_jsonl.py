@@ -122,6 +122,21 @@ def _parseLine(body: bytes) -> tuple[JSONObject | None, str]:
     return value, ""
 
 
+#: The encoder of a line, made once (C{json.dumps} makes one per call).
+_LINE = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def encodeLine(record: JSONObject) -> bytes:
+    """
+    A record as its line: compact JSON, ASCII-escaped, so no newline (nor
+    anything a reader might take for one) is ever inside it, and the
+    newline that ends it.
+
+    @raise ValueError: the record holds NaN or an infinity.
+    """
+    return (_LINE.encode(record) + "\n").encode("ascii")
+
+
 #: How much of a log L{_brokenCopy} reads at a time.
 _CHUNK = 65536
 
@@ -259,7 +274,8 @@ class JsonlLog:
 
     def append(self, record: JSONObject, *, sync: bool = True) -> None:
         """
-        Append C{record} as one line and, when C{sync}, make it durable.
+        Append C{record} as one line and, when C{sync}, make it durable
+        (L{line}, then L{write}, then L{sync}).
 
         @param record: a JSON-able dict; with a C{seqField}, it must carry
             C{lastSeq + 1} in that field.
@@ -271,14 +287,20 @@ class JsonlLog:
         @raise OSError: when writing or syncing fails; the log then refuses
             further appends.
         """
-        if self._fd is None:
-            raise ValueError(f"{self._path}: the log is closed")
-        if self._failure is not None:
-            raise OSError(
-                f"{self._path}: an earlier write failed ({self._failure!r}); "
-                "open the log afresh"
-            )
-        seq = None
+        self.write(self.line(record))
+        if sync:
+            self.sync()
+
+    def line(self, record: JSONObject) -> bytes:
+        """
+        The line that appends C{record}, its sequence number taken: the
+        next line must carry the one after it.  Nothing is written (a group
+        writer writes it later, with L{write}, in the order lines were
+        taken).
+
+        @raise ValueError: when the record is not JSON-able (NaN, infinity)
+            or has the wrong sequence number.
+        """
         if self.seqField is not None:
             seq = intOf(record.get(self.seqField))
             if seq is None or seq != self.lastSeq + 1:
@@ -286,10 +308,27 @@ class JsonlLog:
                     f"{self._path}: {self.seqField} must be {self.lastSeq + 1}, "
                     f"not {record.get(self.seqField)!r}"
                 )
-        # ASCII-escaped, so no newline (nor anything a reader might take
-        # for one) is ever inside a record's line.
-        line = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        data = (line + "\n").encode("ascii")
+            data = encodeLine(record)
+            self.lastSeq = seq
+            return data
+        return encodeLine(record)
+
+    def write(self, data: bytes) -> None:
+        """
+        Write one line made by L{line}, whole, with no sync: a failed write
+        leaves no part of it behind.
+
+        @raise ValueError: the log is closed.
+        @raise OSError: when writing fails, or an earlier write or sync
+            did; the log then refuses further appends.
+        """
+        if self._fd is None:
+            raise ValueError(f"{self._path}: the log is closed")
+        if self._failure is not None:
+            raise OSError(
+                f"{self._path}: an earlier write failed ({self._failure!r}); "
+                "open the log afresh"
+            )
         view = memoryview(data)
         try:
             while view:
@@ -305,10 +344,6 @@ class JsonlLog:
             raise
         self._size += len(data)
         _observer.appended(self._path.stem)
-        if seq is not None:
-            self.lastSeq = seq
-        if sync:
-            self.sync()
 
     def sync(self) -> None:
         """

@@ -18,6 +18,7 @@ from attrs import field, frozen
 from vehicle.protocol import JSONObject
 from vehicle.store._atomic import fsyncDirectory, makeDirs, writeJsonAtomic
 from vehicle.store._files import files, removeTree
+from vehicle.store._writer import GroupWriter
 
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
@@ -76,9 +77,12 @@ class DataDir:
     The host's data directory (C{$VEHICLE_DATA_DIR}) and the places in it.
 
     @ivar root: the directory itself.
+    @ivar writer: its one writer (group commit); by default one that
+        writes at once, on the caller's thread.
     """
 
     root: Path = field(converter=Path)
+    writer: GroupWriter = field(factory=GroupWriter, eq=False, repr=False)
 
     @property
     def sessions(self) -> Path:

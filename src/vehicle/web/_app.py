@@ -178,21 +178,22 @@ class VehicleAPI:
             self._requestIds[request] = requestId
         return fromRequest(validate(schema, parsed), kind)
 
-    def _onSession(
+    async def _onSession(
         self,
         request: Request,
         sessionId: str,
         schema: str,
         kind: type[R],
-        verb: Callable[[Session, Caller, R], JSONObject],
+        verb: Callable[[Session, Caller, R], Awaitable[JSONObject]],
     ) -> Answered:
         """
         A verb on one session: trust, find (C{not_found} before a bad
-        request), parse, then the drive step; answered C{200}.
+        request), parse, then the drive step; answered C{200} once durable.
         """
         caller = self._caller(request)
         session = self.drive.find(caller, sessionId)
-        return 200, self._frame(request, verb(session, caller, self._parse(request, schema, kind)))
+        sent = await verb(session, caller, self._parse(request, schema, kind))
+        return 200, self._frame(request, sent)
 
     def _frame(self, request: Request, sent: JSONObject, replayed: bool = False) -> JSONObject:
         """
@@ -244,7 +245,7 @@ class VehicleAPI:
     @router.route("/sessions/<sessionId>", methods=["PATCH"])
     @answered
     async def rename(self, request: Request, sessionId: str) -> Answered:
-        return self._onSession(
+        return await self._onSession(
             request, sessionId, "rename.request", RenameRequest, self.drive.rename
         )
 
@@ -258,12 +259,14 @@ class VehicleAPI:
     @router.route("/sessions/<sessionId>/claim", methods=["POST"])
     @answered
     async def claim(self, request: Request, sessionId: str) -> Answered:
-        return self._onSession(request, sessionId, "claim.request", ClaimRequest, self.drive.claim)
+        return await self._onSession(
+            request, sessionId, "claim.request", ClaimRequest, self.drive.claim
+        )
 
     @router.route("/sessions/<sessionId>/release", methods=["POST"])
     @answered
     async def release(self, request: Request, sessionId: str) -> Answered:
-        return self._onSession(
+        return await self._onSession(
             request, sessionId, "release.request", ReleaseRequest, self.drive.release
         )
 
@@ -282,7 +285,9 @@ class VehicleAPI:
     async def chime(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         session = self.drive.findForChime(caller, sessionId)
-        sent = self.drive.chime(session, caller, self._parse(request, "chime.request", ChimeRequest))
+        sent = await self.drive.chime(
+            session, caller, self._parse(request, "chime.request", ChimeRequest)
+        )
         return 202, self._frame(request, sent)
 
     @router.route("/sessions/<sessionId>/capsule", methods=["GET"])

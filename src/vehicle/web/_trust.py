@@ -24,11 +24,20 @@ _CLIENT = re.compile(r"^[\x21-\x7e]{1,200}$")
 _MODEL_KEY = re.compile(r"^[\x21-\x7e]{8,512}$")
 
 
-def _header(request: IRequest, name: str) -> str | None:
-    raw = request.getHeader(name.encode("ascii"))
-    if raw is None:
-        return None
-    return raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+#: A request's headers as trust reads them: each name in lower case, its
+#: last value (as C{getHeader} gives it), as text.
+Said = dict[str, str]
+
+
+def _said(request: IRequest) -> Said:
+    """
+    The request's headers, read in one pass.
+    """
+    return {
+        name.decode("latin-1").lower(): values[-1].decode("utf-8", "replace")
+        for name, values in request.requestHeaders.getAllRawHeaders()
+        if values
+    }
 
 
 def checkSecret(request: IRequest, secret: str) -> None:
@@ -52,17 +61,18 @@ def authenticate(request: IRequest, secret: str) -> Caller:
         C{invalid_identity} or C{invalid_model_key}.
     """
     checkSecret(request, secret)
-    principal = _principal(request)
-    graphId, role = _graphAndRole(request)
-    clientId = _clientId(request, principal)
-    token = _header(request, "x-sophia-delegated-token") or None
-    kind = _callerKind(request)
-    modelKey = _modelKey(request)
+    said = _said(request)
+    principal = _principal(said)
+    graphId, role = _graphAndRole(said)
+    clientId = _clientId(said, principal)
+    token = said.get("x-sophia-delegated-token") or None
+    kind = _callerKind(said)
+    modelKey = _modelKey(said)
     publicGraphs: tuple[str, ...] = ()
     if kind != "member":
         # Public callers are always viewers, whatever else was said.
         role = "viewer"
-        raw = _header(request, "x-sophia-public-graphs") or ""
+        raw = said.get("x-sophia-public-graphs") or ""
         publicGraphs = tuple(g.strip() for g in raw.split(",") if _GRAPH.match(g.strip()))
     return Caller(
         principal=principal,
@@ -71,16 +81,16 @@ def authenticate(request: IRequest, secret: str) -> Caller:
         graphId=graphId,
         delegatedToken=token if graphId is not None else None,
         kind=kind,
-        email=_header(request, "x-sophia-account-email") or None,
-        emailVerified=(_header(request, "x-sophia-account-email-verified") or "").lower()
+        email=said.get("x-sophia-account-email") or None,
+        emailVerified=(said.get("x-sophia-account-email-verified") or "").lower()
         in ("true", "1", "yes"),
         publicGraphs=publicGraphs,
         modelKey=modelKey,
     )
 
 
-def _principal(request: IRequest) -> str:
-    principal = _header(request, "x-user-id")
+def _principal(said: Said) -> str:
+    principal = said.get("x-user-id")
     if principal is None or principal == "":
         raise VehicleError("identity_required", "x-user-id is missing")
     if not _PRINTABLE.match(principal) or principal != principal.strip():
@@ -88,12 +98,12 @@ def _principal(request: IRequest) -> str:
     return principal
 
 
-def _graphAndRole(request: IRequest) -> tuple[str | None, Role]:
+def _graphAndRole(said: Said) -> tuple[str | None, Role]:
     """
     The bound graph (L{None} on an unbound path) and the caller's role: on
     the graph when there is one, else the caller's own.
     """
-    graphId = _header(request, "x-graph-id")
+    graphId = said.get("x-graph-id")
     if graphId is not None:
         if not _GRAPH.match(graphId):
             raise VehicleError(
@@ -102,10 +112,10 @@ def _graphAndRole(request: IRequest) -> tuple[str | None, Role]:
         roleHeader = "x-sophia-graph-role"
     else:
         roleHeader = "x-sophia-caller-role"
-    said = _header(request, roleHeader)
-    if said is None or said == "":
+    named = said.get(roleHeader)
+    if named is None or named == "":
         raise VehicleError("identity_required", f"{roleHeader} is missing", {"header": roleHeader})
-    role = ROLES.get(said)
+    role = ROLES.get(named)
     if role is None:
         raise VehicleError(
             "invalid_identity",
@@ -115,8 +125,8 @@ def _graphAndRole(request: IRequest) -> tuple[str | None, Role]:
     return graphId, role
 
 
-def _clientId(request: IRequest, principal: str) -> str:
-    clientId = _header(request, "x-vehicle-client-id")
+def _clientId(said: Said, principal: str) -> str:
+    clientId = said.get("x-vehicle-client-id")
     if clientId is None or clientId == "":
         return principal
     if not _CLIENT.match(clientId):
@@ -128,8 +138,8 @@ def _clientId(request: IRequest, principal: str) -> str:
     return clientId
 
 
-def _callerKind(request: IRequest) -> CallerKind:
-    kind = CALLER_KINDS.get(_header(request, "x-sophia-caller-kind") or "member")
+def _callerKind(said: Said) -> CallerKind:
+    kind = CALLER_KINDS.get(said.get("x-sophia-caller-kind") or "member")
     if kind is None:
         raise VehicleError(
             "invalid_identity",
@@ -139,8 +149,8 @@ def _callerKind(request: IRequest) -> CallerKind:
     return kind
 
 
-def _modelKey(request: IRequest) -> str | None:
-    modelKey = _header(request, "x-model-key")
+def _modelKey(said: Said) -> str | None:
+    modelKey = said.get("x-model-key")
     if modelKey is not None and not _MODEL_KEY.match(modelKey):
         raise VehicleError(
             "invalid_model_key",

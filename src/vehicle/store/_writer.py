@@ -1,0 +1,440 @@
+# -*- test-case-name: tests.unit.test_writer -*-
+"""
+Group commit: the one writer of a data directory (L{GroupWriter}).
+
+The reactor thread decides what a request writes (its lines, numbered and
+encoded) and hands them over as one step; the writer takes every step that
+arrived while its last batch ran and makes the whole batch durable with one
+C{fsync} per log it touched, off the reactor thread.  Each step's
+L{Deferred} fires once its own lines are durable, never before; a step
+whose lines are not durable fails, with the error that stopped them.
+
+A batch is written in phases (a line's C{phase}): every line of phase 0,
+then one sync of each log they went to, then phase 1, and so on.  A
+session's request record is phase 0 and its events phase 1, so an event is
+never on the disk before the record of the request that made it, however
+the kernel orders its writes.
+
+A session's logs form a L{Chain}: its lines follow one another, so when one
+of them fails (its write, or the sync of its log), the chain breaks there,
+and that step and every later step of the chain fail with it (their lines
+were numbered after the lost ones: written, they would leave a gap).  The
+steps of the chain before the break, and every other chain, go on.  The
+owner opens its logs afresh, with a new chain.
+
+On a reactor without threads (a test's memory reactor) the writer runs
+each batch at once, on the caller's thread: the same code, synchronous.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, ClassVar, Hashable, Iterable, Protocol, Sequence, TypeVar
+
+from attrs import define, field, frozen
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import (
+    IDelayedCall,
+    IReactorFromThreads,
+    IReactorThreads,
+    IReactorTime,
+)
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from vehicle._reactors import IClientReactor
+from vehicle.store._jsonl import JsonlLog
+
+
+T = TypeVar("T")
+
+
+class Runner(Protocol):
+    """
+    Runs a batch: on the writer's own thread, or at once.
+    """
+
+    def __call__(self, work: Callable[[], None]) -> Deferred[None]: ...
+
+
+def runAtOnce(work: Callable[[], None]) -> Deferred[None]:
+    """
+    Run C{work} now, on this thread (a reactor without threads).  A bug
+    becomes a failed L{Deferred}; a C{BaseException} that is not an
+    C{Exception} (a test's simulated kill) goes on up, as it would have
+    from a write made in place.
+    """
+    try:
+        work()
+    except Exception:
+        return fail()
+    return succeed(None)
+
+
+class _AtOnce:
+    """
+    The first callback of a step's L{Deferred} in L{raiseAtOnce}: while
+    C{now}, it keeps a failure to raise (and the L{Deferred} goes on with
+    L{None}); after, it lets every result by.
+    """
+
+    def __init__(self) -> None:
+        self.now = True
+        self.refused: Failure | None = None
+
+    def __call__(self, result: object) -> object:
+        if self.now and isinstance(result, Failure):
+            self.refused = result
+            return None
+        return result
+
+
+def raiseAtOnce(written: Deferred[T]) -> Deferred[T]:
+    """
+    C{written}, unless it has failed already (a writer that runs at once
+    refused it): then its failure is raised here and now, as a write made
+    in place would have raised it, so that the caller does nothing more.
+    """
+    early = _AtOnce()
+    written.addBoth(early)
+    early.now = False
+    if early.refused is not None:
+        early.refused.raiseException()
+    return written
+
+
+def writeAtOnce(lines: Sequence[Line]) -> None:
+    """
+    Write C{lines} in place and make them durable, phase by phase (a
+    session's folder while it is built aside: nobody waits on it).
+
+    @raise OSError: a write or a sync failed (the log refuses more).
+    """
+    for phase in _inPhases((None, line) for line in lines):
+        synced: dict[JsonlLog, None] = {}
+        for _, line in phase:
+            line.log.write(line.data)
+            synced[line.log] = None
+        for log in synced:
+            log.sync()
+
+
+X = TypeVar("X")
+
+
+def _inPhases(lines: Iterable[tuple[X, Line]]) -> list[list[tuple[X, Line]]]:
+    """
+    C{lines} (each with what it belongs to) by phase, the phases in order,
+    each keeping the order the lines came in.
+    """
+    phases: dict[int, list[tuple[X, Line]]] = {}
+    for owner, line in lines:
+        phases.setdefault(line.phase, []).append((owner, line))
+    return [phases[phase] for phase in sorted(phases)]
+
+
+@define(eq=False)
+class Chain:
+    """
+    The logs of one owner (a session's two) whose lines follow one another.
+
+    @ivar brokenAt: the number of the first step of the chain that failed:
+        it and every later step of the chain are refused.
+    @ivar failure: what broke it.
+    """
+
+    brokenAt: int | None = None
+    failure: BaseException | None = None
+
+
+@frozen
+class Line:
+    """
+    One line for a log, encoded (L{JsonlLog.line}), and the phase of its
+    batch it is written in.
+    """
+
+    log: JsonlLog
+    data: bytes
+    phase: int = 0
+
+
+#: Something to do once a step is durable, on the writer's thread (a
+#: session's C{meta.json} rewritten after a rename): its key, and the work.
+#: Of the steps of one batch with the same key, only the last one that was
+#: made durable has its work done (the same file, rewritten once).  A
+#: writer with a clock does it later, once for all the steps of a second.
+After = tuple[Hashable, Callable[[], None]]
+
+
+@define
+class _Step:
+    index: int
+    chain: Chain
+    lines: tuple[Line, ...]
+    done: Deferred[None]
+    after: After | None = None
+    #: Work to do later, once this step is durable (a writer with a clock).
+    later: After | None = None
+    failure: BaseException | None = None
+    #: What the C{after} work raised, under the work's key.
+    afterFailure: tuple[Hashable, Failure] | None = None
+
+    def refused(self) -> bool:
+        """
+        Has this step failed, or is its chain broken at it or before it?
+        """
+        if self.failure is None:
+            chain = self.chain
+            if chain.brokenAt is not None and self.index >= chain.brokenAt:
+                self.failure = chain.failure
+        return self.failure is not None
+
+    def fail(self, error: BaseException) -> None:
+        """
+        This step's lines are not durable: it fails, and breaks its chain.
+        """
+        if self.failure is None:
+            self.failure = error
+        chain = self.chain
+        if chain.brokenAt is None or self.index < chain.brokenAt:
+            chain.brokenAt, chain.failure = self.index, error
+
+
+@define
+class _Close:
+    logs: tuple[JsonlLog, ...]
+    done: Deferred[None]
+
+
+def runBatch(batch: Sequence[_Step | _Close]) -> None:
+    """
+    Make a batch durable, phase by phase: write each step's lines of the
+    phase, in the order the steps came, then sync each log written once.
+    Then the C{after} work of the steps made durable, then the closes.
+    Runs on the writer's thread; it only marks the steps (the reactor
+    thread fires their L{Deferred}s).
+    """
+    steps = [s for s in batch if isinstance(s, _Step)]
+    for phase in _inPhases((step, line) for step in steps for line in step.lines):
+        touched: dict[JsonlLog, list[_Step]] = {}
+        for step, line in phase:
+            if step.refused():
+                continue
+            try:
+                line.log.write(line.data)
+            except (OSError, ValueError) as e:
+                step.fail(e)
+                continue
+            touched.setdefault(line.log, []).append(step)
+        for log, written in touched.items():
+            try:
+                log.sync()
+            except (OSError, ValueError) as e:
+                # Every line written to it since its last sync is in doubt.
+                for step in written:
+                    step.fail(e)
+    last: dict[Hashable, _Step] = {}
+    for step in steps:
+        if not step.refused() and step.after is not None:
+            last[step.after[0]] = step
+    for key, step in last.items():
+        assert step.after is not None
+        try:
+            step.after[1]()
+        except Exception:
+            step.afterFailure = key, Failure()
+    for close in batch:
+        if isinstance(close, _Close):
+            for log in close.logs:
+                try:
+                    log.close()
+                except OSError:
+                    # Nothing is lost: whatever the log held was synced or refused.
+                    pass
+
+
+@define(eq=False)
+class GroupWriter:
+    """
+    The writer of a data directory: steps in, batches out (see the module).
+
+    @ivar runner: how a batch is run (L{threadedRunner}, or L{runAtOnce}).
+    @ivar clock: with one, the work after a step (L{After}) waits
+        C{laterSeconds} and is done once for every step of its key in that
+        time; without, it is done in the step's batch.
+    @ivar batches: how many batches it has run.
+    @ivar steps: how many steps it has taken.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    runner: Runner = runAtOnce
+    clock: IReactorTime | None = None
+    laterSeconds: float = 1.0
+    batches: int = 0
+    steps: int = 0
+    _queue: list[_Step | _Close] = field(factory=list)
+    #: A batch is being run (or its steps answered).
+    _running: bool = False
+    #: L{_pump} is under way further up this thread's stack.
+    _pumping: bool = False
+    _idle: list[Deferred[None]] = field(factory=list)
+    #: Work waiting for its time, by key (the newest of each).
+    _later: dict[Hashable, Callable[[], None]] = field(factory=dict)
+    _timer: IDelayedCall | None = None
+
+    def write(
+        self, chain: Chain, lines: Sequence[Line], after: After | None = None
+    ) -> Deferred[None]:
+        """
+        Make C{lines} durable, after every line handed over before them.
+
+        @param chain: the chain the lines belong to.
+        @param after: work to do once they are durable (see L{After}); its
+            failure is logged, not the step's.
+        @return: fires once the lines are durable; fails with the C{OSError}
+            (or C{ValueError}: a closed log) that kept them from being so,
+            or with the error of a step before them in C{chain}.
+        """
+        self.steps += 1
+        step = _Step(index=self.steps, chain=chain, lines=tuple(lines), done=Deferred())
+        if self.clock is None:
+            step.after = after
+        else:
+            step.later = after
+        self._queue.append(step)
+        self._pump()
+        return step.done
+
+    def forgetLater(self, key: Hashable) -> None:
+        """
+        Drop the work waiting under C{key} (its file is about to move).
+        """
+        self._later.pop(key, None)
+
+    def close(self, *logs: JsonlLog) -> Deferred[None]:
+        """
+        Close C{logs} once every line handed over before is written.
+        """
+        close = _Close(logs=logs, done=Deferred())
+        self._queue.append(close)
+        self._pump()
+        return close.done
+
+    def drain(self) -> Deferred[None]:
+        """
+        Fires once everything handed over is done, the work waiting for its
+        time included (the host is stopping).
+        """
+        if self._later:
+            self._doLater()
+        if not self._running and not self._queue:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._idle.append(waiter)
+        return waiter
+
+    def _pump(self) -> None:
+        if self._pumping:
+            return
+        self._pumping = True
+        try:
+            while not self._running and self._queue:
+                batch, self._queue = self._queue, []
+                self._running = True
+                self.batches += 1
+                try:
+                    ran = self.runner(lambda: runBatch(batch))
+                except BaseException:
+                    self._running = False
+                    raise
+                ran.addBoth(self._ran, batch)
+        finally:
+            self._pumping = False
+        if not self._running and not self._queue:
+            idle, self._idle = self._idle, []
+            for waiter in idle:
+                waiter.callback(None)
+
+    def _ran(self, result: object, batch: list[_Step | _Close]) -> None:
+        """
+        The batch ran: answer its steps, in the order they came, then take
+        the next batch.  Steps handed over meanwhile wait for the next one.
+        """
+        broken = result if isinstance(result, Failure) else None
+        for item in batch:
+            if isinstance(item, _Close):
+                item.done.callback(None)
+            elif broken is not None:
+                # Whatever stopped the batch, none of it is known durable.
+                item.fail(broken.value or RuntimeError("the batch stopped"))
+                item.done.errback(broken)
+            else:
+                if item.afterFailure is not None:
+                    self._logAfter(*item.afterFailure)
+                if item.failure is not None:
+                    item.done.errback(Failure(item.failure))
+                else:
+                    if item.later is not None:
+                        self._keepLater(item.later)
+                    item.done.callback(None)
+        self._running = False
+        self._pump()
+
+    def _keepLater(self, later: After) -> None:
+        assert self.clock is not None
+        key, work = later
+        self._later[key] = work
+        if self._timer is None:
+            self._timer = self.clock.callLater(self.laterSeconds, self._doLater)
+
+    def _doLater(self) -> None:
+        """
+        The work kept for later goes into the next batch, after what is
+        queued already.
+        """
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        later, self._later = self._later, {}
+        for key, work in later.items():
+            self.steps += 1
+            self._queue.append(_Step(index=self.steps, chain=Chain(), lines=(),
+                                     done=Deferred(), after=(key, work)))
+        self._pump()
+
+    def _logAfter(self, key: Hashable, failure: Failure) -> None:
+        if isinstance(failure.value, OSError):
+            self._log.warn("Work after a durable write ({key}) failed: {error}",
+                           key=str(key), error=str(failure.value))
+        else:
+            self._log.failure("Work after a durable write ({key}) failed", failure, key=str(key))
+
+
+def threadedRunner(reactor: IReactorFromThreads, pool: ThreadPool) -> Runner:
+    """
+    A runner that runs each batch in C{pool} (one thread: the writer's).
+    """
+
+    def run(work: Callable[[], None]) -> Deferred[None]:
+        return deferToThreadPool(reactor, pool, work)
+
+    return run
+
+
+def writerFor(reactor: IClientReactor) -> GroupWriter:
+    """
+    The writer of a data directory served with C{reactor}: its batches run
+    on a thread of its own (started with the reactor, stopped after the
+    services at shutdown), the work after a step done once a second at
+    most; on a reactor without threads, everything at once.
+    """
+    threads = IReactorThreads(reactor, None)
+    if threads is None:
+        return GroupWriter()
+    pool = ThreadPool(minthreads=1, maxthreads=1, name="vehicle-writer")
+    reactor.callWhenRunning(pool.start)
+    reactor.addSystemEventTrigger("during", "shutdown", pool.stop)
+    return GroupWriter(runner=threadedRunner(threads, pool), clock=reactor)
