@@ -314,7 +314,11 @@ class JournalTests(SynchronousTestCase):
         reader = _Owner()
         again.owner = reader
         again.restore(events, requests)
-        self.assertEqual(again.history, journal.history)
+        written, _ = journal.eventsAfter(0, 10)
+        self.assertEqual([(e.seq, e.type) for e in written],
+                         [(1, "room.policy"), (2, "run.started")])
+        self.assertEqual(again.eventsAfter(0, 10), (written, False))
+        self.assertEqual((again.cursor, again.runsSoFar()), (2, 7))
         self.assertEqual(again.requests, journal.requests)
         self.assertEqual(reader.derived[0].room.policy, "mute")
 
@@ -327,7 +331,7 @@ class JournalTests(SynchronousTestCase):
         journal.owner = owner
         journal.close()
         journal.emit("mirror.written", {})
-        self.assertEqual((journal.history, owner.seqs), ([], []))
+        self.assertEqual((journal.cursor, journal.eventsAfter(0, 10)[0], owner.seqs), (0, [], []))
 
     def test_refusedWriteReadsBack(self) -> None:
         """

@@ -82,10 +82,13 @@ class LeaseKeeper:
     One session's lease and the timer that retires it when it lapses.
 
     @ivar emit: writes one of the session's durable events (C{lease.expired}).
+    @ivar wake: reads a dormant session's logs back before it writes: they
+        say the same lease, which then lapses.
     """
 
     clock: IReactorTime
     emit: Callable[[str, JSONObject], object]
+    wake: Callable[[], None] = lambda: None
     lease: Lease | None = None
     #: The session is deleted: no timer is armed again.
     stopped: bool = False
@@ -95,12 +98,18 @@ class LeaseKeeper:
         """
         The lease, after retiring it if it has lapsed (C{lease.expired}).
         """
-        if self.lease is not None and self.clock.seconds() >= self.lease.expiresAt:
-            expired = self.lease
+        if not self._lapsed():
+            return self.lease
+        self.wake()  # a dormant session's logs say the lease first
+        expired = self.lease
+        if expired is not None and self._lapsed():
             self.lease = None
             self.cancelTimer()
             self.emit("lease.expired", {**holderOf(expired), "reason": "ttl"})
         return self.lease
+
+    def _lapsed(self) -> bool:
+        return self.lease is not None and self.clock.seconds() >= self.lease.expiresAt
 
     def require(self, caller: Caller) -> None:
         """
