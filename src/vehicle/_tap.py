@@ -130,6 +130,7 @@ def buildHost(
         clock=reactor,
         snapshots=bodies,
         keepaliveSeconds=settings.keepaliveSeconds,
+        stallSeconds=settings.stallSeconds,
         public=public,
     )
     return api, HostService(

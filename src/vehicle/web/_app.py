@@ -47,6 +47,7 @@ from vehicle.session import Caller, Registry, Session, makeCapsule
 from vehicle.web._frames import encodedFrame, frame, parseBody, validate
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import (
+    STALL_SECONDS,
     EventStream,
     Fanout,
     longPoll,
@@ -114,7 +115,7 @@ class VehicleAPI:
     public: Public | None = None
     streams: set[EventStream] = field(factory=set)
     #: How long a stream whose client reads nothing is kept before it is cut.
-    stallSeconds: float = 60.0
+    stallSeconds: float = STALL_SECONDS
     #: Each watched session's fan-out (its SSE streams), by session id.
     fanouts: dict[str, Fanout] = field(factory=dict)
     #: The C{requestId} of each request whose body said one, for its frames.
