@@ -18,7 +18,7 @@ from typing import Any
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.session import Registry
-from vehicle.session import _journal
+from vehicle.session import _journal, _registry
 from vehicle.session._digest import DIGEST_FILE, VERSION, currentDigest, readDigest
 from vehicle.session._registry import DORMANT_AFTER_SECONDS, SWEEP_SECONDS
 
@@ -247,21 +247,39 @@ class DormantRestartTests(SynchronousTestCase):
 
     def test_leaseLapsesWhileDormant(self) -> None:
         """
-        A dormant session's lease lapses as an awake one's would: once, in
-        its log, and the list shows no lease.
+        A dormant session's lapsed lease is no longer shown, and is written
+        once in its log (the session woken in its turn for it, then dormant
+        again), as an awake one's would be.
         """
-        sid = self.sids[0]
-        self.host.ok("POST", f"/sessions/{sid}/claim", {"requestId": "short", "ttlMs": 5000})
+        for sid in self.sids:
+            self.host.ok("POST", f"/sessions/{sid}/claim", {"requestId": "short", "ttlMs": 5000})
         self.host.h.restart()
-        self.assertFalse(self.host.h.api.registry.sessions[sid].awake)
+        registry = self.host.h.api.registry
         self.host.h.clock.advance(6)
-        self.host.h.clock.advance(0)
-        events = self.host.ok("GET", f"/sessions/{sid}/events?since=0")["value"]["events"]
-        self.assertEqual([e["type"] for e in events].count("lease.expired"), 1)
-        self.assertEqual(events[-1]["type"], "lease.expired")
-        [summary] = [s for s in self.host.ok("GET", "/sessions")["value"]["sessions"]
-                     if s["sessionId"] == sid]
-        self.assertIsNone(summary["lease"])
+        for sid in self.sids:
+            events = self.host.ok("GET", f"/sessions/{sid}/events?since=0")["value"]["events"]
+            self.assertEqual([e["type"] for e in events].count("lease.expired"), 1)
+            self.assertEqual(events[-1]["type"], "lease.expired")
+            self.assertFalse(registry.sessions[sid].awake)
+        self.assertEqual([s["lease"] for s in self.host.ok("GET", "/sessions")["value"]["sessions"]],
+                         [None] * 3)
+        self.host.h.restart()
+        self.host.h.clock.advance(60)
+        for sid in self.sids:
+            events = self.host.ok("GET", f"/sessions/{sid}/events?since=0")["value"]["events"]
+            self.assertEqual([e["type"] for e in events].count("lease.expired"), 1)
+
+    def test_fewAwake(self) -> None:
+        """
+        Past the most sessions awake at once, the least recently woken go
+        dormant (their logs closed).
+        """
+        self.patch(_registry, "MAX_AWAKE", 2)
+        self.host.h.restart()
+        registry = self.host.h.api.registry
+        for sid in self.sids:
+            self.host.ok("GET", f"/sessions/{sid}")
+        self.assertEqual([registry.sessions[sid].awake for sid in self.sids], [False, True, True])
 
     def test_openCommandsReadBack(self) -> None:
         """
@@ -291,6 +309,28 @@ class DormantRestartTests(SynchronousTestCase):
             self.host.h.clock.advance(SWEEP_SECONDS)
         self.assertEqual((quiet.awake, busy.awake), (False, True))
         self.assertIsNotNone(currentDigest(quiet.directory))
+
+
+    def test_digestKeptUpWhileAwake(self) -> None:
+        """
+        An awake session's digest is brought up to date at the next sweep
+        (when no command is under way): a host that dies after it reads no
+        log of that session at start.
+        """
+        self.host.h.restart()
+        sid = self.sids[0]
+        self.host.ok("PATCH", f"/sessions/{sid}", {"title": "awake"})
+        session = self.host.h.api.registry.sessions[sid]
+        self.assertIsNone(currentDigest(session.directory))
+        self.host.h.clock.advance(SWEEP_SECONDS)
+        self.assertTrue(session.awake)
+        self.assertIsNotNone(currentDigest(session.directory))
+        truth = self.host.seen([sid])
+        opened = self.countOpens()
+        self.host.kill()
+        self.host.h = Harness(self, self.host.h.root)
+        self.assertEqual(opened, [])
+        self.assertEqual(self.host.seen([sid]), truth)
 
 
 class StaleDigestTests(SynchronousTestCase):

@@ -90,6 +90,11 @@ class JournalOwner(Protocol):
         (what the logs say again when it wakes).
         """
 
+    def woke(self) -> None:
+        """
+        The journal woke (its logs read back, L{restored} told).
+        """
+
 
 @define(eq=False)
 class Journal:
@@ -417,6 +422,8 @@ class Journal:
         except BaseException:
             self._closeLogs()
             raise
+        if self.owner is not None:
+            self.owner.woke()
 
     def sleep(self) -> None:
         """

@@ -82,13 +82,15 @@ class LeaseKeeper:
     One session's lease and the timer that retires it when it lapses.
 
     @ivar emit: writes one of the session's durable events (C{lease.expired}).
-    @ivar wake: reads a dormant session's logs back before it writes: they
-        say the same lease, which then lapses.
+    @ivar dormant: is the session dormant?  Then a lapsed lease is no
+        longer current, and its C{lease.expired} waits for its turn
+        (C{due}: the session is woken to write it, a few at a time).
     """
 
     clock: IReactorTime
     emit: Callable[[str, JSONObject], object]
-    wake: Callable[[], None] = lambda: None
+    dormant: Callable[[], bool] = lambda: False
+    due: Callable[[], None] = lambda: None
     lease: Lease | None = None
     #: The session is deleted: no timer is armed again.
     stopped: bool = False
@@ -98,15 +100,16 @@ class LeaseKeeper:
         """
         The lease, after retiring it if it has lapsed (C{lease.expired}).
         """
-        if not self._lapsed():
-            return self.lease
-        self.wake()  # a dormant session's logs say the lease first
         expired = self.lease
-        if expired is not None and self._lapsed():
-            self.lease = None
-            self.cancelTimer()
-            self.emit("lease.expired", {**holderOf(expired), "reason": "ttl"})
-        return self.lease
+        if expired is None or not self._lapsed():
+            return expired
+        if self.dormant():
+            self.due()
+            return None
+        self.lease = None
+        self.cancelTimer()
+        self.emit("lease.expired", {**holderOf(expired), "reason": "ttl"})
+        return None
 
     def _lapsed(self) -> bool:
         return self.lease is not None and self.clock.seconds() >= self.lease.expiresAt

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from attrs import define, field
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
 from vehicle.protocol import JSON, CommandStatus, JSONObject, RequestRecord, SessionDeleted, fromJSON, objectOf, textOf
-from vehicle.session._digest import Origin, currentDigest
+from vehicle.session._digest import Digest, Origin, currentDigest, writeDigest
 from vehicle.session._lineage import finishBranch
 from vehicle.session._maker import Maker
 from vehicle.session._observers import Observers
@@ -56,6 +56,9 @@ NOT_FOUND_MESSAGE = "no such session"
 #: no wake) before it goes dormant; how often the registry looks.
 DORMANT_AFTER_SECONDS = 600.0
 SWEEP_SECONDS = 60.0
+#: How many sessions may be awake at once (each holds its two logs open)
+#: before the least recently woken that may sleep are made dormant.
+MAX_AWAKE = 256
 
 
 def notFound() -> VehicleError:
@@ -96,6 +99,11 @@ class Registry:
     observers: Observers = field(factory=Observers)
     maker: Maker = field(init=False)
     _sweeper: LoopingCall | None = field(default=None, init=False)
+    #: The sessions awake, the most recently woken last.
+    _awake: dict[str, Session] = field(factory=dict, init=False)
+    #: Dormant sessions with something to write (a lapsed lease), in turn.
+    _due: dict[str, Session] = field(factory=dict, init=False)
+    _writing: IDelayedCall | None = field(default=None, init=False)
 
     @maker.default
     def _newMaker(self) -> Maker:
@@ -186,7 +194,56 @@ class Registry:
     def _adopt(self, session: Session) -> None:
         self.sessions[session.sessionId] = session
         session.followers = self.observers
+        session.home = self
+        if session.awake:
+            self.woke(session)
         self.observers.created(session)
+
+    # -- awake and dormant ------------------------------------------------------
+
+    def woke(self, session: Session) -> None:
+        """
+        A session woke: past L{MAX_AWAKE} awake, the least recently woken
+        that may sleep go dormant.
+        """
+        self._awake.pop(session.sessionId, None)
+        self._awake[session.sessionId] = session
+        if len(self._awake) <= MAX_AWAKE:
+            return
+        for other in list(self._awake.values()):
+            if len(self._awake) <= MAX_AWAKE:
+                break
+            if other is not session and (other.closed or not other.awake or other.sleep()):
+                del self._awake[other.sessionId]
+
+    def due(self, session: Session) -> None:
+        """
+        A dormant session has something to write (its lease lapsed): it is
+        woken for it in its turn, one a turn of the reactor, and goes
+        dormant again.
+        """
+        self._due[session.sessionId] = session
+        if self._writing is None:
+            self._writing = self.clock.callLater(0, self._writeDue)
+
+    def _writeDue(self) -> None:
+        self._writing = None
+        if not self._due:
+            return
+        sessionId = next(iter(self._due))
+        session = self._due.pop(sessionId)
+        if self._due:
+            self._writing = self.clock.callLater(0, self._writeDue)
+        if self.sessions.get(sessionId) is not session or session.closed or session.awake:
+            return
+        try:
+            session.wake()
+            session.currentLease()
+        except Exception as e:  # noqa: BLE001 - one session's disk never stops the others
+            self._log.error("Session {sessionId}: its lapsed lease could not be written "
+                            "({error}); it is at its next wake", sessionId=sessionId,
+                            error=str(e))
+        session.sleep()
 
     def delete(self, caller: Caller, session: Session) -> SessionDeleted:
         """
@@ -273,15 +330,22 @@ class Registry:
     def sleepIdle(self) -> int:
         """
         Let the sessions nothing happened in for L{DORMANT_AFTER_SECONDS}
-        go dormant.
+        go dormant; the others awake have their digest brought up to date
+        (L{Session.refreshDigest}).
 
-        @return: how many did.
+        @return: how many went dormant.
         """
         quiet = self.clock.seconds() - DORMANT_AFTER_SECONDS
-        return sum(
-            1 for session in list(self.sessions.values())
-            if session.awake and session.activeAt <= quiet and session.sleep()
-        )
+        slept = 0
+        for session in list(self._awake.values()):
+            if not session.awake or session.closed:
+                del self._awake[session.sessionId]
+            elif session.activeAt <= quiet and session.sleep():
+                del self._awake[session.sessionId]
+                slept += 1
+            else:
+                session.refreshDigest()
+        return slept
 
     def _finishBranch(self, branch: Session, origin: Origin) -> None:
         """
@@ -322,17 +386,42 @@ class Registry:
         metaJSON = objectOf(readJson(directory / "meta.json"))
         meta = metaOf(metaJSON)
         title = textOf(metaJSON.get("title"))
-        digest = currentDigest(directory)
-        if digest is not None and not digest.openCommands:
-            session = Session.dormant(meta, directory, self.clock, title, digest)
+        found: Digest | Session | None = currentDigest(directory)
+        if found is None or found.openCommands:
+            found = self._derive(meta, directory, title)
+        if isinstance(found, Session):
+            session = found
         else:
-            session = self._readBack(meta, directory, title)
+            session = Session.dormant(meta, directory, self.clock, title, found)
         self._remember(session)
         if session.title != title and session.deletedAs is None:
             # meta.json follows the log: put right what a cut rename left.
             session.writeMeta()
             self._log.info("Start: rewrote the title in {sessionId}'s meta.json", sessionId=sessionId)
         return session
+
+    def _derive(self, meta: SessionMeta, directory: Path, title: str | None) -> Digest | Session:
+        """
+        A session's digest derived from its logs read back whole (what a
+        cut request owed finished first), written, and the logs closed
+        again: the dormant session is then made from the digest, so what
+        the read back needed is let go at once.  A session with commands
+        open is kept as read back, awake (its commands are reported
+        interrupted; it goes dormant after).
+        """
+        session = self._readBack(meta, directory, title)
+        if not session.canSleep():
+            return session
+        try:
+            digest = session.digest()
+            writeDigest(directory, digest)
+        except OSError as e:
+            self._log.warn("Start: the digest of {sessionId} could not be written ({error}); "
+                           "it is derived again at the next start",
+                           sessionId=meta.sessionId, error=str(e))
+            return session
+        session.close()
+        return digest
 
     def _readBack(self, meta: SessionMeta, directory: Path, title: str | None) -> Session:
         """
@@ -354,6 +443,9 @@ class Registry:
         """
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
+        if self._writing is not None and self._writing.active():
+            self._writing.cancel()
+        self._writing = None
         self.sleepAll()
         for session in self.sessions.values():
             session.close()

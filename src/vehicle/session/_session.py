@@ -59,7 +59,7 @@ from vehicle.protocol import (
 )
 from vehicle.session._chimes import Chimes
 from vehicle.session._command import CommandBook, adoptedPreview, commandOf
-from vehicle.session._digest import Digest, Origin, marksOf, writeDigest
+from vehicle.session._digest import Digest, LogMark, Origin, marksOf, writeDigest
 from vehicle.session._eventlog import Entry
 from vehicle.session._interfaces import IConductor, RunSettled
 from vehicle.session._journal import Journal
@@ -109,10 +109,28 @@ class Followers(Protocol):
     def settled(self, session: Session, run: RunSettled) -> None: ...
 
 
+class Home(Protocol):
+    """
+    Where a session is served from (its registry): told when it woke, and
+    when, dormant, it has something to write (its lease lapsed).
+    """
+
+    def woke(self, session: Session) -> None: ...
+
+    def due(self, session: Session) -> None: ...
+
+
 class Nobody:
     """
-    Followers of a session nobody follows (yet).
+    Followers of a session nobody follows (yet), and its home before it is
+    served: a dormant session's lapsed lease is written when it next wakes.
     """
+
+    def woke(self, session: Session) -> None:
+        pass
+
+    def due(self, session: Session) -> None:
+        pass
 
     def renamed(self, session: Session) -> None:
         pass
@@ -145,10 +163,14 @@ class Session:
     delegatedToken: str | None = field(default=None, repr=False)
     #: Who follows this session's life (its registry's observers).
     followers: Followers = field(factory=Nobody)
+    #: Where it is served from (its registry).
+    home: Home = field(factory=Nobody, repr=False)
     #: The request that made it (a create, a branch), in brief.
     origin: Origin | None = None
     #: Its summary as the list last showed it: (what it showed, its bytes).
     _listed: tuple[tuple[object, ...], bytes] | None = field(default=None, repr=False)
+    #: The logs its last digest written (or read) names.
+    _digested: tuple[LogMark, LogMark] | None = field(default=None, repr=False)
     _room: Room = field(factory=Room)
     _leases: LeaseKeeper = field(init=False)
     _book: CommandBook = field(init=False)
@@ -159,7 +181,8 @@ class Session:
 
     @_leases.default
     def _newLeaseKeeper(self) -> LeaseKeeper:
-        return LeaseKeeper(clock=self.clock, emit=self.emit, wake=self.wake)
+        return LeaseKeeper(clock=self.clock, emit=self.emit,
+                           dormant=lambda: not self.awake, due=lambda: self.home.due(self))
 
     @_book.default
     def _newCommandBook(self) -> CommandBook:
@@ -211,6 +234,7 @@ class Session:
         session._room.policy = digest.roomPolicy
         session._leases.lease = digest.lease
         session._leases.armTimer()
+        session._digested = (digest.events, digest.commands)
         return session
 
     # -- what it is -----------------------------------------------------------
@@ -398,20 +422,26 @@ class Session:
         """
         self._journal.wake()
 
-    def canSleep(self) -> bool:
+    def digestible(self) -> bool:
         """
-        May it go dormant now: awake, served, its logs whole, no body and
-        no command under way?
+        May its digest be written now: awake, served, its logs whole, no
+        command under way (a digest naming open commands would only send
+        the next start to the logs)?
         """
         return (
             self._journal.awake
             and not self.closed
             and not self.deleted
             and not self._journal.failed
-            and self.bodyState() == "dormant"
-            and not self.running()
             and not self._book.open()
         )
+
+    def canSleep(self) -> bool:
+        """
+        May it go dormant now: its digest may be written, and it has no
+        body?
+        """
+        return self.digestible() and self.bodyState() == "dormant" and not self.running()
 
     def digest(self) -> Digest:
         """
@@ -438,15 +468,35 @@ class Session:
 
         @return: whether it sleeps now.
         """
-        if not self.canSleep():
-            return False
-        try:
-            writeDigest(self.directory, self.digest())
-        except OSError as e:
-            self._log.warn("Session {sessionId} stays awake: its digest could not be "
-                           "written ({error})", sessionId=self.sessionId, error=str(e))
+        if not (self.canSleep() and self._keepDigest()):
             return False
         self._journal.sleep()
+        return True
+
+    def refreshDigest(self) -> bool:
+        """
+        Write its digest when its logs moved on since the last one and it
+        may (L{digestible}), staying awake: after a host dies, only what
+        was written since is read back from the logs at start.
+
+        @return: whether its digest names its logs now.
+        """
+        return self.digestible() and self._keepDigest()
+
+    def _keepDigest(self) -> bool:
+        """
+        Write the digest unless the last one written names the logs as they
+        are.
+        """
+        try:
+            digest = self.digest()
+            if (digest.events, digest.commands) != self._digested:
+                writeDigest(self.directory, digest)
+        except OSError as e:
+            self._log.warn("Session {sessionId}: its digest could not be written ({error}); "
+                           "the next start reads its logs", sessionId=self.sessionId, error=str(e))
+            return False
+        self._digested = (digest.events, digest.commands)
         return True
 
     def asleep(self) -> None:
@@ -667,6 +717,9 @@ class Session:
         Take up what the logs read back say (L{Journal.restore}).
         """
         self._journal.restore(events, requests)
+
+    def woke(self) -> None:
+        self.home.woke(self)
 
     def restored(self, derived: Derived) -> None:
         """
