@@ -162,6 +162,7 @@ def buildHost(
         clock=reactor,
         snapshots=bodies,
         keepaliveSeconds=settings.keepaliveSeconds,
+        stallSeconds=settings.stallSeconds,
         public=public,
         metrics=metrics,
     )

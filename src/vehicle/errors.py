@@ -152,12 +152,13 @@ def answerFrame(response: Answering, status: int, value: Any) -> bytes:
     Make C{response} answer C{value} as a frame: C{status}, JSON, never
     cached.
 
+    @param value: the frame, or its bytes already L{encode}d.
     @return: the body to write (L{encode}d C{value}).
     """
     response.setResponseCode(status)
     response.setHeader(b"content-type", b"application/json")
     response.setHeader(b"cache-control", b"no-store")
-    return encode(value)
+    return value if isinstance(value, bytes) else encode(value)
 
 
 def answerError(response: Answering, error: VehicleError, requestId: str | None = None) -> bytes:

@@ -170,6 +170,8 @@ class Settings:
     agentUnisolated: bool = False
     mcpUrl: str | None = None
     keepaliveSeconds: float = 15.0
+    #: How long an event stream whose client reads nothing is kept.
+    stallSeconds: float = 60.0
     headerTimeoutSeconds: float = 10.0
     #: Folders no agent box may see, beyond the home folder and the data
     #: dir (gardend's profile, when the host can tell where it is).
@@ -240,6 +242,7 @@ class Settings:
             agentUnisolated=_flag(env, "VEHICLE_AGENT_UNISOLATED"),
             mcpUrl=env.get("MNEMOSYNE_MCP_URL") or None,
             keepaliveSeconds=_float(env, "VEHICLE_SSE_KEEPALIVE_SECONDS", 15.0),
+            stallSeconds=_float(env, "VEHICLE_SSE_STALL_SECONDS", 60.0, positive=True),
             headerTimeoutSeconds=_float(env, "VEHICLE_HEADER_TIMEOUT_SECONDS", 10.0),
             boxHidden=_hiddenFolders(env, Path(dataDir).absolute()),
             public=PublicSettings.fromEnvironment(env),

@@ -65,3 +65,39 @@ class WriteBenchmarkTests(SynchronousTestCase):
             self.assertGreater(figures["calls"]["trust"], 0)
             self.assertNotIn("trust", figures["floorCalls"])
         self.assertGreater(out["command"]["calls"]["the record"], 0)
+
+
+class FleetTests(SynchronousTestCase):
+    """
+    L{benchmarks._fleet}: the sessions the restart, fan-out and memory
+    benchmarks are measured on are sessions the host serves.
+    """
+
+    def test_fleet(self) -> None:
+        """
+        A fleet's sessions load, each with the template's events under its
+        own id, and list.
+        """
+        from pathlib import Path
+
+        from twisted.internet.task import Clock
+
+        from benchmarks._fleet import fleet
+        from vehicle.session import Caller, Registry
+        from vehicle.store import DataDir
+
+        root = Path(self.mktemp()) / "data"
+        root.parent.mkdir()
+        sids = fleet(root, 3, 40)
+        clock = Clock()
+        clock.advance(1_900_000_000)
+        registry = Registry(dataDir=DataDir(root), clock=clock)
+        registry.loadAll()
+        self.addCleanup(registry.close)
+        self.assertEqual(sorted(registry.sessions), sorted(sids))
+        for sid in sids:
+            events, _ = registry.sessions[sid].feed.after(0, limit=100)
+            self.assertGreaterEqual(len(events), 40)
+            self.assertEqual({e.sessionId for e in events}, {sid})
+        caller = Caller(principal="bench", clientId="bench", role="owner", graphId="bench")
+        self.assertEqual(len(registry.listFor(caller)), 3)

@@ -636,7 +636,7 @@ class RebuildEqualsLiveTests(SynchronousTestCase):
                                      disposition="started", error="the model failed",
                                      reason="model_error")
             live = h.api.registry.sessions[sid]
-            fresh, _ = Registry(dataDir=h.api.registry.dataDir, clock=h.clock)._load(sid)
+            fresh = Registry(dataDir=h.api.registry.dataDir, clock=h.clock)._load(sid)
             try:
                 self.assertEqual(fresh.durableState(), live.durableState(), sequence)
             finally:

@@ -319,7 +319,11 @@ class JournalTests(SynchronousTestCase):
         reader = _Owner()
         again.owner = reader
         again.restore(events, requests)
-        self.assertEqual(again.history, journal.history)
+        written, _ = journal.eventsAfter(0, 10)
+        self.assertEqual([(e.seq, e.type) for e in written],
+                         [(1, "room.policy"), (2, "run.started")])
+        self.assertEqual(again.eventsAfter(0, 10), (written, False))
+        self.assertEqual((again.cursor, again.runsSoFar()), (2, 7))
         self.assertEqual(again.requests, journal.requests)
         self.assertEqual(reader.derived[0].room.policy, "mute")
 
@@ -332,7 +336,7 @@ class JournalTests(SynchronousTestCase):
         journal.owner = owner
         journal.close()
         journal.emit("mirror.written", {})
-        self.assertEqual((journal.history, owner.seqs), ([], []))
+        self.assertEqual((journal.cursor, journal.eventsAfter(0, 10)[0], owner.seqs), (0, [], []))
 
     def test_refusedWriteReadsBack(self) -> None:
         """
@@ -353,5 +357,5 @@ class JournalTests(SynchronousTestCase):
         )
         self.assertEqual(error.code, "storage_unavailable")
         self.assertEqual((owner.forgot, len(owner.derived)), (1, 1))
-        self.assertEqual((journal.requests, journal.history, owner.seqs), ({}, [], []))
+        self.assertEqual((journal.requests, journal.cursor, owner.seqs), ({}, 0, []))
         self.flushLoggedErrors()

@@ -11,12 +11,17 @@ import json
 from typing import Any
 
 from treq import collect
+from twisted.internet.address import IPv4Address
 from twisted.trial.unittest import SynchronousTestCase
 
+from vehicle.errors import encode
+from vehicle.protocol import Event, RenameRequest, WatchCompleted, fromRequest, toJSON
 from vehicle.session import Caller
+from vehicle.web import VehicleSite, frame
+from vehicle.web import _watch
 
 from tests.support.harness import Harness
-from tests.support.rawhttp import RawConnection
+from tests.support.rawhttp import HalfClosingTransport, RawConnection
 from tests.support.schemas import assertValidEvent, assertValidFrame
 
 
@@ -300,3 +305,162 @@ class SlowClientTests(StreamTestCase):
         self.assertEqual(self.session.feed.watching(), 0)
         self.renew(2)
         self.h.clock.advance(60)
+
+
+class FullTransport(HalfClosingTransport):
+    """
+    A client that reads nothing: once C{limit} bytes wait unread, the
+    transport pauses its producer, as a socket's full buffer would.
+    """
+
+    limit = 16 * 1024
+    paused = False
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if len(self.value()) > self.limit and self.producer is not None and not self.paused:
+            self.paused = True
+            self.producer.pauseProducing()
+
+    def writeSequence(self, data: Any) -> None:
+        self.write(b"".join(data))
+
+
+class Reader(RawConnection):
+    """
+    A raw connection over a L{FullTransport}.
+    """
+
+    def __init__(self, harness: Harness) -> None:
+        self.site = VehicleSite(harness.api.resource(), harness.clock)
+        self.protocol = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        self.transport = FullTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 40000))
+        self.protocol.makeConnection(self.transport)
+
+
+class FanoutTests(StreamTestCase):
+    """
+    One session's watchers share its events: each encoded once, the same
+    bytes to every stream; many streams are served a slice at a time; a
+    stream whose client reads nothing costs bounded memory and is cut, and
+    resumes without a gap.
+    """
+
+    def counting(self, name: str) -> list[Event]:
+        calls: list[Event] = []
+        real = getattr(_watch, name)
+
+        def encoder(event: Event) -> bytes:
+            calls.append(event)
+            return real(event)
+
+        self.patch(_watch, name, encoder)
+        return calls
+
+    def test_encodedOnce(self) -> None:
+        """
+        However many streams watch, each event (durable or ephemeral, live
+        or replayed from the log) is encoded once, and every stream gets
+        the same bytes.
+        """
+        calls = self.counting("sseEncode")
+        early = [Stream(self, self.sid) for _ in range(12)]
+        self.renew(3)
+        self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "Hel"})
+        self.assertEqual(len(calls), 2 + 3 + 1)
+        late = [Stream(self, self.sid) for _ in range(12)]
+        self.assertEqual(len(calls), 6)
+        self.renew(1)
+        self.assertEqual(len(calls), 7)
+        bodies = {stream.raw for stream in early}
+        self.assertEqual(len(bodies), 1)
+        self.assertEqual([m["event"] for m in early[0].read()[0]].count("message.delta"), 1)
+        self.assertEqual({tuple(stream.ids()) for stream in late + early}, {(1, 2, 3, 4, 5, 6)})
+
+    def test_longPollEncodedOnce(self) -> None:
+        """
+        Long-polls of the same events encode each once, and answer the
+        frame the protocol's values make, byte for byte.
+        """
+        calls = self.counting("eventJSON")
+        self.renew(2)
+        self.session.rename(self.alice, fromRequest({"title": "Ünïcode\n\u2028 title"},
+                                                      RenameRequest))
+        answers = []
+        for _ in range(5):
+            d = self.h.request("GET", f"/sessions/{self.sid}/events?since=1")
+            self.h.stub.flush()
+            answers.append(self.successResultOf(self.successResultOf(d).content()))
+        self.assertEqual(len(calls), 4)
+        self.assertEqual(len(set(answers)), 1)
+        events, _ = self.session.feed.after(1)
+        expected = encode(frame("watch.completed", None, toJSON(
+            WatchCompleted(events=tuple(events), cursor=5, more=False))))
+        self.assertEqual(answers[0], expected)
+
+    def test_slices(self) -> None:
+        """
+        Many streams are served a slice at a time, the reactor free between
+        slices; what comes meanwhile reaches every stream after, in order.
+        """
+        self.patch(_watch, "SLICE", 2)
+        streams = [Stream(self, self.sid) for _ in range(5)]
+        self.renew(1)
+        self.assertEqual([s.ids()[-1] for s in streams], [3, 3, 2, 2, 2])
+        self.assertEqual([c.getTime() for c in self.h.clock.getDelayedCalls()
+                          if c.func == self.h.api.fanouts[self.sid]._serve], [self.h.clock.seconds()])
+        self.renew(2)
+        self.assertEqual([s.ids()[-1] for s in streams], [3, 3, 2, 2, 2])
+        self.h.clock.advance(0)
+        self.assertEqual({tuple(s.ids()) for s in streams}, {(1, 2, 3, 4, 5)})
+
+    def test_nonReaderBoundedThenCut(self) -> None:
+        """
+        A client that reads nothing holds at most its buffer and one write
+        more, however many events come; past the stall time it is cut, its
+        stream and its fan-out let go; it reconnects with its last id and
+        misses nothing.
+        """
+        reader = Reader(self.h)
+        reader.send(reader.head("GET", f"/sessions/{self.sid}/events?since=0",
+                                extra={"accept": "text/event-stream"}))
+        self.renew(200)
+        held = len(reader.output())
+        self.renew(800)
+        self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "x" * 1000})
+        self.assertTrue(reader.transport.paused)
+        self.assertEqual(len(reader.output()), held)
+        self.assertLessEqual(held, FullTransport.limit + _watch.MAX_WRITE)
+        self.h.clock.advance(self.h.api.stallSeconds - 1)
+        self.assertFalse(reader.cut)
+        self.h.clock.advance(1)
+        self.assertTrue(reader.cut)
+        self.assertEqual((self.h.api.streams, self.h.api.fanouts), (set(), {}))
+        self.assertEqual(self.session.feed.watching(), 0)
+        got = [int(line[4:]) for line in reader.body().decode().split("\n")
+               if line.startswith("id: ")]
+        last = got[-1]
+        self.assertEqual(got, list(range(1, last + 1)))
+        again = Stream(self, self.sid, lastEventId=str(last))
+        self.h.clock.advance(0)  # the catch-up goes a page a turn
+        self.renew(1)
+        self.assertEqual(got + again.ids(), list(range(1, self.session.cursor + 1)))
+        self.assertGreater(self.session.cursor, 1000)
+
+    def test_slowReaderNotCut(self) -> None:
+        """
+        A client that reads, however slowly, is never cut: each resume
+        starts the stall time again.
+        """
+        reader = Reader(self.h)
+        reader.send(reader.head("GET", f"/sessions/{self.sid}/events?since=0",
+                                extra={"accept": "text/event-stream"}))
+        for _ in range(3):
+            self.renew(300)
+            self.assertTrue(reader.transport.paused)
+            self.h.clock.advance(self.h.api.stallSeconds - 1)
+            reader.transport.clear()
+            reader.transport.paused = False
+            reader.transport.producer.resumeProducing()
+        self.assertFalse(reader.cut)
+        self.assertEqual(len(self.h.api.streams), 1)

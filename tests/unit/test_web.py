@@ -1056,6 +1056,36 @@ class ListingTests(RouteTestCase):
         self.assertEqual([s["sessionId"] for s in sessions], [a, b])
         self.assertEqual(sessions[0]["preview"], "first thing said")
 
+    def test_theFrameByteForByte(self) -> None:
+        """
+        The list's bytes are the frame the summaries make (each summary
+        encoded again only when it changed): after a change, and from
+        dormant sessions after a restart.
+        """
+        from vehicle.errors import encode
+        from vehicle.protocol import SessionList, toJSON
+        from vehicle.session import Caller
+        from vehicle.web import frame
+
+        alice = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
+        a = self.create("a", title="Ünï\u2028", **TAB1)
+        self.create("b", **TAB1)
+
+        def check() -> None:
+            d = self.h.request("GET", "/sessions", **TAB1)
+            self.h.stub.flush()
+            raw = self.successResultOf(self.successResultOf(d).content())
+            summaries = tuple(s.summary() for s in self.h.api.registry.listFor(alice))
+            self.assertEqual(raw, encode(frame("session.list", None,
+                                               toJSON(SessionList(sessions=summaries)))))
+
+        check()
+        self.ok("PATCH", f"/sessions/{a}", {"title": "renamed"}, **TAB1)
+        self.h.clock.advance(1)
+        check()
+        self.h.restart()
+        check()
+
     def test_onlyTheCallers(self) -> None:
         """
         Each principal lists only its own sessions on the bound graph.

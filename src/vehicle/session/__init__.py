@@ -6,6 +6,7 @@ and who follows sessions' lives (L{Observers}).
 """
 
 from vehicle.session._capsule import makeCapsule
+from vehicle.session._eventlog import Entry
 from vehicle.session._interfaces import IConductor, RunSettled
 from vehicle.session._maker import FolderMaker, Maker, movedFolders
 from vehicle.session._observers import Observers, SessionObserver
@@ -34,6 +35,7 @@ __all__ = [
     "WATCH_LIMIT",
     "Caller",
     "CallerKind",
+    "Entry",
     "Feed",
     "FolderMaker",
     "FolderRecord",

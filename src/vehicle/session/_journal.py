@@ -1,12 +1,12 @@
-# -*- test-case-name: tests.unit.test_crash,tests.unit.test_session_parts -*-
+# -*- test-case-name: tests.unit.test_crash,tests.unit.test_session_parts,tests.unit.test_digest -*-
 """
 A session's journal: its two logs as written and as read back.  The events
-(C{events.jsonl}, numbered from 1, all kept in memory for the watchers) and
-the requests it answered (C{commands.jsonl}, remembered by id so that a
-retry replays).  The journal writes a request's one durable step
-(L{Journal.commit}) and, when the disk refuses a write, reads both logs back
-and hands what they say to the session (L{JournalOwner}): memory never
-claims more than the disk holds.
+(C{events.jsonl}, numbered from 1, read back from the log when a reader
+asks: L{vehicle.session._eventlog}) and the requests it answered
+(C{commands.jsonl}, remembered by id so that a retry replays).  The journal
+writes a request's one durable step (L{Journal.commit}) and, when the disk
+refuses a write, reads both logs back and hands what they say to the
+session (L{JournalOwner}): memory never claims more than the disk holds.
 
 A served session's lines go through its data directory's writer (group
 commit, L{vehicle.store.GroupWriter}): the journal numbers and encodes
@@ -14,10 +14,17 @@ them on the reactor thread, in order, and the writer makes them durable
 off it, many requests to one sync.  A request is answered, an event told
 to those who follow the session, only once durable.  While a session's
 folder is built aside (a create, a branch) its lines are written in place.
+
+A journal is awake (its logs open, its requests remembered) or dormant:
+then it knows only what its digest says (L{vehicle.session._digest}: the
+cursor, the newest event's time, the highest run) and holds no file open.
+Whatever needs more wakes it first (L{Journal.wake}): the logs are read
+back, as at start.  It goes dormant only with nothing on its way to disk.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import ClassVar, Protocol
 
@@ -37,17 +44,19 @@ from vehicle.protocol import (
     JSONObject,
     RecordKind,
     RequestRecord,
-    textOf,
     toObject,
 )
+from vehicle.session._digest import Digest, logsOf
+from vehicle.session._eventlog import Entry, EventFile, Pages
 from vehicle.session._requests import (
     Remembered,
     openLogs,
+    recordOf,
     replayed,
     requestRecord,
     storageError,
 )
-from vehicle.session._restore import Derived, derive, owedEvents
+from vehicle.session._restore import Derived, deletedAs, derive, owedEvents, runNumber
 from vehicle.session._values import Caller, isoTimestamp, parseTimestamp
 from vehicle.store import After, Chain, GroupWriter, JsonlLog, Line, raiseAtOnce, writeAtOnce
 
@@ -81,6 +90,17 @@ class JournalOwner(Protocol):
         The logs were read back: take every piece of state they say.
         """
 
+    def asleep(self) -> None:
+        """
+        The journal went dormant: drop what only an awake session keeps
+        (what the logs say again when it wakes).
+        """
+
+    def woke(self) -> None:
+        """
+        The journal woke (its logs read back, L{restored} told).
+        """
+
 
 @define(eq=False)
 class Journal:
@@ -95,18 +115,30 @@ class Journal:
     sessionId: str
     directory: Path
     clock: IReactorTime
-    _events: JsonlLog
-    _records: JsonlLog
+    #: The two logs, open while the journal is awake; L{None} while dormant.
+    _events: JsonlLog | None
+    _records: JsonlLog | None
     #: The title C{meta.json} held when the session was opened: the title
     #: unless the log renamed it since.
     baseTitle: str | None = None
     owner: JournalOwner | None = field(default=None, repr=False)
-    #: Every durable event, in order (C{seq} is its place, from 1).
-    history: list[Event] = field(factory=list)
-    #: requestId -> (fingerprint, answer) of the requests answered.
+    #: requestId -> (fingerprint, answer) of the requests answered (awake only).
     requests: dict[str, Remembered] = field(factory=dict)
     #: It takes no more lines (closed, or its last event is being written).
     closed: bool = False
+    #: The newest durable event's seq (0 before the first).
+    cursor: int = 0
+    #: When the newest event was written (its timestamp, and in seconds).
+    lastTimestamp: str | None = None
+    _lastAt: float | None = None
+    #: The trash name, when the newest event is C{session.deleted}.
+    deletedAs: str | None = None
+    #: The highest run number in the log (C{run-<n>}).
+    _runs: int = 0
+    #: The C{requestId}s of the branches this session made.
+    branches: frozenset[str] = frozenset()
+    #: When it last woke (L{wake}).
+    wokeAt: float = 0.0
     #: The writer its lines go through; L{None} while its folder is built
     #: aside (written in place, at once).
     writer: GroupWriter | None = field(default=None, repr=False)
@@ -117,6 +149,16 @@ class Journal:
     _chain: Chain = field(factory=Chain, repr=False)
     #: requestId -> who waits for it, while its step is being made durable.
     _pending: dict[str, list[Deferred[None]]] = field(factory=dict, repr=False)
+    _file: EventFile = field(init=False)
+    _pages: Pages = field(init=False)
+
+    @_file.default
+    def _newFile(self) -> EventFile:
+        return EventFile(logsOf(self.directory)[0])
+
+    @_pages.default
+    def _newPages(self) -> Pages:
+        return Pages(self._file)
 
     @classmethod
     def open(
@@ -135,38 +177,72 @@ class Journal:
                       events=events, records=records, baseTitle=baseTitle, writer=writer)
         return journal, eventRecords, requestRecords
 
+    @classmethod
+    def dormant(
+        cls, sessionId: str, directory: Path, clock: IReactorTime, baseTitle: str | None,
+        digest: Digest, writer: GroupWriter | None = None,
+    ) -> Journal:
+        """
+        The journal of a session as its digest says it, its logs left
+        closed until it wakes.
+        """
+        return cls(
+            sessionId=sessionId, directory=directory, clock=clock, events=None, records=None,
+            baseTitle=baseTitle, cursor=digest.cursor, lastTimestamp=digest.lastAt,
+            lastAt=None if digest.lastAt is None else parseTimestamp(digest.lastAt),
+            deletedAs=digest.deletedAs, runs=digest.runs, branches=frozenset(digest.branches),
+            writer=writer,
+        )
+
     # -- reading ------------------------------------------------------------
 
     @property
-    def cursor(self) -> int:
+    def awake(self) -> bool:
         """
-        The seq of the last durable event.
+        Are the logs open (and the requests remembered)?
         """
-        return len(self.history)
+        return self._events is not None
 
     @property
     def taken(self) -> int:
         """
         The seq of the last event taken: durable, or being made so.
         """
-        return self._events.lastSeq
+        return self._events.lastSeq if self._events is not None else self.cursor
 
-    def last(self) -> Event | None:
-        return self.history[-1] if self.history else None
+    @property
+    def busy(self) -> bool:
+        """
+        Is anything taken still on its way to disk (an event, a request's
+        record)?
+        """
+        return self.taken != self.cursor or bool(self._pending)
 
     def lastAt(self) -> float | None:
         """
         When the newest event was written, if any.
         """
-        return parseTimestamp(self.history[-1].timestamp) if self.history else None
+        return self._lastAt
 
     def eventsAfter(self, since: int, limit: int) -> tuple[list[Event], bool]:
         """
         The events with C{seq > since}, at most C{limit}, and whether more
         may exist.
         """
-        start = max(0, since)
-        return self.history[start : start + limit], start + limit < len(self.history)
+        entries, more = self.entriesAfter(since, limit)
+        return [entry.event for entry in entries], more
+
+    def entriesAfter(self, since: int, limit: int) -> tuple[list[Entry], bool]:
+        """
+        The events with C{seq > since} as entries (each encoded once for
+        all its readers), at most C{limit}, and whether more may exist:
+        read from the log, or from the pages kept of it.
+
+        @raise OSError: the log cannot be read.
+        """
+        first = max(0, since) + 1
+        last = min(self.cursor, first + limit - 1)
+        return self._pages.entries(first, last), last < self.cursor
 
     def runsSoFar(self) -> int:
         """
@@ -174,14 +250,7 @@ class Journal:
         numbers its runs on from there: run ids stay unique for the
         session's whole life.
         """
-        highest = 0
-        for event in self.history:
-            if event.type != "run.started":
-                continue
-            runId = textOf(event.data.get("runId"))
-            if runId is not None and runId.startswith("run-") and runId[4:].isdigit():
-                highest = max(highest, int(runId[4:]))
-        return highest
+        return self._runs
 
     def replay(self, requestId: str, request: JSON, route: str) -> JSONObject | None:
         """
@@ -190,7 +259,37 @@ class Journal:
 
         @raise VehicleError: C{request_id_conflict} for another body.
         """
+        self.wake()
         return replayed(self.requests.get(requestId), requestId, request, route)
+
+    def knows(self, requestId: str) -> bool:
+        """
+        Did this session answer a request with this id?  A branch it made
+        is known without waking it.
+        """
+        if requestId in self.branches:
+            return True
+        self.wake()
+        return requestId in self.requests
+
+    def originRecord(self) -> RequestRecord | None:
+        """
+        The record of the request that made the session (a create, a
+        branch), read from its request log: the first of those kinds.
+
+        @raise OSError: the log cannot be read.
+        """
+        with open(logsOf(self.directory)[1], "rb") as f:
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break
+                try:
+                    record = recordOf(json.loads(raw))
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                if record.kind in ("create", "branched"):
+                    return record
+        return None
 
     # -- writing ------------------------------------------------------------
 
@@ -199,7 +298,7 @@ class Journal:
         Take a durable event: numbered now, told to the owner once written
         and synced (nobody sees it before).  A closed journal (the host is
         stopping: late news, a mirror pass) keeps nothing, and says so:
-        the event it returns has no C{seq}.
+        the event it returns has no C{seq}.  A dormant journal wakes first.
 
         @raise OSError: the disk refused it at once (a writer that runs at
             once): the session was read back.  Later, a refusal reads the
@@ -211,10 +310,18 @@ class Journal:
                 eventType=eventType, sessionId=self.sessionId,
             )
             return self._event(eventType, data, None)
+        self.wake()
         event = self._event(eventType, data, self.taken + 1)
         written = raiseAtOnce(self._write(None, [event]))
         written.addErrback(self._newsRefused, event)
         return event
+
+    def kept(self, entry: Entry) -> None:
+        """
+        A durable event as its readers get it: the newest page kept takes
+        it, so that its readers share it.
+        """
+        self._pages.written(entry)
 
     def commit(
         self,
@@ -254,6 +361,14 @@ class Journal:
             disk, so nothing of the refused request stays in memory.
         """
         self._refuseClosed()
+        self.wake()
+        if self.failed:
+            # An earlier write (the body's news, say) failed and the session
+            # could not be read back then: read it back before taking more.
+            try:
+                self.reload()
+            except OSError as e:
+                raise storageError(e) from e
         sent = answer if isinstance(answer, dict) else sentAnswer(answer)
         first = self.taken
         events = [self._event(eventType, data, first + n)
@@ -272,6 +387,8 @@ class Journal:
 
         def durable(_: None) -> JSONObject:
             self.requests[requestId] = remembered
+            if kind == "branch":
+                self.branches = self.branches | {requestId}
             self._answered(requestId)
             return sent
 
@@ -290,6 +407,7 @@ class Journal:
         @raise VehicleError: C{storage_unavailable} (see L{commit}).
         """
         self._refuseClosed()
+        self.wake()
         event = self._event(eventType, data, self.taken + 1)
         written = self._write(None, [event])
         self.closed = True
@@ -330,6 +448,8 @@ class Journal:
         Append a request's record as it is (a new session's first, written
         before its folder is published).
         """
+        self.wake()
+        assert self._records is not None  # awake
         self._records.append(toObject(record))
 
     def _refuseClosed(self) -> None:
@@ -357,6 +477,7 @@ class Journal:
         made durable (the record first) by the writer, or in place while
         the folder is built aside.  Once durable they are the owner's.
         """
+        assert self._events is not None and self._records is not None  # awake
         lines = [Line(self._records, self._records.line(toObject(record)), 0)] if record else []
         lines += [Line(self._events, self._events.line(toObject(e)), 1) for e in events]
         if self.writer is None:
@@ -372,9 +493,19 @@ class Journal:
 
     def _durable(self, events: list[Event]) -> None:
         for event in events:
-            self.history.append(event)
+            self._noted(event)
             if self.owner is not None:
                 self.owner.told(event)
+
+    def _noted(self, event: Event) -> None:
+        """
+        A durable event was written: what the journal knows of the log
+        without reading it follows.
+        """
+        self.cursor = event.seq or self.cursor
+        self.lastTimestamp, self._lastAt = event.timestamp, parseTimestamp(event.timestamp)
+        self.deletedAs = deletedAs(event)
+        self._runs = max(self._runs, runNumber(event))
 
     def _refused(self, failure: Failure, chain: Chain) -> Failure:
         """
@@ -424,18 +555,90 @@ class Journal:
         """
         events, _, records, _ = openLogs(directory)
         self.directory = directory
+        self._file.moved(logsOf(directory)[0])
         self._events, self._records = events, records
         self._chain = Chain()
         self.writer = writer
         self.closed = self._shut = False
+
+    def moved(self, directory: Path) -> None:
+        """
+        The folder now lives at C{directory} (the trash): reads follow it.
+        """
+        self.directory = directory
+        self._file.moved(logsOf(directory)[0])
+
+    def wake(self) -> None:
+        """
+        Open the logs and read them back (as at start) when dormant; an
+        awake or closed journal stays as it is.
+
+        @raise OSError: a log cannot be read.
+        @raise ValueError: a log is damaged.
+        """
+        if self.awake or self.closed:
+            return
+        self.wokeAt = self.clock.seconds()
+        events, eventRecords, records, requestRecords = openLogs(self.directory)
+        self._events, self._records = events, records
+        self._chain = Chain()
+        try:
+            self.restore(eventRecords, requestRecords)
+        except BaseException:
+            self._closeLogs()
+            raise
+        if self.owner is not None:
+            self.owner.woke()
+
+    def sleep(self) -> bool:
+        """
+        Close the logs and forget what the logs say again when it wakes
+        (its requests, the pages of events kept): the session keeps what
+        its digest says.  Not while anything taken is on its way to disk.
+
+        @return: whether it is dormant now.
+        """
+        if not self.awake:
+            return True
+        if self.busy:
+            return False
+        self._closeLogs()
+        self.requests = {}
+        self._pages.forget()
+        if self.owner is not None:
+            self.owner.asleep()
+        return True
+
+    @property
+    def failed(self) -> bool:
+        """
+        Did a write to either log fail (the session is read back before the
+        next)?
+        """
+        return any(log is not None and log.failed for log in (self._events, self._records))
+
+    def _closeLogs(self) -> None:
+        """
+        Close the logs: at once when nothing goes through a writer, else
+        once the writer has written what was taken.
+        """
+        logs = [log for log in (self._events, self._records) if log is not None]
+        self._events = self._records = None
+        if self.writer is None:
+            for log in logs:
+                log.close()
+        elif logs:
+            self.writer.close(*logs)
 
     def reload(self) -> None:
         """
         Forget the in-memory state and read it back from the logs on disk
         (repairing a torn tail), as a restart would.
         """
-        self._events.close()
-        self._records.close()
+        for log in (self._events, self._records):
+            if log is not None:
+                log.close()
+        self._events = self._records = None
         events, eventRecords, records, requestRecords = openLogs(self.directory)
         self._events, self._records = events, records
         self._chain = Chain()
@@ -453,6 +656,7 @@ class Journal:
         requests = list(requests)
         now = isoTimestamp(self.clock.seconds())
         for event, record in owedEvents(events, requests, self.sessionId, now):
+            assert self._events is not None  # awake
             self._events.append(toObject(event))
             events.append(event)
             self._log.info(
@@ -461,8 +665,13 @@ class Journal:
                 sessionId=self.sessionId, eventType=event.type, requestId=record.requestId,
             )
         derived = derive(events, requests, self.baseTitle)
-        self.history = events
         self.requests = derived.requests
+        self.cursor, self.deletedAs, self._runs = derived.cursor, derived.deletedAs, derived.runs
+        self.lastTimestamp = derived.lastAt
+        self._lastAt = None if derived.lastAt is None else parseTimestamp(derived.lastAt)
+        self.branches = derived.branches
+        self._file = EventFile(logsOf(self.directory)[0])
+        self._pages = Pages(self._file)
         if self.owner is not None:
             self.owner.restored(derived)
 
@@ -471,11 +680,7 @@ class Journal:
         Take nothing more; close the logs once what was taken is written.
         """
         self.closed = self._shut = True
-        if self.writer is None:
-            self._events.close()
-            self._records.close()
-        else:
-            self.writer.close(self._events, self._records)
+        self._closeLogs()
 
 
 def _refusal(failure: Failure) -> Failure:

@@ -82,10 +82,15 @@ class LeaseKeeper:
     One session's lease and the timer that retires it when it lapses.
 
     @ivar emit: writes one of the session's durable events (C{lease.expired}).
+    @ivar dormant: is the session dormant?  Then a lapsed lease is no
+        longer current, and its C{lease.expired} waits for its turn
+        (C{due}: the session is woken to write it, a few at a time).
     """
 
     clock: IReactorTime
     emit: Callable[[str, JSONObject], object]
+    dormant: Callable[[], bool] = lambda: False
+    due: Callable[[], None] = lambda: None
     lease: Lease | None = None
     #: The session is deleted: no timer is armed again.
     stopped: bool = False
@@ -95,12 +100,19 @@ class LeaseKeeper:
         """
         The lease, after retiring it if it has lapsed (C{lease.expired}).
         """
-        if self.lease is not None and self.clock.seconds() >= self.lease.expiresAt:
-            expired = self.lease
-            self.lease = None
-            self.cancelTimer()
-            self.emit("lease.expired", {**holderOf(expired), "reason": "ttl"})
-        return self.lease
+        expired = self.lease
+        if expired is None or not self._lapsed():
+            return expired
+        if self.dormant():
+            self.due()
+            return None
+        self.lease = None
+        self.cancelTimer()
+        self.emit("lease.expired", {**holderOf(expired), "reason": "ttl"})
+        return None
+
+    def _lapsed(self) -> bool:
+        return self.lease is not None and self.clock.seconds() >= self.lease.expiresAt
 
     def require(self, caller: Caller) -> None:
         """

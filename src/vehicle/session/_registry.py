@@ -5,23 +5,32 @@ caller, listed, and rebuilt from disk at start.  How a session's folder is
 made and published, or moved to the trash, is its maker's (L{Maker},
 C{registry.maker}, which a branch uses directly); the registry serves what
 the maker publishes.
+
+At start each session is taken from its digest when the digest still names
+its logs (L{vehicle.session._digest}), dormant; otherwise its logs are read
+back whole, what a cut host left is finished, and it goes dormant with a
+new digest.  Start reads one small file per session, however long their
+logs.
 """
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import ClassVar
 
 from attrs import define, field
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from vehicle.errors import VehicleError
-from vehicle.protocol import JSON, CommandStatus, Event, JSONObject, RequestRecord, SessionDeleted, fromJSON, objectOf, textOf
+from vehicle.protocol import JSON, CommandStatus, JSONObject, RequestRecord, SessionDeleted, fromJSON, objectOf, textOf
+from vehicle.session._digest import Digest, Origin, currentDigest, writeDigest
 from vehicle.session._lineage import finishBranch
 from vehicle.session._maker import Maker
 from vehicle.session._observers import Observers
-from vehicle.session._requests import Remembered, fingerprint, replayed
+from vehicle.session._requests import replayed, storageError
 from vehicle.session._session import Session
 from vehicle.session._values import Caller, SessionMeta
 from vehicle.store import DataDir, readJson
@@ -42,6 +51,14 @@ def metaOf(data: JSONObject) -> SessionMeta:
 
 
 NOT_FOUND_MESSAGE = "no such session"
+
+#: How long a session stays awake with nothing happening in it (no event,
+#: no wake) before it goes dormant; how often the registry looks.
+DORMANT_AFTER_SECONDS = 600.0
+SWEEP_SECONDS = 60.0
+#: How many sessions may be awake at once (each holds its two logs open)
+#: before the least recently woken that may sleep are made dormant.
+MAX_AWAKE = 256
 
 
 def notFound() -> VehicleError:
@@ -74,12 +91,19 @@ class Registry:
     clock: IReactorTime
     defaultLeaseTtlMs: int = 30 * 60 * 1000
     sessions: dict[str, Session] = field(factory=dict)
-    #: (principal, requestId) -> (fingerprint, answer) for POST /sessions.
-    _creations: dict[tuple[str, str], Remembered] = field(factory=dict)
+    #: (principal, requestId) -> (fingerprint, the session it made) for
+    #: POST /sessions; the answer is read from that session's log.
+    _creations: dict[tuple[str, str], tuple[str, str]] = field(factory=dict)
     #: Who follows sessions' lives (the bodies, the mirror, public
     #: accounting), in the order they are to hear.
     observers: Observers = field(factory=Observers)
     maker: Maker = field(init=False)
+    _sweeper: LoopingCall | None = field(default=None, init=False)
+    #: The sessions awake, the most recently woken last.
+    _awake: dict[str, Session] = field(factory=dict, init=False)
+    #: Dormant sessions with something to write (a lapsed lease), in turn.
+    _due: dict[str, Session] = field(factory=dict, init=False)
+    _writing: IDelayedCall | None = field(default=None, init=False)
 
     @maker.default
     def _newMaker(self) -> Maker:
@@ -119,10 +143,37 @@ class Registry:
     def replayCreation(self, caller: Caller, requestId: str, request: JSON) -> JSONObject | None:
         # Per principal; the graph is part of the request (a create through
         # another graph's path is another request).
-        return replayed(
-            self._creations.get((caller.principal, requestId)), requestId, request,
-            f"create:{caller.graphId}",
-        )
+        known = self._creations.get((caller.principal, requestId))
+        if known is None:
+            return None
+        digest, sessionId = known
+        return replayed((digest, self._createdFrame(sessionId)), requestId, request,
+                        f"create:{caller.graphId}")
+
+    def _createdFrame(self, sessionId: str) -> JSONObject:
+        """
+        The answer a create sent, read from the record that made the
+        session.
+
+        @raise VehicleError: C{storage_unavailable} when the log cannot be
+            read.
+        """
+        session = self.sessions.get(sessionId)
+        try:
+            record = session.originRecord() if session is not None else None
+        except OSError as e:
+            raise storageError(e) from e
+        return record.frame if record is not None else {}
+
+    def _remember(self, session: Session) -> None:
+        """
+        The create that made C{session}, so that its retry replays.
+        """
+        origin = session.origin
+        if origin is not None and origin.kind == "create" and origin.fingerprint is not None:
+            self._creations[(origin.principal, origin.requestId)] = (
+                origin.fingerprint, session.sessionId,
+            )
 
     def newSessionId(self) -> str:
         return "s" + uuid.uuid4().hex
@@ -136,14 +187,63 @@ class Registry:
         """
         if record.kind == "create" and record.requestId and record.fingerprint:
             self._creations[(record.principal, record.requestId)] = (
-                record.fingerprint, record.frame
+                record.fingerprint, session.sessionId,
             )
         self._adopt(session)
 
     def _adopt(self, session: Session) -> None:
         self.sessions[session.sessionId] = session
         session.followers = self.observers
+        session.home = self
+        if session.awake:
+            self.woke(session)
         self.observers.created(session)
+
+    # -- awake and dormant ------------------------------------------------------
+
+    def woke(self, session: Session) -> None:
+        """
+        A session woke: past L{MAX_AWAKE} awake, the least recently woken
+        that may sleep go dormant.
+        """
+        self._awake.pop(session.sessionId, None)
+        self._awake[session.sessionId] = session
+        if len(self._awake) <= MAX_AWAKE:
+            return
+        for other in list(self._awake.values()):
+            if len(self._awake) <= MAX_AWAKE:
+                break
+            if other is not session and (other.closed or not other.awake or other.sleep()):
+                del self._awake[other.sessionId]
+
+    def due(self, session: Session) -> None:
+        """
+        A dormant session has something to write (its lease lapsed): it is
+        woken for it in its turn, one a turn of the reactor, and goes
+        dormant again.
+        """
+        self._due[session.sessionId] = session
+        if self._writing is None:
+            self._writing = self.clock.callLater(0, self._writeDue)
+
+    def _writeDue(self) -> None:
+        self._writing = None
+        if not self._due:
+            return
+        sessionId = next(iter(self._due))
+        session = self._due.pop(sessionId)
+        if self._due:
+            self._writing = self.clock.callLater(0, self._writeDue)
+        if self.sessions.get(sessionId) is not session or session.closed or session.awake:
+            return
+        try:
+            session.wake()
+            session.currentLease()
+        except Exception as e:  # noqa: BLE001 - one session's disk never stops the others
+            self._log.error("Session {sessionId}: its lapsed lease could not be written "
+                            "({error}); it is at its next wake", sessionId=sessionId,
+                            error=str(e))
+        session.whenWritten().addCallback(lambda _: session.sleep())
 
     async def delete(self, caller: Caller, session: Session) -> SessionDeleted:
         """
@@ -161,9 +261,10 @@ class Registry:
 
     def _forget(self, session: Session) -> None:
         self.sessions.pop(session.sessionId, None)
-        for key, (_, frame) in list(self._creations.items()):
-            made = objectOf(objectOf(frame.get("value")).get("session"))
-            if made.get("sessionId") == session.sessionId:
+        origin = session.origin
+        if origin is not None and origin.kind == "create":
+            key = (origin.principal, origin.requestId)
+            if self._creations.get(key, ("", ""))[1] == session.sessionId:
                 del self._creations[key]
 
     # -- start --------------------------------------------------------------
@@ -171,19 +272,21 @@ class Registry:
     def loadAll(self) -> None:
         """
         Rebuild every session from disk: first sweep what a cut request
-        left half made, then load each session (finishing a request cut
-        between its record and its events, a delete cut before its move,
-        a branch cut before its source heard of it); commands left open by
-        a host that died are reported C{interrupted}.
+        left half made, then load each session (from its digest, dormant,
+        when the digest still names its logs; else from its logs, finishing
+        a request cut between its record and its events), finish a delete
+        cut before its move and a branch cut before its source heard of it;
+        commands left open by a host that died are reported C{interrupted}.
+        Every session read back whole then goes dormant with a new digest.
         """
         self.dataDir.ensure()
         for line in self.dataDir.sweep():
             self._log.info("Start: {what}", what=line)
         reserved = set(self.dataDir.emptyTrashReservations())
-        branches: list[tuple[Session, RequestRecord]] = []
+        branches: list[tuple[Session, Origin]] = []
         for sessionId in self.dataDir.listSessionIds():
             try:
-                session, records = self._load(sessionId)
+                session = self._load(sessionId)
             except Exception as e:  # noqa: BLE001 - one bad session never stops the host
                 self._log.error(
                     "Session {sessionId} could not be loaded and is left on disk: {error}",
@@ -191,45 +294,142 @@ class Registry:
                     error=str(e),
                 )
                 continue
-            last = session.feed.last()
-            trashedAs = textOf(last.data.get("trashedAs")) if last is not None else None
-            if last is not None and last.type == "session.deleted" and trashedAs in reserved:
+            trashedAs = session.deletedAs
+            if trashedAs is not None and trashedAs in reserved:
                 # A delete cut before its move (its trash name still
                 # reserved; a session an operator moved back from the trash
                 # has none, and is served again).
                 session.close()
                 reserved.discard(trashedAs)
-                self._finishCutDelete(session, last)
+                self._finishCutDelete(session)
                 continue
             self._adopt(session)
-            branches += [(session, r) for r in records if r.kind == "branched"]
+            if session.origin is not None and session.origin.kind == "branched":
+                branches.append((session, session.origin))
         for line in self.dataDir.sweepTrash():
             self._log.info("Start: {what}", what=line)
-        for branchSession, record in branches:
-            finishBranch(self.sessions, branchSession, record)
+        for branchSession, origin in branches:
+            self._finishBranch(branchSession, origin)
         for session in list(self.sessions.values()):
-            for command in session.openCommands():
-                session.move(command.commandId, CommandStatus.interrupted, reason="host_restarted")
+            if session.awake:
+                for command in session.openCommands():
+                    session.move(command.commandId, CommandStatus.interrupted, reason="host_restarted")
+        self.sleepAll()
+        self._sweeper = LoopingCall(self.sleepIdle)
+        self._sweeper.clock = self.clock
+        self._sweeper.start(SWEEP_SECONDS, now=False)
 
-    def _finishCutDelete(self, session: Session, last: Event) -> None:
+    def sleepAll(self) -> int:
+        """
+        Let every session that may go dormant do so (L{Session.sleep}).
+
+        @return: how many did.
+        """
+        return sum(1 for session in list(self.sessions.values()) if session.sleep())
+
+    def sleepIdle(self) -> int:
+        """
+        Let the sessions nothing happened in for L{DORMANT_AFTER_SECONDS}
+        go dormant; the others awake have their digest brought up to date
+        (L{Session.refreshDigest}).
+
+        @return: how many went dormant.
+        """
+        quiet = self.clock.seconds() - DORMANT_AFTER_SECONDS
+        slept = 0
+        for session in list(self._awake.values()):
+            if not session.awake or session.closed:
+                del self._awake[session.sessionId]
+            elif session.activeAt <= quiet and session.sleep():
+                del self._awake[session.sessionId]
+                slept += 1
+            else:
+                session.refreshDigest()
+        return slept
+
+    def _finishBranch(self, branch: Session, origin: Origin) -> None:
+        """
+        A branch whose source may not have heard of it: tell the source,
+        unless it knows the request already (L{finishBranch}).
+        """
+        source = self.sessions.get(origin.source or "")
+        if source is None or source.knowsRequest(origin.requestId):
+            return
+        try:
+            record = branch.originRecord()
+        except OSError as e:
+            self._log.error("Start: could not read how {branch} was made: {error}",
+                            branch=branch.sessionId, error=str(e))
+            return
+        if record is not None:
+            finishBranch(self.sessions, branch, record)
+
+    def _finishCutDelete(self, session: Session) -> None:
         sessionId = session.sessionId
         try:
+            # Its newest event: the session.deleted that reserved the name.
+            (last,), _ = session.feed.after(session.cursor - 1, limit=1)
             self.maker.finishDelete(session, last)
         except Exception as e:  # noqa: BLE001
             self._log.error("Start: could not finish deleting {sessionId}: {error}",
                             sessionId=sessionId, error=str(e))
         else:
             self._log.info("Start: finished deleting {sessionId} (trash/{name})",
-                           sessionId=sessionId, name=last.data.get("trashedAs"))
+                           sessionId=sessionId, name=session.deletedAs)
 
-    def _load(self, sessionId: str) -> tuple[Session, list[RequestRecord]]:
+    def _load(self, sessionId: str) -> Session:
         """
-        One session read back from its folder, with its request records.
+        One session read back from its folder: from its digest when that
+        still names its logs, else from the logs themselves.
         """
         directory = self.dataDir.sessionDir(sessionId)
         metaJSON = objectOf(readJson(directory / "meta.json"))
         meta = metaOf(metaJSON)
         title = textOf(metaJSON.get("title"))
+        found: Digest | Session | None = currentDigest(directory)
+        if found is None or found.openCommands:
+            found = self._derive(meta, directory, title)
+        if isinstance(found, Session):
+            session = found
+        else:
+            session = Session.dormant(
+                meta, directory, self.clock, title, found, self.dataDir.writer
+            )
+        self._remember(session)
+        if session.title != title and session.deletedAs is None:
+            # meta.json follows the log: put right what a cut rename left.
+            session.writeMeta()
+            self._log.info("Start: rewrote the title in {sessionId}'s meta.json", sessionId=sessionId)
+        return session
+
+    def _derive(self, meta: SessionMeta, directory: Path, title: str | None) -> Digest | Session:
+        """
+        A session's digest derived from its logs read back whole (what a
+        cut request owed finished first), written, and the logs closed
+        again: the dormant session is then made from the digest, so what
+        the read back needed is let go at once.  A session with commands
+        open is kept as read back, awake (its commands are reported
+        interrupted; it goes dormant after).
+        """
+        session = self._readBack(meta, directory, title)
+        if not session.canSleep():
+            return session
+        try:
+            digest = session.digest()
+            writeDigest(directory, digest)
+        except OSError as e:
+            self._log.warn("Start: the digest of {sessionId} could not be written ({error}); "
+                           "it is derived again at the next start",
+                           sessionId=meta.sessionId, error=str(e))
+            return session
+        session.close()
+        return digest
+
+    def _readBack(self, meta: SessionMeta, directory: Path, title: str | None) -> Session:
+        """
+        A session read back whole from its logs (finishing what a cut
+        request owed).
+        """
         session, events, requestRecords = Session.open(
             meta, directory, self.clock, title, self.dataDir.writer
         )
@@ -238,18 +438,18 @@ class Registry:
         except BaseException:
             session.close()
             raise
-        for record in requestRecords:
-            if record.kind == "create" and record.requestId is not None:
-                self._creations[(record.principal, record.requestId)] = (
-                    fingerprint(record.body, f"create:{meta.graphId}"), record.frame,
-                )
-        last = session.feed.last()
-        if session.title != title and not (last is not None and last.type == "session.deleted"):
-            # meta.json follows the log: put right what a cut rename left.
-            session.writeMeta()
-            self._log.info("Start: rewrote the title in {sessionId}'s meta.json", sessionId=sessionId)
-        return session, requestRecords
+        return session
 
     def close(self) -> None:
+        """
+        The host stops: every session that may goes dormant (its digest
+        written, so the next start reads it), then each is closed.
+        """
+        if self._sweeper is not None and self._sweeper.running:
+            self._sweeper.stop()
+        if self._writing is not None and self._writing.active():
+            self._writing.cancel()
+        self._writing = None
+        self.sleepAll()
         for session in self.sessions.values():
             session.close()

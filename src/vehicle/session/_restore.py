@@ -30,6 +30,17 @@ class Derived:
     title: str | None = None
     preview: str | None = None
     previewInherited: bool = False
+    #: The newest event's seq (the cursor) and time, and the trash name
+    #: when it is C{session.deleted}.
+    cursor: int = 0
+    lastAt: str | None = None
+    deletedAs: str | None = None
+    #: The highest run number (C{run-<n>}) of the log.
+    runs: int = 0
+    #: The request that made the session (a create, a branch), when its
+    #: log holds it; and the C{requestId}s of the branches it made.
+    origin: RequestRecord | None = None
+    branches: frozenset[str] = frozenset()
 
 
 def owedEvents(
@@ -73,13 +84,38 @@ def _pendingChime(record: RequestRecord) -> HeldChime | None:
         return None
 
 
+def runNumber(event: Event) -> int:
+    """
+    The number of the run a C{run.started} event starts (C{run-<n>}), or 0.
+    """
+    if event.type != "run.started":
+        return 0
+    runId = textOf(event.data.get("runId"))
+    if runId is not None and runId.startswith("run-") and runId[4:].isdigit():
+        return int(runId[4:])
+    return 0
+
+
+def deletedAs(event: Event) -> str | None:
+    """
+    The trash name a C{session.deleted} event reserved, or L{None} for any
+    other event.
+    """
+    return textOf(event.data.get("trashedAs")) if event.type == "session.deleted" else None
+
+
 def derive(events: list[Event], requests: list[RequestRecord], baseTitle: str | None) -> Derived:
     """
     Every piece of a session's state from its logs (the owed events
     included).
     """
     out = Derived(title=baseTitle)
+    branches: set[str] = set()
     for record in requests:
+        if record.kind in ("create", "branched") and out.origin is None:
+            out.origin = record
+        if record.kind == "branch" and record.requestId is not None:
+            branches.add(record.requestId)
         command = commandOfRecord(record)
         if command is not None:
             out.commands[command.commandId] = command
@@ -98,7 +134,12 @@ def derive(events: list[Event], requests: list[RequestRecord], baseTitle: str | 
             and record.kind not in ("create", "branched")
         ):
             out.requests[record.requestId] = (record.fingerprint, record.frame)
+    out.branches = frozenset(branches)
+    if events:
+        newest = events[-1]
+        out.cursor, out.lastAt, out.deletedAs = newest.seq or 0, newest.timestamp, deletedAs(newest)
     for event in events:
+        out.runs = max(out.runs, runNumber(event))
         out.lease = leaseAfter(out.lease, event)
         followed(out.commands, event)
         kind, data = event.type, event.data

@@ -7,6 +7,12 @@ durable step of a request), the lease (L{_lease}), the command state
 machine (L{_command}), the room (L{_room}) and the watchers
 (L{_watchers}).
 
+A session is awake or dormant: dormant, it keeps only what its digest says
+(L{_digest}: the summary the list shows, the lease) and holds no file open;
+whatever needs more (a verb, its commands, a replay) wakes it first, and its
+logs are read back as at start.  L{Session.sleep} makes it dormant again
+once nothing is under way in it.
+
 It knows nothing of HTTP or of pi.  The host's request rules (trust,
 idempotency, which session) stand above it and call its verbs with a
 L{Caller} and a parsed request; the body's conductor (L{IConductor}) is
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol
+from typing import Callable, ClassVar, Literal, Protocol
 
 from attrs import define, field
 from twisted.internet.defer import Deferred
@@ -51,18 +57,36 @@ from vehicle.protocol import (
     RequestRecord,
     SessionRenamed,
     SessionSummary,
+    toJSON,
     toObject,
 )
 from vehicle.session._chimes import Chimes
 from vehicle.session._command import CommandBook, adoptedPreview, commandOf
+from vehicle.session._digest import Digest, LogMark, Origin, marksOf, writeDigest
+from vehicle.session._eventlog import Entry
 from vehicle.session._interfaces import IConductor, RunSettled
 from vehicle.session._journal import Journal
 from vehicle.session._lease import LeaseKeeper
+from vehicle.session._requests import fingerprint
 from vehicle.session._restore import Derived
 from vehicle.session._room import Room
 from vehicle.session._values import Caller, Lease, SessionMeta, isoTimestamp
 from vehicle.session._watchers import Feed, Watchers
 from vehicle.store import After, GroupWriter, writeJsonAtomic
+
+
+def originOf(record: RequestRecord, graphId: str) -> Origin | None:
+    """
+    The request that made a session, in brief (its digest keeps it): a
+    create's fingerprint is on the route its replay checks.
+    """
+    if record.requestId is None or record.kind not in ("create", "branched"):
+        return None
+    return Origin(
+        kind=record.kind, principal=record.principal, requestId=record.requestId,
+        fingerprint=fingerprint(record.body, f"create:{graphId}") if record.kind == "create" else None,
+        source=record.source,
+    )
 
 
 def normalizeTitle(title: str | None) -> str | None:
@@ -88,10 +112,28 @@ class Followers(Protocol):
     def settled(self, session: Session, run: RunSettled) -> None: ...
 
 
+class Home(Protocol):
+    """
+    Where a session is served from (its registry): told when it woke, and
+    when, dormant, it has something to write (its lease lapsed).
+    """
+
+    def woke(self, session: Session) -> None: ...
+
+    def due(self, session: Session) -> None: ...
+
+
 class Nobody:
     """
-    Followers of a session nobody follows (yet).
+    Followers of a session nobody follows (yet), and its home before it is
+    served: a dormant session's lapsed lease is written when it next wakes.
     """
+
+    def woke(self, session: Session) -> None:
+        pass
+
+    def due(self, session: Session) -> None:
+        pass
 
     def renamed(self, session: Session) -> None:
         pass
@@ -124,6 +166,14 @@ class Session:
     delegatedToken: str | None = field(default=None, repr=False)
     #: Who follows this session's life (its registry's observers).
     followers: Followers = field(factory=Nobody)
+    #: Where it is served from (its registry).
+    home: Home = field(factory=Nobody, repr=False)
+    #: The request that made it (a create, a branch), in brief.
+    origin: Origin | None = None
+    #: Its summary as the list last showed it: (what it showed, its bytes).
+    _listed: tuple[tuple[object, ...], bytes] | None = field(default=None, repr=False)
+    #: The logs its last digest written (or read) names.
+    _digested: tuple[LogMark, LogMark] | None = field(default=None, repr=False)
     _room: Room = field(factory=Room)
     _leases: LeaseKeeper = field(init=False)
     _book: CommandBook = field(init=False)
@@ -134,7 +184,8 @@ class Session:
 
     @_leases.default
     def _newLeaseKeeper(self) -> LeaseKeeper:
-        return LeaseKeeper(clock=self.clock, emit=self.emit)
+        return LeaseKeeper(clock=self.clock, emit=self.emit,
+                           dormant=lambda: not self.awake, due=lambda: self.home.due(self))
 
     @_book.default
     def _newCommandBook(self) -> CommandBook:
@@ -171,6 +222,27 @@ class Session:
         journal, events, requests = Journal.open(meta.sessionId, directory, clock, title, writer)
         return cls(meta=meta, clock=clock, title=title, journal=journal), events, requests
 
+    @classmethod
+    def dormant(
+        cls, meta: SessionMeta, directory: Path, clock: IReactorTime, title: str | None,
+        digest: Digest, writer: GroupWriter | None = None,
+    ) -> Session:
+        """
+        A session as its digest says it (L{_digest}), dormant: its logs are
+        read when it wakes (and written by C{writer}).  C{title} is what
+        C{meta.json} holds.
+        """
+        journal = Journal.dormant(meta.sessionId, directory, clock, title, digest, writer)
+        session = cls(
+            meta=meta, clock=clock, title=digest.title, journal=journal, preview=digest.preview,
+            previewInherited=digest.previewInherited, origin=digest.origin,
+        )
+        session._room.policy = digest.roomPolicy
+        session._leases.lease = digest.lease
+        session._leases.armTimer()
+        session._digested = (digest.events, digest.commands)
+        return session
+
     # -- what it is -----------------------------------------------------------
 
     @property
@@ -186,6 +258,21 @@ class Session:
         return self._journal.closed
 
     @property
+    def awake(self) -> bool:
+        """
+        Are its logs open and its whole state in memory (L{wake})?
+        """
+        return self._journal.awake
+
+    @property
+    def deletedAs(self) -> str | None:
+        """
+        The trash name its newest event (C{session.deleted}) reserved, if
+        it is deleted in its log.
+        """
+        return self._journal.deletedAs
+
+    @property
     def cursor(self) -> int:
         return self.feed.cursor
 
@@ -195,6 +282,14 @@ class Session:
         return self.meta.createdSeconds if at is None else at
 
     @property
+    def activeAt(self) -> float:
+        """
+        When something last happened in it: its newest event, or when it
+        last woke.
+        """
+        return max(self.updatedAt, self._journal.wokeAt)
+
+    @property
     def roomPolicy(self) -> str:
         return self._room.policy
 
@@ -202,19 +297,31 @@ class Session:
         """
         Every command of the session, in the order they were accepted.
         """
+        self.wake()
         return list(self._book.commands.values())
 
     def findCommand(self, commandId: str) -> Command | None:
+        self.wake()
         return self._book.get(commandId)
 
     def openCommands(self) -> list[Command]:
+        self.wake()
         return self._book.open()
 
     def waitingChimes(self) -> list[HeldChime]:
+        self.wake()
         return self._room.waiting()
 
     def knowsRequest(self, requestId: str) -> bool:
-        return requestId in self._journal.requests
+        return self._journal.knows(requestId)
+
+    def originRecord(self) -> RequestRecord | None:
+        """
+        The whole record of the request that made it (read from its log).
+
+        @raise OSError: the log cannot be read.
+        """
+        return self._journal.originRecord()
 
     def answering(self, requestId: str) -> Deferred[None] | None:
         """
@@ -272,11 +379,25 @@ class Session:
             roomPolicy=self._room.policy,
         )
 
+    def listed(self, encoder: Callable[[JSONObject], bytes]) -> bytes:
+        """
+        Its summary's bytes as the list shows it (L{summary}, made JSON and
+        encoded by C{encoder}), made again only when something it shows
+        changed: a list of many sessions encodes only those that did.
+        """
+        lease = self.currentLease()
+        shows = (self.cursor, self.title, self.preview, self._room.policy, lease,
+                 self.bodyState(), self.running(), self._journal.lastAt(), encoder)
+        if self._listed is None or self._listed[0] != shows:
+            self._listed = (shows, encoder(toJSON(self.summary())))
+        return self._listed[1]
+
     def durableState(self) -> dict[str, object]:
         """
         Everything about the session its logs say, by name: what a session
         read back from disk must agree with (the crash tests compare them).
         """
+        self.wake()
         lease = self._leases.lease
         return {
             "title": self.title,
@@ -286,7 +407,7 @@ class Session:
             "commands": dict(self._book.commands),
             "chimes": dict(self._room.chimes),
             "requests": dict(self._journal.requests),
-            "history": list(self._journal.history),
+            "history": self.feed.after(0, limit=max(1, self.cursor))[0],
         }
 
     # -- events -----------------------------------------------------------------
@@ -299,8 +420,110 @@ class Session:
         return self._journal.emit(eventType, data)
 
     def told(self, event: Event) -> None:
+        entry = Entry(event)
+        self._journal.kept(entry)
         self._leases.observe(event)
-        self._watchers.publish(event)
+        self._watchers.publish(entry)
+
+    # -- awake and dormant ------------------------------------------------------
+
+    def wake(self) -> None:
+        """
+        Read its logs back (a dormant session) so that its whole state is
+        in memory; an awake session stays as it is.
+
+        @raise OSError: a log cannot be read.
+        @raise ValueError: a log is damaged.
+        """
+        self._journal.wake()
+
+    def digestible(self) -> bool:
+        """
+        May its digest be written now: awake, served, its logs whole and
+        every line taken durable, no command under way (a digest naming open
+        commands would only send the next start to the logs)?
+        """
+        return (
+            self._journal.awake
+            and not self._journal.busy
+            and not self.closed
+            and not self.deleted
+            and not self._journal.failed
+            and not self._book.open()
+        )
+
+    def canSleep(self) -> bool:
+        """
+        May it go dormant now: its digest may be written, and it has no
+        body?
+        """
+        return self.digestible() and self.bodyState() == "dormant" and not self.running()
+
+    def digest(self) -> Digest:
+        """
+        What it is, in brief, derived from its logs as they are now (its
+        whole state is in memory and every append is durable).
+
+        @raise OSError: a log cannot be read.
+        """
+        events, commands = marksOf(self.directory)
+        journal = self._journal
+        return Digest(
+            events=events, commands=commands, cursor=journal.cursor,
+            lastAt=journal.lastTimestamp, deletedAs=journal.deletedAs, runs=journal.runsSoFar(),
+            title=self.title, preview=self.preview, previewInherited=self.previewInherited,
+            roomPolicy=self._room.policy, lease=self._leases.lease,
+            openCommands=tuple(c.commandId for c in self._book.open()),
+            origin=self.origin, branches=tuple(sorted(journal.branches)),
+        )
+
+    def sleep(self) -> bool:
+        """
+        Go dormant when it may (L{canSleep}): its digest is written, its
+        logs closed, and what they say again when it wakes is let go.
+
+        @return: whether it sleeps now.
+        """
+        if not (self.canSleep() and self._keepDigest()):
+            return False
+        self._journal.sleep()
+        return True
+
+    def whenWritten(self) -> Deferred[None]:
+        """
+        Fires once every line taken so far is durable (or was refused).
+        """
+        return self._journal.settle()
+
+    def refreshDigest(self) -> bool:
+        """
+        Write its digest when its logs moved on since the last one and it
+        may (L{digestible}), staying awake: after a host dies, only what
+        was written since is read back from the logs at start.
+
+        @return: whether its digest names its logs now.
+        """
+        return self.digestible() and self._keepDigest()
+
+    def _keepDigest(self) -> bool:
+        """
+        Write the digest unless the last one written names the logs as they
+        are.
+        """
+        try:
+            digest = self.digest()
+            if (digest.events, digest.commands) != self._digested:
+                writeDigest(self.directory, digest)
+        except OSError as e:
+            self._log.warn("Session {sessionId}: its digest could not be written ({error}); "
+                           "the next start reads its logs", sessionId=self.sessionId, error=str(e))
+            return False
+        self._digested = (digest.events, digest.commands)
+        return True
+
+    def asleep(self) -> None:
+        self._book.commands = {}
+        self._room.chimes = {}
 
     # -- the rules of a driver ----------------------------------------------------
 
@@ -327,6 +550,7 @@ class Session:
         Take the lease: free, ours already (renewed), or the same
         person's with C{takeover}.
         """
+        self.wake()
         self.meta.checkDriver(caller)
         ttlMs = request.ttlMs if request.ttlMs is not None else defaultTtlMs
         claimed, effects = self._leases.claimEffects(caller, ttlMs, request.takeover)
@@ -341,11 +565,13 @@ class Session:
         Take the lease and say so at once, remembering no request (a new
         session's creator: its creation is remembered by its maker).
         """
+        self.wake()
         _, effects = self._leases.claimEffects(caller, ttlMs, takeover=False)
         for eventType, data in effects:
             self.emit(eventType, data)
 
     def release(self, caller: Caller, requestId: str, raw: JSONObject) -> Deferred[JSONObject]:
+        self.wake()
         effects = self._leases.releaseEffects(caller)
         answer = Answer(type="driver.released",
                         value=DriverReleased(session=self.summary(ahead=len(effects))))
@@ -359,6 +585,7 @@ class Session:
         renames of that second), and is put right at start should the
         host be cut between the two.
         """
+        self.wake()
         self.title = normalizeTitle(request.title)
         answer = Answer(type="session.renamed", value=SessionRenamed(session=self.summary(1)))
         sent = self._commit(
@@ -376,6 +603,7 @@ class Session:
         Accept one command for the body (a branch is the host's, not the
         session's): the driver's rights and the lease, then the verb.
         """
+        self.wake()
         kind = request.type
         if kind.leased:
             self.meta.checkDriver(caller)
@@ -428,6 +656,7 @@ class Session:
         A collaborator's attributed message, as the room's policy says
         (L{Chimes.chime}).
         """
+        self.wake()
         lease = self.currentLease()
         return self._chimes.chime(
             caller, request, lease.holder if lease is not None else None, immediate
@@ -444,6 +673,7 @@ class Session:
         remembers the request (a retry replays it) and says so
         (C{session.forked}, C{session.cloned}); fires once durable.
         """
+        self.wake()
         return self._commit(
             "branch", caller, requestId, raw, sent,
             [(f"session.{'forked' if kind == 'fork' else 'cloned'}",
@@ -466,14 +696,17 @@ class Session:
         Move a command on (the book's rules): the body asks, the session
         moves it.
         """
+        self.wake()
         self._book.move(
             commandId, status, disposition=disposition, error=error, code=code, reason=reason
         )
 
     def requeue(self, commandId: str) -> None:
+        self.wake()
         self._book.requeue(commandId)
 
     def releaseLeaseOf(self, holder: Holder, reason: str) -> None:
+        self.wake()
         self._leases.releaseOf(holder, reason)
 
     def settled(self, run: RunSettled) -> None:
@@ -488,8 +721,15 @@ class Session:
             return
 
         def tell(_: None) -> None:
-            history = self._journal.history
-            if seq <= len(history) and history[seq - 1].type == "run.settled":
+            if seq > self._journal.cursor:
+                return  # refused: the session was read back without it
+            try:
+                events, _more = self._journal.eventsAfter(seq - 1, 1)
+            except (OSError, ValueError) as e:
+                self._log.error("Session {sessionId}: its log could not be read ({error})",
+                                sessionId=self.sessionId, error=str(e))
+                return
+            if events and events[0].type == "run.settled":
                 self.followers.settled(self, run)
 
         self._journal.settle().addCallback(tell)
@@ -519,6 +759,9 @@ class Session:
         """
         self._journal.restore(events, requests)
 
+    def woke(self) -> None:
+        self.home.woke(self)
+
     def restored(self, derived: Derived) -> None:
         """
         What the logs say the session is, taken by each part.
@@ -529,6 +772,8 @@ class Session:
         self.preview, self.previewInherited = derived.preview, derived.previewInherited
         self._leases.lease = derived.lease
         self._leases.armTimer()
+        if derived.origin is not None:
+            self.origin = originOf(derived.origin, self.meta.graphId)
 
     def forgetting(self) -> None:
         self._leases.drop()
@@ -539,6 +784,7 @@ class Session:
         it is published.
         """
         self._journal.appendRecord(record)
+        self.origin = originOf(record, self.meta.graphId)
 
     def writeMeta(self) -> None:
         """
@@ -580,6 +826,7 @@ class Session:
 
         @raise VehicleError: C{storage_unavailable} (see L{Journal.commit}).
         """
+        self.wake()
         self._leases.stop()
         if self._journal.writer is not None:
             # Its folder is about to move: a title not yet rewritten is in the log.
@@ -603,4 +850,4 @@ class Session:
         """
         The directory now lives in the trash.
         """
-        self._journal.directory = trashDir
+        self._journal.moved(trashDir)

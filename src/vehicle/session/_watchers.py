@@ -3,7 +3,9 @@
 Who watches a session's events: listeners told of every event (durable or
 ephemeral, the SSE streams and the body's hooks) and long-polls waiting for
 the next durable one (L{Watchers}); and the session's face for them
-(L{Feed}): its log read back and its events as they happen.
+(L{Feed}): its log read back and its events as they happen.  Every event
+reaches them as one L{Entry}, so that its bytes for a kind of reader are
+made once, however many read it.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from vehicle.protocol import Event, JSONObject
+from vehicle.session._eventlog import Entry
 from vehicle.session._values import isoTimestamp
 
 
 Listener = Callable[[Event], None]
+#: One who takes each event as its entry (its bytes made once for all).
+Follower = Callable[[Entry], None]
 
 
 @define(eq=False)
@@ -31,20 +36,20 @@ class Watchers:
     _log: ClassVar[Logger] = Logger()
 
     sessionId: str
-    _listeners: list[Listener] = field(factory=list)
+    _listeners: list[Follower] = field(factory=list)
     _waiters: list[Deferred[None]] = field(factory=list)
 
-    def publish(self, event: Event) -> None:
+    def publish(self, entry: Entry) -> None:
         """
         Tell every listener; a durable event (one with a C{seq}) also wakes
         the waiters.
         """
         for listener in list(self._listeners):
             try:
-                listener(event)
+                listener(entry)
             except Exception:
                 self._log.failure("A watcher of {sessionId} failed", sessionId=self.sessionId)
-        if event.durable:
+        if entry.event.durable:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 waiter.callback(None)
@@ -54,18 +59,27 @@ class Watchers:
         Tell every listener of an ephemeral event (C{message.delta}): it has
         no C{seq}, is never written, and wakes no waiter.
         """
-        self.publish(Event(type=eventType, timestamp=timestamp, sessionId=self.sessionId, data=data))
+        self.publish(Entry(Event(
+            type=eventType, timestamp=timestamp, sessionId=self.sessionId, data=data,
+        )))
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """
         Call C{listener} with every event from now on (durable and
         ephemeral); returns the function that stops it.
         """
-        self._listeners.append(listener)
+        return self.follow(lambda entry: listener(entry.event))
+
+    def follow(self, follower: Follower) -> Callable[[], None]:
+        """
+        Call C{follower} with every event from now on, as its entry;
+        returns the function that stops it.
+        """
+        self._listeners.append(follower)
 
         def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
+            if follower in self._listeners:
+                self._listeners.remove(follower)
 
         return unsubscribe
 
@@ -110,9 +124,9 @@ class EventLog(Protocol):
     @property
     def cursor(self) -> int: ...
 
-    def last(self) -> Event | None: ...
-
     def eventsAfter(self, since: int, limit: int) -> tuple[list[Event], bool]: ...
+
+    def entriesAfter(self, since: int, limit: int) -> tuple[list[Entry], bool]: ...
 
     def runsSoFar(self) -> int: ...
 
@@ -134,15 +148,18 @@ class Feed:
     def cursor(self) -> int:
         return self._log.cursor
 
-    def last(self) -> Event | None:
-        return self._log.last()
-
     def after(self, since: int, limit: int = WATCH_LIMIT) -> tuple[list[Event], bool]:
         """
         The durable events with C{seq > since}, at most C{limit}, and
-        whether more may follow.
+        whether more may follow (read from the log).
         """
         return self._log.eventsAfter(since, limit)
+
+    def entriesAfter(self, since: int, limit: int = WATCH_LIMIT) -> tuple[list[Entry], bool]:
+        """
+        The same as L{after}, as entries: what readers share.
+        """
+        return self._log.entriesAfter(since, limit)
 
     def runsSoFar(self) -> int:
         return self._log.runsSoFar()
@@ -153,6 +170,14 @@ class Feed:
         that stops it.
         """
         return self._watchers.subscribe(listener)
+
+    def follow(self, follower: Follower) -> Callable[[], None]:
+        """
+        Call C{follower} with every event from now on, as its entry (its
+        bytes made once for every reader); returns the function that stops
+        it.
+        """
+        return self._watchers.follow(follower)
 
     def next(self) -> Deferred[None]:
         """

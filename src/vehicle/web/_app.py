@@ -38,7 +38,6 @@ from vehicle.protocol import (
     JSONObject,
     ReleaseRequest,
     RenameRequest,
-    SessionList,
     Snapshot,
     fromRequest,
     textOf,
@@ -46,14 +45,24 @@ from vehicle.protocol import (
 )
 from vehicle.public import Public
 from vehicle.session import Caller, Registry, Session, makeCapsule
-from vehicle.web._frames import frame, parseBody, validate
+from vehicle.web._frames import encodedFrame, frame, parseBody, validate
 from vehicle.web._metered import MeteredResource
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
-from vehicle.web._watch import EventStream, longPoll, parseCursor, parseWait, wantsEventStream
+from vehicle.web._watch import (
+    STALL_SECONDS,
+    EventStream,
+    Fanout,
+    longPoll,
+    parseCursor,
+    parseWait,
+    wantsEventStream,
+    watchFrame,
+)
 
 
-#: What a route's coroutine gives back: the HTTP status and the frame.
-Answered = tuple[int, JSONObject]
+#: What a route's coroutine gives back: the HTTP status and the frame (or
+#: its bytes, made of parts each encoded once).
+Answered = tuple[int, JSONObject | bytes]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -109,6 +118,10 @@ class VehicleAPI:
     streams: set[EventStream] = field(factory=set)
     #: Where every request answered is counted.
     metrics: Metrics = field(factory=unserved)
+    #: How long a stream whose client reads nothing is kept before it is cut.
+    stallSeconds: float = STALL_SECONDS
+    #: Each watched session's fan-out (its SSE streams), by session id.
+    fanouts: dict[str, Fanout] = field(factory=dict)
     #: The C{requestId} of each request whose body said one, for its frames.
     _requestIds: WeakKeyDictionary[Request, str] = field(init=False, factory=WeakKeyDictionary)
 
@@ -222,8 +235,10 @@ class VehicleAPI:
     @answered
     async def listSessions(self, request: Request) -> Answered:
         caller = self._caller(request)
-        sessions = tuple(s.summary() for s in self.registry.listFor(caller))
-        return 200, frame("session.list", None, toJSON(SessionList(sessions=sessions)))
+        # Each session's summary is encoded when it changed, not at every
+        # list (the frame SessionList makes, byte for byte).
+        sessions = [s.listed(encode) for s in self.registry.listFor(caller)]
+        return 200, encodedFrame("session.list", {"sessions": []}, "sessions", sessions)
 
     @router.route("/sessions/<sessionId>", methods=["GET"])
     @answered
@@ -331,19 +346,32 @@ class VehicleAPI:
             await self._stream(request, session, start)
             return 200, {}
         waitMs = parseWait(_arg(request.args or {}, b"waitMs"))
-        value = await longPoll(session, parseCursor(since, "since", session), waitMs, self.clock)
-        return 200, frame("watch.completed", None, toJSON(value))
+        entries, cursor, more = await longPoll(
+            session, parseCursor(since, "since", session), waitMs, self.clock
+        )
+        return 200, watchFrame(entries, cursor, more)
 
     async def _stream(self, request: Request, session: Session, since: int) -> None:
+        fanout = self.fanouts.get(session.sessionId)
+        if fanout is None or fanout.session is not session:
+            fanout = self.fanouts[session.sessionId] = Fanout(session=session, clock=self.clock)
         stream = EventStream(
             request=request,
             session=session,
             since=since,
             clock=self.clock,
             keepaliveSeconds=self.keepaliveSeconds,
+            stallSeconds=self.stallSeconds,
+            fanout=fanout,
         )
         self.streams.add(stream)
-        stream.done.addBoth(lambda _: self.streams.discard(stream))
+
+        def ended(_: object) -> None:
+            self.streams.discard(stream)
+            if not fanout.streams and self.fanouts.get(session.sessionId) is fanout:
+                del self.fanouts[session.sessionId]
+
+        stream.done.addBoth(ended)
         request.notifyFinish().addBoth(lambda _: stream.stopProducing())
         stream.start()
         try:

@@ -25,7 +25,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from vehicle import PROTOCOL
-from vehicle.errors import VehicleError
+from vehicle.errors import VehicleError, encode
 from vehicle.protocol import JSON, JSONObject
 
 
@@ -51,6 +51,23 @@ def frame(
     if replayed:
         out["replayed"] = True
     return out
+
+
+#: Stands for a list whose items are already encoded (L{encodedFrame}): a
+#: string no frame can hold otherwise (JSON escapes its NUL characters).
+_ITEMS = "\0items\0"
+
+
+def encodedFrame(frameType: str, value: JSONObject, key: str, items: list[bytes]) -> bytes:
+    """
+    The bytes L{vehicle.errors.encode} makes of a frame whose C{value[key]}
+    is a list, from that list's items already encoded (each once, for
+    every reader): the frame around them is encoded alone.
+    """
+    around = encode(frame(frameType, None, {**value, key: _ITEMS}))
+    before, marker, after = around.partition(encode(_ITEMS))
+    assert marker, "the frame holds its list"
+    return b"".join((before, b"[", b",".join(items), b"]", after))
 
 
 @lru_cache(maxsize=None)

@@ -1,17 +1,21 @@
 # -*- test-case-name: tests.unit.test_watch -*-
 """
 Watching a session: the long-poll answer (C{watch.completed}) and the SSE
-stream that replays from a cursor and then follows live.  A slow SSE client
-is paused (its producer), never buffered without bound: when it drains, it
-catches up from the durable log, so it misses nothing and sees nothing twice.
+stream that replays from a cursor and then follows live.  Each event is
+encoded once for all watchers (on its L{Entry}); a session's streams are
+fed by one L{Fanout}, which writes the same bytes to every stream up to
+date.  A slow SSE client is paused (its producer), never buffered without
+bound: when it drains, it catches up from the durable log, so it misses
+nothing and sees nothing twice; a client that reads nothing for long is cut,
+and resumes from its C{Last-Event-ID}.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, Iterable
 
-from attrs import define, field
+from attrs import define, field, frozen
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
 from twisted.internet.task import LoopingCall
@@ -21,9 +25,10 @@ from zope.interface import implementer
 
 from vehicle import PROTOCOL
 from vehicle._timers import cancelIfActive
-from vehicle.errors import VehicleError
-from vehicle.protocol import Event, WatchCompleted, toObject
-from vehicle.session import MAX_WAIT_MS, Session
+from vehicle.errors import VehicleError, encode
+from vehicle.protocol import Event, toJSON, toObject
+from vehicle.session import MAX_WAIT_MS, Entry, Session
+from vehicle.web._frames import encodedFrame
 
 
 #: The largest cursor a client may send (a session's seqs stay far below).
@@ -114,13 +119,14 @@ def _quality(params: str) -> float:
 
 async def longPoll(
     session: Session, since: int, waitMs: int, clock: IReactorTime
-) -> WatchCompleted:
+) -> tuple[list[Entry], int, bool]:
     """
-    The events after C{since} (at most L{WATCH_LIMIT}); with none and a
+    The events after C{since} (at most L{WATCH_LIMIT}) as entries, the
+    cursor to send next and whether more may follow; with none and a
     C{waitMs}, wait for the next one (or the time to run out).
     """
-    events, more = session.feed.after(since)
-    if not events and waitMs > 0 and not session.deleted:
+    entries, more = session.feed.entriesAfter(since)
+    if not entries and waitMs > 0 and not session.deleted:
         waiting = session.feed.next()
         timer = clock.callLater(waitMs / 1000.0, waiting.cancel)
         try:
@@ -129,9 +135,28 @@ async def longPoll(
             pass
         finally:
             cancelIfActive(timer)
-        events, more = session.feed.after(since)
-    cursor = (events[-1].seq or since) if events else since
-    return WatchCompleted(events=tuple(events), cursor=cursor, more=more)
+        entries, more = session.feed.entriesAfter(since)
+    cursor = (entries[-1].event.seq or since) if entries else since
+    return entries, cursor, more
+
+
+def eventJSON(event: Event) -> bytes:
+    """
+    An event as a frame's value holds it (compact JSON): what a long-poll's
+    answer is made of.
+    """
+    return encode(toJSON(event))
+
+
+def watchFrame(entries: list[Entry], cursor: int, more: bool) -> bytes:
+    """
+    The bytes of C{watch.completed}: the frame L{encode} makes of
+    L{WatchCompleted}, from each event's bytes made once for every reader.
+    """
+    return encodedFrame(
+        "watch.completed", {"events": [], "cursor": cursor, "more": more}, "events",
+        [entry.encoded(eventJSON) for entry in entries],
+    )
 
 
 def sseEncode(event: Event) -> bytes:
@@ -148,11 +173,134 @@ def sseEncode(event: Event) -> bytes:
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
+#: How many streams one turn of a fan-out serves before it lets the reactor
+#: do other work (the session's writer first).
+SLICE = 100
+#: The most a stream is written at once: more waits to see whether the
+#: client reads (a paused stream takes the rest from the log).
+MAX_WRITE = 64 * 1024
+#: How long a stream may stay paused (its client reading nothing) before it
+#: is cut: the client reconnects with C{Last-Event-ID} and misses nothing.
+STALL_SECONDS = 60.0
+
+
+@frozen
+class Batch:
+    """
+    What one turn of a fan-out offers its streams: the events that came
+    since the last turn (durable and ephemeral), in order, and their bytes
+    joined once.
+
+    @ivar start: the newest seq before them (what a stream up to date has).
+    @ivar end: the newest seq among them (C{start} when none is durable).
+    @ivar ends: the last of them is C{session.deleted}.
+    """
+
+    start: int
+    end: int
+    data: bytes
+    entries: tuple[Entry, ...]
+    ends: bool
+
+
+@define(eq=False)
+class Fanout:
+    """
+    The SSE streams of one session, fed by one follower of its events: each
+    event is encoded once (on its L{Entry}), the events of one turn of the
+    reactor are joined once, and the same bytes go to every stream that is
+    up to date.  A stream paused or behind takes nothing from here: it
+    catches up from the log (L{EventStream}).  Streams are served
+    L{SLICE} at a time, the reactor free between slices, so a session with
+    many watchers does not starve its writer; what comes meanwhile waits
+    for the next turn, joined with the rest.
+    """
+
+    session: Session
+    clock: IReactorTime
+    streams: list[EventStream] = field(factory=list)
+    _pending: list[Entry] = field(factory=list)
+    #: The newest seq offered so far.
+    _through: int = 0
+    _busy: bool = False
+    _batch: Batch | None = None
+    _toServe: list[EventStream] = field(factory=list)
+    _next: IDelayedCall | None = None
+    _unfollow: Callable[[], None] | None = None
+
+    def add(self, stream: EventStream) -> None:
+        if self._unfollow is None:
+            self._through = self.session.cursor
+            self._unfollow = self.session.feed.follow(self._heard)
+        self.streams.append(stream)
+
+    def remove(self, stream: EventStream) -> None:
+        """
+        A stream ended; the last one ends the fan-out's following.
+        """
+        if stream in self.streams:
+            self.streams.remove(stream)
+        if stream in self._toServe:
+            self._toServe.remove(stream)
+        if not self.streams:
+            self.close()
+
+    def close(self) -> None:
+        if self._unfollow is not None:
+            self._unfollow()
+            self._unfollow = None
+        cancelIfActive(self._next)
+        self._next = None
+        self._pending, self._toServe, self._busy = [], [], False
+
+    def _heard(self, entry: Entry) -> None:
+        self._pending.append(entry)
+        if not self._busy:
+            self._busy = True
+            self._turn()
+
+    def _turn(self) -> None:
+        """
+        Offer what came since the last turn to every stream.
+        """
+        self._next = None
+        entries, self._pending = tuple(self._pending), []
+        if not entries:
+            self._busy = False
+            return
+        seqs = [e.event.seq for e in entries if e.event.seq is not None]
+        start, self._through = self._through, max(seqs, default=self._through)
+        self._batch = Batch(
+            start=start, end=self._through,
+            data=b"".join(entry.encoded(sseEncode) for entry in entries),
+            entries=entries, ends=entries[-1].event.type == "session.deleted",
+        )
+        self._toServe = list(self.streams)
+        self._serve()
+
+    def _serve(self) -> None:
+        self._next = None
+        batch = self._batch
+        slice_, self._toServe = self._toServe[:SLICE], self._toServe[SLICE:]
+        for stream in slice_:
+            if batch is not None:
+                stream.offer(batch)
+        if self._toServe:
+            self._next = self.clock.callLater(0, self._serve)
+        elif self._pending:
+            self._next = self.clock.callLater(0, self._turn)
+        else:
+            self._busy = False
+
+
 @implementer(IPushProducer)
 @define(eq=False)
 class EventStream:
     """
-    One SSE client: replays from C{since}, then follows live.
+    One SSE client: replays from C{since}, then follows live (its session's
+    L{Fanout} offers it each turn's events).  Paused by its transport, it
+    writes nothing and, resumed, catches up from the log; paused longer
+    than C{stallSeconds}, it is cut.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -162,13 +310,15 @@ class EventStream:
     since: int
     clock: IReactorTime
     keepaliveSeconds: float = 15.0
+    stallSeconds: float = STALL_SECONDS
+    fanout: Fanout | None = None
     done: Deferred[None] = field(factory=Deferred)
     _sent: int = 0
     _paused: bool = False
     _stopped: bool = False
-    _unsubscribe: Callable[[], None] | None = None
     _keepalive: LoopingCall | None = None
     _catchingUp: IDelayedCall | None = None
+    _stall: IDelayedCall | None = None
 
     def start(self) -> None:
         self._sent = self.since
@@ -182,43 +332,85 @@ class EventStream:
             channel.setTimeout(None)
         request.registerProducer(self, True)
         request.write(b": connected\n\n")
-        self._unsubscribe = self.session.feed.subscribe(self._live)
+        if self.fanout is None:
+            self.fanout = Fanout(session=self.session, clock=self.clock)
+        self.fanout.add(self)
         self._keepalive = LoopingCall(self._ping)
         self._keepalive.clock = self.clock
         self._keepalive.start(self.keepaliveSeconds, now=False)
         self._catchUp()
 
+    @property
+    def sent(self) -> int:
+        """
+        The newest seq written to the client.
+        """
+        return self._sent
+
+    def offer(self, batch: Batch) -> None:
+        """
+        One turn's events: the whole batch when this stream is where it
+        starts, the durable ones it lacks when it read ahead from the log,
+        nothing while it is paused or catching up.
+        """
+        if self._stopped or self._paused or self._catchingUp is not None:
+            return
+        if self._sent == batch.start and len(batch.data) <= MAX_WRITE:
+            self.request.write(batch.data)
+            self._sent = batch.end
+            if batch.ends:
+                self.stop()
+        elif self._sent < batch.start:
+            self._catchUp()
+        else:
+            self._writeEach(batch.entries)
+
+    def _writeEach(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            if self._stopped or self._paused:
+                return
+            seq = entry.event.seq
+            if seq is None or seq > self._sent:
+                self.request.write(entry.encoded(sseEncode))
+                self._sent = seq or self._sent
+                if entry.event.type == "session.deleted":
+                    self.stop()
+
     def _catchUp(self) -> None:
+        """
+        Write what the log holds after C{sent} (a page a turn, in writes of
+        at most L{MAX_WRITE}), stopping at a pause; end the stream at the
+        end of a deleted session.
+        """
         self._catchingUp = None
         if self._stopped or self._paused:
             return
-        events, more = self.session.feed.after(self._sent)
-        for event in events:
-            self._write(event)
-            if self._stopped:
+        entries, more = self.session.feed.entriesAfter(self._sent)
+        chunk: list[bytes] = []
+        size, upto = 0, self._sent
+        for entry in entries:
+            data = entry.encoded(sseEncode)
+            chunk.append(data)
+            size += len(data)
+            upto = entry.event.seq or upto
+            if size >= MAX_WRITE or entry.event.type == "session.deleted":
+                self._flush(chunk, upto, entry.event.type == "session.deleted")
+                chunk, size = [], 0
+                if self._stopped or self._paused:
+                    return
+        if chunk:
+            self._flush(chunk, upto, False)
+            if self._stopped or self._paused:
                 return
         if more:
             self._catchingUp = self.clock.callLater(0, self._catchUp)
         elif self.session.deleted:
             self.stop()
 
-    def _live(self, event: Event) -> None:
-        if self._stopped or self._paused:
-            return
-        if event.seq is None:
-            self.request.write(sseEncode(event))
-            return
-        if event.seq == self._sent + 1 and self._catchingUp is None:
-            self._write(event)
-        elif self._catchingUp is None:
-            self._catchUp()
-
-    def _write(self, event: Event) -> None:
-        if event.seq is None or event.seq <= self._sent:
-            return
-        self.request.write(sseEncode(event))
-        self._sent = event.seq
-        if event.type == "session.deleted":
+    def _flush(self, chunk: list[bytes], upto: int, ends: bool) -> None:
+        self.request.write(b"".join(chunk))
+        self._sent = upto
+        if ends:
             self.stop()
 
     def _ping(self) -> None:
@@ -228,8 +420,12 @@ class EventStream:
     # IPushProducer
     def pauseProducing(self) -> None:
         self._paused = True
+        if self._stall is None and not self._stopped:
+            self._stall = self.clock.callLater(self.stallSeconds, self._cut)
 
     def resumeProducing(self) -> None:
+        cancelIfActive(self._stall)
+        self._stall = None
         if self._paused:
             self._paused = False
             if self._catchingUp is None:
@@ -237,6 +433,26 @@ class EventStream:
 
     def stopProducing(self) -> None:
         self._halt()
+
+    def _cut(self) -> None:
+        """
+        The client read nothing for C{stallSeconds}: drop the connection
+        and what waits in its buffer.  It reconnects with the last
+        C{Last-Event-ID} it read and misses nothing (every seq is in the
+        log).
+        """
+        self._stall = None
+        self._log.info(
+            "Cut a stream of {sessionId} whose client read nothing for {seconds} s "
+            "(at seq {seq}; it resumes from its last id)",
+            sessionId=self.session.sessionId, seconds=self.stallSeconds, seq=self._sent,
+        )
+        transport = getattr(getattr(self.request, "channel", None), "transport", None)
+        self._halt()
+        if transport is not None and hasattr(transport, "abortConnection"):
+            transport.abortConnection()
+        elif transport is not None:
+            transport.loseConnection()
 
     def stop(self) -> None:
         """
@@ -255,12 +471,14 @@ class EventStream:
         if self._stopped:
             return
         self._stopped = True
-        if self._unsubscribe is not None:
-            self._unsubscribe()
+        if self.fanout is not None:
+            self.fanout.remove(self)
         if self._keepalive is not None and self._keepalive.running:
             self._keepalive.stop()
         cancelIfActive(self._catchingUp)
         self._catchingUp = None
+        cancelIfActive(self._stall)
+        self._stall = None
         try:
             self.request.unregisterProducer()
         except (AttributeError, RuntimeError):
