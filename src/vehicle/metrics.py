@@ -17,9 +17,10 @@ What is counted where:
   - requests: the web room's metered front (C{web/_metered.py}), by route
     pattern (C{/sessions/<sessionId>}, never a session's id), method and
     status, with their latency;
-  - events written and the fsync latency: the store's log, at its one
-    append and its one sync (C{store/_jsonl.JsonlLog.append}, C{.sync}),
-    by log (C{events}, C{commands}, C{ledger});
+  - events written and the fsync latency: the store's log, at each
+    append and each sync (C{store/_jsonl.JsonlLog.write}, C{.sync}; one
+    sync covers a batch of appends: C{store/_writer}), by log
+    (C{events}, C{commands}, C{ledger});
   - box probes: C{agent/_profile.AgentProfile.decide};
   - mirror writes and failures: C{mirror/_mirror.Mirror._pass}, C{._fail};
   - public turns refused, by their error code: C{public/_public.Public.reserveTurn};

@@ -53,8 +53,10 @@ class ScrapeTests(TestCase):
         self.assertEqual(figure(samples, "vehicle_sessions", body="live"), 1)
         written = figure(samples, "vehicle_log_records_total", log="events")
         self.assertGreaterEqual(written, int(watcher.messages[-1]["id"]))
-        self.assertGreaterEqual(
-            figure(samples, "vehicle_log_fsync_duration_seconds_count", log="events"), written)
+        # Group commit: each sync makes one or more records durable.
+        syncs = figure(samples, "vehicle_log_fsync_duration_seconds_count", log="events")
+        self.assertGreater(syncs, 0)
+        self.assertLessEqual(syncs, written)
 
         visitorSid = await host.conversation()
         code, frame = await host.prompt(visitorSid)

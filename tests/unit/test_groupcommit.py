@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import Event
@@ -299,6 +300,60 @@ class GroupCommitTests(SynchronousTestCase):
         after = host.policy(self.sid, "p1", "mute")
         host.settle()
         self.assertEqual(host.answer(after)[0], 202)
+        self.flushLoggedErrors()
+
+
+class MetaLaterTests(SynchronousTestCase):
+    """
+    A rename's C{meta.json}, rewritten by the writer a second later at
+    most, and a delete that comes first.
+    """
+
+    def setUp(self) -> None:
+        self.later = Clock()
+        self.h = Harness(self, writer=lambda: GroupWriter(clock=self.later))
+        self.sid = str(self.h.create("c1")["sessionId"])
+
+    def rename(self, title: str) -> None:
+        code, frame = self.h.call("PATCH", f"/sessions/{self.sid}",
+                                  {"requestId": "rename-1", "title": title})
+        self.assertEqual(code, 200, frame)
+
+    def meta(self, folder: Path) -> dict[str, Any]:
+        return dict(json.loads((folder / "meta.json").read_text()))
+
+    def test_deleteRightAfterARename(self) -> None:
+        """
+        A delete within the second after a rename moves a C{meta.json}
+        holding the new title to the trash: the rewrite still waiting is
+        done before the move, and not again after it.
+        """
+        self.rename("new title")
+        folder = self.h.root / "sessions" / self.sid
+        self.assertNotEqual(self.meta(folder).get("title"), "new title")
+        code, frame = self.h.call("DELETE", f"/sessions/{self.sid}")
+        self.assertEqual(code, 200, frame)
+        [trashed] = os.listdir(self.h.root / "trash")
+        self.assertEqual(self.meta(self.h.root / "trash" / trashed)["title"], "new title")
+        self.later.advance(2)
+        self.assertFalse(folder.exists())
+
+    def test_refusedDeleteRewritesLater(self) -> None:
+        """
+        A delete the disk refuses leaves the rewrite to the writer, which
+        does it in its time.
+        """
+        self.rename("kept title")
+        files = CrashFiles(self.h.root)
+        files.install(self.patch)
+        self.addCleanup(files.uninstall)
+        files.fail("fsync", errno.EIO)
+        code, frame = self.h.call("DELETE", f"/sessions/{self.sid}")
+        self.assertEqual(frame["code"], "storage_unavailable")
+        files.uninstall()
+        self.later.advance(2)
+        folder = self.h.root / "sessions" / self.sid
+        self.assertEqual(self.meta(folder)["title"], "kept title")
         self.flushLoggedErrors()
 
 

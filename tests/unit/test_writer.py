@@ -417,9 +417,11 @@ class WriterTests(SynchronousTestCase):
         clock.advance(5)
         self.assertEqual((ran, self.held.waiting), (["k2"], []))
 
-    def test_forgetLater(self) -> None:
+    def test_takeLater(self) -> None:
         """
-        Work forgotten before its time is not done.
+        Work taken back before its time is the caller's: the writer does
+        not do it; taking it again, or taking a key with nothing waiting,
+        gives nothing.
         """
         clock = Clock()
         writer = GroupWriter(runner=self.held, clock=clock)
@@ -427,10 +429,27 @@ class WriterTests(SynchronousTestCase):
         writer.write(Chain(), [], after=("k", lambda: ran.append("k")))
         writer.write(Chain(), [], after=("j", lambda: ran.append("j")))
         self.held.releaseAll()
-        writer.forgetLater("k")
+        taken = writer.takeLater("k")
+        self.assertIsNone(writer.takeLater("k"))
+        self.assertIsNone(writer.takeLater("nothing"))
         clock.advance(1)
         self.held.releaseAll()
         self.assertEqual(ran, ["j"])
+        assert taken is not None
+        taken()
+        self.assertEqual(ran, ["j", "k"])
+
+    def test_takeTheLastLater(self) -> None:
+        """
+        Taking back the only work waiting stops the clock's call for it.
+        """
+        clock = Clock()
+        writer = GroupWriter(runner=self.held, clock=clock)
+        writer.write(Chain(), [], after=("k", lambda: None))
+        self.held.releaseAll()
+        self.assertEqual(len(clock.getDelayedCalls()), 1)
+        writer.takeLater("k")
+        self.assertEqual(clock.getDelayedCalls(), [])
 
     def test_drainDoesWhatWaits(self) -> None:
         """
@@ -447,6 +466,37 @@ class WriterTests(SynchronousTestCase):
         self.held.release()
         self.successResultOf(drained)
         self.assertEqual(ran, ["k"])
+
+    def test_drainDoesWhatABatchLeft(self) -> None:
+        """
+        Work for later left by a step answered while draining (it was
+        still being written when the drain began) is done before the drain
+        fires: nothing waits on the clock after it.
+        """
+        clock = Clock()
+        writer = GroupWriter(runner=self.held, clock=clock)
+        ran: list[str] = []
+        writer.write(Chain(), [], after=("k", lambda: ran.append("k")))
+        drained = writer.drain()
+        self.held.release()
+        self.assertNoResult(drained)
+        self.held.release()
+        self.successResultOf(drained)
+        self.assertEqual((ran, clock.getDelayedCalls()), (["k"], []))
+
+    def test_afterDrainNothingWaits(self) -> None:
+        """
+        Once drained (the host stops), the work after a step is done in
+        its batch: nothing is left on the clock.
+        """
+        clock = Clock()
+        writer = GroupWriter(runner=self.held, clock=clock)
+        self.successResultOf(writer.drain())
+        ran: list[str] = []
+        written = writer.write(Chain(), [], after=("k", lambda: ran.append("k")))
+        self.held.release()
+        self.successResultOf(written)
+        self.assertEqual((ran, clock.getDelayedCalls()), (["k"], []))
 
     def test_closeAfterTheWritesBeforeIt(self) -> None:
         """

@@ -72,7 +72,7 @@ from vehicle.session._restore import Derived
 from vehicle.session._room import Room
 from vehicle.session._values import Caller, Lease, SessionMeta, isoTimestamp
 from vehicle.session._watchers import Feed, Watchers
-from vehicle.store import After, GroupWriter, writeJsonAtomic
+from vehicle.store import After, Chain, GroupWriter, writeJsonAtomic
 
 
 def originOf(record: RequestRecord, graphId: str) -> Origin | None:
@@ -828,9 +828,13 @@ class Session:
         """
         self.wake()
         self._leases.stop()
+        owed = None
+        metaKey = self._metaRewrite()[0]
         if self._journal.writer is not None:
-            # Its folder is about to move: a title not yet rewritten is in the log.
-            self._journal.writer.forgetLater(self._metaRewrite()[0])
+            # Its folder is about to move: a title the writer has not yet
+            # rewritten is rewritten here, before the move, once the delete
+            # is durable (the trash's meta.json names the title).
+            owed = self._journal.writer.takeLater(metaKey)
         written = self._journal.finish(
             "session.deleted", {"trashedAs": trashedAs, "by": toObject(caller.holder())},
         )
@@ -838,10 +842,19 @@ class Session:
 
         def deleted(event: Event) -> Event:
             self._leases.cancelTimer()
+            if owed is not None:
+                try:
+                    owed()
+                except OSError as e:
+                    self._log.warn("Session {sessionId}: meta.json could not be rewritten before "
+                                   "its move to the trash ({error}); its log has the title",
+                                   sessionId=self.sessionId, error=str(e))
             return event
 
         def refused(failure: Failure) -> Failure:
             self.deleted = False
+            if owed is not None and self._journal.writer is not None:
+                self._journal.writer.write(Chain(), (), (metaKey, owed))
             return failure
 
         return written.addCallbacks(deleted, refused)

@@ -44,6 +44,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from vehicle._reactors import IClientReactor
+from vehicle._timers import cancelIfActive
 from vehicle.store._jsonl import JsonlLog
 
 
@@ -284,6 +285,9 @@ class GroupWriter:
     #: Work waiting for its time, by key (the newest of each).
     _later: dict[Hashable, Callable[[], None]] = field(factory=dict)
     _timer: IDelayedCall | None = None
+    #: Drained (the host is stopping): work after a step is done in its
+    #: batch from now on, none left waiting on the clock.
+    _drained: bool = False
 
     def write(
         self, chain: Chain, lines: Sequence[Line], after: After | None = None
@@ -300,7 +304,7 @@ class GroupWriter:
         """
         self.steps += 1
         step = _Step(index=self.steps, chain=chain, lines=tuple(lines), done=Deferred())
-        if self.clock is None:
+        if self.clock is None or self._drained:
             step.after = after
         else:
             step.later = after
@@ -308,11 +312,18 @@ class GroupWriter:
         self._pump()
         return step.done
 
-    def forgetLater(self, key: Hashable) -> None:
+    def takeLater(self, key: Hashable) -> Callable[[], None] | None:
         """
-        Drop the work waiting under C{key} (its file is about to move).
+        Take back the work waiting for its time under C{key}, not yet handed
+        to a batch (its file is about to move: the caller does it first),
+        or L{None}.  Work already handed to a batch is done before any step
+        handed over after it is answered.
         """
-        self._later.pop(key, None)
+        work = self._later.pop(key, None)
+        if not self._later:
+            cancelIfActive(self._timer)
+            self._timer = None
+        return work
 
     def close(self, *logs: JsonlLog) -> Deferred[None]:
         """
@@ -326,15 +337,17 @@ class GroupWriter:
     def drain(self) -> Deferred[None]:
         """
         Fires once everything handed over is done, the work waiting for its
-        time included (the host is stopping).
+        time included (the host is stopping); from now on the work after a
+        step is done in the step's batch, none left waiting on the clock.
         """
-        if self._later:
-            self._doLater()
+        self._drained = True
+        self._doLater()
         if not self._running and not self._queue:
             return succeed(None)
         waiter: Deferred[None] = Deferred()
         self._idle.append(waiter)
-        return waiter
+        # A step answered meanwhile may have left work for later: drained too.
+        return waiter.addCallback(lambda _: self.drain())
 
     def _pump(self) -> None:
         if self._pumping:
@@ -395,8 +408,7 @@ class GroupWriter:
         The work kept for later goes into the next batch, after what is
         queued already.
         """
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
+        cancelIfActive(self._timer)
         self._timer = None
         later, self._later = self._later, {}
         for key, work in later.items():
