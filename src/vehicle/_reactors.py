@@ -42,7 +42,7 @@ class IHostReactor(IClientReactor, IReactorProcess, IReactorUNIX):
     """
     A server's reactor (the host, the gardend stand-in): a client's, plus
     spawning children (pi bodies, the probe, a started service) and Unix
-    sockets (a boxed body's door).
+    sockets (a boxed body's proxy).
     """
 
 

@@ -119,8 +119,8 @@ def buildHost(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
     public, ownKey = _publicParts(settings, models, reactor, dataDir, agent, metrics)
-    # The spares' doors keep their connections to the provider open.
-    doorConnections = HTTPConnectionPool(reactor, persistent=True)
+    # The spares' proxies keep their connections to the provider open.
+    proxyConnections = HTTPConnectionPool(reactor, persistent=True)
     spares = chatSpares(
         launcher=launcher,
         reactor=reactor,
@@ -128,7 +128,7 @@ def buildHost(
         size=settings.spareBodies,
         runDir=agent.runDir,
         refillSeconds=settings.spareRefillMs / 1000.0,
-        http=httpClient(reactor, pool=doorConnections),
+        http=httpClient(reactor, pool=proxyConnections),
     )
     bodies = Bodies(
         launcher=launcher,
@@ -139,7 +139,7 @@ def buildHost(
         public=public,
         ownKey=ownKey,
         spares=spares,
-        doorConnections=doorConnections,
+        proxyConnections=proxyConnections,
     )
     _follow(registry, bodies, public, mirror)
     drive = Drive(

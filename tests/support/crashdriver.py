@@ -241,7 +241,7 @@ class CrashDriver(SynchronousTestCase):
     _log = Logger()
 
     def setUp(self) -> None:
-        # A host thrown away as if killed leaves its doors' run folder, as a
+        # A host thrown away as if killed leaves its proxies' run folder, as a
         # killed host does; a later host of this same process cannot sweep
         # it (its pid is alive). Keep them in a short folder of this test's.
         runs = tempfile.mkdtemp(prefix="vc-")

@@ -87,7 +87,7 @@ class HeaderNameTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(d).code, 200)
         self.assertEqual(self.strNames, [])
 
-    def test_doorRequests(self) -> None:
+    def test_linkRequests(self) -> None:
         """
         The clients' link sends its credentials and client id in bytes.
         """

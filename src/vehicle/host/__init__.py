@@ -5,7 +5,7 @@ every session joined to its body (L{Bodies}), and the service that loads
 and stops them (L{HostService}).
 """
 
-from vehicle.host._bodies import Bodies, ChatSpareDoor, chatSpares
+from vehicle.host._bodies import Bodies, ChatSpareProxy, chatSpares
 from vehicle.host._drive import AgentRules, BodyRules, Drive, PublicTurns, Replayed, refuseIfRunning
 from vehicle.host._service import BodyRoomRules, HostService, MirrorFollower
 
@@ -15,7 +15,7 @@ __all__ = [
     "Bodies",
     "BodyRoomRules",
     "BodyRules",
-    "ChatSpareDoor",
+    "ChatSpareProxy",
     "chatSpares",
     "Drive",
     "HostService",

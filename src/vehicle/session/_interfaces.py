@@ -30,7 +30,7 @@ class IConductor(Interface):
     """
     What drives a session's body: the session hands it accepted commands
     and asks it whether anything is under way; the host disposes of it and
-    snapshots it; a body's door asks it to meter model requests.  Provided
+    snapshots it; a body's proxy asks it to meter model requests.  Provided
     by the body room (L{vehicle.body.Conductor}).
     """
 
@@ -51,7 +51,7 @@ class IConductor(Interface):
 
     def meterModelRequest() -> str | None:
         """
-        May the body's door forward one more model request?  L{None} if so,
+        May the body's proxy forward one more model request?  L{None} if so,
         else why not.
         """
 
