@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_tap -*-
 """
 C{twistd vehicle}: the command line, and the service tree it builds.  It
-reads the settings, builds the rooms and wires them; it knows nothing of
+reads the settings, builds the packages and wires them; it knows nothing of
 how any of them work.
 """
 
@@ -25,7 +25,7 @@ from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile
 from vehicle.body import EXTENSION, Launcher, RunInThread
 from vehicle._http import httpClient
-from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower, chatSpares
+from vehicle.host import Bodies, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares
 from vehicle.metrics import Metrics, metricsSite
 from vehicle.mirror import Mirror
 from vehicle.public import OwnKeyBodies, Public, openLedger
@@ -95,12 +95,12 @@ def buildHost(
     writer: GroupWriter | None = None,
 ) -> tuple[VehicleAPI, HostService]:
     """
-    The rooms, wired: registry, bodies, app and the service that owns them.
+    The packages, wired: registry, bodies, app and the service that owns them.
 
     @param runInThread: runs blocking file work (a branch's workspace copy)
         off the reactor's thread: the reactor's pool by default, inline on
         a reactor without threads (a test's fake clock).
-    @param metrics: where every room tells what happened (the app's
+    @param metrics: where every package tells what happened (the app's
         C{metrics}; a new one when not given); the store's logs tell it
         too, process-wide.
     @param writer: the data directory's writer (group commit): its own
@@ -146,7 +146,7 @@ def buildHost(
         registry=registry,
         chooseModel=models.choose,
         agent=agent,
-        bodies=BodyRoomRules(
+        bodies=HostBodyRules(
             registry=registry, bodies=bodies, agent=agent,
             runInThread=runInThread or threadRunner(reactor),
         ),

@@ -120,7 +120,7 @@ class ModelCatalog:
         """
         The provider name and its config (with the key) for C{provider/id}.
 
-        @return: the config is pi's, passed through to it; the rooms that
+        @return: the config is pi's, passed through to it; the packages that
             plan bodies read its C{baseUrl}, C{apiKey} and C{models} by key.
         """
         provider = model.split("/", 1)[0]

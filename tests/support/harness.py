@@ -69,7 +69,7 @@ def newSession(
 ) -> Session:
     """
     A chat session made by C{caller} on its graph (holding the lease), as a
-    create makes it, without the web room.
+    create makes it, without the web package.
     """
     assert caller.graphId is not None
     meta = SessionMeta(

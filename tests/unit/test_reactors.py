@@ -104,7 +104,7 @@ class ThreadRunnerTests(SynchronousTestCase):
     def test_intersections(self) -> None:
         """
         The host's reactor is a client's and more; each extends what it
-        joins, so it is handed on to a narrower room.
+        joins, so it is handed on to a narrower package.
         """
         from twisted.internet.interfaces import IReactorProcess, IReactorTCP, IReactorTime
 

@@ -5,7 +5,7 @@ with the plan its profile or funding asks for (the agent's box, the
 caller's own key), public accounting and the mirror; at stop, every
 conductor closes, the proxies let go of their sockets, the ledger closes.
 
-This is the one room that knows every part a session is joined to, so the
+This is the one module that knows every part a session is joined to, so the
 tap only builds the parts and hands them here.
 """
 

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_web -*-
 """
 The Klein app: thin routes.  Each authenticates the caller, parses and
-validates the request JSON, hands it to the session room's drive step
+validates the request JSON, hands it to the host's drive step
 (L{Drive}: replay, rules, accept) and renders the answer as one frame.
 Errors of every kind are mapped once (L{answered}) to the error frame;
 nothing escapes as a traceback.
@@ -70,7 +70,7 @@ R = TypeVar("R")
 
 class Snapshots(Protocol):
     """
-    What the snapshot of a session shows beyond the session room: its
+    What the snapshot of a session shows beyond the session package: its
     transcript, pi's queue, tools and stats, the mirror (the host's bodies).
     """
 
