@@ -100,7 +100,7 @@ class HeaderNameTests(SynchronousTestCase):
         d = link.call("GET", "/sessions")
         self.h.stub.flush()
         self.successResultOf(d)
-        d = link.call("POST", "/sessions", body={"requestId": "c1"})
+        d = link.call("POST", "/sessions", payload={"requestId": "c1"})
         self.h.stub.flush()
         self.successResultOf(d)
         self.assertEqual(self.strNames, [])

@@ -199,4 +199,4 @@ class LineTests(SynchronousTestCase):
         line = readLine(b'{"op": "prompt", "requestId": "r", "text": "hi"}', False, _route)
         assert isinstance(line, Line)
         self.assertEqual(line.call.path, "/sessions/s1/commands")
-        self.assertEqual(line.call.body, {"requestId": "r", "text": "hi", "type": "prompt"})
+        self.assertEqual(line.call.payload, {"requestId": "r", "text": "hi", "type": "prompt"})

@@ -53,7 +53,7 @@ def replay(session: Session, requestId: str, raw: JSONObject, route: str) -> Non
     The replay step of a session's request, once for every verb.
 
     @raise Replayed: for a request already answered.
-    @raise VehicleError: C{request_id_conflict} for its id with another body.
+    @raise VehicleError: C{request_id_conflict} for its id with another payload.
     """
     found = session.replay(requestId, raw, route)
     if found is not None:

@@ -45,7 +45,7 @@ from vehicle.protocol import (
 )
 from vehicle.public import Public
 from vehicle.session import Caller, Registry, Session, makeCapsule
-from vehicle.web._frames import encodedFrame, frame, parseBody, validate
+from vehicle.web._frames import encodedFrame, frame, parsePayload, validate
 from vehicle.web._metered import MeteredResource
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import (
@@ -122,7 +122,7 @@ class VehicleAPI:
     stallSeconds: float = STALL_SECONDS
     #: Each watched session's fan-out (its SSE streams), by session id.
     fanouts: dict[str, Fanout] = field(factory=dict)
-    #: The C{requestId} of each request whose body said one, for its frames.
+    #: The C{requestId} of each request whose payload said one, for its frames.
     _requestIds: WeakKeyDictionary[Request, str] = field(init=False, factory=WeakKeyDictionary)
 
     @property
@@ -185,7 +185,7 @@ class VehicleAPI:
         is remembered for the error frame), then read as its value, once.
         """
         raw = request.content.read() if request.content is not None else b""
-        parsed = parseBody(raw, request.getHeader(b"content-type"))
+        parsed = parsePayload(raw, request.getHeader(b"content-type"))
         requestId = textOf(parsed.get("requestId")) if isinstance(parsed, dict) else None
         if requestId is not None:
             self._requestIds[request] = requestId
