@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, MutableMapping
+from typing import MutableMapping
 
 from attrs import field, frozen
 
@@ -112,11 +112,11 @@ class ModelCatalog:
             raise VehicleError(
                 "model_unavailable",
                 f"the model {requested!r} is not on this host",
-                {"models": self.names()},
+                {"models": list(self.names())},
             )
         return requested
 
-    def providerFor(self, model: str) -> tuple[str, dict[str, Any]]:
+    def providerFor(self, model: str) -> tuple[str, JSONObject]:
         """
         The provider name and its config (with the key) for C{provider/id}.
 
@@ -126,6 +126,14 @@ class ModelCatalog:
         provider = model.split("/", 1)[0]
         spec = {k: v for k, v in self.providers[provider].items() if not k.startswith("_")}
         return provider, spec
+
+    def endpointFor(self, model: str) -> tuple[str, str]:
+        """
+        Where the provider of C{model} is reached, and with which key: its
+        C{baseUrl} and C{apiKey}, for the model proxy that holds them.
+        """
+        _, spec = self.providerFor(model)
+        return str(spec["baseUrl"]), str(spec["apiKey"])
 
     def secrets(self) -> list[str]:
         """

@@ -252,11 +252,11 @@ class AgentProfile:
         The body's proxy to the model (and to MCP): a fresh token each body.
         """
         await self.closeProxy(session)
-        name, spec = self.models.providerFor(session.meta.model)
+        baseUrl, key = self.models.endpointFor(session.meta.model)
         proxy = ModelProxy(
             reactor=self.reactor,
             socketPath=self.runDir() / session.sessionId / "model.sock",
-            model=Upstream(baseUrl=spec["baseUrl"], key=spec["apiKey"]),
+            model=Upstream(baseUrl=baseUrl, key=key),
             mcp=Upstream(baseUrl=self.mcpUrl) if self.mcpUrl else None,
             gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )

@@ -63,9 +63,9 @@ class ChatSpareProxy:
         )
 
     def handTo(self, session: Session) -> None:
-        _, spec = self.models.providerFor(session.meta.model)
+        baseUrl, key = self.models.endpointFor(session.meta.model)
         self.proxy.handTo(
-            Upstream(baseUrl=str(spec["baseUrl"]), key=str(spec["apiKey"])),
+            Upstream(baseUrl=baseUrl, key=key),
             gate=lambda: (
                 session.conductor.meterModelRequest()
                 if session.conductor is not None else "no run is under way"

@@ -19,6 +19,7 @@ from attrs import define
 from vehicle.errors import VehicleError
 from vehicle.public import Reservation
 from vehicle.protocol import (
+    JSON,
     JSONObject,
     TEXT_COMMANDS,
     Answer,
@@ -106,7 +107,7 @@ def refuseIfRunning(session: Session) -> None:
     @raise VehicleError: C{session_running} while a run or a command is
         under way.
     """
-    work = [
+    work: list[JSON] = [
         {"commandId": c.commandId, "type": c.type.value, "status": c.status.value}
         for c in session.openCommands()
     ]

@@ -63,14 +63,14 @@ class OwnKeyBodies:
             reactor=self.reactor,
             socketPath=self.runDir() / session.sessionId / "model.sock",
             model=Upstream(
-                baseUrl=spec["baseUrl"],
+                baseUrl=str(spec["baseUrl"]),
                 keySource=lambda: self.public.keyFor(session),
                 scrub=True,
             ),
             gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
         await proxy.listen()
-        providers = {
+        providers: dict[str, JSONObject] = {
             provider: {
                 **{k: v for k, v in spec.items() if k != "models"},
                 # The bridge picks a free port and puts it in place of the 0.

@@ -394,7 +394,7 @@ class VehicleAPI:
             VehicleError(
                 "method_not_allowed",
                 "this route does not take that method",
-                {"allowed": allowed},
+                {"allowed": list(allowed)},
             ),
             {b"allow": ", ".join(allowed).encode("ascii")},
         )
