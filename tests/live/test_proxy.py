@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.live.test_proxy -*-
 """
-The model's proxy (L{vehicle.box._proxy.ModelProxy}) on a real Unix socket,
+The model proxy (L{vehicle.box._proxy.ModelProxy}) on a real Unix socket,
 in front of a real upstream on loopback: only the body's token opens the
 model route, which gets the real key instead; answers stream through as
 they come; the MCP route passes the body's own bearer; nothing else is
