@@ -1,7 +1,7 @@
 """
 Benchmark of the agent profile's box (run on demand, not in the suite):
 body start time and resident memory, boxed (C{agent} profile, pi inside
-bwrap behind the model door) against unboxed (C{chat} profile), side by side.
+bwrap behind the model proxy) against unboxed (C{chat} profile), side by side.
 
 For each sample a new session is created on one live host (the real app and
 real pi children against the scripted model) and prompted once:
@@ -9,7 +9,7 @@ real pi children against the scripted model) and prompted once:
 - C{spawn -> get_state}: from the launcher's spawn to the body answering
   C{get_state} (C{body.materialized});
 - C{prompt -> materialized}: from POSTing the prompt to the same moment,
-  which for a boxed body adds the probe of the box and opening the door;
+  which for a boxed body adds the probe of the box and opening the proxy;
 - C{prompt -> settled}: the whole first run;
 - C{pi VmRSS}: the node process's resident memory after that run;
 - C{body VmRSS}: the same plus every process of the body's tree (for a

@@ -9,7 +9,7 @@ all alike):
   model), until its first C{message.delta} reaches an SSE watcher; the body
   is one the host started for its session (no spares);
 - C{host, spare's body}: the same on a body that was a spare (its model
-  reached through its door), when the checkout has spares;
+  reached through its proxy), when the checkout has spares;
 - C{straight to pi}: the floor: C{prompt} written to a warm C{pi --mode
   rpc} child with vehicle's extension, until its first C{text_delta}.
 

@@ -31,7 +31,7 @@ class DirectEndpoints:
     C{https} as a browser would check it (C{tls}: another policy, e.g. one
     trusting a private CA).  C{timeout}: seconds to wait for a connection.
     Every connection sends each write at once (a model's stream of deltas
-    through the door, L{vehicle._sockets}).
+    through the proxy, L{vehicle._sockets}).
     """
 
     def __init__(

@@ -1,17 +1,17 @@
 # -*- test-case-name: tests.unit.test_tap -*-
 """
-The reactors the rooms are handed, named by what they use.
+The reactors the packages are handed, named by what they use.
 
 Twisted gives one interface per capability (L{IReactorTime},
-L{IReactorTCP}, ...); a room that needs one takes it.  A room that needs
+L{IReactorTCP}, ...); a package that needs one takes it.  A package that needs
 several takes one of the intersections below, each an interface extending
-the ones it joins, so what is handed on to a narrower room type-checks
+the ones it joins, so what is handed on to a narrower package type-checks
 (mypy-zope reads interface inheritance).
 
 They are for the type checker: zope has no intersection of interfaces, so
 no reactor declares these.  A reactor providing every part is what they
 mean; the entry points (C{react}'s main, twistd's C{makeService}) are
-where the global reactor is taken as one.  A capability a room can do
+where the global reactor is taken as one.  A capability a package can do
 without (the thread pool) is asked for at run time instead
 (C{IReactorThreads(reactor, None)}).
 """
@@ -42,7 +42,7 @@ class IHostReactor(IClientReactor, IReactorProcess, IReactorUNIX):
     """
     A server's reactor (the host, the gardend stand-in): a client's, plus
     spawning children (pi bodies, the probe, a started service) and Unix
-    sockets (a boxed body's door).
+    sockets (a boxed body's proxy).
     """
 
 

@@ -1,14 +1,14 @@
 # -*- test-case-name: tests.unit.test_relay -*-
 """
 The one way a request is passed on to an upstream and its answer streamed
-back, shared by the two reverse proxies of the project: the model's door
-into a box (L{vehicle.box.ModelDoor}) and the gardend stand-in's gateway.
+back, shared by the two reverse proxies of the project: the model proxy
+of a box (L{vehicle.box.ModelProxy}) and the gardend stand-in's gateway.
 
 Each proxy decides what to send (which headers, which credentials) and what
 to refuse; this module only forwards the request as it came, copies the
 answer's status and headers, and streams its body with the upstream as the
 caller's producer (a slow caller slows the upstream instead of filling
-memory).  A body can be rewritten on the way by a L{Rewrite} (the door takes
+memory).  A body can be rewritten on the way by a L{Rewrite} (the proxy takes
 keys out of a provider's answer).
 """
 

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_limits,tests.live.test_proxy -*-
 """
 The host's HTTP request, shared by every server it runs (the app's site
-and the doors into boxes): its body bounded in memory, never a form, and a
+and the proxies into boxes): its body bounded in memory, never a form, and a
 failure answered with the protocol's error frame, never Twisted's page.
 """
 
@@ -56,7 +56,7 @@ class BoundedRequest(StarRequestHook):
         self.content.write(data)
 
     def process(self) -> None:
-        # A channel that cannot refuse on its own (a door's plain one) let
+        # A channel that cannot refuse on its own (a proxy's plain one) let
         # the whole body come: it is still refused, whole, and never handed
         # to a resource cut short.
         if self._received > self.limit:

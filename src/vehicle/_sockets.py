@@ -7,7 +7,7 @@ socket's default), a small write behind one the peer has not acknowledged
 yet waits for that acknowledgement, and a peer that delays its ACKs (as
 Linux does, up to 40 ms) holds every delta that long.  Every TCP socket a
 delta crosses sets the option: the host's answers (its SSE streams), the
-model door's connections to the provider, and the local run's scripted
+model proxy's connections to the provider, and the local run's scripted
 model and gardend stand-in (L{NoDelayHTTPChannel}, L{NoDelayEndpoint}).
 """
 

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_tap -*-
 """
 C{twistd vehicle}: the command line, and the service tree it builds.  It
-reads the settings, builds the rooms and wires them; it knows nothing of
+reads the settings, builds the packages and wires them; it knows nothing of
 how any of them work.
 """
 
@@ -25,7 +25,7 @@ from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile
 from vehicle.body import EXTENSION, Launcher, RunInThread
 from vehicle._http import httpClient
-from vehicle.host import Bodies, BodyRoomRules, Drive, HostService, MirrorFollower, chatSpares
+from vehicle.host import Bodies, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares
 from vehicle.metrics import Metrics, metricsSite
 from vehicle.mirror import Mirror
 from vehicle.public import OwnKeyBodies, Public, openLedger
@@ -95,12 +95,12 @@ def buildHost(
     writer: GroupWriter | None = None,
 ) -> tuple[VehicleAPI, HostService]:
     """
-    The rooms, wired: registry, bodies, app and the service that owns them.
+    The packages, wired: registry, bodies, app and the service that owns them.
 
     @param runInThread: runs blocking file work (a branch's workspace copy)
         off the reactor's thread: the reactor's pool by default, inline on
         a reactor without threads (a test's fake clock).
-    @param metrics: where every room tells what happened (the app's
+    @param metrics: where every package tells what happened (the app's
         C{metrics}; a new one when not given); the store's logs tell it
         too, process-wide.
     @param writer: the data directory's writer (group commit): its own
@@ -119,8 +119,8 @@ def buildHost(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
     public, ownKey = _publicParts(settings, models, reactor, dataDir, agent, metrics)
-    # The spares' doors keep their connections to the provider open.
-    doorConnections = HTTPConnectionPool(reactor, persistent=True)
+    # The spares' proxies keep their connections to the provider open.
+    proxyConnections = HTTPConnectionPool(reactor, persistent=True)
     spares = chatSpares(
         launcher=launcher,
         reactor=reactor,
@@ -128,7 +128,7 @@ def buildHost(
         size=settings.spareBodies,
         runDir=agent.runDir,
         refillSeconds=settings.spareRefillMs / 1000.0,
-        http=httpClient(reactor, pool=doorConnections),
+        http=httpClient(reactor, pool=proxyConnections),
     )
     bodies = Bodies(
         launcher=launcher,
@@ -139,14 +139,14 @@ def buildHost(
         public=public,
         ownKey=ownKey,
         spares=spares,
-        doorConnections=doorConnections,
+        proxyConnections=proxyConnections,
     )
     _follow(registry, bodies, public, mirror)
     drive = Drive(
         registry=registry,
         chooseModel=models.choose,
         agent=agent,
-        bodies=BodyRoomRules(
+        bodies=HostBodyRules(
             registry=registry, bodies=bodies, agent=agent,
             runInThread=runInThread or threadRunner(reactor),
         ),

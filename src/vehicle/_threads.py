@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_reactors -*-
 """
 L{threadRunner}: blocking work run off the reactor's thread, in the
-reactor's thread pool, the one way every room does it.
+reactor's thread pool, the one way every package does it.
 """
 
 from __future__ import annotations

@@ -12,11 +12,12 @@ L{answerError}: the table's status, JSON, never cached.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Protocol
+from typing import Mapping, Protocol
 
 from attrs import frozen
 
 from vehicle import PROTOCOL
+from vehicle._jsontypes import JSON, JSONObject
 
 
 #: error code -> HTTP status (spec, "Frames", the error table).
@@ -87,7 +88,7 @@ class VehicleError(Exception):
 
     code: str
     message: str
-    details: Mapping[str, Any] | None = None
+    details: Mapping[str, JSON] | None = None
     status: int | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -102,14 +103,14 @@ class VehicleError(Exception):
         return f"{self.code}: {self.message}"
 
 
-def invalid(message: str, **details: Any) -> VehicleError:
+def invalid(message: str, **details: JSON) -> VehicleError:
     """
     Shorthand for an C{invalid_request} naming what was wrong.
     """
     return VehicleError("invalid_request", message, details or None)
 
 
-def errorFrame(error: VehicleError, requestId: str | None = None) -> dict[str, Any]:
+def errorFrame(error: VehicleError, requestId: str | None = None) -> JSONObject:
     """
     The protocol's error frame for C{error} (spec, "Frames").
     """
@@ -127,7 +128,7 @@ def errorFrame(error: VehicleError, requestId: str | None = None) -> dict[str, A
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 
-def encode(value: Any) -> bytes:
+def encode(value: object) -> bytes:
     """
     A frame's bytes: compact JSON in UTF-8 (what C{json.dumps(value,
     separators=(",", ":"))} gives).
@@ -147,7 +148,7 @@ class Answering(Protocol):
     def setHeader(self, name: bytes, value: bytes) -> None: ...
 
 
-def answerFrame(response: Answering, status: int, value: Any) -> bytes:
+def answerFrame(response: Answering, status: int, value: JSONObject | bytes) -> bytes:
     """
     Make C{response} answer C{value} as a frame: C{status}, JSON, never
     cached.

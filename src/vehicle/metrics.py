@@ -4,7 +4,7 @@ What an operator scrapes (issue 19): the host's figures in Prometheus's
 text format, on an endpoint of their own (C{twistd vehicle --metrics
 ENDPOINT}), never through gardend.
 
-This is the one module that imports C{prometheus_client}.  The rooms tell
+This is the one module that imports C{prometheus_client}.  The packages tell
 L{Metrics} what happened, by name (L{Metrics.requestAnswered},
 L{Metrics.appended}, L{Metrics.boxProbed}, ...); the figures that are a
 state rather than a count of happenings (sessions, bodies, runs, watchers)
@@ -14,7 +14,7 @@ reads it back; the host makes one and serves it (L{metricsSite}).
 
 What is counted where:
 
-  - requests: the web room's metered front (C{web/_metered.py}), by route
+  - requests: the web package's metered front (C{web/_metered.py}), by route
     pattern (C{/sessions/<sessionId>}, never a session's id), method and
     status, with their latency;
   - events written and the fsync latency: the store's log, at each
@@ -131,7 +131,7 @@ class _Sampled:
 @define(eq=False)
 class Metrics:
     """
-    The host's figures, kept in C{registry}: the rooms tell it what
+    The host's figures, kept in C{registry}: the packages tell it what
     happened; L{sample} reads the rest at each scrape.
     """
 

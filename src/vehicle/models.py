@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, MutableMapping
+from typing import MutableMapping
 
 from attrs import field, frozen
 
@@ -112,20 +112,28 @@ class ModelCatalog:
             raise VehicleError(
                 "model_unavailable",
                 f"the model {requested!r} is not on this host",
-                {"models": self.names()},
+                {"models": list(self.names())},
             )
         return requested
 
-    def providerFor(self, model: str) -> tuple[str, dict[str, Any]]:
+    def providerFor(self, model: str) -> tuple[str, JSONObject]:
         """
         The provider name and its config (with the key) for C{provider/id}.
 
-        @return: the config is pi's, passed through to it; the rooms that
+        @return: the config is pi's, passed through to it; the packages that
             plan bodies read its C{baseUrl}, C{apiKey} and C{models} by key.
         """
         provider = model.split("/", 1)[0]
         spec = {k: v for k, v in self.providers[provider].items() if not k.startswith("_")}
         return provider, spec
+
+    def endpointFor(self, model: str) -> tuple[str, str]:
+        """
+        Where the provider of C{model} is reached, and with which key: its
+        C{baseUrl} and C{apiKey}, for the model proxy that holds them.
+        """
+        _, spec = self.providerFor(model)
+        return str(spec["baseUrl"]), str(spec["apiKey"])
 
     def secrets(self) -> list[str]:
         """

@@ -102,5 +102,5 @@ class HTTPSTests(TestCase):
         for kind in ("run.started", "run.settled", "session.renamed", "lease.released",
                      "session.deleted"):
             self.assertIn(kind, printed)
-        # Every request reached the host through the TLS door.
+        # Every request reached the host through the stand-in's TLS front.
         self.assertTrue(stand.requestsSeen)

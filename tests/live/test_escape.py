@@ -172,8 +172,8 @@ for name, command in config.get("spawn", {}).items():
                      start_new_session=True)
     result["spawn:" + name] = "started"
 
-if config.get("door"):
-    # Take the door's token from pi's memory and ask the model directly,
+if config.get("proxy"):
+    # Take the proxy's token from pi's memory and ask the model directly,
     # past pi and its budget.
     import http.client, re
     token = None
@@ -183,10 +183,10 @@ if config.get("door"):
             found = re.search(rb"vbt-[A-Za-z0-9_-]{40,}", open("pi-memory.bin", "rb").read())
             token = found.group().decode() if found else None
             os.unlink("pi-memory.bin")
-    result["door:token"] = bool(token)
+    result["proxy:token"] = bool(token)
     if token:
         def ask():
-            connection = http.client.HTTPConnection("127.0.0.1", config["door"], timeout=10)
+            connection = http.client.HTTPConnection("127.0.0.1", config["proxy"], timeout=10)
             connection.request(
                 "POST", "/v1/chat/completions",
                 body=json.dumps({"model": "echo-1", "stream": False, "messages": [
@@ -195,16 +195,16 @@ if config.get("door"):
                          "content-type": "application/json"})
             response = connection.getresponse()
             return [response.status, response.read().decode("utf-8", "replace")[:500]]
-        result["door:ask"] = attempt(ask)
-        result["door:askAgain"] = attempt(ask)
-        if config.get("doorLate"):
+        result["proxy:ask"] = attempt(ask)
+        result["proxy:askAgain"] = attempt(ask)
+        if config.get("proxyLate"):
             # Ask again once the run is over, from a process left behind.
             if os.fork() == 0:
                 os.setsid()
-                time.sleep(config["doorLate"])
-                with open("door-late.json.tmp", "w") as f:
+                time.sleep(config["proxyLate"])
+                with open("proxy-late.json.tmp", "w") as f:
                     json.dump(attempt(ask), f)
-                os.rename("door-late.json.tmp", "door-late.json")
+                os.rename("proxy-late.json.tmp", "proxy-late.json")
                 os._exit(0)
 
 with open("probe-result.json.tmp", "w") as f:
@@ -381,13 +381,13 @@ class EscapeTests(TestCase):
         etcFile = Path("/etc") / f"vehicle-escape-{box.tag}"
         hostTmp = Path("/tmp") / f"vehicle-escape-{box.tag}"
         hostShm = Path("/dev/shm") / f"vehicle-escape-{box.tag}"
-        doorDir = box.agent().runDir() / box.a
+        proxyDir = box.agent().runDir() / box.a
         # A canary the box can see (the system folders are always shown).
         etcCanary = Path("/etc") / f"vehicle-canary-{box.tag}"
         etcCanary.write_text("canary\n")
         rootFile = Path("/") / f"vehicle-escape-{box.tag}"
         created = [repoFile, etcFile, etcCanary, rootFile, hostTmp, hostShm,
-                   doorDir / "escape.txt"]
+                   proxyDir / "escape.txt"]
         self.addCleanup(lambda: [p.unlink() for p in created if p.exists()])
 
         writeTargets = {
@@ -403,7 +403,7 @@ class EscapeTests(TestCase):
             "otherPi": str(box.piB / "b-pi.txt"),
             "hostTmp": str(hostTmp),
             "hostShm": str(hostShm),
-            "doorDir": str(doorDir / "escape.txt"),
+            "proxyDir": str(proxyDir / "escape.txt"),
             "profile": str(box.profile / "keys.json"),
         }
         before = {name: fileState(Path(p)) for name, p in writeTargets.items()}
@@ -481,8 +481,8 @@ class EscapeTests(TestCase):
         for name in ("otherSecret", "otherPi", "profileKeys", "bashrc"):
             escapes.check(f"read {name}", out[f"read:{name}"]["ok"], out[f"read:{name}"])
         # The box's /tmp is its own: only what the box made (jiti's cache,
-        # the door's mount point, the probe's file) and nothing of the host's.
-        ownTmp = {"jiti", doorDir.parent.name, hostTmp.name}
+        # the proxy's mount point, the probe's file) and nothing of the host's.
+        ownTmp = {"jiti", proxyDir.parent.name, hostTmp.name}
         # When the data dir itself lives under /tmp (a clone in a temporary
         # folder), the path down to the box's own folders is made inside its
         # /tmp as empty mount points: that first step is the box's own too.
@@ -575,11 +575,11 @@ class EscapeTests(TestCase):
         self.assertEqual(escapes.found, [], f"{len(escapes.found)} of {escapes.checks} escaped")
 
         # The controls: the box had its own /tmp; pi's memory was readable
-        # and holds the door's token, so the scan above saw pi, and a token
+        # and holds the proxy's token, so the scan above saw pi, and a token
         # is all there was to find; few processes are visible.
         self.assertTrue(out["write:hostTmp"]["ok"], out["write:hostTmp"])
-        door = box.agent().doors.get(box.a)
-        self.assertIsNotNone(door, "the body's door is gone while its body lives")
+        proxy = box.agent().proxies.get(box.a)
+        self.assertIsNotNone(proxy, "the body's proxy is gone while its body lives")
         piPids = [
             entry for entry, info in processes.items()
             if (info["exe"].get("value") or "").endswith("/node")
@@ -587,7 +587,7 @@ class EscapeTests(TestCase):
         self.assertEqual(len(piPids), 1, {e: i["exe"] for e, i in processes.items()})
         self.assertTrue(processes[piPids[0]]["mem"]["ok"], processes[piPids[0]]["mem"])
         piMemory = (box.wsA / "dumps" / f"mem-{piPids[0]}.bin").read_bytes()
-        self.assertTrue(door.token.encode() in piMemory, "the door's token is not in pi's memory")
+        self.assertTrue(proxy.token.encode() in piMemory, "the proxy's token is not in pi's memory")
         self.assertLess(len(processes), 30, sorted(processes))
         self.assertGreater(escapes.checks, 50)
 
@@ -651,29 +651,29 @@ class PlantedSocketTests(TestCase):
 
 
 
-class DoorTests(TestCase):
+class ProxyTests(TestCase):
     """
-    The door gives the box the model, and nothing but the model.
+    The proxy gives the box the model, and nothing but the model.
     """
 
     timeout = 90
 
-    async def test_toolUsesDoorPastBudget(self) -> None:
+    async def test_toolUsesProxyPastBudget(self) -> None:
         """
-        A tool that takes the door's token out of pi's memory and asks the
-        model itself is metered by the door: the run's model requests, pi's
+        A tool that takes the proxy's token out of pi's memory and asks the
+        model itself is metered by the proxy: the run's model requests, pi's
         and the tool's together, never pass the run's turn budget, and a
         process left behind gets nothing once the run is over.
         """
         box = await Box(self, maxTurns=2).start()
         before = len(box.host.model.requests)
-        out = await box.probe({"door": 18080, "doorLate": 2})
-        self.assertTrue(out["door:token"], "the probe found no token in pi's memory")
+        out = await box.probe({"proxy": 18080, "proxyLate": 2})
+        self.assertTrue(out["proxy:token"], "the probe found no token in pi's memory")
         served = box.host.model.requests[before:]
         self.assertLessEqual(len(served), 2, [json.dumps(b)[:200] for _, b in served])
-        asks = [out["door:ask"], out["door:askAgain"]]
+        asks = [out["proxy:ask"], out["proxy:askAgain"]]
         self.assertIn(429, [a.get("value", [None])[0] for a in asks if a.get("ok")], asks)
-        late = box.wsA / "door-late.json"
+        late = box.wsA / "proxy-late.json"
         for _ in range(100):
             if late.exists():
                 break

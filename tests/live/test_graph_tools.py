@@ -33,7 +33,7 @@ from vehicle.body._picommand import (
     bootConfig,
     findPi,
 )
-from vehicle.box._proxy import ModelDoor, Upstream
+from vehicle.box._proxy import ModelProxy, Upstream
 from vehicle.protocol import RunBudget
 from vehicle_local.standin import Config, StandIn, freeLoopbackPort
 from vehicle_local.model import ScriptedModel
@@ -470,30 +470,30 @@ class GraphToolsTests(TestCase):
     async def test_throughTheBridge(self) -> None:
         """
         A boxed body's way: the boot config names the bridge's loopback URL,
-        the bridge pipes to the host's door (a Unix socket), and the door
+        the bridge pipes to the host's proxy (a Unix socket), and the proxy
         forwards C{/mcp} with the body's bearer to the stand-in. The call
         lands as the person.
         """
         # A Unix socket's path is at most 107 bytes: trial's temp dir is too deep.
         runDir = Path(tempfile.mkdtemp(prefix="vg-"))
         self.addCleanup(shutil.rmtree, runDir, True)
-        door = ModelDoor(
+        proxy = ModelProxy(
             reactor=reactor,
-            socketPath=runDir / "door.sock",
+            socketPath=runDir / "proxy.sock",
             model=Upstream(baseUrl=self.model.url or "", key=self.key),
             mcp=Upstream(baseUrl=self.mcpUrl),
         )
-        await door.listen()
-        self.addCleanup(door.close)
+        await proxy.listen()
+        self.addCleanup(proxy.close)
         bridgePort = freeLoopbackPort()
         boot = json.loads(
             bootConfig(
-                providers={"sophia": providerConfig(f"http://127.0.0.1:{bridgePort}/v1", door.token)},
+                providers={"sophia": providerConfig(f"http://127.0.0.1:{bridgePort}/v1", proxy.token)},
                 budget=RunBudget(maxTurns=10, maxCostUsd=5.0),
                 mcpUrl=f"http://127.0.0.1:{bridgePort}/mcp",
             )
         )
-        boot["bridge"] = {"socket": str(door.socketPath), "port": bridgePort, "token": door.token}
+        boot["bridge"] = {"socket": str(proxy.socketPath), "port": bridgePort, "token": proxy.token}
         body = self.spawn(self.mint("owner"), json.dumps(boot).encode(), tools=AGENT_TOOLS)
         await self.prompt(body, self.callTool("create_document", {"title": "B", "documentId": "doc-b"}))
         self.assertFalse(self.toolEnds(body)[-1]["isError"])

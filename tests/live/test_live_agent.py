@@ -1,6 +1,6 @@
 """
 Integration: agent sessions, with pi's tools inside a real bwrap box and the
-model reached only through the host's door.
+model reached only through the host's proxy.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class AgentTests(TestCase):
         """
         The model's bash call runs in the workspace, whose file the host
         sees; the body materialized in a bwrap box; the model saw only the
-        door's token, never the key.
+        proxy's token, never the key.
         """
         host = await LiveHost(self).start()
         sid = await host.create(profile="agent")

@@ -242,10 +242,10 @@ class GraphToolTests(TestCase):
                 self.assertFalse(tools & writers, event)
         self.assertEqual([a for a in stand.audit() if a["tool"] == "create_document"], [])
 
-    async def test_agentGraphToolThroughTheDoor(self) -> None:
+    async def test_agentGraphToolThroughTheProxy(self) -> None:
         """
         A boxed agent body has no network: its graph tools reach the stand-in
-        through the host's door, still as the person.
+        through the host's proxy, still as the person.
         """
         stand = standIn(self)
         host = await LiveHost(self, mcpUrl=stand.mcpUrl).start()

@@ -1,6 +1,6 @@
 """
 Integration: public conversations with real pi, on the caller's own key
-(through a door that holds it) and on an account's credit.
+(through a proxy that holds it) and on an account's credit.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class OwnKeyTests(TestCase):
 
     timeout = 90
 
-    async def test_ownKeyThroughTheDoor(self) -> None:
+    async def test_ownKeyThroughTheProxy(self) -> None:
         """
         The model sees the caller's key (not the house key); a provider
         error quoting it reaches pi scrubbed; the key is in no file, event

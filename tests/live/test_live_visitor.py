@@ -90,7 +90,7 @@ class GatewayClient:
             method, self.base + path, headers=self.headers, data=data
         )
         frame = json.loads(await response.content())
-        # Every frame that comes back through the door is the protocol's.
+        # Every frame that comes back through the gateway is the protocol's.
         assertValidFrame(self.testCase, frame)
         return response.code, frame
 

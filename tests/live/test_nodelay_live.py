@@ -1,7 +1,7 @@
 """
 The sockets a delta crosses in a running stack send each write at once
 (C{TCP_NODELAY}, L{vehicle._sockets}): read back from the real sockets of
-the host's event stream, the scripted model's answer, the spare's door's
+the host's event stream, the scripted model's answer, the spare's proxy's
 connection to the model, and the gardend stand-in's gateway.
 """
 
@@ -50,7 +50,7 @@ class StreamingSocketTests(TestCase):
     async def test_theStack(self) -> None:
         """
         A prompt on a spare's body, watched on SSE: the host's side of the
-        event stream, the model's side of its answer, and the door's
+        event stream, the model's side of its answer, and the proxy's
         connection to the model all have the option set.
         """
         host = await LiveHost(self, spareBodies=1, spareRefillMs=60000).start()
@@ -67,7 +67,7 @@ class StreamingSocketTests(TestCase):
         self.assertEqual({option(c) for c in stream}, {1})
         self.assertTrue(modelChannels)
         self.assertEqual({option(c) for c in modelChannels if c.transport.connected}, {1})
-        pool = host.host.bodies.doorConnections
+        pool = host.host.bodies.proxyConnections
         kept = [p for ps in pool._connections.values() for p in ps]
         self.assertTrue(kept)
         self.assertEqual({option(p) for p in kept}, {1})
@@ -123,7 +123,7 @@ def _peerSockets(pid: int) -> list[socket.socket]:
 
 class BridgeTests(TestCase):
     """
-    The extension's bridge to the door (in pi's own process) sends each
+    The extension's bridge to the proxy (in pi's own process) sends each
     delta on to pi at once.
     """
 

@@ -181,7 +181,7 @@ class _PageCase(TestCase):
     async def start(self, data: Path | None = None, port: int | None = None) -> tuple[LocalRun, str]:
         """
         C{scripts/run} from this repository (its data dir and port fresh
-        unless given); its banner's front door.
+        unless given); the front's address from its banner.
         """
         requirePi()
         requireChromium()

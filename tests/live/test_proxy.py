@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.live.test_proxy -*-
 """
-The model's door (L{vehicle.box._proxy.ModelDoor}) on a real Unix socket,
+The model proxy (L{vehicle.box._proxy.ModelProxy}) on a real Unix socket,
 in front of a real upstream on loopback: only the body's token opens the
 model route, which gets the real key instead; answers stream through as
 they come; the MCP route passes the body's own bearer; nothing else is
@@ -28,7 +28,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Site
 
-from vehicle.box._proxy import ModelDoor, Upstream
+from vehicle.box._proxy import ModelProxy, Upstream
 
 from tests.support.live import sleep
 from tests.support.unixhttp import UnixEndpoints
@@ -95,9 +95,9 @@ class Upstream_(Resource):
         return b'{"ok":true}'
 
 
-class DoorTests(TestCase):
+class ProxyTests(TestCase):
     """
-    A door with a model upstream and an MCP upstream, both served here.
+    A proxy with a model upstream and an MCP upstream, both served here.
     """
 
     timeout = 20
@@ -110,30 +110,30 @@ class DoorTests(TestCase):
         self.addCleanup(self.upstreamPort.stopListening)
         base = f"http://127.0.0.1:{self.upstreamPort.getHost().port}"
         # A Unix socket's path is short: keep it out of trial's deep folder.
-        self.folder = Path(tempfile.mkdtemp(prefix="door-"))
+        self.folder = Path(tempfile.mkdtemp(prefix="proxy-"))
         self.addCleanup(shutil.rmtree, self.folder, True)
-        self.door = ModelDoor(
+        self.proxy = ModelProxy(
             reactor=reactor,
             socketPath=self.folder / "sid" / "model.sock",
             model=Upstream(baseUrl=base + "/api/v1", key=REAL_KEY),
             mcp=Upstream(baseUrl=base + "/mcp-endpoint"),
         )
-        await self.door.listen()
-        self.addCleanup(self.door.close)
+        await self.proxy.listen()
+        self.addCleanup(self.proxy.close)
         pool = HTTPConnectionPool(reactor, persistent=False)
         self.client = HTTPClient(
-            Agent.usingEndpointFactory(reactor, UnixEndpoints(self.door.socketPath), pool=pool)
+            Agent.usingEndpointFactory(reactor, UnixEndpoints(self.proxy.socketPath), pool=pool)
         )
 
     async def ask(self, path: str, token: str | None = None, method: str = "POST",
-                  body: bytes = b'{"model":"m"}', door: str | None = None) -> tuple[int, bytes, Any]:
+                  body: bytes = b'{"model":"m"}', proxyToken: str | None = None) -> tuple[int, bytes, Any]:
         headers = {b"content-type": "application/json"}
         if token is not None:
             headers[b"authorization"] = f"Bearer {token}"
-        if door is not None:
-            headers[b"x-vehicle-door"] = door
+        if proxyToken is not None:
+            headers[b"x-vehicle-proxy"] = proxyToken
         response = await self.client.request(
-            method, "http://door" + path, headers=headers, data=body
+            method, "http://proxy" + path, headers=headers, data=body
         )
         return response.code, await response.content(), response
 
@@ -142,30 +142,30 @@ class DoorTests(TestCase):
         The socket is the owner's only (0600) in a folder of the owner's
         only (0700); the token is a fresh, long secret unlike the key.
         """
-        mode = os.stat(self.door.socketPath).st_mode
+        mode = os.stat(self.proxy.socketPath).st_mode
         self.assertTrue(stat.S_ISSOCK(mode))
         self.assertEqual(stat.S_IMODE(mode), 0o600)
-        self.assertEqual(stat.S_IMODE(os.stat(self.door.socketPath.parent).st_mode), 0o700)
-        self.assertTrue(self.door.token.startswith("vbt-"))
-        self.assertGreater(len(self.door.token), 40)
-        other = ModelDoor(reactor=reactor, socketPath=self.folder / "x.sock",
+        self.assertEqual(stat.S_IMODE(os.stat(self.proxy.socketPath.parent).st_mode), 0o700)
+        self.assertTrue(self.proxy.token.startswith("vbt-"))
+        self.assertGreater(len(self.proxy.token), 40)
+        other = ModelProxy(reactor=reactor, socketPath=self.folder / "x.sock",
                           model=Upstream(baseUrl="http://127.0.0.1:9", key=REAL_KEY))
-        self.assertNotEqual(other.token, self.door.token)
-        self.assertNotIn(REAL_KEY, repr(self.door))
-        self.assertNotIn(self.door.token, repr(self.door))
+        self.assertNotEqual(other.token, self.proxy.token)
+        self.assertNotIn(REAL_KEY, repr(self.proxy))
+        self.assertNotIn(self.proxy.token, repr(self.proxy))
 
     async def test_wrongToken(self) -> None:
         """
         A wrong, missing or non-bearer token gets 401 and never reaches
         the provider; nor does the real key itself.
         """
-        for token in ("vbt-wrong", None, REAL_KEY, self.door.token + "x", ""):
+        for token in ("vbt-wrong", None, REAL_KEY, self.proxy.token + "x", ""):
             code, body, _ = await self.ask("/v1/chat/completions", token)
             self.assertEqual(code, 401, (token, body))
             self.assertNotIn(REAL_KEY.encode(), body)
         response = await self.client.request(
-            "POST", "http://door/v1/chat/completions",
-            headers={b"authorization": self.door.token}, data=b"{}",
+            "POST", "http://proxy/v1/chat/completions",
+            headers={b"authorization": self.proxy.token}, data=b"{}",
         )
         self.assertEqual(response.code, 401)
         await response.content()
@@ -179,7 +179,7 @@ class DoorTests(TestCase):
         and headers.
         """
         code, body, response = await self.ask(
-            "/v1/chat/completions", self.door.token, body=b'{"model":"m","x":1}'
+            "/v1/chat/completions", self.proxy.token, body=b'{"model":"m","x":1}'
         )
         self.assertEqual((code, body), (200, b'{"ok":true}'))
         self.assertEqual(response.headers.getRawHeaders(b"x-upstream"), [b"yes"])
@@ -188,7 +188,7 @@ class DoorTests(TestCase):
         self.assertEqual(seen["path"], "/api/v1/chat/completions")
         self.assertEqual(seen["headers"]["authorization"], [f"Bearer {REAL_KEY}"])
         self.assertEqual(seen["body"], b'{"model":"m","x":1}')
-        self.assertNotIn(self.door.token, repr(seen))
+        self.assertNotIn(self.proxy.token, repr(seen))
         self.assertEqual(seen["headers"]["host"], [f"127.0.0.1:{self.upstreamPort.getHost().port}"])
 
     async def test_streams(self) -> None:
@@ -198,8 +198,8 @@ class DoorTests(TestCase):
         """
         self.upstream.mode = "stream"
         response = await self.client.request(
-            "POST", "http://door/v1/chat/completions",
-            headers={b"authorization": f"Bearer {self.door.token}"}, data=b"{}",
+            "POST", "http://proxy/v1/chat/completions",
+            headers={b"authorization": f"Bearer {self.proxy.token}"}, data=b"{}",
         )
         self.assertEqual(response.code, 200)
         self.assertEqual(response.headers.getRawHeaders(b"content-type"), [b"text/event-stream"])
@@ -217,21 +217,21 @@ class DoorTests(TestCase):
 
     async def test_mcpPassesBearer(self) -> None:
         """
-        The MCP route opens to the body's door token (its own header, never
+        The MCP route opens to the body's proxy token (its own header, never
         forwarded) and passes the body's bearer (the delegated token)
         through unchanged, never the model key, to the MCP endpoint, query
-        and all; without the door token it is 401 and reaches nobody.
+        and all; without the proxy token it is 401 and reaches nobody.
         """
         code, body, _ = await self.ask("/mcp?session=1", "delegated-abc")
         self.assertEqual(code, 401)
         self.assertEqual(self.upstream.requests, [])
-        code, body, _ = await self.ask("/mcp?session=1", "delegated-abc", door=self.door.token)
+        code, body, _ = await self.ask("/mcp?session=1", "delegated-abc", proxyToken=self.proxy.token)
         self.assertEqual(code, 200)
         [seen] = self.upstream.requests
         self.assertEqual(seen["path"], "/mcp-endpoint?session=1")
         self.assertEqual(seen["headers"]["authorization"], ["Bearer delegated-abc"])
-        self.assertNotIn("x-vehicle-door", seen["headers"])
-        code, body, _ = await self.ask("/mcp", door=self.door.token)
+        self.assertNotIn("x-vehicle-proxy", seen["headers"])
+        code, body, _ = await self.ask("/mcp", proxyToken=self.proxy.token)
         self.assertEqual(code, 200)
         self.assertNotIn("authorization", self.upstream.requests[-1]["headers"])
         self.assertNotIn(REAL_KEY, repr(self.upstream.requests))
@@ -240,32 +240,32 @@ class DoorTests(TestCase):
         """
         With the right token, only POST to the model API paths is forwarded.
         """
-        code, _, _ = await self.ask("/v1/models", self.door.token)
+        code, _, _ = await self.ask("/v1/models", self.proxy.token)
         self.assertEqual(code, 404)
-        code, _, _ = await self.ask("/v1/chat/completions", self.door.token, method="PUT")
+        code, _, _ = await self.ask("/v1/chat/completions", self.proxy.token, method="PUT")
         self.assertEqual(code, 405)
         self.assertEqual(self.upstream.requests, [])
 
     async def test_bodyTooLarge(self) -> None:
         """
-        A body over the door's limit is refused with 413 and never forwarded.
+        A body over the proxy's limit is refused with 413 and never forwarded.
         """
-        from vehicle.box._proxy import MAX_DOOR_BODY
+        from vehicle.box._proxy import MAX_PROXY_BODY
 
-        code, _, _ = await self.ask("/v1/chat/completions", self.door.token,
-                                    body=b"x" * (MAX_DOOR_BODY + 1))
+        code, _, _ = await self.ask("/v1/chat/completions", self.proxy.token,
+                                    body=b"x" * (MAX_PROXY_BODY + 1))
         self.assertEqual(code, 413)
         self.assertEqual(self.upstream.requests, [])
 
     async def test_abortClosesUpstream(self) -> None:
         """
-        When the body hangs up mid-answer, the door closes its connection to
+        When the body hangs up mid-answer, the proxy closes its connection to
         the provider (an abort stops the provider's generation).
         """
         self.upstream.mode = "stream"
         response = await self.client.request(
-            "POST", "http://door/v1/chat/completions",
-            headers={b"authorization": f"Bearer {self.door.token}"}, data=b"{}",
+            "POST", "http://proxy/v1/chat/completions",
+            headers={b"authorization": f"Bearer {self.proxy.token}"}, data=b"{}",
             unbuffered=True,
         )
         self.assertEqual(response.code, 200)
@@ -283,16 +283,16 @@ class DoorTests(TestCase):
         """
         for path in ("/", "/v2/chat", "/v1", "/mcpx", "/mcp/other", "/api/v1/chat/completions",
                      "/x/../v1/chat"):
-            code, body, _ = await self.ask(path, self.door.token)
+            code, body, _ = await self.ask(path, self.proxy.token)
             self.assertEqual(code, 404, (path, body))
         self.assertEqual(self.upstream.requests, [])
 
     async def test_noMcpUpstream(self) -> None:
         """
-        A door without an MCP upstream answers C{/mcp} with 404.
+        A proxy without an MCP upstream answers C{/mcp} with 404.
         """
-        self.door.mcp = None
-        code, _, _ = await self.ask("/mcp", "delegated-abc", door=self.door.token)
+        self.proxy.mcp = None
+        code, _, _ = await self.ask("/mcp", "delegated-abc", proxyToken=self.proxy.token)
         self.assertEqual(code, 404)
         self.assertEqual(self.upstream.requests, [])
 
@@ -301,17 +301,17 @@ class DoorTests(TestCase):
         A provider the host cannot reach gives 502, not a hang.
         """
         await self.upstreamPort.stopListening()
-        code, body, _ = await self.ask("/v1/chat/completions", self.door.token)
+        code, body, _ = await self.ask("/v1/chat/completions", self.proxy.token)
         self.assertEqual(code, 502, body)
         self.assertNotIn(REAL_KEY.encode(), body)
         self.assertEqual(len(self.flushLoggedErrors(ConnectionRefusedError)), 1)
 
     async def test_close(self) -> None:
         """
-        A closed door removes its socket.
+        A closed proxy removes its socket.
         """
-        await self.door.close()
-        self.assertFalse(self.door.socketPath.exists())
+        await self.proxy.close()
+        self.assertFalse(self.proxy.socketPath.exists())
 
     async def test_scrubsTheKeySentAndTheNewest(self) -> None:
         """
@@ -320,12 +320,12 @@ class DoorTests(TestCase):
         also JSON-escaped.
         """
         keys = ['sk-or-old"key\\1234']
-        self.door.model = Upstream(
-            baseUrl=self.door.model.baseUrl, keySource=lambda: keys[-1], scrub=True
+        self.proxy.model = Upstream(
+            baseUrl=self.proxy.model.baseUrl, keySource=lambda: keys[-1], scrub=True
         )
         self.upstream.onRefuse = lambda: keys.append("sk-or-new-key-5678")
         self.upstream.mode = "refuse"
-        code, body, _ = await self.ask("/v1/chat/completions", self.door.token)
+        code, body, _ = await self.ask("/v1/chat/completions", self.proxy.token)
         self.assertEqual(code, 401)
         self.assertNotIn(b"sk-or-old", body)
         self.assertIn(b"[redacted]", body)

@@ -57,7 +57,7 @@ class HandOffTests(TestCase):
         The first prompt of a new conversation runs on the ready spare:
         pi is on a file in the session's own pi folder (one header, whose
         cwd is the session's work folder), the model is reached with the
-        host's key through the spare's door, and the model sees only the
+        host's key through the spare's proxy, and the model sees only the
         session's system and user messages, never the priming.
         """
         host = await LiveHost(self, spareBodies=1, spareRefillMs=60000).start()
@@ -71,7 +71,7 @@ class HandOffTests(TestCase):
         self.assertEqual(materialized[0]["data"]["pid"], pid)
         self.assertNotIn("session.revived", [e["type"] for e in events])
         self.assertEqual(pool(host).ready, [])
-        # The priming never reached the model: the door answered it.
+        # The priming never reached the model: the proxy answered it.
         self.assertEqual(primed, 0)
         self.assertEqual(len(host.model.requests), 1)
         headers, body = host.model.requests[0]
@@ -151,7 +151,7 @@ class NothingOfAnyoneTests(TestCase):
     async def test_aSpareHoldsNoKey(self) -> None:
         """
         The host's key is in none of a ready spare's environment, argv, or
-        files, and the spare's door token (all its boot config holds) is
+        files, and the spare's proxy token (all its boot config holds) is
         not the key.
         """
         host = await LiveHost(self, spareBodies=1).start()
@@ -165,7 +165,7 @@ class NothingOfAnyoneTests(TestCase):
         self.assertTrue(files)
         for path, data in files.items():
             self.assertNotIn(key, data, path)
-        tokens = [p["apiKey"] for p in spare.door.providers.values()]
+        tokens = [p["apiKey"] for p in spare.proxy.providers.values()]
         self.assertNotIn(host.key, tokens)
         self.assertTrue(all(t.startswith("vbt-") for t in tokens))
 
@@ -197,7 +197,7 @@ class NothingOfAnyoneTests(TestCase):
     async def test_aSpareIsNeverReused(self) -> None:
         """
         The body a spare became ends with the session's body; the pool
-        never hands it out again, and its folders and door are gone.
+        never hands it out again, and its folders and proxy are gone.
         """
         host = await LiveHost(self, spareBodies=1, spareRefillMs=0).start()
         spare = await readySpare(host)
@@ -209,7 +209,7 @@ class NothingOfAnyoneTests(TestCase):
         await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
         await waitUntil(lambda: not alive(pid))
         self.assertFalse(spare.paths.piDir.parent.exists())
-        self.assertFalse(spare.door.door.socketPath.exists())
+        self.assertFalse(spare.proxy.proxy.socketPath.exists())
         await waitUntil(lambda: bool(pool(host).ready))
         self.assertNotIn(pid, [s.transport.pid for s in pool(host).ready])
 

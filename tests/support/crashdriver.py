@@ -1,6 +1,6 @@
 """
 The crash-injection driver (L{tests.unit.test_crash} tells the method):
-a room registers its mutating routes with L{scenario}, subclasses
+a package registers its mutating routes with L{scenario}, subclasses
 L{CrashDriver} and gives the subclass a test per route with
 L{addCrashTests}.  Each test runs its route on an in-memory host
 (L{tests.support.harness.Harness}) killed, or cut off as by a power loss
@@ -77,7 +77,7 @@ def scenario(name: str, setup: Callable[[Harness], dict[str, Any]],
              settings: dict[str, Any] | None = None,
              extra: Callable[[Harness], Any] | None = None) -> str:
     """
-    Add a route to the crash-injection driver (another room's routes too:
+    Add a route to the crash-injection driver (another package's routes too:
     a public grant or turn needs C{settings} for public mode, and compares
     its ledger with C{extra}).  Add the test with L{addCrashTests}; the
     name is returned.
@@ -232,7 +232,7 @@ class CrashDriver(SynchronousTestCase):
     """
     The driver: L{drive} runs one scenario, killed at each of its durable
     writes (the first and the last in the default run; all with
-    C{VEHICLE_LONG_PROOFS=1}).  Another room subclasses it, registers its
+    C{VEHICLE_LONG_PROOFS=1}).  Another package subclasses it, registers its
     routes with L{scenario} and gives the subclass their tests with
     L{addCrashTests}; C{mode = "power"} runs them under a power cut.
     """
@@ -241,7 +241,7 @@ class CrashDriver(SynchronousTestCase):
     _log = Logger()
 
     def setUp(self) -> None:
-        # A host thrown away as if killed leaves its doors' run folder, as a
+        # A host thrown away as if killed leaves its proxies' run folder, as a
         # killed host does; a later host of this same process cannot sweep
         # it (its pid is alive). Keep them in a short folder of this test's.
         runs = tempfile.mkdtemp(prefix="vc-")

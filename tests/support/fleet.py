@@ -19,7 +19,7 @@ from tests.support.public import ACCOUNT, VISITOR, account, visitor
 
 
 #: Public mode on the scripted model, as environment variables: the credit
-#: door and the own-key door both run C{scripted/echo-1} (a run costs
+#: proxy and the own-key proxy both run C{scripted/echo-1} (a run costs
 #: $0.00375).
 PUBLIC_ENV = {
     "VEHICLE_PUBLIC": "1",

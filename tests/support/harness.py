@@ -69,7 +69,7 @@ def newSession(
 ) -> Session:
     """
     A chat session made by C{caller} on its graph (holding the lease), as a
-    create makes it, without the web room.
+    create makes it, without the web package.
     """
     assert caller.graphId is not None
     meta = SessionMeta(
@@ -222,7 +222,7 @@ class Harness:
         # held until then) before the next one starts.  Close the logs now,
         # so that nothing of this host writes beside the next one's.
         self.api.registry.close()
-        # On a memory reactor the doors' sockets never finish closing, so
+        # On a memory reactor the proxies' sockets never finish closing, so
         # the stop never reaches the run folder: let it go here, as the
         # host does once they have closed.
         agent = self.host.bodies.agent

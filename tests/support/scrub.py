@@ -1,5 +1,5 @@
 """
-The key the own-key door must scrub: C{KEY}, with a quote and a backslash
+The key the own-key proxy must scrub: C{KEY}, with a quote and a backslash
 so that its JSON form differs from it, and L{escaped}, that JSON form
 (what a provider echoing it inside a JSON string sends).
 """

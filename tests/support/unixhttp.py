@@ -1,6 +1,6 @@
 """
 L{UnixEndpoints}: an endpoint factory for L{twisted.web.client.Agent} that
-reaches every URI through one Unix socket (a model door's), on the global
+reaches every URI through one Unix socket (a model proxy's), on the global
 reactor.  Only the live tests use it.
 """
 

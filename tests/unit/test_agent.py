@@ -52,7 +52,7 @@ class _Port:
 
 class Reactor(MemoryReactorClock):
     """
-    A memory reactor whose Unix ports stop with a L{Deferred} (the door
+    A memory reactor whose Unix ports stop with a L{Deferred} (the proxy
     awaits it).
     """
 
@@ -395,44 +395,44 @@ class DrivingTests(SynchronousTestCase):
         The owner's prompt starts a body with the plan of a box: a fresh
         probe (besides the route's check of the dormant body, which probes
         too), the workspace as its working folder, a wrapper into bwrap,
-        providers that hold the door's token and the bridge's loopback
+        providers that hold the proxy's token and the bridge's loopback
         address (never the key or the provider's URL), and the bridge to
-        the door's socket in the boot config.
+        the proxy's socket in the boot config.
         """
         probes = len(self.host.spawner.calls)
         code, frame = self.host.prompt(self.sessionId, "p1")
         self.assertEqual(code, 202, frame)
         self.assertEqual(len(self.host.spawner.calls), probes + 2)
         [spawn] = self.host.launcher.spawned
-        door = self.host.agent.doors[self.sessionId]
+        proxy = self.host.agent.proxies[self.sessionId]
         kwargs = self.host.launcher.kwargs[-1]
         self.assertEqual(kwargs["paths"].workDir, self.workspace)
         self.assertEqual(kwargs["profile"], "agent")
         providers = kwargs["providers"]
         self.assertEqual(list(providers), ["scripted"])
-        self.assertEqual(providers["scripted"]["apiKey"], door.token)
+        self.assertEqual(providers["scripted"]["apiKey"], proxy.token)
         self.assertEqual(providers["scripted"]["baseUrl"], f"http://127.0.0.1:{BRIDGE_PORT}/v1")
         realKey = MODELS["providers"]["scripted"]["apiKey"]
         self.assertNotIn(realKey, json.dumps(providers))
         self.assertEqual(
             kwargs["bootExtra"],
-            {"bridge": {"socket": str(door.socketPath), "port": BRIDGE_PORT, "token": door.token}},
+            {"bridge": {"socket": str(proxy.socketPath), "port": BRIDGE_PORT, "token": proxy.token}},
         )
         self.assertIsNotNone(kwargs["wrap"])
-        self.assertEqual(self.host.clock.unixServers[-1][0], str(door.socketPath))
+        self.assertEqual(self.host.clock.unixServers[-1][0], str(proxy.socketPath))
         self.assertEqual(self.host.clock.unixServers[-1][3], 0o600)
 
     def test_wrapper(self) -> None:
         """
         The wrapper puts pi inside bwrap with the body's folders bound, the
-        door's folder bound read-only, the home and data dir masked, and
+        proxy's folder bound read-only, the home and data dir masked, and
         gives bwrap itself only C{PATH}.
         """
         self.host.prompt(self.sessionId, "p1")
         kwargs = self.host.launcher.kwargs[-1]
         paths = kwargs["paths"]
         paths.prepare()
-        door = self.host.agent.doors[self.sessionId]
+        proxy = self.host.agent.proxies[self.sessionId]
         argv, env = kwargs["wrap"](["/bin/node", "pi.js"], {"HOME": str(paths.home)}, paths)
         self.assertEqual(env, {"PATH": "/usr/bin:/bin"})
         self.assertEqual(argv[0], self.host.agent.bwrap)
@@ -441,7 +441,7 @@ class DrivingTests(SynchronousTestCase):
         workspace = os.path.realpath(self.workspace)
         piDir = os.path.realpath(self.piDir)
         root = os.path.realpath(self.host.root)
-        socketDir = os.path.realpath(door.socketPath.parent)
+        socketDir = os.path.realpath(proxy.socketPath.parent)
         self.assertIn(f"--bind {workspace} {workspace}", text)
         self.assertIn(f"--bind {piDir} {piDir}", text)
         self.assertIn(f"--ro-bind {socketDir} {socketDir}", text)
@@ -450,22 +450,22 @@ class DrivingTests(SynchronousTestCase):
         self.assertIn("--unshare-net", argv)
         self.assertIn("--die-with-parent", argv)
 
-    def test_doorClosedWhenDormant(self) -> None:
+    def test_proxyClosedWhenDormant(self) -> None:
         """
-        When the body ends, its door is closed and forgotten.
+        When the body ends, its proxy is closed and forgotten.
         """
         self.host.prompt(self.sessionId, "p1")
-        door = self.host.agent.doors[self.sessionId]
-        port = door.port
+        proxy = self.host.agent.proxies[self.sessionId]
+        port = proxy.port
         self.host.launcher.spawned[-1].signalProcess("KILL")
-        self.assertNotIn(self.sessionId, self.host.agent.doors)
+        self.assertNotIn(self.sessionId, self.host.agent.proxies)
         self.assertTrue(port.stopped)
 
     def assertRefused(self, requestId: str, status: int, code: str) -> dict[str, Any]:
         """
         A prompt to the dormant body is refused at the route with C{status}
         and C{code}: nothing is logged (no C{command.accepted}, no event at
-        all), the command is not in the snapshot, and no body or door is
+        all), the command is not in the snapshot, and no body or proxy is
         started.
 
         @return: the error frame.
@@ -482,7 +482,7 @@ class DrivingTests(SynchronousTestCase):
         self.assertEqual(after, before)
         self.assertNotIn(requestId, self.host.commandIds(self.sessionId))
         self.assertEqual(self.host.launcher.spawned, [])
-        self.assertNotIn(self.sessionId, self.host.agent.doors)
+        self.assertNotIn(self.sessionId, self.host.agent.proxies)
         return frame
 
     def assertAcceptedOnRetry(self, requestId: str) -> None:

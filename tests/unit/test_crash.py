@@ -14,7 +14,7 @@ The same runs go under a simulated power loss (L{tests.support._crashfs}: only w
 was synced survives).  The default run cuts at the first and the last
 write of each route; C{VEHICLE_LONG_PROOFS=1} cuts at every one.
 
-Other rooms add their routes with L{scenario} (the public grants and turns:
+Other packages add their routes with L{scenario} (the public grants and turns:
 a setup and a request, as below).
 """
 
@@ -100,7 +100,7 @@ def _chime(ctx: dict[str, Any]) -> Request:
             {"requestId": "r-chime", "author": "Bob", "text": "look here"}, {"principal": "bob"})
 
 
-#: The session room's mutating routes, registered with the driver.
+#: The session package's mutating routes, registered with the driver.
 ROUTES = [
     scenario("create", lambda h: {"sid": None},
              lambda ctx: ("POST", "/sessions", {"requestId": "r-create", "title": "A title"}, {})),
@@ -134,7 +134,7 @@ ROUTES = [
 
 class CrashTests(CrashDriver):
     """
-    Every route of the session room, killed at its durable writes.
+    Every route of the session package, killed at its durable writes.
     """
 
 

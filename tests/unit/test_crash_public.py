@@ -1,5 +1,5 @@
 """
-Crash injection for the public room's mutating requests (issue 10, "What
+Crash injection for the public package's mutating requests (issue 10, "What
 must show"): a grant, a credit conversation's creation (with the signup
 grant it brings), a credit turn and an own-key turn, each killed after
 each of its durable writes (and under a simulated power cut), restarted and
@@ -24,7 +24,7 @@ PRINCIPALS = (ACCOUNT["principal"], VISITOR["principal"])
 def money(h: Harness) -> dict[str, Any]:
     """
     What the ledger says of everyone it knows, and the public sessions'
-    commands (the session room's own look lists only its member's).
+    commands (the session package's own look lists only its member's).
     """
     ledger = h.api.public.ledger
     return {
@@ -94,7 +94,7 @@ NAMES = ["public_grant", "public_credit_create", "public_credit_turn", "public_b
 
 class PublicCrashTests(CrashDriver):
     """
-    The public room's routes, killed at their durable writes.
+    The public package's routes, killed at their durable writes.
     """
 
 

@@ -25,7 +25,7 @@ from vehicle.protocol import dumps
 from vehicle.session._values import isoTimestamp
 from vehicle.store._jsonl import encodeLine
 from vehicle.web import _frames
-from vehicle.web._frames import parseBody
+from vehicle.web._frames import parsePayload
 
 from tests.support.harness import COMMAND_EXAMPLES
 
@@ -85,11 +85,11 @@ class CompiledValidatorTests(SynchronousTestCase):
         """
         Each valid example is valid to both, so the shortcut is taken.
         """
-        for name, bodies in VALID.items():
-            for body in bodies:
-                self.assertTrue(_frames.compiled(name).is_valid(body), (name, body))
-                self.assertTrue(_frames.validator(name).is_valid(body), (name, body))
-                self.assertIs(_frames.validate(name, body), body)
+        for name, payloads in VALID.items():
+            for payload in payloads:
+                self.assertTrue(_frames.compiled(name).is_valid(payload), (name, payload))
+                self.assertTrue(_frames.validator(name).is_valid(payload), (name, payload))
+                self.assertIs(_frames.validate(name, payload), payload)
 
     @settings(max_examples=400, deadline=None, derandomize=True)
     @given(_bodies())
@@ -98,9 +98,9 @@ class CompiledValidatorTests(SynchronousTestCase):
         Whatever the body, the compiled validator takes it only if
         C{jsonschema} does; a refusal is C{jsonschema}'s.
         """
-        name, body = case
-        if _frames.compiled(name).is_valid(body):
-            self.assertTrue(_frames.validator(name).is_valid(body), (name, body))
+        name, payload = case
+        if _frames.compiled(name).is_valid(payload):
+            self.assertTrue(_frames.validator(name).is_valid(payload), (name, payload))
 
     def test_refusalIsJsonschemas(self) -> None:
         """
@@ -117,9 +117,9 @@ class CompiledValidatorTests(SynchronousTestCase):
         A body the compiled one refuses but C{jsonschema} takes (its C{$}
         before a last newline) is taken.
         """
-        body = {"requestId": "c1", "author": "Bob\n", "text": "look"}
-        self.assertFalse(_frames.compiled("chime.request").is_valid(body))
-        self.assertIs(_frames.validate("chime.request", body), body)
+        payload = {"requestId": "c1", "author": "Bob\n", "text": "look"}
+        self.assertFalse(_frames.compiled("chime.request").is_valid(payload))
+        self.assertIs(_frames.validate("chime.request", payload), payload)
 
 
 def _reference(raw: bytes) -> Any:
@@ -156,7 +156,7 @@ _PIECES = st.sampled_from([
 
 class ParseTests(SynchronousTestCase):
     """
-    L{parseBody}'s shortcuts answer what the long way answers.
+    L{parsePayload}'s shortcuts answer what the long way answers.
     """
 
     @settings(max_examples=500, deadline=None, derandomize=True)
@@ -169,7 +169,7 @@ class ParseTests(SynchronousTestCase):
         raw = "".join(pieces).encode("utf-8")
         if not raw.strip():
             return
-        self.assertEqual(_outcome(parseBody, raw), _outcome(_reference, raw))
+        self.assertEqual(_outcome(parsePayload, raw), _outcome(_reference, raw))
 
     def test_deepAndEscaped(self) -> None:
         """
@@ -179,7 +179,7 @@ class ParseTests(SynchronousTestCase):
         """
         for raw in [b"[" * 17 + b"]" * 17, b'{"a": "\\ud800"}', "\ufeff{}".encode(),
                     b'["' + b"[" * 40 + b'"]', b'{"n": ' + b"1" * 40 + b"}"]:
-            self.assertEqual(_outcome(parseBody, raw), _outcome(_reference, raw), raw)
+            self.assertEqual(_outcome(parsePayload, raw), _outcome(_reference, raw), raw)
 
 
 class EncoderTests(SynchronousTestCase):

@@ -87,7 +87,7 @@ class HeaderNameTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(d).code, 200)
         self.assertEqual(self.strNames, [])
 
-    def test_doorRequests(self) -> None:
+    def test_linkRequests(self) -> None:
         """
         The clients' link sends its credentials and client id in bytes.
         """
@@ -100,7 +100,7 @@ class HeaderNameTests(SynchronousTestCase):
         d = link.call("GET", "/sessions")
         self.h.stub.flush()
         self.successResultOf(d)
-        d = link.call("POST", "/sessions", body={"requestId": "c1"})
+        d = link.call("POST", "/sessions", payload={"requestId": "c1"})
         self.h.stub.flush()
         self.successResultOf(d)
         self.assertEqual(self.strNames, [])

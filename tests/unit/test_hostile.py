@@ -589,7 +589,7 @@ class AccountSchemaTests(SynchronousTestCase):
 
 class RunFolderTests(SynchronousTestCase):
     """
-    The doors' run folder does not outlive the host, and a host removes the
+    The model proxies' run folder does not outlive the host, and a host removes the
     ones an earlier host of its data dir left behind.
     """
 

@@ -2,11 +2,11 @@
 Package faces: a package's private modules (C{_x.py}) are its own.  Every
 module under C{src/vehicle} and C{src/vehicle_local} is read with L{ast}; an
 import of C{vehicle.X._y} (or C{from vehicle.X import _y}) from outside
-package C{vehicle.X} fails, so every room reaches another only through what
-that room's C{__init__.py} exports.  A private module of C{vehicle} itself
-(C{vehicle._http}) is shared by every room inside it, and by the local run's
+package C{vehicle.X} fails, so every package reaches another only through what
+that package's C{__init__.py} exports.  A private module of C{vehicle} itself
+(C{vehicle._http}) is shared by every package inside it, and by the local run's
 tools (C{vehicle_local}, the same project's code run from the same C{src/});
-one of C{vehicle_local} (C{vehicle_local._run}) by its own rooms only.
+one of C{vehicle_local} (C{vehicle_local._run}) by its own packages only.
 
 The arrow between the two runs one way: the host (C{vehicle} and its twistd
 plugin, what the wheel ships) imports nothing from C{vehicle_local}.
@@ -75,10 +75,10 @@ def violations(module: str, source: str, package: bool = False) -> list[tuple[in
     for line, target in imported(module, source, package):
         if not target.startswith(("vehicle.", "vehicle_local.")):
             continue
-        room = owner(target)
-        if room is None or module == room or module.startswith(room + "."):
+        owning = owner(target)
+        if owning is None or module == owning or module.startswith(owning + "."):
             continue
-        if room == "vehicle" and isLocal(module):
+        if owning == "vehicle" and isLocal(module):
             continue
         out.append((line, target))
     return out
@@ -160,7 +160,7 @@ class FacesTests(SynchronousTestCase):
         Each form of import is seen: C{from vehicle.X._y import}, C{import
         vehicle.X._y}, C{from vehicle.X import _y}, and a relative import.
         A package's own private modules and C{vehicle}'s are allowed, to
-        C{vehicle_local} too; C{vehicle_local}'s rooms keep their faces.
+        C{vehicle_local} too; C{vehicle_local}'s packages keep their faces.
         """
         cases = [
             ("vehicle.host._bodies", "from vehicle.body._conductor import Conductor",

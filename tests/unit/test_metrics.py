@@ -1,6 +1,6 @@
 """
 The host's figures (issue 19): L{vehicle.metrics.Metrics} on a registry of
-each test's own, told by the rooms what happened and read from the host at
+each test's own, told by the packages what happened and read from the host at
 a scrape, and served as Prometheus's text format on C{/metrics}.
 """
 
@@ -56,7 +56,7 @@ def value(metrics: Metrics, name: str, **labels: str) -> float:
 
 class MetricsTests(SynchronousTestCase):
     """
-    Each thing a room tells moves its figure, in the registry the
+    Each thing a package tells moves its figure, in the registry the
     L{Metrics} was given.
     """
 

@@ -2,7 +2,7 @@
 Tests for the local run's page on the stand-in (L{vehicle_local.standin.Page},
 L{vehicle_local.standin.PageLogin}): its files and their headers, the login
 (the master key, the one-time code, the browser's cookie, the tab's token),
-its refusals, and how the front door lets a page's request through to the
+its refusals, and how the front lets a page's request through to the
 gateway as the master key's holder, and nothing else.
 """
 
@@ -119,7 +119,7 @@ class PageLoginTests(SynchronousTestCase):
 
 class _PageCase(SynchronousTestCase):
     """
-    A stand-in whose gateway forwards to L{_Host}, its whole front door
+    A stand-in whose gateway forwards to L{_Host}, its whole front
     through L{StubTreq}.
     """
 
@@ -384,7 +384,7 @@ class LoginTests(_PageCase):
         self.assertEqual((morsel.value, morsel["max-age"]), ("", "0"))
 
 
-class FrontDoorTests(_PageCase):
+class GatewayTests(_PageCase):
     """
     A page's requests reach the gateway as the master key's holder; nothing
     else is changed.
@@ -444,7 +444,7 @@ class FrontDoorTests(_PageCase):
                              (method, path, headers))
         self.assertEqual(len(self.host.seen), 2)
 
-    def test_notForOtherDoors(self) -> None:
+    def test_notForOtherRoutes(self) -> None:
         """
         A tab token opens the service's mount only: C{/mcp} refuses it.
         """

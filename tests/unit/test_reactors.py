@@ -104,7 +104,7 @@ class ThreadRunnerTests(SynchronousTestCase):
     def test_intersections(self) -> None:
         """
         The host's reactor is a client's and more; each extends what it
-        joins, so it is handed on to a narrower room.
+        joins, so it is handed on to a narrower package.
         """
         from twisted.internet.interfaces import IReactorProcess, IReactorTCP, IReactorTime
 
@@ -199,4 +199,4 @@ class LineTests(SynchronousTestCase):
         line = readLine(b'{"op": "prompt", "requestId": "r", "text": "hi"}', False, _route)
         assert isinstance(line, Line)
         self.assertEqual(line.call.path, "/sessions/s1/commands")
-        self.assertEqual(line.call.body, {"requestId": "r", "text": "hi", "type": "prompt"})
+        self.assertEqual(line.call.payload, {"requestId": "r", "text": "hi", "type": "prompt"})

@@ -1,6 +1,6 @@
 """
 Tests for L{vehicle._relay}: an upstream answer streamed into the caller's
-request, as both proxies (the model door, the stand-in's gateway) do.
+request, as both proxies (the model proxy, the stand-in's gateway) do.
 """
 
 from __future__ import annotations

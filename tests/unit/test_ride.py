@@ -599,7 +599,7 @@ class RideTests(SynchronousTestCase):
         for op, route in expected.items():
             call = ride.route(op, {"op": op, "requestId": "r"})
             self.assertEqual((call.method, call.path), route, op)
-        self.assertIsNone(ride.route("delete", {"op": "delete", "requestId": "r"}).body)
+        self.assertIsNone(ride.route("delete", {"op": "delete", "requestId": "r"}).payload)
 
 
 class CredentialTests(SynchronousTestCase):

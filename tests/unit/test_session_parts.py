@@ -226,7 +226,7 @@ class LiveBodyTests(SynchronousTestCase):
 
     def test_meter(self) -> None:
         """
-        The door forwards only during a run, up to the turn budget.
+        The proxy forwards only during a run, up to the turn budget.
         """
         body = self._body()
         self.assertEqual(body.meter(2), "no run is under way")

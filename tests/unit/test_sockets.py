@@ -150,7 +150,7 @@ class WhereItIsSetTests(SynchronousTestCase):
 
     def test_clients(self) -> None:
         """
-        The host's HTTP client (the door's, the gateway's) connects each
+        The host's HTTP client (the proxy's, the gateway's) connects each
         URL through L{NoDelayEndpoint} (under TLS for C{https}).
         """
         from twisted.web.client import URI

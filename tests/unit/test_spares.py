@@ -2,8 +2,8 @@
 Tests for spare bodies: the pool (L{vehicle.body._spares.SparePool}: made,
 primed, handed out once, refilled, stopped), the hand-off of a spare to a
 session (L{vehicle.body._life.BodyLife}: pi switched to the session's file,
-the session's facts answered, a refusal let go), a spare's door before and
-after the hand-off (L{vehicle.box.ModelDoor}, L{vehicle.host.ChatSpareDoor}),
+the session's facts answered, a refusal let go), a spare's proxy before and
+after the hand-off (L{vehicle.box.ModelProxy}, L{vehicle.host.ChatSpareProxy}),
 with a fake pi on a L{MemoryReactorClock}.
 """
 
@@ -24,9 +24,9 @@ from vehicle.body._rpc import PiProtocol
 from vehicle.body._sessionfile import hasConversation, newSessionFile
 from vehicle.body._spares import MAX_RETRY_SECONDS, Spare
 from vehicle.body._spawner import BodyPaths
-from vehicle.box import ModelDoor, Upstream
+from vehicle.box import ModelProxy, Upstream
 from vehicle.box._proxy import PRIMING_ANSWER
-from vehicle.host import ChatSpareDoor, chatSpares
+from vehicle.host import ChatSpareProxy, chatSpares
 from vehicle.models import ModelCatalog
 from vehicle.protocol import CommandRequest, RunBudget, fromRequest, toObject
 from vehicle.session import Caller, Registry
@@ -63,9 +63,9 @@ class RecordingLauncher(FakeLauncher):
         return super().spawn(protocol, **kw)
 
 
-class FakeDoor:
+class FakeProxy:
     """
-    A spare's door: its token in the providers, what it was handed, and
+    A spare's proxy: its token in the providers, what it was handed, and
     whether it was closed.
     """
 
@@ -137,7 +137,7 @@ def exited(transport: FakePiTransport, code: int = 1) -> None:
 
 class PoolTestCase(SynchronousTestCase):
     """
-    A pool of spares on a fake launcher, its doors fakes.
+    A pool of spares on a fake launcher, its proxies fakes.
     """
 
     size = 1
@@ -149,7 +149,7 @@ class PoolTestCase(SynchronousTestCase):
         self.root = Path(self.mktemp())
         self.root.mkdir()
         self.launcher = RecordingLauncher()
-        self.doors: list[FakeDoor] = []
+        self.proxies: list[FakeProxy] = []
         self.pool = self.makePool()
         self.dataDir = DataDir(Path(self.mktemp()))
         self.dataDir.ensure()
@@ -157,14 +157,14 @@ class PoolTestCase(SynchronousTestCase):
         self.addCleanup(self.registry.close)
 
     def makePool(self, **kw: Any) -> SparePool:
-        async def openDoor(spareId: str) -> FakeDoor:
-            door = FakeDoor(spareId)
-            self.doors.append(door)
-            return door
+        async def openProxy(spareId: str) -> FakeProxy:
+            proxy = FakeProxy(spareId)
+            self.proxies.append(proxy)
+            return proxy
 
         settings: dict[str, Any] = dict(
             launcher=self.launcher, clock=self.clock, size=self.size, model=MODEL,
-            root=lambda: self.root, openDoor=openDoor, mcpUrl=self.launcher.mcpUrl,
+            root=lambda: self.root, openProxy=openProxy, mcpUrl=self.launcher.mcpUrl,
             refillSeconds=2.0, prime=self.prime,
         )
         settings.update(kw)
@@ -196,13 +196,13 @@ class MakingTests(PoolTestCase):
         """
         Starting the pool starts C{size} spares, each in its own folder
         under the pool's root, on the spares' model, with the spare's own
-        budget, its door's providers (a token, never the key), the spare
+        budget, its proxy's providers (a token, never the key), the spare
         flag and the chat bodies' MCP endpoint.
         """
         self.pool.start()
         self.assertEqual(len(self.launcher.spawned), 2)
         folders = set()
-        for asked, door in zip(self.launcher.asked, self.doors):
+        for asked, proxy in zip(self.launcher.asked, self.proxies):
             self.assertEqual(asked["model"], MODEL)
             self.assertEqual(asked["profile"], "chat")
             self.assertEqual(asked["budget"], SPARE_BUDGET)
@@ -210,13 +210,13 @@ class MakingTests(PoolTestCase):
             self.assertEqual(json.loads(bootConfig(providers=asked["providers"],
                                                    budget=asked["budget"]))["budget"],
                              {"maxTurns": 1, "maxCostUsd": 0.01})
-            self.assertEqual(asked["providers"], door.providers)
+            self.assertEqual(asked["providers"], proxy.providers)
             self.assertNotIn(KEY, json.dumps(asked["providers"]))
-            self.assertEqual(asked["bootExtra"], {**door.bootExtra, "spare": True})
+            self.assertEqual(asked["bootExtra"], {**proxy.bootExtra, "spare": True})
             self.assertEqual(asked["mcpUrl"], "http://127.0.0.1:7/mcp")
             paths: BodyPaths = asked["paths"]
             self.assertEqual(paths.piDir.parent.parent, self.root / "spares")
-            self.assertEqual(paths.piDir.parent.name, door.spareId)
+            self.assertEqual(paths.piDir.parent.name, proxy.spareId)
             folders.add(paths.piDir)
         self.assertEqual(len(folders), 2)
         self.assertEqual(len(self.pool.making), 2)
@@ -391,7 +391,7 @@ class LossTests(PoolTestCase):
 
     def test_aReadySpareEnds(self) -> None:
         """
-        A ready spare that exits is no longer ready, its door is closed
+        A ready spare that exits is no longer ready, its proxy is closed
         and its folder removed, and another starts after the pause.
         """
         self.pool.start()
@@ -400,7 +400,7 @@ class LossTests(PoolTestCase):
         folder.mkdir(parents=True)
         exited(transport)
         self.assertEqual(self.pool.ready, [])
-        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.proxies[0].closed, 1)
         self.assertFalse(folder.exists())
         self.clock.advance(2)
         self.assertEqual(len(self.launcher.spawned), 2)
@@ -418,7 +418,7 @@ class LossTests(PoolTestCase):
         exited(transport)
         self.assertEqual(self.pool.ready, [])
         self.assertEqual(self.pool.making, [])
-        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.proxies[0].closed, 1)
         self.assertEqual(self.pool.failures, 1)
         self.clock.advance(3.9)
         self.assertEqual(len(self.launcher.spawned), 1)
@@ -456,7 +456,7 @@ class LossTests(PoolTestCase):
         self.assertEqual(self.pool.making, [])
         exited(transport)
         self.assertEqual(self.pool.failures, 1)
-        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.proxies[0].closed, 1)
 
     def test_aHandedSpareIsNotThePoolsAnyMore(self) -> None:
         """
@@ -469,7 +469,7 @@ class LossTests(PoolTestCase):
         assert spare is not None
         spare.protocol.sink = quietSink()
         exited(transport)
-        self.assertEqual(self.doors[0].closed, 0)
+        self.assertEqual(self.proxies[0].closed, 0)
 
 
 class StopTests(PoolTestCase):
@@ -482,7 +482,7 @@ class StopTests(PoolTestCase):
     def test_stopEndsEverySpare(self) -> None:
         """
         Ready and starting spares alike are told to end (stdin closed,
-        then signals), and their doors close once they have; no spare is
+        then signals), and their proxies close once they have; no spare is
         started again.
         """
         self.pool.start()
@@ -495,7 +495,7 @@ class StopTests(PoolTestCase):
         exited(ready, 0)
         exited(starting, 0)
         self.successResultOf(stopped)
-        self.assertEqual([d.closed for d in self.doors], [1, 1])
+        self.assertEqual([d.closed for d in self.proxies], [1, 1])
         self.assertEqual(self.pool.ready, [])
         self.assertEqual(self.pool.making, [])
         self.clock.advance(MAX_RETRY_SECONDS * 2)
@@ -524,34 +524,34 @@ class StopTests(PoolTestCase):
         self.assertEqual(ready.signals, [])
         self.clock.advance(0.1)
         self.assertEqual(ready.signals, ["TERM"])
-        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.proxies[0].closed, 1)
 
 
 class DiscardTests(SynchronousTestCase):
     """
-    A spare is discarded once: its folder removed, its door closed.
+    A spare is discarded once: its folder removed, its proxy closed.
     """
 
     def test_once(self) -> None:
         folder = Path(self.mktemp())
         (folder / "pi").mkdir(parents=True)
-        door = FakeDoor("s1")
-        spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), door=door,
+        proxy = FakeProxy("s1")
+        spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), proxy=proxy,
                       protocol=PiProtocol(quietSink()))
         first, second = spare.discard(), spare.discard()
         self.successResultOf(first)
         self.successResultOf(second)
-        self.assertEqual(door.closed, 1)
+        self.assertEqual(proxy.closed, 1)
         self.assertFalse(folder.exists())
 
-    def test_waitsForTheDoor(self) -> None:
+    def test_waitsForTheProxy(self) -> None:
         """
-        Discarding is done when the door has closed.
+        Discarding is done when the proxy has closed.
         """
         closing: Deferred[None] = Deferred()
-        door = FakeDoor("s1")
-        door.close = lambda: closing  # type: ignore[method-assign]  # a door slow to close
-        spare = Spare(spareId="s1", paths=BodyPaths.forSession(Path(self.mktemp())), door=door,
+        proxy = FakeProxy("s1")
+        proxy.close = lambda: closing  # type: ignore[method-assign]  # a proxy slow to close
+        spare = Spare(spareId="s1", paths=BodyPaths.forSession(Path(self.mktemp())), proxy=proxy,
                       protocol=PiProtocol(quietSink()))
         done = spare.discard()
         self.assertNoResult(done)
@@ -560,27 +560,27 @@ class DiscardTests(SynchronousTestCase):
 
     def test_thePlan(self) -> None:
         """
-        The body a spare becomes has its door's providers and bridge, and
+        The body a spare becomes has its proxy's providers and bridge, and
         discards the spare when it is gone.
         """
         folder = Path(self.mktemp())
         folder.mkdir()
-        door = FakeDoor("s1")
-        spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), door=door,
+        proxy = FakeProxy("s1")
+        spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), proxy=proxy,
                       protocol=PiProtocol(quietSink()))
         plan = spare.plan()
-        self.assertEqual(plan.providers, door.providers)
-        self.assertEqual(plan.bootExtra, door.bootExtra)
+        self.assertEqual(plan.providers, proxy.providers)
+        self.assertEqual(plan.bootExtra, proxy.bootExtra)
         assert plan.cleanup is not None
         plan.cleanup()
-        self.assertEqual(door.closed, 1)
+        self.assertEqual(proxy.closed, 1)
         self.assertFalse(folder.exists())
 
 
 class HandOffTests(PoolTestCase):
     """
     A session's body made of a spare: pi switched to the session's file,
-    the session's facts given, the door opened to the session.
+    the session's facts given, the proxy opened to the session.
     """
 
     def setUp(self) -> None:
@@ -622,12 +622,12 @@ class HandOffTests(PoolTestCase):
         """
         A new session's first prompt goes to the spare: pi is switched to
         a new file in the session's own pi folder holding only a header
-        (the session's working folder its cwd), the door is handed to the
+        (the session's working folder its cwd), the proxy is handed to the
         session, and the prompt follows; no process is started.
         """
         self.prompt()
         self.assertEqual(len(self.launcher.spawned), 1)
-        self.assertEqual(self.doors[0].handed, [self.sessionUnderTest])
+        self.assertEqual(self.proxies[0].handed, [self.sessionUnderTest])
         path = self.switched()
         directory = self.sessionUnderTest.directory
         self.assertEqual(path.parent, directory / "pi")
@@ -755,7 +755,7 @@ class HandOffTests(PoolTestCase):
         self.assertIn(0, self.spareTransport.closed)
         exited(self.spareTransport)
         self.assertEqual(self.events("body.exited"), [])
-        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.proxies[0].closed, 1)
         answer(fresh, "get_state", STATE)
         self.assertEqual(kinds(fresh), ["get_state", "prompt"])
         self.assertIs(self.conductor.body.protocol.transport, fresh)  # type: ignore[union-attr]
@@ -809,7 +809,7 @@ class HandOffTests(PoolTestCase):
         self.switched()
         self.conductor.dispose("shutdown")
         exited(self.spareTransport, 0)
-        self.assertEqual(self.doors[0].closed, 1)
+        self.assertEqual(self.proxies[0].closed, 1)
         self.assertEqual(self.pool.ready, [])
 
 
@@ -851,32 +851,32 @@ class SessionFileTests(SynchronousTestCase):
         self.assertTrue(hasConversation(path))
 
 
-class DoorTests(SynchronousTestCase):
+class SpareProxyTests(SynchronousTestCase):
     """
-    A spare's door answers its priming and nothing else until it is
+    A spare's proxy answers its priming and nothing else until it is
     handed over; then it is the session's.
     """
 
-    def door(self) -> ModelDoor:
-        return ModelDoor(reactor=MemoryReactorClock(), socketPath=Path("/nowhere/s.sock"),
+    def proxy(self) -> ModelProxy:
+        return ModelProxy(reactor=MemoryReactorClock(), socketPath=Path("/nowhere/s.sock"),
                          model=None, token="vbt-t")
 
-    def request(self, door: ModelDoor, path: bytes = b"/v1/chat/completions",
+    def request(self, proxy: ModelProxy, path: bytes = b"/v1/chat/completions",
                 token: str = "vbt-t", method: bytes = b"POST") -> DummyRequest:
         request = DummyRequest([])
         request.method = method
         request.uri = path
         request.requestHeaders.setRawHeaders(b"authorization", [f"Bearer {token}".encode()])
-        self.successResultOf(Deferred.fromCoroutine(door.forward(request)))
+        self.successResultOf(Deferred.fromCoroutine(proxy.forward(request)))
         return request
 
     def test_priming(self) -> None:
         """
         The first chat completion with the body's token is answered by the
-        door: an event stream of one word and no tokens.
+        proxy: an event stream of one word and no tokens.
         """
-        door = self.door()
-        request = self.request(door)
+        proxy = self.proxy()
+        request = self.request(proxy)
         self.assertEqual(request.responseCode or 200, 200)
         self.assertEqual(b"".join(request.written), PRIMING_ANSWER)
         self.assertEqual(request.responseHeaders.getRawHeaders(b"content-type"),
@@ -891,52 +891,52 @@ class DoorTests(SynchronousTestCase):
         """
         A second model request of a spare is refused: it serves no one.
         """
-        door = self.door()
-        self.request(door)
-        second = self.request(door)
+        proxy = self.proxy()
+        self.request(proxy)
+        second = self.request(proxy)
         self.assertEqual(second.responseCode, 503)
         self.assertIn(b"serves no session", b"".join(second.written))
 
     def test_notWithoutTheToken(self) -> None:
-        door = self.door()
-        request = self.request(door, token="vbt-other")
+        proxy = self.proxy()
+        request = self.request(proxy, token="vbt-other")
         self.assertEqual(request.responseCode, 503)
-        self.assertFalse(door.primed)
+        self.assertFalse(proxy.primed)
 
     def test_notAnotherPath(self) -> None:
         """
         Only pi's chat completions are primed; another model path is
         refused, and another path is no upstream at all.
         """
-        door = self.door()
-        self.assertEqual(self.request(door, b"/v1/messages").responseCode, 503)
-        self.assertEqual(self.request(door, b"/elsewhere").responseCode, 404)
-        self.assertFalse(door.primed)
+        proxy = self.proxy()
+        self.assertEqual(self.request(proxy, b"/v1/messages").responseCode, 503)
+        self.assertEqual(self.request(proxy, b"/elsewhere").responseCode, 404)
+        self.assertFalse(proxy.primed)
 
     def test_notAGet(self) -> None:
-        door = self.door()
-        self.request(door, method=b"GET")
-        self.assertFalse(door.primed)
+        proxy = self.proxy()
+        self.request(proxy, method=b"GET")
+        self.assertFalse(proxy.primed)
 
     def test_handedOver(self) -> None:
         """
-        Once handed over, the door's model and gate are the session's, and
+        Once handed over, the proxy's model and gate are the session's, and
         it primes nothing any more.
         """
-        door = self.door()
+        proxy = self.proxy()
         gate = lambda: "spent"  # noqa: E731
-        door.handTo(Upstream(baseUrl="http://127.0.0.1:9/v1", key=KEY), gate)
-        assert door.model is not None
-        self.assertEqual((door.model.baseUrl, door.model.key), ("http://127.0.0.1:9/v1", KEY))
-        self.assertIs(door.gate, gate)
-        request = self.request(door)
+        proxy.handTo(Upstream(baseUrl="http://127.0.0.1:9/v1", key=KEY), gate)
+        assert proxy.model is not None
+        self.assertEqual((proxy.model.baseUrl, proxy.model.key), ("http://127.0.0.1:9/v1", KEY))
+        self.assertIs(proxy.gate, gate)
+        request = self.request(proxy)
         self.assertEqual(request.responseCode, 429)
-        self.assertFalse(door.primed)
+        self.assertFalse(proxy.primed)
 
 
-class ChatSpareDoorTests(SynchronousTestCase):
+class ChatSpareProxyTests(SynchronousTestCase):
     """
-    The host's door for a chat spare: a token in the boot config, the key
+    The host's proxy for a chat spare: a token in the boot config, the key
     at the hand-off.
     """
 
@@ -944,16 +944,16 @@ class ChatSpareDoorTests(SynchronousTestCase):
         reactor = MemoryReactorClock()
         models = ModelCatalog({"scripted": dict(PROVIDER)}, MODEL)
         folder = Path(self.mktemp())
-        door = self.successResultOf(Deferred.fromCoroutine(
-            ChatSpareDoor.open(reactor, models, MODEL, folder / "s1" / "model.sock")
+        chat = self.successResultOf(Deferred.fromCoroutine(
+            ChatSpareProxy.open(reactor, models, MODEL, folder / "s1" / "model.sock")
         ))
-        token = door.door.token
-        self.assertEqual(door.providers, {"scripted": {
+        token = chat.proxy.token
+        self.assertEqual(chat.providers, {"scripted": {
             **PROVIDER, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": token,
         }})
-        self.assertEqual(door.bootExtra, {"bridge": {"socket": str(folder / "s1" / "model.sock"),
+        self.assertEqual(chat.bootExtra, {"bridge": {"socket": str(folder / "s1" / "model.sock"),
                                                      "port": 0}})
-        self.assertIsNone(door.door.model)
+        self.assertIsNone(chat.proxy.model)
 
         class Session:
             class meta:
@@ -964,14 +964,14 @@ class ChatSpareDoorTests(SynchronousTestCase):
                 def meterModelRequest() -> str:
                     return "metered"
 
-        door.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
-        model = door.door.model
+        chat.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
+        model = chat.proxy.model
         assert model is not None
         self.assertEqual((model.baseUrl, model.key, model.scrub), (PROVIDER["baseUrl"], KEY, False))
-        assert door.door.gate is not None
-        self.assertEqual(door.door.gate(), "metered")
+        assert chat.proxy.gate is not None
+        self.assertEqual(chat.proxy.gate(), "metered")
         Session.conductor = None  # type: ignore[assignment]  # the session let go of its body
-        self.assertEqual(door.door.gate(), "no run is under way")
+        self.assertEqual(chat.proxy.gate(), "no run is under way")
 
     def test_noPool(self) -> None:
         """

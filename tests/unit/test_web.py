@@ -1253,16 +1253,16 @@ class ValidationPropertyTests(SynchronousTestCase):
         optional={"text": json, "targetCommandId": json, "policy": json, "extra": json},
     )
 
-    @given(body=bodies, schema=st.sampled_from(
+    @given(payload=bodies, schema=st.sampled_from(
         ["create.request", "claim.request", "release.request", "rename.request", "command.request"]))
     @settings(max_examples=300, deadline=None)
-    def test_validateOnlyRefusesByTheTable(self, body: Any, schema: str) -> None:
+    def test_validateOnlyRefusesByTheTable(self, payload: Any, schema: str) -> None:
         """
-        L{validate} either returns the body or raises a 4xx
+        L{validate} either returns the payload or raises a 4xx
         C{invalid_request}/C{body_too_large}; nothing else escapes.
         """
         try:
-            self.assertIs(validate(schema, body), body)
+            self.assertIs(validate(schema, payload), payload)
         except VehicleError as e:
             self.assertIn(e.code, ("invalid_request", "body_too_large"))
 

@@ -3,7 +3,7 @@
 The agent profile, wired: who may create one, the isolation decision (with
 its probe), the session's workspace and the identities of its folders, and
 the box every agent body is started in, with the model reached only through
-the host's door.
+the host's proxy.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from vehicle.box import (
     seatbeltArgv,
     seatbeltEnvironment,
     FolderIdentity,
-    ModelDoor,
+    ModelProxy,
     Upstream,
     bwrapArgv,
     canonicalSpec,
@@ -77,7 +77,7 @@ class AgentProfile:
     spawner: Spawner | None = None
     #: Where each probe of the box is counted.
     metrics: Metrics = field(factory=unserved)
-    doors: dict[str, ModelDoor] = field(factory=dict)
+    proxies: dict[str, ModelProxy] = field(factory=dict)
     #: Where run folders are made (a short path: the system's temp folder).
     runRoot: Path | None = None
     _runDir: Path | None = None
@@ -111,7 +111,7 @@ class AgentProfile:
 
     def runDir(self) -> Path:
         """
-        Where the doors' sockets live: a short path (a Unix socket's path is
+        Where the proxies' sockets live: a short path (a Unix socket's path is
         at most 107 bytes), made fresh and private (mode 0700, a random name)
         by this host process, so nobody else can have made it first.
         """
@@ -127,7 +127,7 @@ class AgentProfile:
 
     def removeRunDir(self) -> None:
         """
-        The host stops: its run folder (the doors' sockets, all closed by
+        The host stops: its run folder (the proxies' sockets, all closed by
         now) goes with it.
         """
         if self._runDir is not None:
@@ -217,7 +217,7 @@ class AgentProfile:
     async def plan(self, session: Session) -> BodyPlan:
         """
         Before each agent body: probe the box, check the folders, open the
-        body's door to the model, and say how to box it.
+        body's proxy to the model, and say how to box it.
         """
         tier = await self.decide()
         self.checkFolders(session)
@@ -226,7 +226,7 @@ class AgentProfile:
             # The operator's choice: no box, so the body holds its key as a
             # chat body does (there is no box to keep it out of).
             return BodyPlan(workDir=workDir, box="none")
-        door = await self.openDoor(session)
+        proxy = await self.openProxy(session)
         # A bwrap box has a loopback of its own; a seatbelt box shares the
         # host's, so its bridge takes any free port (the extension puts it
         # in place of the 0).
@@ -234,43 +234,43 @@ class AgentProfile:
         program = seccompProgram() if tier == "bwrap" else None
         return BodyPlan(
             workDir=workDir,
-            providers=self.providersFor(session, door, port),
+            providers=self.providersFor(session, proxy, port),
             wrap=(
-                self.wrapper(door, seccompFd=SECCOMP_FD if program else None)
+                self.wrapper(proxy, seccompFd=SECCOMP_FD if program else None)
                 if tier == "bwrap"
-                else self.seatbeltWrapper(door)
+                else self.seatbeltWrapper(proxy)
             ),
             extraFDs={SECCOMP_FD: program} if program else None,
-            bootExtra={"bridge": {"socket": str(door.socketPath), "port": port, "token": door.token}},
+            bootExtra={"bridge": {"socket": str(proxy.socketPath), "port": port, "token": proxy.token}},
             box=tier,
-            mcpUrl=f"http://127.0.0.1:{port}/mcp" if door.mcp is not None else None,
-            cleanup=lambda: Deferred.fromCoroutine(self.closeDoor(session)),
+            mcpUrl=f"http://127.0.0.1:{port}/mcp" if proxy.mcp is not None else None,
+            cleanup=lambda: Deferred.fromCoroutine(self.closeProxy(session)),
         )
 
-    async def openDoor(self, session: Session) -> ModelDoor:
+    async def openProxy(self, session: Session) -> ModelProxy:
         """
-        The body's door to the model (and to MCP): a fresh token each body.
+        The body's proxy to the model (and to MCP): a fresh token each body.
         """
-        await self.closeDoor(session)
-        name, spec = self.models.providerFor(session.meta.model)
-        door = ModelDoor(
+        await self.closeProxy(session)
+        baseUrl, key = self.models.endpointFor(session.meta.model)
+        proxy = ModelProxy(
             reactor=self.reactor,
             socketPath=self.runDir() / session.sessionId / "model.sock",
-            model=Upstream(baseUrl=spec["baseUrl"], key=spec["apiKey"]),
+            model=Upstream(baseUrl=baseUrl, key=key),
             mcp=Upstream(baseUrl=self.mcpUrl) if self.mcpUrl else None,
             gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
-        await door.listen()
-        self.doors[session.sessionId] = door
-        return door
+        await proxy.listen()
+        self.proxies[session.sessionId] = proxy
+        return proxy
 
-    async def closeDoor(self, session: Session) -> None:
-        door = self.doors.pop(session.sessionId, None)
-        if door is not None:
-            await door.close()
+    async def closeProxy(self, session: Session) -> None:
+        proxy = self.proxies.pop(session.sessionId, None)
+        if proxy is not None:
+            await proxy.close()
 
     def providersFor(
-        self, session: Session, door: ModelDoor, port: int = BRIDGE_PORT
+        self, session: Session, proxy: ModelProxy, port: int = BRIDGE_PORT
     ) -> dict[str, JSONObject]:
         """
         The boot config's providers for a boxed body: the token, and the
@@ -281,14 +281,14 @@ class AgentProfile:
             name: {
                 **spec,
                 "baseUrl": f"http://127.0.0.1:{port}/v1",
-                "apiKey": door.token,
+                "apiKey": proxy.token,
             }
         }
 
-    def wrapper(self, door: ModelDoor, seccompFd: int | None = None) -> Wrapper:
+    def wrapper(self, proxy: ModelProxy, seccompFd: int | None = None) -> Wrapper:
         """
         Wrap a pi argv into the bwrap box: its own folders writable, the
-        door's folder bound in, the home and the data dir out of sight.
+        proxy's folder bound in, the home and the data dir out of sight.
         """
 
         def wrap(
@@ -301,7 +301,7 @@ class AgentProfile:
                     piDir=paths.piDir,
                     readOnly=(self.piRoot, self.extensionDir),
                     hidden=tuple(self.hidden) + (self.dataDir.root,),
-                    socketDir=door.socketPath.parent,
+                    socketDir=proxy.socketPath.parent,
                     env=env,
                     command=argv,
                     # Only the system: no host folder but the body's own,
@@ -316,7 +316,7 @@ class AgentProfile:
         return wrap
 
 
-    def seatbeltWrapper(self, door: ModelDoor) -> Wrapper:
+    def seatbeltWrapper(self, proxy: ModelProxy) -> Wrapper:
         """
         Wrap a pi argv into the macOS seatbelt box (C{sandbox-exec}): the
         same rules as the bwrap box, written as a profile whose paths are
@@ -334,7 +334,7 @@ class AgentProfile:
                 tmpDir=tmpDir,
                 readOnly=(self.piRoot, self.extensionDir),
                 hidden=tuple(self.hidden) + (self.dataDir.root,),
-                socketDir=door.socketPath.parent,
+                socketDir=proxy.socketPath.parent,
                 env=env,
                 command=argv,
             )

@@ -15,7 +15,7 @@ from vehicle.body._picommand import (
     piEnvironment,
     sessionFacts,
 )
-from vehicle.body._spares import PRIMING_PROMPT, SPARE_BUDGET, Spare, SpareDoor, SparePool
+from vehicle.body._spares import PRIMING_PROMPT, SPARE_BUDGET, Spare, SpareProxy, SparePool
 from vehicle.body._spawner import (
     EXTENSION,
     BodyPaths,
@@ -60,7 +60,7 @@ __all__ = [
     "PRIMING_PROMPT",
     "SPARE_BUDGET",
     "Spare",
-    "SpareDoor",
+    "SpareProxy",
     "SparePool",
     # _rpc
     "MAX_LINE_BYTES",

@@ -126,9 +126,9 @@ class Conductor:
 
     def meterModelRequest(self) -> str | None:
         """
-        May the body's door forward one more model request?  Only during a
+        May the body's proxy forward one more model request?  Only during a
         run, and no more than the run's turn budget: pi's own guard stops
-        it before that, so only a tool calling the door itself is refused.
+        it before that, so only a tool calling the proxy itself is refused.
         """
         if self.body is None:
             return "no run is under way"

@@ -149,7 +149,7 @@ class Delivery:
         message = renderText(command)
         body.render(command, message)
         if body.run is None:
-            # A new run: the door's meter starts again (pi may compact the
+            # A new run: the proxy's meter starts again (pi may compact the
             # context before the run's first request, and that counts too).
             body.startRun(command)
             try:

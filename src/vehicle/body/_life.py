@@ -177,7 +177,7 @@ class BodyLife:
         Make C{spare} the session's body: pi is switched to the session's
         file (a new one holding only its header, with the session's
         working folder as its cwd, when it has none yet); its extension
-        asks for the session's facts on the way, and its door opens to the
+        asks for the session's facts on the way, and its proxy opens to the
         session's provider.  L{None} when the spare refused or ended: it
         is let go, and a body is started as if there had been no spare.
         """
@@ -194,7 +194,7 @@ class BodyLife:
         body = LiveBody.handed(self.session, spare, paths, self.launcher.mcpUrl)
         self.paths = paths
         self.body = body
-        spare.door.handTo(self.session)
+        spare.proxy.handTo(self.session)
         try:
             switched = await body.protocol.request(
                 {"type": "switch_session", "sessionPath": str(target)}
@@ -274,7 +274,7 @@ class BodyLife:
 
     def _cleanUp(self, plan: BodyPlan) -> None:
         """
-        Undo what a body's plan set up (its door), whatever became of it.
+        Undo what a body's plan set up (its proxy), whatever became of it.
         """
         if plan.cleanup is not None:
             result = plan.cleanup()
@@ -301,7 +301,7 @@ class BodyLife:
     def scrub(self, text: str) -> str:
         """
         C{text} (pi's words: an error, its stderr) without any secret the
-        host knows: provider keys, the body's door token, the delegation
+        host knows: provider keys, the body's proxy token, the delegation
         token.  Events are durable and watched; secrets are neither.
         """
         secrets: set[str] = set(self.launcher.secrets())

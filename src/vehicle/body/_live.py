@@ -54,7 +54,7 @@ def bootExtra(meta: SessionMeta, plan: BodyPlan, mcpUrl: str | None) -> JSONObje
 class Run:
     """
     The run under way on a body: the commands it answers, and how many
-    model requests its door let through (L{LiveBody.meter}).
+    model requests its proxy let through (L{LiveBody.meter}).
     """
 
     commands: list[Command] = field(factory=list)
@@ -108,7 +108,7 @@ class LiveBody:
     ) -> "LiveBody":
         """
         The body C{spare} becomes for C{session}: its process and its plan
-        (its door's token; its folders to remove when it is gone), the
+        (its proxy's token; its folders to remove when it is gone), the
         session's folders, and the session's facts, which the extension
         asks for while pi is switched to the session's file.  The body is
         heard by the session once the switch is done.
@@ -153,7 +153,7 @@ class LiveBody:
     def startRun(self, command: Command | None = None) -> Run:
         """
         A run begins (with the command that started it, if the host sent
-        one): the door's meter starts again.
+        one): the proxy's meter starts again.
         """
         self.run = Run(commands=[command] if command is not None else [])
         return self.run
@@ -168,7 +168,7 @@ class LiveBody:
     def turnStarted(self) -> None:
         """
         pi started a turn of the run under way (after a compaction or a
-        retry): the door's meter starts again for it.
+        retry): the proxy's meter starts again for it.
         """
         if self.run is not None:
             self.run.modelRequests = 0
@@ -260,7 +260,7 @@ class LiveBody:
 
     def meter(self, maxTurns: int) -> str | None:
         """
-        May the door forward one more model request?  Only during a run,
+        May the proxy forward one more model request?  Only during a run,
         and no more than the run's turn budget.
         """
         if self.run is None:
@@ -272,7 +272,7 @@ class LiveBody:
 
     def secrets(self) -> list[str]:
         """
-        The keys this body's plan holds (a door's token, a caller's key).
+        The keys this body's plan holds (a proxy's token, a caller's key).
         """
         providers = self.plan.providers or {}
         return [str(p["apiKey"]) for p in providers.values() if p.get("apiKey")]

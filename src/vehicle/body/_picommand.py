@@ -300,7 +300,7 @@ def sessionFacts(*, budget: RunBudget, extra: JSONObject | None = None) -> str:
     (the UI C{input} titled C{sophia.session}): the part of a boot config
     that is the session's (its budget, a reader's tools, a public
     conversation's graphs), as JSON text.  Never a key: the spare reaches
-    the model through its door.
+    the model through its proxy.
     """
     document: JSONObject = {"budget": _checkedBudget(budget)}
     if extra:

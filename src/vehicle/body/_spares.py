@@ -5,9 +5,9 @@ them, so a new or revived conversation's first word does not wait for Node.
 
 A spare (L{Spare}) is made for no one: its own folders in the host's
 private run folder, its own empty session there, a boot config that names
-no session and holds no key (only the token of its own door to the model,
-L{SpareDoor}, which reaches no provider until the hand-off), and no
-person's data.  It is primed (one prompt that its door answers itself, so
+no session and holds no key (only the token of its own proxy to the model,
+L{SpareProxy}, which reaches no provider until the hand-off), and no
+person's data.  It is primed (one prompt that its proxy answers itself, so
 pi has loaded what its first real prompt needs) and waits.
 
 L{SparePool.take} gives one to a session, once: the pool forgets it at
@@ -44,7 +44,7 @@ from vehicle.session import Session
 #: session's budget reaches it at the hand-off.
 SPARE_BUDGET = RunBudget(maxTurns=1, maxCostUsd=0.01)
 
-#: What a spare's priming prompt says (its door answers it; it stays in
+#: What a spare's priming prompt says (its proxy answers it; it stays in
 #: the spare's own session, which no one ever sees).
 PRIMING_PROMPT = "ready?"
 
@@ -55,16 +55,16 @@ SESSION_TITLE = "sophia.session"
 MAX_RETRY_SECONDS = 60.0
 
 
-class SpareDoor(Protocol):
+class SpareProxy(Protocol):
     """
-    A spare's way to the model: the host's door, which holds the key and
+    A spare's way to the model: the host's proxy, which holds the key and
     reaches no provider until the spare is handed to a session.
     """
 
-    #: The boot config's providers: the door's token and the bridge's
+    #: The boot config's providers: the proxy's token and the bridge's
     #: address, never a key.
     providers: dict[str, JSONObject]
-    #: The rest of the boot config the door needs (the bridge).
+    #: The rest of the boot config the proxy needs (the bridge).
     bootExtra: JSONObject
 
     def handTo(self, session: Session) -> None:
@@ -74,12 +74,12 @@ class SpareDoor(Protocol):
 
     def close(self) -> Deferred[None]:
         """
-        Stop listening; the door is gone.
+        Stop listening; the proxy is gone.
         """
 
 
-#: Opens the door of the spare named by the argument.
-DoorOpener = Callable[[str], Awaitable[SpareDoor]]
+#: Opens the proxy of the spare named by the argument.
+ProxyOpener = Callable[[str], Awaitable[SpareProxy]]
 
 
 class SpareLost(Exception):
@@ -100,7 +100,7 @@ class Spare:
 
     spareId: str
     paths: BodyPaths
-    door: SpareDoor
+    proxy: SpareProxy
     protocol: PiProtocol
     transport: IProcessTransport | None = None
     #: Waits for the priming run's end.
@@ -132,26 +132,26 @@ class Spare:
 
     def plan(self) -> BodyPlan:
         """
-        The plan of the body this spare becomes: its providers (its door's
-        token) and, when that body is gone, its door closed and its
+        The plan of the body this spare becomes: its providers (its proxy's
+        token) and, when that body is gone, its proxy closed and its
         folders removed.
         """
         return BodyPlan(
-            providers=self.door.providers,
-            bootExtra=self.door.bootExtra,
+            providers=self.proxy.providers,
+            bootExtra=self.proxy.bootExtra,
             cleanup=self.discard,
         )
 
     def discard(self) -> Deferred[None]:
         """
-        Close its door and remove its folders (its process is gone, or
+        Close its proxy and remove its folders (its process is gone, or
         going); once, however often it is asked.
         """
         if self._discarded is None:
             shutil.rmtree(self.paths.piDir.parent, ignore_errors=True)
-            self._discarded = self.door.close()
+            self._discarded = self.proxy.close()
             self._discarded.addErrback(
-                lambda f: self._log.failure("The door of {spareId} did not close", f,
+                lambda f: self._log.failure("The proxy of {spareId} did not close", f,
                                             spareId=self.spareId)
             )
         done: Deferred[None] = Deferred()
@@ -224,12 +224,12 @@ class SparePool:
     model: str
     #: Where spares keep their folders (the host's private run folder).
     root: Callable[[], Path]
-    openDoor: DoorOpener
+    openProxy: ProxyOpener
     #: The graph's MCP endpoint as a chat body reaches it, if any.
     mcpUrl: str | None = None
     #: The pause after a hand-off before the next spare starts.
     refillSeconds: float = 2.0
-    #: Prime each spare (one prompt its door answers) before it is ready.
+    #: Prime each spare (one prompt its proxy answers) before it is ready.
     prime: bool = True
     ready: list[Spare] = field(factory=list)
     making: list[Spare] = field(factory=list)
@@ -260,7 +260,7 @@ class SparePool:
     def stop(self) -> Deferred[None]:
         """
         The host stops: no more spares, and every spare not handed over
-        ends (its folders and door go with it).
+        ends (its folders and proxy go with it).
         """
         self.stopped = True
         cancelIfActive(self._refill)
@@ -305,11 +305,11 @@ class SparePool:
         made.addCallbacks(self._madeOne, self._notMade)
 
     async def _make(self, spareId: str, sink: _SpareSink) -> Spare:
-        door = await self.openDoor(spareId)
+        proxy = await self.openProxy(spareId)
         spare = Spare(
             spareId=spareId,
             paths=BodyPaths.forSession(self.root() / "spares" / spareId),
-            door=door,
+            proxy=proxy,
             protocol=PiProtocol(sink),
         )
         sink.spare = spare
@@ -323,8 +323,8 @@ class SparePool:
                 model=self.model,
                 profile="chat",
                 budget=SPARE_BUDGET,
-                providers=door.providers,
-                bootExtra={**door.bootExtra, "spare": True},
+                providers=proxy.providers,
+                bootExtra={**proxy.bootExtra, "spare": True},
                 mcpUrl=self.mcpUrl,
             )
             await spare.protocol.request({"type": "get_state"})

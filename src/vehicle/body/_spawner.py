@@ -142,7 +142,7 @@ class BodyPlan:
     wrap: Wrapper | None = None
     bootExtra: JSONObject | None = None
     box: str | None = None
-    #: Undoes what the plan set up (its door); may return a Deferred.
+    #: Undoes what the plan set up (its proxy); may return a Deferred.
     cleanup: Callable[[], object] | None = None
     #: The graph's MCP endpoint as this body reaches it; L{None}: the
     #: launcher's own (gardend's loopback /mcp), or no graph tools at all.

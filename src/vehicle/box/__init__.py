@@ -20,7 +20,7 @@ from vehicle.box._probe import (
     decideIsolation,
     probeBwrap,
 )
-from vehicle.box._proxy import ModelDoor, Upstream, doorsClosed
+from vehicle.box._proxy import ModelProxy, Upstream, proxiesClosed
 from vehicle.box._seatbelt import (
     SANDBOX_EXEC,
     SeatbeltSpec,
@@ -65,8 +65,8 @@ __all__ = [
     "seatbeltArgv",
     "seatbeltEnvironment",
     "seatbeltProfile",
-    "ModelDoor",
+    "ModelProxy",
     "Upstream",
-    "doorsClosed",
+    "proxiesClosed",
     "seccompProgram",
 ]

@@ -1,16 +1,16 @@
 # -*- test-case-name: tests.live.test_proxy -*-
 """
-The model's door into a box: an HTTP proxy on a Unix socket that the box
+The model proxy of a box: an HTTP proxy on a Unix socket that the box
 sees (bound read-only), which swaps a per-body token for the real provider
 key and forwards to the provider, streaming the answer back.
 
 The real key never enters the box: a tool that reads pi's memory finds only
 the token, and the token is worthless outside the body it was made for.
 
-A spare body's door (L{ModelDoor.model} L{None}) reaches no provider: it
+A spare body's proxy (L{ModelProxy.model} L{None}) reaches no provider: it
 answers the spare's one priming prompt itself (L{PRIMING_ANSWER}) and
 refuses anything else, until the spare is handed to a session
-(L{ModelDoor.handTo}).
+(L{ModelProxy.handTo}).
 """
 
 from __future__ import annotations
@@ -46,18 +46,18 @@ _DROP = {b"authorization", b"host", b"content-length", b"connection", b"transfer
 _HOP = (b"content-length", b"transfer-encoding", b"connection")
 
 
-#: The doors of this process that listen or are closing.
-_DOORS: set["ModelDoor"] = set()
+#: The proxies of this process that listen or are closing.
+_PROXIES: set["ModelProxy"] = set()
 
 
-async def doorsClosed() -> None:
+async def proxiesClosed() -> None:
     """
-    Wait for every door that is closing to be closed: its socket's folder
+    Wait for every proxy that is closing to be closed: its socket's folder
     may be removed only then (the port lets go of its path a moment after
     it is told to stop).
     """
-    for door in [d for d in _DOORS if d.state == "closing"]:
-        await door.close()
+    for proxy in [p for p in _PROXIES if p.state == "closing"]:
+        await proxy.close()
 
 
 def newToken() -> str:
@@ -152,11 +152,11 @@ class Upstream:
 #: The model routes a body may use (pi's provider APIs), POST only.
 MODEL_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
 
-#: The most a body may send through its door in one request (a long
+#: The most a body may send through its proxy in one request (a long
 #: conversation's whole context, with tool results, fits).
-MAX_DOOR_BODY = 32 * 1024 * 1024
+MAX_PROXY_BODY = 32 * 1024 * 1024
 
-#: The chat completion a spare's door answers its priming prompt with, as
+#: The chat completion a spare's proxy answers its priming prompt with, as
 #: the event stream pi asked for: one word, no tokens, no cost.  It never
 #: reaches a provider, and it stays in the spare's own session.
 PRIMING_ANSWER = b"".join(
@@ -172,26 +172,26 @@ PRIMING_ANSWER = b"".join(
     )
 ) + b"data: [DONE]\n\n"
 
-#: The one model path a spare's door answers (its priming), pi's
+#: The one model path a spare's proxy answers (its priming), pi's
 #: C{openai-completions} API.
 PRIMING_PATH = "/v1/chat/completions"
 
-#: The header a body's MCP requests carry to open the door (the bearer there
+#: The header a body's MCP requests carry to open the proxy (the bearer there
 #: is the person's delegation token, for gardend).
-DOOR_HEADER = b"x-vehicle-door"
+PROXY_HEADER = b"x-vehicle-proxy"
 
 
-class _DoorRequest(BoundedRequest):
-    limit = MAX_DOOR_BODY
+class _ProxyRequest(BoundedRequest):
+    limit = MAX_PROXY_BODY
 
 
-class _DoorSite(Site):
+class _ProxySite(Site):
     """
-    The door's site: quiet, no access log (a body's requests are its own).
+    The proxy's site: quiet, no access log (a body's requests are its own).
     """
 
     noisy = False
-    requestFactory = _DoorRequest
+    requestFactory = _ProxyRequest
 
     def __init__(self, resource: Resource) -> None:
         Site.__init__(self, resource)
@@ -204,12 +204,12 @@ class _ProxyResource(Resource):
     isLeaf = True
     _log: ClassVar[Logger] = Logger()
 
-    def __init__(self, door: "ModelDoor") -> None:
+    def __init__(self, proxy: "ModelProxy") -> None:
         Resource.__init__(self)
-        self.door = door
+        self.proxy = proxy
 
     def render(self, request: Request) -> int:
-        d = Deferred.fromCoroutine(self.door.forward(request))
+        d = Deferred.fromCoroutine(self.proxy.forward(request))
         gone: list[Failure] = []
         d.addErrback(self._failed, request, gone)
 
@@ -223,7 +223,7 @@ class _ProxyResource(Resource):
     def _failed(self, failure: Failure, request: Request, gone: list[Failure]) -> None:
         if failure.check(CancelledError):
             return
-        self._log.failure("The model door failed", failure)
+        self._log.failure("The model proxy failed", failure)
         if not request.finished and not gone:
             if not request.startedWriting:
                 request.setResponseCode(502)
@@ -232,9 +232,9 @@ class _ProxyResource(Resource):
 
 
 @define(eq=False)
-class ModelDoor:
+class ModelProxy:
     """
-    One body's door: a Unix socket, a token, and the upstreams it reaches
+    One body's proxy: a Unix socket, a token, and the upstreams it reaches
     (C{/v1...} to the model provider; C{/mcp} to gardend's MCP endpoint).
     """
 
@@ -242,13 +242,13 @@ class ModelDoor:
 
     reactor: IHostReactor
     socketPath: Path
-    #: The provider; L{None} for a spare's door, which answers its one
+    #: The provider; L{None} for a spare's proxy, which answers its one
     #: priming prompt itself and refuses the rest until L{handTo}.
     model: Upstream | None
     mcp: Upstream | None = None
     token: str = field(factory=newToken, repr=False)
     #: Asked before each model request: L{None} to let it through, or the
-    #: reason to refuse it (the door meters the body's own budget, since a
+    #: reason to refuse it (the proxy meters the body's own budget, since a
     #: tool that read the token out of pi's memory could call it too).
     gate: Callable[[], str | None] | None = None
     port: IListeningPort | None = None
@@ -259,12 +259,12 @@ class ModelDoor:
     #: C{open}, C{closing} (its socket is being let go) or C{closed}.
     state: str = "open"
     _closeWaiters: list[Deferred[None]] = field(factory=list)
-    #: A spare's door has answered its priming prompt (it answers one).
+    #: A spare's proxy has answered its priming prompt (it answers one).
     primed: bool = False
 
     def handTo(self, model: Upstream, gate: Callable[[], str | None]) -> None:
         """
-        A spare's body is handed to a session: from now on its door reaches
+        A spare's body is handed to a session: from now on its proxy reaches
         C{model} (the session's provider, the host holding the key), each
         request let through by C{gate} (the session's meter).
         """
@@ -277,10 +277,10 @@ class ModelDoor:
         self.socketPath.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.socketPath.exists():
             self.socketPath.unlink()
-        site = _DoorSite(_ProxyResource(self))
+        site = _ProxySite(_ProxyResource(self))
         endpoint = UNIXServerEndpoint(self.reactor, str(self.socketPath), mode=0o600)
         self.port = await endpoint.listen(site)
-        _DOORS.add(self)
+        _PROXIES.add(self)
 
     async def close(self) -> None:
         """
@@ -299,7 +299,7 @@ class ModelDoor:
             await self._close()
         finally:
             self.state = "closed"
-            _DOORS.discard(self)
+            _PROXIES.discard(self)
             waiters, self._closeWaiters = self._closeWaiters, []
             for waiter in waiters:
                 waiter.callback(None)
@@ -330,7 +330,7 @@ class ModelDoor:
     def _prime(self, request: Request) -> bool:
         """
         Answer a spare's priming prompt here, if C{request} is it: the
-        first model request of a door that reaches no provider yet, with
+        first model request of a proxy that reaches no provider yet, with
         its body's token.  Anything else is refused by L{forward}.
         """
         if self.model is not None or self.primed or request.method != b"POST":
@@ -360,21 +360,21 @@ class ModelDoor:
         sent: str | None = None
         headers = Headers()
         for name, values in request.requestHeaders.getAllRawHeaders():
-            if name.lower() not in _DROP and name.lower() != DOOR_HEADER:
+            if name.lower() not in _DROP and name.lower() != PROXY_HEADER:
                 headers.setRawHeaders(name, values)
         if upstream.swapsKey and request.method != b"POST":
             return self._refuse(request, 405, "the model takes POST only")
         if not upstream.swapsKey:
-            # MCP: the bearer is the person's, for gardend; the door itself
+            # MCP: the bearer is the person's, for gardend; the proxy itself
             # opens to its body's token only.
-            door = request.getHeader(DOOR_HEADER) or b""
-            if not hmac.compare_digest(door, self.token.encode("ascii")):
-                return self._refuse(request, 401, "this door needs its body's token")
+            presented = request.getHeader(PROXY_HEADER) or b""
+            if not hmac.compare_digest(presented, self.token.encode("ascii")):
+                return self._refuse(request, 401, "this proxy needs its body's token")
         if upstream.swapsKey:
             # The model: only this body's token opens it.
             expected = b"Bearer " + self.token.encode("ascii")
             if not hmac.compare_digest(given, expected):
-                return self._refuse(request, 401, "this door needs its body's token")
+                return self._refuse(request, 401, "this proxy needs its body's token")
             refusal = self.gate() if self.gate is not None else None
             if refusal is not None:
                 return self._refuse(request, 429, refusal)
@@ -385,7 +385,7 @@ class ModelDoor:
             headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
-        assert self.http is not None, "the door forwards once it listens"
+        assert self.http is not None, "the proxy forwards once it listens"
         response = await passOn(self.http, request, url, headers)
         scrubber: KeyScrubber | None = None
         if upstream.scrub:

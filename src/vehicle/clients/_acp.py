@@ -271,19 +271,19 @@ class AcpSession:
         Claim the lease (taking it over from the same person's other client
         when C{takeover}); the answer.
         """
-        body: JSONObject = {"requestId": self.agent.newId("acp-claim")}
+        payload: JSONObject = {"requestId": self.agent.newId("acp-claim")}
         if takeover:
-            body["takeover"] = True
+            payload["takeover"] = True
         frame = await self.agent.link.call(
-            "POST", self.agent.link.sessionPath(self.sessionId, "/claim"), body
+            "POST", self.agent.link.sessionPath(self.sessionId, "/claim"), payload
         )
         if frame.get("type") == "driver.claimed":
             self.holdsLease = True
         return frame
 
-    async def command(self, body: JSONObject) -> JSONObject:
+    async def command(self, payload: JSONObject) -> JSONObject:
         return await self.agent.link.call(
-            "POST", self.agent.link.sessionPath(self.sessionId, "/commands"), body
+            "POST", self.agent.link.sessionPath(self.sessionId, "/commands"), payload
         )
 
     async def abort(self) -> None:
@@ -324,21 +324,21 @@ class AcpSession:
         """
         if not self.holdsLease:
             await self._ensureLease(takeover)
-        body: JSONObject = {
+        payload: JSONObject = {
             "type": "follow_up" if self.running else "prompt",
             "requestId": pending.commandId,
             "text": text,
         }
         if refs:
-            body["contextRefs"] = list(refs)  # to the checker, a list[str] is no list[JSON]
+            payload["contextRefs"] = list(refs)  # to the checker, a list[str] is no list[JSON]
         self.prompts[pending.commandId] = pending
         self.mapper.expectUser(text)
-        frame = await self.command(body)
+        frame = await self.command(payload)
         if frame.get("type") == "error" and frame.get("code") in _LEASE_LOST:
             # The lease went (expired, taken over) since this agent knew.
             self.holdsLease = False
             await self._ensureLease(takeover)
-            frame = await self.command(body)
+            frame = await self.command(payload)
         if frame.get("type") != "command.accepted":
             self.prompts.pop(pending.commandId, None)
             self.mapper.forgetUser(text)
@@ -558,7 +558,7 @@ class AcpAgent:
         return {"mcpServersIgnored": list(names), "cwdIgnored": params.cwd}
 
     async def _newSession(self, params: NewParams) -> JSONObject:
-        frame = await self.link.call("POST", "/sessions", self.new.body(self.newId("acp-create")))
+        frame = await self.link.call("POST", "/sessions", self.new.payload(self.newId("acp-create")))
         if frame.get("type") != "session.created":
             raise rpcErrorFor(frame, self.explain)
         session = await self._open(summaryOf(frame), gap=False)

@@ -62,7 +62,7 @@ class Call:
 
     method: str
     path: str
-    body: JSONObject | None = None
+    payload: JSONObject | None = None
     query: dict[str, str] | None = None
 
 
@@ -140,17 +140,17 @@ def callFor(
     @param op: one of L{OPS} (L{knownOp}).
     @raise Refused: a malformed C{since}/C{waitMs}.
     """
-    body = {k: v for k, v in request.items() if k != "op"}
+    payload = {k: v for k, v in request.items() if k != "op"}
     session = sessionPath
     sid = sessionId
     if op in COMMAND_OPS:
-        return Call(method="POST", path=session(sid, "/commands"), body={**body, "type": op})
+        return Call(method="POST", path=session(sid, "/commands"), payload={**payload, "type": op})
     if op in ("claim", "release"):
-        return Call(method="POST", path=session(sid, "/" + op), body=body)
+        return Call(method="POST", path=session(sid, "/" + op), payload=payload)
     if op == "chime":
-        return Call(method="POST", path=session(sid, "/chimes"), body=body)
+        return Call(method="POST", path=session(sid, "/chimes"), payload=payload)
     if op == "rename":
-        return Call(method="PATCH", path=session(sid), body=body)
+        return Call(method="PATCH", path=session(sid), payload=payload)
     if op == "delete":
         return Call(method="DELETE", path=session(sid))
     if op == "inspect":

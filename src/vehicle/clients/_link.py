@@ -241,7 +241,7 @@ class HostLink:
         self,
         method: str,
         path: str,
-        body: JSON = None,
+        payload: JSON = None,
         query: Mapping[str, str] | None = None,
     ) -> JSONObject:
         """
@@ -254,9 +254,9 @@ class HostLink:
         # are compared with bytes ones: a BytesWarning under python -b).
         headers = self.requestHeaders({b"Accept": "application/json"})
         data = None
-        if body is not None:
+        if payload is not None:
             headers[b"Content-Type"] = "application/json"
-            data = dumps(body)
+            data = dumps(payload)
         try:
             response = await self.http.request(
                 method, self.url(path, query), headers=headers, data=data

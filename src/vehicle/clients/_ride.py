@@ -67,12 +67,12 @@ class NewSession:
     model: str | None = None
     title: str | None = None
 
-    def body(self, requestId: str) -> JSONObject:
-        body: JSONObject = {"requestId": requestId}
+    def payload(self, requestId: str) -> JSONObject:
+        payload: JSONObject = {"requestId": requestId}
         for name, value in (("profile", self.profile), ("model", self.model), ("title", self.title)):
             if value is not None:
-                body[name] = value
-        return body
+                payload[name] = value
+        return payload
 
 
 @define(eq=False)
@@ -191,7 +191,7 @@ class Ride:
 
     async def _open(self, new: NewSession | None, sessionId: str | None) -> bool:
         if new is not None:
-            frame = await self.link.call("POST", "/sessions", new.body(self.newId("ride-create")))
+            frame = await self.link.call("POST", "/sessions", new.payload(self.newId("ride-create")))
             if frame.get("type") != "session.created":
                 self.refusal = frame
                 self.write(frame)
@@ -293,7 +293,7 @@ class Ride:
         if op == "watch":
             # A long-poll may be given up (L{interrupt}); nothing else is.
             self._waiting = Deferred.fromCoroutine(
-                self.link.call(call.method, call.path, call.body, call.query)
+                self.link.call(call.method, call.path, call.payload, call.query)
             )
             try:
                 frame = await self._waiting
@@ -306,7 +306,7 @@ class Ride:
             if self._interrupted:
                 return  # given up: its answer (or its cancellation) is not shown
         else:
-            frame = await self.link.call(call.method, call.path, call.body, call.query)
+            frame = await self.link.call(call.method, call.path, call.payload, call.query)
         if frame.get("requestId") is None:
             frame = {**frame, "requestId": requestId}
         self._observe(frame)

@@ -3,9 +3,9 @@
 The host's sessions given their bodies: each session gets its conductor
 with the plan its profile or funding asks for (the agent's box, the
 caller's own key), public accounting and the mirror; at stop, every
-conductor closes, the doors let go of their sockets, the ledger closes.
+conductor closes, the proxies let go of their sockets, the ledger closes.
 
-This is the one room that knows every part a session is joined to, so the
+This is the one module that knows every part a session is joined to, so the
 tap only builds the parts and hands them here.
 """
 
@@ -22,8 +22,8 @@ from twisted.web.client import HTTPConnectionPool
 
 from vehicle._reactors import IHostReactor
 from vehicle.agent import AgentProfile
-from vehicle.body import Conductor, Launcher, Planner, SpareDoor, SparePool
-from vehicle.box import ModelDoor, Upstream, doorsClosed
+from vehicle.body import Conductor, Launcher, Planner, SpareProxy, SparePool
+from vehicle.box import ModelProxy, Upstream, proxiesClosed
 from vehicle.mirror import Mirror
 from vehicle.models import ModelCatalog
 from vehicle.public import OwnKeyBodies, Public
@@ -32,16 +32,16 @@ from vehicle.session import RunSettled, Session
 
 
 @define(eq=False)
-class ChatSpareDoor:
+class ChatSpareProxy:
     """
-    A chat spare's way to the model (L{SpareDoor}): the host's door on a
+    A chat spare's way to the model (L{SpareProxy}): the host's proxy on a
     socket of its own, which the extension's bridge reaches on a free port
-    of the loopback.  The spare's boot config holds the door's token only;
-    the door holds the key, and reaches the session's provider once the
+    of the loopback.  The spare's boot config holds the proxy's token only;
+    the proxy holds the key, and reaches the session's provider once the
     spare is handed over.
     """
 
-    door: ModelDoor
+    proxy: ModelProxy
     models: ModelCatalog
     providers: dict[str, JSONObject] = field(repr=False)
     bootExtra: JSONObject
@@ -50,22 +50,22 @@ class ChatSpareDoor:
     async def open(
         cls, reactor: IHostReactor, models: ModelCatalog, model: str, socketPath: Path,
         http: HTTPClient | None = None,
-    ) -> "ChatSpareDoor":
-        door = ModelDoor(reactor=reactor, socketPath=socketPath, model=None, http=http)
-        await door.listen()
+    ) -> "ChatSpareProxy":
+        proxy = ModelProxy(reactor=reactor, socketPath=socketPath, model=None, http=http)
+        await proxy.listen()
         name, spec = models.providerFor(model)
         return cls(
-            door=door,
+            proxy=proxy,
             models=models,
             # The bridge picks a free port and puts it in place of the 0.
-            providers={name: {**spec, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": door.token}},
+            providers={name: {**spec, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": proxy.token}},
             bootExtra={"bridge": {"socket": str(socketPath), "port": 0}},
         )
 
     def handTo(self, session: Session) -> None:
-        _, spec = self.models.providerFor(session.meta.model)
-        self.door.handTo(
-            Upstream(baseUrl=str(spec["baseUrl"]), key=str(spec["apiKey"])),
+        baseUrl, key = self.models.endpointFor(session.meta.model)
+        self.proxy.handTo(
+            Upstream(baseUrl=baseUrl, key=key),
             gate=lambda: (
                 session.conductor.meterModelRequest()
                 if session.conductor is not None else "no run is under way"
@@ -73,7 +73,7 @@ class ChatSpareDoor:
         )
 
     def close(self) -> Deferred[None]:
-        return Deferred.fromCoroutine(self.door.close())
+        return Deferred.fromCoroutine(self.proxy.close())
 
 
 def chatSpares(
@@ -94,8 +94,8 @@ def chatSpares(
     if size < 1 or model is None:
         return None
 
-    async def openDoor(spareId: str) -> SpareDoor:
-        return await ChatSpareDoor.open(
+    async def openProxy(spareId: str) -> SpareProxy:
+        return await ChatSpareProxy.open(
             reactor, models, model, runDir() / spareId / "model.sock", http
         )
 
@@ -105,7 +105,7 @@ def chatSpares(
         size=size,
         model=model,
         root=runDir,
-        openDoor=openDoor,
+        openProxy=openProxy,
         mcpUrl=launcher.mcpUrl,
         refillSeconds=refillSeconds,
     )
@@ -129,9 +129,9 @@ class Bodies:
     #: Warm chat bodies for new and revived chat conversations on the
     #: host's key (an agent's box and a visitor's own key are planned).
     spares: SparePool | None = None
-    #: The connections the doors keep open to the providers (closed once
-    #: every door is).
-    doorConnections: HTTPConnectionPool | None = None
+    #: The connections the proxies keep open to the providers (closed once
+    #: every proxy is).
+    proxyConnections: HTTPConnectionPool | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
 
     def start(self) -> None:
@@ -192,9 +192,9 @@ class Bodies:
             + ([self.spares.stop()] if self.spares is not None else []),
             consumeErrors=True,
         )
-        # The bodies' doors let go of their sockets before their folder goes.
-        closing.addBoth(lambda _: Deferred.fromCoroutine(doorsClosed()))
-        connections = self.doorConnections
+        # The bodies' proxies let go of their sockets before their folder goes.
+        closing.addBoth(lambda _: Deferred.fromCoroutine(proxiesClosed()))
+        connections = self.proxyConnections
         if connections is not None:
             closing.addBoth(lambda _: connections.closeCachedConnections())
         return closing.addBoth(closeLedger)

@@ -2,8 +2,8 @@
 """
 The host's rules of a request, above the sessions: which session (the
 caller's, or C{not_found}), idempotency (a request already answered
-replays), and what the host's other rooms say (a delegation token, public
-turns, the agent profile, a branch made by the body room).  The web room
+replays), and what the host's other packages say (a delegation token, public
+turns, the agent profile, a branch made by the body package).  The web package
 authenticates and parses; L{Drive} applies these rules and hands the
 request to the session's own verb, which returns its answer as sent, once
 the request is durable.
@@ -19,6 +19,7 @@ from attrs import define
 from vehicle.errors import VehicleError
 from vehicle.public import Reservation
 from vehicle.protocol import (
+    JSON,
     JSONObject,
     TEXT_COMMANDS,
     Answer,
@@ -39,7 +40,7 @@ from vehicle.session import Caller, FolderRecord, Registry, Session, SessionMeta
 
 class Replayed(Exception):
     """
-    A request already answered: the web room sends its answer again
+    A request already answered: the web package sends its answer again
     (C{replayed: true}).
     """
 
@@ -53,7 +54,7 @@ def replay(session: Session, requestId: str, raw: JSONObject, route: str) -> Non
     The replay step of a session's request, once for every verb.
 
     @raise Replayed: for a request already answered.
-    @raise VehicleError: C{request_id_conflict} for its id with another body.
+    @raise VehicleError: C{request_id_conflict} for its id with another payload.
     """
     found = session.replay(requestId, raw, route)
     if found is not None:
@@ -90,7 +91,7 @@ class AgentRules(Protocol):
 
 class BodyRules(Protocol):
     """
-    What the body room does for a request: a branch made from pi's file,
+    What the body package does for a request: a branch made from pi's file,
     a body let go before a delete.
     """
 
@@ -106,7 +107,7 @@ def refuseIfRunning(session: Session) -> None:
     @raise VehicleError: C{session_running} while a run or a command is
         under way.
     """
-    work = [
+    work: list[JSON] = [
         {"commandId": c.commandId, "type": c.type.value, "status": c.status.value}
         for c in session.openCommands()
     ]
@@ -122,7 +123,7 @@ def refuseIfRunning(session: Session) -> None:
 class Drive:
     """
     The host's rules of every request, once each, in the order trust (the
-    web room) → parse (the web room) → which session → replay → rules →
+    web package) → parse (the web package) → which session → replay → rules →
     the session's verb.
     """
 
@@ -291,7 +292,7 @@ class Drive:
         self, session: Session, caller: Caller, request: CommandRequest
     ) -> tuple[int, JSONObject]:
         """
-        A command: a branch (made by the body room from pi's file), or one
+        A command: a branch (made by the body package from pi's file), or one
         command accepted for the session's body.
 
         @return: the HTTP status and the answer as sent.

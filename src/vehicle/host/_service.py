@@ -1,8 +1,8 @@
 # -*- test-case-name: tests.unit.test_tap -*-
 """
 The host's own parts beside its bodies: the service that loads every
-session at start and stops everything at stop (L{HostService}), the body
-room's part in a request (L{BodyRoomRules}: a branch, a body let go before
+session at start and stops everything at stop (L{HostService}), the
+bodies' part in a request (L{HostBodyRules}: a branch, a body let go before
 a delete), and the mirror as one of the sessions' observers
 (L{MirrorFollower}).
 """
@@ -40,7 +40,7 @@ class HostService(Service):
 
     registry: Registry
     bodies: Bodies
-    #: Ends every open event stream (the web room's).
+    #: Ends every open event stream (the web package's).
     stopStreams: Callable[[], None]
     version: str = ""
 
@@ -105,10 +105,11 @@ class HostService(Service):
 
 
 @define(eq=False)
-class BodyRoomRules:
+class HostBodyRules:
     """
-    The body room's part in a request (L{vehicle.host.BodyRules}): a
-    branch from pi's file, a body let go before a delete.
+    The bodies' part in a request, as the host does it
+    (L{vehicle.host.BodyRules}): a branch from pi's file, a body let go
+    before a delete.
     """
 
     registry: Registry

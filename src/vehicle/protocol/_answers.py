@@ -3,7 +3,7 @@
 What the host answers: the session as the list and the answers show it
 (L{SessionSummary}), the lease, a chime's record, the snapshot, and the
 value of each frame type (spec, "Frames").  An L{Answer} is a frame's type
-and its value; the web room makes it the frame, and the journal records it
+and its value; the web package makes it the frame, and the journal records it
 as it was sent.
 """
 
@@ -180,7 +180,7 @@ class PiQueue:
 @frozen(kw_only=True)
 class BodyView:
     """
-    What the body room adds to a snapshot: the transcript (pi's own file,
+    What the body package adds to a snapshot: the transcript (pi's own file,
     JSON as it reads it), pi's queue, tools and stats of a live body, and
     the mirror.
     """
@@ -328,7 +328,7 @@ AnswerValue = Union[
 @frozen(kw_only=True)
 class Answer:
     """
-    A verb's answer: the frame's type and its value (the web room makes it
+    A verb's answer: the frame's type and its value (the web package makes it
     the frame; the journal records it as sent).
     """
 

@@ -215,7 +215,7 @@ def fromJSON(data: JSON, kind: type[T]) -> T:
 def fromRequest(data: JSONObject, kind: type[T]) -> T:
     """
     The request C{data} (already checked against its schema) as its
-    value, keeping the body it was read from (C{raw}).
+    value, keeping the payload it was read from (C{raw}).
 
     @raise VehicleError: C{invalid_request}, should the schema have let
         through what the value cannot hold.

@@ -1,30 +1,18 @@
 # -*- test-case-name: tests.unit.test_protocol -*-
 """
-JSON as the type checker sees it: the values the wire carries, nothing
-looser.  Code that reads a JSON value narrows it (C{isinstance}) before it
-trusts it; the protocol's own values are attrs classes (L{vehicle.protocol})
-and become JSON only through the codec.
+JSON as the type checker sees it (L{JSON}, L{JSONObject}, defined in
+L{vehicle._jsontypes}): the values the wire carries, nothing looser.  Code
+that reads a JSON value narrows it (C{isinstance}) before it trusts it; the
+protocol's own values are attrs classes (L{vehicle.protocol}) and become
+JSON only through the codec.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, ForwardRef, TypeAlias, Union
 
+from vehicle._jsontypes import JSON as JSON, JSONObject as JSONObject  # the protocol's names for them
 from vehicle.errors import encode
-
-
-if TYPE_CHECKING:
-    #: Any JSON value.
-    JSON: TypeAlias = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
-else:
-    # The same alias, its self-references bound to this module, so that
-    # reading the annotations of a class elsewhere (the codec does) finds it.
-    _self = ForwardRef("JSON", module=__name__)
-    JSON = Union[None, bool, int, float, str, list[_self], dict[str, _self]]
-
-#: A JSON object.
-JSONObject: TypeAlias = dict[str, JSON]
 
 
 def dumps(value: object) -> bytes:

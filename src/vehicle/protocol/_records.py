@@ -24,11 +24,11 @@ RecordKind = Literal[
 class RequestRecord:
     """
     One accepted request: who sent it, its fingerprint on its route, its
-    body and its answer as sent; for a session's own requests, the events
-    it implies (C{effects}, numbered on from C{cursor}) so that start
-    finishes what a cut host left; the command it made, whole; for a
-    branch, its source.  The host writes every field it has; a record of
-    an older host may lack some (L{None}).
+    payload (C{body}, its name in the log) and its answer as sent; for a
+    session's own requests, the events it implies (C{effects}, numbered on
+    from C{cursor}) so that start finishes what a cut host left; the
+    command it made, whole; for a branch, its source.  The host writes
+    every field it has; a record of an older host may lack some (L{None}).
     """
 
     kind: RecordKind

@@ -2,8 +2,8 @@
 """
 The requests a client sends, as the host reads them once they passed their
 schema (C{protocol/schemas/*.request.schema.json}, which stays the truth of
-the wire): one value each.  Each keeps the body it was read from
-(C{raw}): the idempotency rule compares bodies as they were sent (spec,
+the wire): one value each.  Each keeps the payload it was read from
+(C{raw}): the idempotency rule compares payloads as they were sent (spec,
 "Commands": the same C{requestId} with a different body is a conflict),
 and a request's record keeps it as it came.
 """
@@ -18,7 +18,7 @@ from vehicle.protocol._commands import CommandType, Delivery, RoomPolicy
 from vehicle.protocol._json import JSONObject
 
 
-#: A field the codec neither reads nor writes (the body itself).
+#: A field the codec neither reads nor writes (the payload itself).
 SKIP = "vehicle.skip"
 
 Profile = Literal["chat", "agent"]
@@ -26,7 +26,7 @@ Profile = Literal["chat", "agent"]
 
 def _raw() -> Any:
     """
-    The body a request was read from: kept, but not a field of the value.
+    The payload a request was read from: kept, but not a field of the value.
     """
     return field(factory=dict, eq=False, repr=False, metadata={SKIP: True})
 

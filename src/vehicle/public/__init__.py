@@ -1,5 +1,5 @@
 """
-The public room: callers' doors, limits, the ledger and C{/account}.
+The public package: callers' doors, limits, the ledger and C{/account}.
 """
 
 from vehicle.public._body import OwnKeyBodies

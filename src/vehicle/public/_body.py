@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_public -*-
 """
 The body of a conversation on the caller's own key: a model runtime of its
-own, reaching the provider through a door that holds the caller's newest key
+own, reaching the provider through a proxy that holds the caller's newest key
 (memory only) and scrubs it out of any error before pi can record it.
 """
 
@@ -14,7 +14,7 @@ from attrs import define
 from twisted.internet.defer import Deferred
 
 from vehicle.body import BodyPlan
-from vehicle.box import ModelDoor, Upstream
+from vehicle.box import ModelProxy, Upstream
 from vehicle.errors import VehicleError
 from vehicle.models import ModelCatalog
 from vehicle.protocol import JSON, JSONObject
@@ -59,28 +59,28 @@ class OwnKeyBodies:
             )
         provider, spec = self.models.providerFor(session.meta.model)
         modelId = session.meta.model.split("/", 1)[1]
-        door = ModelDoor(
+        proxy = ModelProxy(
             reactor=self.reactor,
             socketPath=self.runDir() / session.sessionId / "model.sock",
             model=Upstream(
-                baseUrl=spec["baseUrl"],
+                baseUrl=str(spec["baseUrl"]),
                 keySource=lambda: self.public.keyFor(session),
                 scrub=True,
             ),
             gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
-        await door.listen()
-        providers = {
+        await proxy.listen()
+        providers: dict[str, JSONObject] = {
             provider: {
                 **{k: v for k, v in spec.items() if k != "models"},
                 # The bridge picks a free port and puts it in place of the 0.
                 "baseUrl": "http://127.0.0.1:0/v1",
-                "apiKey": door.token,
+                "apiKey": proxy.token,
                 "models": [self._modelEntry(spec, modelId)],
             }
         }
         return BodyPlan(
             providers=providers,
-            bootExtra={"bridge": {"socket": str(door.socketPath), "port": 0}},
-            cleanup=lambda: Deferred.fromCoroutine(door.close()),
+            bootExtra={"bridge": {"socket": str(proxy.socketPath), "port": 0}},
+            cleanup=lambda: Deferred.fromCoroutine(proxy.close()),
         )

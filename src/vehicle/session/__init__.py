@@ -1,5 +1,5 @@
 """
-The session room: a conversation, its own owner (L{Session}: its verbs and
+The session package: a conversation, its own owner (L{Session}: its verbs and
 its private parts, the journal, the lease, the command state machine, the
 room and its chimes, the watchers), the registry of sessions and its maker,
 and who follows sessions' lives (L{Observers}).

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_hardening -*-
 """
 The capsule of a session (L{vehicle.protocol.Capsule}), made from what the
-session holds and the transcript the body room read: bounded by the
+session holds and the transcript the body package read: bounded by the
 numbers below, whatever the session holds.
 """
 

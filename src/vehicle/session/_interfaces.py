@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_conductor -*-
 """
-What a session asks of the body room, as an interface it is handed (the
+What a session asks of the body package, as an interface it is handed (the
 conductor, L{IConductor}), and what a settled run tells its followers
 (L{RunSettled}).
 """
@@ -30,8 +30,8 @@ class IConductor(Interface):
     """
     What drives a session's body: the session hands it accepted commands
     and asks it whether anything is under way; the host disposes of it and
-    snapshots it; a body's door asks it to meter model requests.  Provided
-    by the body room (L{vehicle.body.Conductor}).
+    snapshots it; a body's proxy asks it to meter model requests.  Provided
+    by the body package (L{vehicle.body.Conductor}).
     """
 
     def commandAccepted(command: Command) -> None:
@@ -51,7 +51,7 @@ class IConductor(Interface):
 
     def meterModelRequest() -> str | None:
         """
-        May the body's door forward one more model request?  L{None} if so,
+        May the body's proxy forward one more model request?  L{None} if so,
         else why not.
         """
 

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_session_parts,tests.unit.test_web -*-
 """
-The session room's values: who calls (L{Caller}), what a session is fixed to
+The session package's values: who calls (L{Caller}), what a session is fixed to
 at creation (L{SessionMeta}, its C{meta.json}) and the lease (L{Lease}).
 The protocol's own values (commands, events, answers) are
 L{vehicle.protocol}'s.

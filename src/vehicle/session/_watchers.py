@@ -136,7 +136,7 @@ class Feed:
     """
     A session's events as its watchers see them: the durable ones read back
     from its log, and every one (ephemeral ones too) as it happens.  The
-    session's one face for readers of its events (the web room's long-polls
+    session's one face for readers of its events (the web package's long-polls
     and streams, public accounting, the body's run numbers).
     """
 

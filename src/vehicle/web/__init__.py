@@ -1,5 +1,5 @@
 """
-The web room: the Klein app, trust, frames, request limits and watching.
+The web package: the Klein app, trust, frames, request limits and watching.
 """
 
 from vehicle.web._app import Snapshots, VehicleAPI

@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_web -*-
 """
 The Klein app: thin routes.  Each authenticates the caller, parses and
-validates the request JSON, hands it to the session room's drive step
+validates the request JSON, hands it to the host's drive step
 (L{Drive}: replay, rules, accept) and renders the answer as one frame.
 Errors of every kind are mapped once (L{answered}) to the error frame;
 nothing escapes as a traceback.
@@ -45,7 +45,7 @@ from vehicle.protocol import (
 )
 from vehicle.public import Public
 from vehicle.session import Caller, Registry, Session, makeCapsule
-from vehicle.web._frames import encodedFrame, frame, parseBody, validate
+from vehicle.web._frames import encodedFrame, frame, parsePayload, validate
 from vehicle.web._metered import MeteredResource
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import (
@@ -70,7 +70,7 @@ R = TypeVar("R")
 
 class Snapshots(Protocol):
     """
-    What the snapshot of a session shows beyond the session room: its
+    What the snapshot of a session shows beyond the session package: its
     transcript, pi's queue, tools and stats, the mirror (the host's bodies).
     """
 
@@ -122,7 +122,7 @@ class VehicleAPI:
     stallSeconds: float = STALL_SECONDS
     #: Each watched session's fan-out (its SSE streams), by session id.
     fanouts: dict[str, Fanout] = field(factory=dict)
-    #: The C{requestId} of each request whose body said one, for its frames.
+    #: The C{requestId} of each request whose payload said one, for its frames.
     _requestIds: WeakKeyDictionary[Request, str] = field(init=False, factory=WeakKeyDictionary)
 
     @property
@@ -185,7 +185,7 @@ class VehicleAPI:
         is remembered for the error frame), then read as its value, once.
         """
         raw = request.content.read() if request.content is not None else b""
-        parsed = parseBody(raw, request.getHeader(b"content-type"))
+        parsed = parsePayload(raw, request.getHeader(b"content-type"))
         requestId = textOf(parsed.get("requestId")) if isinstance(parsed, dict) else None
         if requestId is not None:
             self._requestIds[request] = requestId
@@ -394,7 +394,7 @@ class VehicleAPI:
             VehicleError(
                 "method_not_allowed",
                 "this route does not take that method",
-                {"allowed": allowed},
+                {"allowed": list(allowed)},
             ),
             {b"allow": ", ".join(allowed).encode("ascii")},
         )

@@ -111,7 +111,7 @@ def mediaType(raw: bytes | str | None) -> str | None:
     return text.split(";", 1)[0].strip().lower() or None
 
 
-def parseBody(raw: bytes, contentType: bytes | str | None = None) -> JSON:
+def parsePayload(raw: bytes, contentType: bytes | str | None = None) -> JSON:
     """
     Decode a request body as JSON: sent as JSON (C{application/json}, any
     C{+json} type, or no C{Content-Type} at all), UTF-8, no deeper than
@@ -231,34 +231,34 @@ def _checkValue(value: JSON) -> None:
             stack.extend(item)
 
 
-def validate(name: str, body: JSON) -> JSONObject:
+def validate(name: str, payload: JSON) -> JSONObject:
     """
-    Check C{body} against the request schema C{name}; the refusal names the
+    Check C{payload} against the request schema C{name}; the refusal names the
     first field at fault.
 
     @raise VehicleError: C{invalid_request}.
     """
-    if not isinstance(body, dict):
+    if not isinstance(payload, dict):
         raise VehicleError("invalid_request", "the body must be a JSON object")
-    if "requestId" not in body and "requestId" in (
+    if "requestId" not in payload and "requestId" in (
         validator(name).schema.get("required") or []
     ):
         raise VehicleError(
             "invalid_request", "requestId is required", {"field": "requestId"}
         )
-    text = body.get("text")
+    text = payload.get("text")
     if isinstance(text, str) and len(text.encode("utf-8")) > MAX_TEXT_BYTES:
         raise VehicleError(
             "body_too_large",
             f"text is longer than {MAX_TEXT_BYTES} bytes",
             {"field": "text", "limit": MAX_TEXT_BYTES},
         )
-    if compiled(name).is_valid(body):
-        return body
-    errors = sorted(validator(name).iter_errors(body), key=_errorOrder)
+    if compiled(name).is_valid(payload):
+        return payload
+    errors = sorted(validator(name).iter_errors(payload), key=_errorOrder)
     if errors:
-        raise _describe(errors[0], body)
-    return body
+        raise _describe(errors[0], payload)
+    return payload
 
 
 def _errorOrder(error: ValidationError) -> tuple[int, int]:
@@ -266,7 +266,7 @@ def _errorOrder(error: ValidationError) -> tuple[int, int]:
     return (0 if error.validator in ("enum", "additionalProperties") else 1, -len(error.path))
 
 
-def _describe(error: ValidationError, body: JSONObject) -> VehicleError:
+def _describe(error: ValidationError, payload: JSONObject) -> VehicleError:
     # The most specific error inside if/then and $ref chains.
     while error.context:
         error = sorted(error.context, key=_errorOrder)[0]

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.unit.test_page -*-
 """
-The local run's page: the stand-in's front door serves a small browser
+The local run's page: the stand-in's front serves a small browser
 client of the protocol at C{/} (static files from C{page/}, no build step),
 with the stand-in's own login.
 
@@ -16,7 +16,7 @@ master key, and the master key never rides in a URL.
 In front of the gateway, a request for C{/services/vehicle/...} that
 carries a valid tab token, or (for an SSE watch only) a valid browser
 cookie and no C{Authorization}, is let in as the master key's holder: the
-front door puts the master key's bearer in its place before the gateway
+front puts the master key's bearer in its place before the gateway
 authenticates it, so the gateway's own rules (and refusals) apply
 unchanged.
 """

@@ -23,7 +23,7 @@
 //
 //   4. a spare body's hand-off: a spare (boot config `spare: true`) is started
 //      before anyone's session exists, so its boot config holds no session's
-//      facts (only its door token). When the host switches it to a session
+//      facts (only its proxy token). When the host switches it to a session
 //      (`switch_session`), the extension asks the host for that session's
 //      facts (UI `input` titled "sophia.session": the budget, a reader's
 //      tools, a public conversation's graphs) before pi lets go of the spare's
@@ -196,7 +196,7 @@ async function handOff(event, ctx) {
 }
 
 // A boxed body has no network: the model (and MCP) are reached through the
-// host's door, a Unix socket bound into the box. pi speaks HTTP to
+// host's proxy, a Unix socket bound into the box. pi speaks HTTP to
 // 127.0.0.1:<port> inside the box's own loopback; this bridge pipes each
 // connection to that socket. Started once per process.
 function startBridge(bridge) {
@@ -207,17 +207,17 @@ function startBridge(bridge) {
     const server = net.createServer((client) => {
       // Each delta is one small write: never held for an ACK (Nagle).
       client.setNoDelay(true);
-      const door = net.connect(bridge.socket);
-      client.pipe(door);
-      door.pipe(client);
+      const toProxy = net.connect(bridge.socket);
+      client.pipe(toProxy);
+      toProxy.pipe(client);
       const close = () => {
         client.destroy();
-        door.destroy();
+        toProxy.destroy();
       };
       client.on("error", close);
-      door.on("error", close);
+      toProxy.on("error", close);
       client.on("close", close);
-      door.on("close", close);
+      toProxy.on("close", close);
     });
     server.on("error", (error) => {
       process.stderr.write(`sophia: the model bridge failed (${error.message})\n`);
@@ -317,9 +317,9 @@ async function mcpPost(connection, message, signal) {
     "content-type": "application/json",
     accept: "application/json, text/event-stream",
   };
-  const doorToken = state.boot?.bridge?.token;
-  if (typeof doorToken === "string" && doorToken !== "") {
-    headers["x-vehicle-door"] = doorToken;
+  const proxyToken = state.boot?.bridge?.token;
+  if (typeof proxyToken === "string" && proxyToken !== "") {
+    headers["x-vehicle-proxy"] = proxyToken;
   }
   if (connection.session) {
     headers["mcp-session-id"] = connection.session;
@@ -604,11 +604,11 @@ function registerGraphTools(pi) {
     exposure: "direct",
     description: "The person's Sophia graph: its documents and folders",
   };
-  const doorToken = state.boot?.bridge?.token;
-  if (typeof doorToken === "string" && doorToken !== "") {
-    // Through the host's door: it opens to this body's token only (the
+  const proxyToken = state.boot?.bridge?.token;
+  if (typeof proxyToken === "string" && proxyToken !== "") {
+    // Through the host's proxy: it opens to this body's token only (the
     // bearer is the person's, for gardend).
-    config.headers = { "x-vehicle-door": doorToken };
+    config.headers = { "x-vehicle-proxy": proxyToken };
   }
   pi.registerMcpServer(MCP_SERVER, config);
 }

@@ -1,8 +1,8 @@
 """
-The own-key door scrubs the caller's key out of everything the provider
+The own-key proxy scrubs the caller's key out of everything the provider
 sends back, also out of an error event inside a 200 stream and across the
 pieces it arrives in (issue 10, section 3): L{KeyScrubber} cut at every
-point, then the door in front of the scripted model echoing the key.
+point, then the proxy in front of the scripted model echoing the key.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """
-The live half of L{tests.unit.test_door_scrub}: L{StreamedErrorDoorTests}, L{EchoDoorTests}, L{DoorClosingTests}
+The live half of L{tests.unit.test_proxy_scrub}: L{StreamedErrorProxyTests}, L{EchoProxyTests}, L{ProxyClosingTests}
 (real processes, sockets or the real reactor; see that module for the rest).
 """
 
@@ -20,7 +20,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 
 from vehicle.box import _proxy
-from vehicle.box._proxy import ModelDoor, Upstream, doorsClosed
+from vehicle.box._proxy import ModelProxy, Upstream, proxiesClosed
 from vehicle_local.model import ScriptedModel
 from vehicle_local.model._model import StreamedError
 
@@ -28,9 +28,9 @@ from tests.support.scrub import KEY, escaped
 from tests.support.unixhttp import UnixEndpoints
 
 
-class StreamedErrorDoorTests(TestCase):
+class StreamedErrorProxyTests(TestCase):
     """
-    The door in front of the scripted model, which quotes the key it was
+    The proxy in front of the scripted model, which quotes the key it was
     sent in an error event of a 200 stream, a few bytes at a time.
     """
 
@@ -40,19 +40,19 @@ class StreamedErrorDoorTests(TestCase):
         self.model = ScriptedModel(reactor=reactor)
         port = await self.model.listen(reactor)
         self.addCleanup(port.stopListening)
-        self.folder = Path(tempfile.mkdtemp(prefix="door-"))
+        self.folder = Path(tempfile.mkdtemp(prefix="proxy-"))
         self.addCleanup(shutil.rmtree, self.folder, True)
         assert self.model.url is not None
-        self.door = ModelDoor(
+        self.proxy = ModelProxy(
             reactor=reactor,
             socketPath=self.folder / "s" / "model.sock",
             model=Upstream(baseUrl=self.model.url, keySource=lambda: KEY, scrub=True),
         )
-        await self.door.listen()
-        self.addCleanup(self.door.close)
+        await self.proxy.listen()
+        self.addCleanup(self.proxy.close)
         pool = HTTPConnectionPool(reactor, persistent=False)
         self.client = HTTPClient(
-            Agent.usingEndpointFactory(reactor, UnixEndpoints(self.door.socketPath), pool=pool)
+            Agent.usingEndpointFactory(reactor, UnixEndpoints(self.proxy.socketPath), pool=pool)
         )
 
     async def test_keyInA200Stream(self) -> None:
@@ -63,8 +63,8 @@ class StreamedErrorDoorTests(TestCase):
         """
         self.model.enqueue(StreamedError("Invalid API key {key} for this account", pieceBytes=3))
         response = await self.client.request(
-            "POST", "http://door/v1/chat/completions",
-            headers={b"authorization": f"Bearer {self.door.token}",
+            "POST", "http://proxy/v1/chat/completions",
+            headers={b"authorization": f"Bearer {self.proxy.token}",
                      b"content-type": "application/json",
                      b"accept-encoding": "gzip"},
             data=json.dumps({"model": "echo-1", "stream": True, "messages": []}).encode(),
@@ -98,7 +98,7 @@ class _Echo(Resource):
         return b"data: {\"error\": \"" + sent + b" then " + newest + b"\"}\n\n"
 
 
-class EchoDoorTests(TestCase):
+class EchoProxyTests(TestCase):
     """
     The key the request carried and the caller's newest are both scrubbed,
     from the body and from the headers.
@@ -117,56 +117,56 @@ class EchoDoorTests(TestCase):
         site.noisy = False
         port = reactor.listenTCP(0, site, interface="127.0.0.1")
         self.addCleanup(port.stopListening)
-        folder = Path(tempfile.mkdtemp(prefix="door-"))
+        folder = Path(tempfile.mkdtemp(prefix="proxy-"))
         self.addCleanup(shutil.rmtree, folder, True)
-        door = ModelDoor(
+        proxy = ModelProxy(
             reactor=reactor,
             socketPath=folder / "s" / "model.sock",
             model=Upstream(baseUrl=f"http://127.0.0.1:{port.getHost().port}/v1",
                            keySource=lambda: keys[0], scrub=True),
         )
-        await door.listen()
-        self.addCleanup(door.close)
+        await proxy.listen()
+        self.addCleanup(proxy.close)
         pool = HTTPConnectionPool(reactor, persistent=False)
-        client = HTTPClient(Agent.usingEndpointFactory(reactor, UnixEndpoints(door.socketPath), pool=pool))
+        client = HTTPClient(Agent.usingEndpointFactory(reactor, UnixEndpoints(proxy.socketPath), pool=pool))
         response = await client.request(
-            "POST", "http://door/v1/chat/completions",
-            headers={b"authorization": f"Bearer {door.token}"}, data=b"{}",
+            "POST", "http://proxy/v1/chat/completions",
+            headers={b"authorization": f"Bearer {proxy.token}"}, data=b"{}",
         )
         body = await response.content()
         self.assertEqual(body, b'data: {"error": "[redacted] then [redacted]"}\n\n')
         self.assertEqual(response.headers.getRawHeaders(b"x-echo"), [b"key=[redacted]"])
 
 
-class DoorClosingTests(TestCase):
+class ProxyClosingTests(TestCase):
     """
-    A door lets go of its socket before its folder may be removed.
+    A proxy lets go of its socket before its folder may be removed.
     """
 
     timeout = 20
 
-    async def test_folderRemovedAfterDoorsClosed(self) -> None:
+    async def test_folderRemovedAfterProxiesClosed(self) -> None:
         """
-        A close under way is waited for by L{doorsClosed} and by a second
+        A close under way is waited for by L{proxiesClosed} and by a second
         close; the folder removed after that takes nothing from under the
         port (its path is let go a moment after it is told to stop).
         """
-        folder = Path(tempfile.mkdtemp(prefix="door-"))
+        folder = Path(tempfile.mkdtemp(prefix="proxy-"))
         self.addCleanup(shutil.rmtree, folder, True)
-        door = ModelDoor(reactor=reactor, socketPath=folder / "s" / "model.sock",
+        proxy = ModelProxy(reactor=reactor, socketPath=folder / "s" / "model.sock",
                          model=Upstream(baseUrl="http://127.0.0.1:9", key="k"))
-        await door.listen()
-        self.assertTrue(door.socketPath.exists())
-        first = Deferred.fromCoroutine(door.close())
-        second = Deferred.fromCoroutine(door.close())
-        self.assertEqual(door.state, "closing")
+        await proxy.listen()
+        self.assertTrue(proxy.socketPath.exists())
+        first = Deferred.fromCoroutine(proxy.close())
+        second = Deferred.fromCoroutine(proxy.close())
+        self.assertEqual(proxy.state, "closing")
         self.assertFalse(first.called)
-        await doorsClosed()
-        self.assertEqual(door.state, "closed")
-        self.assertFalse(door.socketPath.exists())
+        await proxiesClosed()
+        self.assertEqual(proxy.state, "closed")
+        self.assertFalse(proxy.socketPath.exists())
         shutil.rmtree(folder)
         await first
         await second
-        await door.close()
+        await proxy.close()
         self.assertFalse(folder.exists())
-        self.assertNotIn(door, _proxy._DOORS)
+        self.assertNotIn(proxy, _proxy._PROXIES)
