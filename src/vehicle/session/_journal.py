@@ -456,6 +456,26 @@ class Journal:
         barrier = self.writer.write(self._chain, ())
         return barrier.addErrback(lambda _: None)
 
+    def durableEvent(self, seq: int) -> Deferred[Event | None]:
+        """
+        The event C{seq}, read from the log once every line taken so far
+        was written; L{None} if it was refused (the session was read back
+        without it) or the log cannot be read (said in the log).
+        """
+
+        def read(_: None) -> Event | None:
+            if seq > self.cursor:
+                return None
+            try:
+                events, _more = self.eventsAfter(seq - 1, 1)
+            except (OSError, ValueError) as e:
+                self._log.error("Session {sessionId}: its log could not be read ({error})",
+                                sessionId=self.sessionId, error=str(e))
+                return None
+            return events[0] if events else None
+
+        return self.settle().addCallback(read)
+
     def appendRecord(self, record: RequestRecord) -> None:
         """
         Append a request's record as it is (a new session's first, written

@@ -654,19 +654,11 @@ class Session:
             self.followers.settled(self, run)
             return
 
-        def tell(_: None) -> None:
-            if seq > self._journal.cursor:
-                return  # refused: the session was read back without it
-            try:
-                events, _more = self._journal.eventsAfter(seq - 1, 1)
-            except (OSError, ValueError) as e:
-                self._log.error("Session {sessionId}: its log could not be read ({error})",
-                                sessionId=self.sessionId, error=str(e))
-                return
-            if events and events[0].type == "run.settled":
+        def tell(event: Event | None) -> None:
+            if event is not None and event.type == "run.settled":
                 self.followers.settled(self, run)
 
-        self._journal.settle().addCallback(tell)
+        self._journal.durableEvent(seq).addCallback(tell)
 
     def _accepted(self, command: Command) -> None:
         """
