@@ -346,7 +346,7 @@ def report(results: dict[tuple[str, int], list[Measure]], args: argparse.Namespa
 PHASES = {
     "authenticate": "trust", "_parse": "parse and validate", "find": "find the session",
     "settledReplay": "replay", "summary": "the answer's summary", "commit": "the record",
-    "_metaRewrite": "the record", "_ran": "the writer's answer", "_pump": "the writer",
+    "rewrite": "the record", "_ran": "the writer's answer", "_pump": "the writer",
     "answerFrame": "the answer's bytes", "_frame": "the answer's bytes",
     "headerReceived": "HTTP", "lineReceived": "HTTP", "requestDone": "HTTP", "finish": "HTTP",
     "process": "HTTP", "match": "routing", "render": "routing", "_execute": "routing",

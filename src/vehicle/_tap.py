@@ -119,43 +119,10 @@ def buildHost(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
     public, ownKey = _publicParts(settings, models, reactor, dataDir, agent, metrics)
-    # The spares' proxies keep their connections to the provider open.
-    proxyConnections = HTTPConnectionPool(reactor, persistent=True)
-    spares = chatSpares(
-        launcher=launcher,
-        reactor=reactor,
-        models=models,
-        size=settings.spareBodies,
-        runDir=agent.runDir,
-        refillSeconds=settings.spareRefillMs / 1000.0,
-        http=httpClient(reactor, pool=proxyConnections),
-    )
-    bodies = Bodies(
-        launcher=launcher,
-        clock=reactor,
-        idleSeconds=settings.bodyIdleMs / 1000.0,
-        agent=agent,
-        mirror=mirror,
-        public=public,
-        ownKey=ownKey,
-        spares=spares,
-        proxyConnections=proxyConnections,
-    )
+    bodies = _bodies(settings, models, reactor, launcher, agent, mirror, public, ownKey)
     _follow(registry, bodies, public, mirror)
-    drive = Drive(
-        registry=registry,
-        chooseModel=models.choose,
-        agent=agent,
-        bodies=HostBodyRules(
-            registry=registry, bodies=bodies, agent=agent,
-            runInThread=runInThread or threadRunner(reactor),
-        ),
-        maxTurns=settings.maxTurns,
-        maxCostUsd=settings.maxCostUsd,
-        leaseTtlMs=settings.leaseTtlMs,
-        requireDelegation=settings.mcpUrl is not None,
-        public=public,
-    )
+    drive = _drive(settings, models, registry, bodies, agent, public,
+                   runInThread or threadRunner(reactor))
     api = VehicleAPI(
         drive=drive,
         secret=settings.secret,
@@ -171,6 +138,70 @@ def buildHost(
     )
     metrics.sample(lambda: host.sample(streams=len(api.streams)))
     return api, host
+
+
+def _bodies(
+    settings: Settings,
+    models: ModelCatalog,
+    reactor: IHostReactor,
+    launcher: Launcher,
+    agent: AgentProfile,
+    mirror: Mirror,
+    public: Public | None,
+    ownKey: OwnKeyBodies | None,
+) -> Bodies:
+    """
+    The sessions' bodies, with the spare chat bodies kept warm for them.
+    """
+    # The spares' proxies keep their connections to the provider open.
+    proxyConnections = HTTPConnectionPool(reactor, persistent=True)
+    spares = chatSpares(
+        launcher=launcher,
+        reactor=reactor,
+        models=models,
+        size=settings.spareBodies,
+        runDir=agent.runDir,
+        refillSeconds=settings.spareRefillMs / 1000.0,
+        http=httpClient(reactor, pool=proxyConnections),
+    )
+    return Bodies(
+        launcher=launcher,
+        clock=reactor,
+        idleSeconds=settings.bodyIdleMs / 1000.0,
+        agent=agent,
+        mirror=mirror,
+        public=public,
+        ownKey=ownKey,
+        spares=spares,
+        proxyConnections=proxyConnections,
+    )
+
+
+def _drive(
+    settings: Settings,
+    models: ModelCatalog,
+    registry: Registry,
+    bodies: Bodies,
+    agent: AgentProfile,
+    public: Public | None,
+    runInThread: RunInThread,
+) -> Drive:
+    """
+    The host's request rules over the registry and the bodies.
+    """
+    return Drive(
+        registry=registry,
+        chooseModel=models.choose,
+        agent=agent,
+        bodies=HostBodyRules(
+            registry=registry, bodies=bodies, agent=agent, runInThread=runInThread,
+        ),
+        maxTurns=settings.maxTurns,
+        maxCostUsd=settings.maxCostUsd,
+        leaseTtlMs=settings.leaseTtlMs,
+        requireDelegation=settings.mcpUrl is not None,
+        public=public,
+    )
 
 
 def _launcher(settings: Settings, models: ModelCatalog, reactor: IHostReactor) -> Launcher:

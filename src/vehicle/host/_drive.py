@@ -305,17 +305,7 @@ class Drive:
             # Ownership is enough: the source is not touched.
             return 201, await self.bodies.branch(session, caller, request)
         startsBody = request.text is not None or kind == CommandType.acceptChime
-        if (
-            self.requireDelegation
-            and (kind in TEXT_COMMANDS or kind == CommandType.acceptChime)
-            and session.bodyState() != "live"
-            and session.delegatedToken is None
-        ):
-            raise VehicleError(
-                "delegation_required",
-                "this session has no delegation token yet: the session's owner must "
-                "send a request through its graph first",
-            )
+        self._checkDelegation(session, kind)
         turns = (
             self.public
             if session.meta.funding is not None and kind in TEXT_COMMANDS
@@ -330,26 +320,51 @@ class Drive:
             reservation = await turns.reserveTurn(session, caller, request)
         try:
             if reservation is not None:
-                session = await self.settledReplay(
-                    caller, self.find(caller, session.sessionId), request.requestId,
-                    request.raw, "commands",
-                )
+                session = await self._replayAgain(caller, session, request)
             if startsBody and session.bodyState() == "dormant":
                 # Refuse now, with the protocol's status, rather than accept a
                 # command whose body cannot be made; the world may change
                 # while that is looked at.
                 session.meta.checkDriver(caller)
                 await self.agent.precheck(session)
-                session = await self.settledReplay(
-                    caller, self.find(caller, session.sessionId), request.requestId,
-                    request.raw, "commands",
-                )
+                session = await self._replayAgain(caller, session, request)
             sent = await session.command(caller, request)
         except BaseException:
             if turns is not None and reservation is not None:
                 await turns.voidTurn(session, reservation)
             raise
         return 202, sent
+
+    def _checkDelegation(self, session: Session, kind: CommandType) -> None:
+        """
+        @raise VehicleError: C{delegation_required}: a command that needs
+            the owner's delegation token (to start a body, or to speak to
+            one) and none came yet.
+        """
+        if (
+            self.requireDelegation
+            and (kind in TEXT_COMMANDS or kind == CommandType.acceptChime)
+            and session.bodyState() != "live"
+            and session.delegatedToken is None
+        ):
+            raise VehicleError(
+                "delegation_required",
+                "this session has no delegation token yet: the session's owner must "
+                "send a request through its graph first",
+            )
+
+    async def _replayAgain(
+        self, caller: Caller, session: Session, request: CommandRequest
+    ) -> Session:
+        """
+        After a wait (the ledger, a body's precheck) the world may have
+        changed: the session is found again, and the request replayed if
+        it was answered meanwhile (L{settledReplay}).
+        """
+        return await self.settledReplay(
+            caller, self.find(caller, session.sessionId), request.requestId,
+            request.raw, "commands",
+        )
 
     def findForChime(self, caller: Caller, sessionId: str) -> Session:
         """

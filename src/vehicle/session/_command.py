@@ -20,6 +20,7 @@ from vehicle.protocol import (
     DISPOSITIONS,
     Answer,
     Command,
+    CommandCancelled,
     CommandRequest,
     CommandStatus,
     Delivery,
@@ -223,6 +224,41 @@ class CommandBook:
             return frame
 
         return sent.addCallback(durable)
+
+    def cancel(
+        self, caller: Caller, request: CommandRequest, delivered: bool
+    ) -> Deferred[JSONObject]:
+        """
+        Accept a cancel (a command of its own) of a command still waiting in
+        the queue.  When nothing was C{delivered} anywhere (the session has
+        no body), taking it out is bookkeeping, done at once.
+
+        @raise VehicleError: C{not_cancellable}, C{command_exists}.
+        """
+        targetId = request.targetCommandId or ""
+        target = self.get(targetId)
+        if (
+            target is None
+            or target.status not in (CommandStatus.accepted, CommandStatus.queued)
+            or target.text is None
+        ):
+            raise VehicleError(
+                "not_cancellable",
+                f"command {targetId!r} is not waiting in the queue",
+                {"targetCommandId": targetId,
+                 "status": target.status.value if target else None},
+            )
+        command = commandOf(request, caller.holder(), self.now())
+        sent = self.accept(
+            command,
+            Answer(type="command.cancelled",
+                   value=CommandCancelled(command=command, cancelled=targetId)),
+            caller=caller, requestId=request.requestId, raw=request.raw,
+        )
+        if not delivered:
+            self.move(targetId, CommandStatus.cancelled, reason="cancelled")
+            self.move(command.commandId, CommandStatus.completed)
+        return sent
 
     def get(self, commandId: str) -> Command | None:
         return self.commands.get(commandId)

@@ -49,6 +49,7 @@ from vehicle.protocol import (
 from vehicle.session._digest import Digest, logsOf
 from vehicle.session._eventlog import Entry, EventFile, Pages
 from vehicle.session._requests import (
+    Answering,
     Remembered,
     openLogs,
     recordOf,
@@ -147,8 +148,8 @@ class Journal:
     #: Its logs' lines, as the writer follows them (a new one when they
     #: are opened afresh).
     _chain: Chain = field(factory=Chain, repr=False)
-    #: requestId -> who waits for it, while its step is being made durable.
-    _pending: dict[str, list[Deferred[None]]] = field(factory=dict, repr=False)
+    #: The requests whose step is being made durable, and who waits for them.
+    _answering: Answering = field(factory=Answering, repr=False)
     _file: EventFile = field(init=False)
     _pages: Pages = field(init=False)
 
@@ -216,7 +217,7 @@ class Journal:
         Is anything taken still on its way to disk (an event, a request's
         record)?
         """
-        return self.taken != self.cursor or bool(self._pending)
+        return self.taken != self.cursor or bool(self._answering)
 
     def lastAt(self) -> float | None:
         """
@@ -362,41 +363,58 @@ class Journal:
         """
         self._refuseClosed()
         self.wake()
-        if self.failed:
-            # An earlier write (the body's news, say) failed and the session
-            # could not be read back then: read it back before taking more.
-            try:
-                self.reload()
-            except OSError as e:
-                raise storageError(e) from e
+        self._readBackIfFailed()
         sent = answer if isinstance(answer, dict) else sentAnswer(answer)
         first = self.taken
         events = [self._event(eventType, data, first + n)
                   for n, (eventType, data) in enumerate(effects, 1)]
-        record = None
-        if requestId is not None:
-            record = requestRecord(
-                kind, caller, requestId, raw, sent, self.clock.seconds(),
-                cursor=first, effects=list(effects), command=command,
-            )
+        if requestId is None:
+            return raiseAtOnce(self._write(None, events, after).addCallbacks(
+                lambda _: sent, _refusal))
+        record = requestRecord(
+            kind, caller, requestId, raw, sent, self.clock.seconds(),
+            cursor=first, effects=list(effects), command=command,
+        )
         written = self._write(record, events, after)
-        if record is None or requestId is None:
-            return raiseAtOnce(written.addCallbacks(lambda _: sent, _refusal))
+        return raiseAtOnce(self._remembering(written, kind, requestId, record, sent))
+
+    def _readBackIfFailed(self) -> None:
+        """
+        An earlier write (the body's news, say) failed and the session could
+        not be read back then: read it back before taking more.
+
+        @raise VehicleError: C{storage_unavailable}: it cannot be read.
+        """
+        if self.failed:
+            try:
+                self.reload()
+            except OSError as e:
+                raise storageError(e) from e
+
+    def _remembering(
+        self, written: Deferred[None], kind: RecordKind, requestId: str, record: RequestRecord,
+        sent: JSONObject,
+    ) -> Deferred[JSONObject]:
+        """
+        A request's step on its way to disk: a retry waits for it meanwhile
+        (L{answering}); once durable the request is remembered (a retry
+        replays it) and its answer sent.
+        """
         remembered = (record.fingerprint or "", sent)
-        self._pending[requestId] = []
+        self._answering.begin(requestId)
 
         def durable(_: None) -> JSONObject:
             self.requests[requestId] = remembered
             if kind == "branch":
                 self.branches = self.branches | {requestId}
-            self._answered(requestId)
+            self._answering.settled(requestId)
             return sent
 
         def refused(failure: Failure) -> Failure:
-            self._answered(requestId)
+            self._answering.settled(requestId)
             return _refusal(failure)
 
-        return raiseAtOnce(written.addCallbacks(durable, refused))
+        return written.addCallbacks(durable, refused)
 
     def finish(self, eventType: str, data: JSONObject) -> Deferred[Event]:
         """
@@ -427,12 +445,7 @@ class Journal:
         While the request C{requestId} is being made durable, what fires
         once it is (or was refused); else L{None}.
         """
-        waiting = self._pending.get(requestId)
-        if waiting is None:
-            return None
-        waiter: Deferred[None] = Deferred()
-        waiting.append(waiter)
-        return waiter
+        return self._answering.waiter(requestId)
 
     def settle(self) -> Deferred[None]:
         """
@@ -442,6 +455,26 @@ class Journal:
             return succeed(None)
         barrier = self.writer.write(self._chain, ())
         return barrier.addErrback(lambda _: None)
+
+    def durableEvent(self, seq: int) -> Deferred[Event | None]:
+        """
+        The event C{seq}, read from the log once every line taken so far
+        was written; L{None} if it was refused (the session was read back
+        without it) or the log cannot be read (said in the log).
+        """
+
+        def read(_: None) -> Event | None:
+            if seq > self.cursor:
+                return None
+            try:
+                events, _more = self.eventsAfter(seq - 1, 1)
+            except (OSError, ValueError) as e:
+                self._log.error("Session {sessionId}: its log could not be read ({error})",
+                                sessionId=self.sessionId, error=str(e))
+                return None
+            return events[0] if events else None
+
+        return self.settle().addCallback(read)
 
     def appendRecord(self, record: RequestRecord) -> None:
         """
@@ -527,13 +560,6 @@ class Journal:
                     sessionId=self.sessionId, error=str(again),
                 )
         return failure
-
-    def _answered(self, requestId: str) -> None:
-        """
-        The request C{requestId} is settled: who waited for it goes on.
-        """
-        for waiter in self._pending.pop(requestId, []):
-            waiter.callback(None)
 
     def _newsRefused(self, failure: Failure, event: Event) -> None:
         """

@@ -2,8 +2,9 @@
 """
 A session's request log (C{commands.jsonl}) and the idempotency rule: the
 record that remembers an accepted request, its fingerprint on its route,
-the replay-or-conflict decision, and the refusal of a request the disk
-would not take.
+the replay-or-conflict decision, a retry waiting for its first while that
+is made durable (L{Answering}), and the refusal of a request the disk would
+not take.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Callable
+
+from attrs import define, field
+from twisted.internet.defer import Deferred
 
 from vehicle.errors import VehicleError
 from vehicle.protocol import (
@@ -112,6 +116,49 @@ def requestRecord(
         command=command,
         source=source,
     )
+
+
+@define(eq=False)
+class Answering:
+    """
+    The requests whose step is being made durable, and who waits for each:
+    a retry that comes meanwhile waits, then replays it (or, refused, is
+    taken afresh).
+    """
+
+    #: requestId -> who waits for it.
+    _waiting: dict[str, list[Deferred[None]]] = field(factory=dict)
+
+    def __bool__(self) -> bool:
+        """
+        Is any request being made durable?
+        """
+        return bool(self._waiting)
+
+    def begin(self, requestId: str) -> None:
+        """
+        The step of C{requestId} is on its way to disk.
+        """
+        self._waiting[requestId] = []
+
+    def waiter(self, requestId: str) -> Deferred[None] | None:
+        """
+        While C{requestId} is being made durable, what fires once it is (or
+        was refused); else L{None}.
+        """
+        waiting = self._waiting.get(requestId)
+        if waiting is None:
+            return None
+        waiter: Deferred[None] = Deferred()
+        waiting.append(waiter)
+        return waiter
+
+    def settled(self, requestId: str) -> None:
+        """
+        The request C{requestId} is settled: who waited for it goes on.
+        """
+        for waiter in self._waiting.pop(requestId, []):
+            waiter.callback(None)
 
 
 def storageError(error: OSError) -> VehicleError:

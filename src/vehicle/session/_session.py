@@ -4,14 +4,14 @@ One conversation, its own owner: its meta and title, its verbs (claim,
 release, rename, a command, a chime, a branch remembered), and its parts,
 which are its alone: the journal (L{_journal}: the two logs and the one
 durable step of a request), the lease (L{_lease}), the command state
-machine (L{_command}), the room (L{_room}) and the watchers
-(L{_watchers}).
+machine (L{_command}), the room (L{_room}), the watchers (L{_watchers}),
+its dormancy (L{_dormancy}) and its C{meta.json} (L{_metafile}).
 
 A session is awake or dormant: dormant, it keeps only what its digest says
 (L{_digest}: the summary the list shows, the lease) and holds no file open;
 whatever needs more (a verb, its commands, a replay) wakes it first, and its
 logs are read back as at start.  L{Session.sleep} makes it dormant again
-once nothing is under way in it.
+once nothing is under way in it (L{Dormancy}: when it may, and its digest).
 
 It knows nothing of HTTP or of pi.  The host's request rules (trust,
 idempotency, which session) stand above it and call its verbs with a
@@ -21,7 +21,6 @@ handed the commands it accepts and asks it to move them on.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable, ClassVar, Literal, Protocol
 
@@ -31,7 +30,6 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from vehicle.errors import VehicleError
 from vehicle.protocol import (
     JSON,
     Answer,
@@ -40,7 +38,6 @@ from vehicle.protocol import (
     ClaimRequest,
     Command,
     CommandAccepted,
-    CommandCancelled,
     CommandRequest,
     CommandStatus,
     CommandType,
@@ -62,17 +59,19 @@ from vehicle.protocol import (
 )
 from vehicle.session._chimes import Chimes
 from vehicle.session._command import CommandBook, adoptedPreview, commandOf
-from vehicle.session._digest import Digest, LogMark, Origin, marksOf, writeDigest
+from vehicle.session._digest import Digest, Origin
+from vehicle.session._dormancy import Dormancy
 from vehicle.session._eventlog import Entry
 from vehicle.session._interfaces import IConductor, RunSettled
 from vehicle.session._journal import Journal
 from vehicle.session._lease import LeaseKeeper
+from vehicle.session._metafile import MetaFile
 from vehicle.session._requests import fingerprint
 from vehicle.session._restore import Derived
 from vehicle.session._room import Room
 from vehicle.session._values import Caller, Lease, SessionMeta, isoTimestamp
 from vehicle.session._watchers import Feed, Watchers
-from vehicle.store import After, Chain, GroupWriter, writeJsonAtomic
+from vehicle.store import After, GroupWriter
 
 
 def originOf(record: RequestRecord, graphId: str) -> Origin | None:
@@ -172,13 +171,13 @@ class Session:
     origin: Origin | None = None
     #: Its summary as the list last showed it: (what it showed, its bytes).
     _listed: tuple[tuple[object, ...], bytes] | None = field(default=None, repr=False)
-    #: The logs its last digest written (or read) names.
-    _digested: tuple[LogMark, LogMark] | None = field(default=None, repr=False)
     _room: Room = field(factory=Room)
     _leases: LeaseKeeper = field(init=False)
     _book: CommandBook = field(init=False)
     _chimes: Chimes = field(init=False)
     _watchers: Watchers = field(init=False)
+    _dormancy: Dormancy = field(init=False)
+    _metaFile: MetaFile = field(init=False)
     #: Its events, for those who read or watch them.
     feed: Feed = field(init=False)
 
@@ -200,6 +199,15 @@ class Session:
     @_watchers.default
     def _newWatchers(self) -> Watchers:
         return Watchers(self.meta.sessionId)
+
+    @_dormancy.default
+    def _newDormancy(self) -> Dormancy:
+        return Dormancy(session=self, journal=self._journal, book=self._book, room=self._room,
+                        leases=self._leases)
+
+    @_metaFile.default
+    def _newMetaFile(self) -> MetaFile:
+        return MetaFile(journal=self._journal)
 
     @feed.default
     def _newFeed(self) -> Feed:
@@ -240,7 +248,7 @@ class Session:
         session._room.policy = digest.roomPolicy
         session._leases.lease = digest.lease
         session._leases.armTimer()
-        session._digested = (digest.events, digest.commands)
+        session._dormancy.digested = (digest.events, digest.commands)
         return session
 
     # -- what it is -----------------------------------------------------------
@@ -437,89 +445,41 @@ class Session:
         """
         self._journal.wake()
 
-    def digestible(self) -> bool:
-        """
-        May its digest be written now: awake, served, its logs whole and
-        every line taken durable, no command under way (a digest naming open
-        commands would only send the next start to the logs)?
-        """
-        return (
-            self._journal.awake
-            and not self._journal.busy
-            and not self.closed
-            and not self.deleted
-            and not self._journal.failed
-            and not self._book.open()
-        )
-
     def canSleep(self) -> bool:
         """
-        May it go dormant now: its digest may be written, and it has no
-        body?
+        May it go dormant now (L{Dormancy.canSleep})?
         """
-        return self.digestible() and self.bodyState() == "dormant" and not self.running()
+        return self._dormancy.canSleep()
 
     def digest(self) -> Digest:
         """
-        What it is, in brief, derived from its logs as they are now (its
-        whole state is in memory and every append is durable).
+        What it is, in brief (L{Dormancy.digest}).
 
         @raise OSError: a log cannot be read.
         """
-        events, commands = marksOf(self.directory)
-        journal = self._journal
-        return Digest(
-            events=events, commands=commands, cursor=journal.cursor,
-            lastAt=journal.lastTimestamp, deletedAs=journal.deletedAs, runs=journal.runsSoFar(),
-            title=self.title, preview=self.preview, previewInherited=self.previewInherited,
-            roomPolicy=self._room.policy, lease=self._leases.lease,
-            openCommands=tuple(c.commandId for c in self._book.open()),
-            origin=self.origin, branches=tuple(sorted(journal.branches)),
-        )
+        return self._dormancy.digest()
 
     def sleep(self) -> bool:
         """
-        Go dormant when it may (L{canSleep}): its digest is written, its
-        logs closed, and what they say again when it wakes is let go.
+        Go dormant when it may (L{Dormancy.sleep}).
 
         @return: whether it sleeps now.
         """
-        if not (self.canSleep() and self._keepDigest()):
-            return False
-        self._journal.sleep()
-        return True
+        return self._dormancy.sleep()
+
+    def refreshDigest(self) -> bool:
+        """
+        Bring its digest up to date, staying awake (L{Dormancy.refresh}).
+
+        @return: whether its digest names its logs now.
+        """
+        return self._dormancy.refresh()
 
     def whenWritten(self) -> Deferred[None]:
         """
         Fires once every line taken so far is durable (or was refused).
         """
         return self._journal.settle()
-
-    def refreshDigest(self) -> bool:
-        """
-        Write its digest when its logs moved on since the last one and it
-        may (L{digestible}), staying awake: after a host dies, only what
-        was written since is read back from the logs at start.
-
-        @return: whether its digest names its logs now.
-        """
-        return self.digestible() and self._keepDigest()
-
-    def _keepDigest(self) -> bool:
-        """
-        Write the digest unless the last one written names the logs as they
-        are.
-        """
-        try:
-            digest = self.digest()
-            if (digest.events, digest.commands) != self._digested:
-                writeDigest(self.directory, digest)
-        except OSError as e:
-            self._log.warn("Session {sessionId}: its digest could not be written ({error}); "
-                           "the next start reads its logs", sessionId=self.sessionId, error=str(e))
-            return False
-        self._digested = (digest.events, digest.commands)
-        return True
 
     def asleep(self) -> None:
         self._book.commands = {}
@@ -590,7 +550,8 @@ class Session:
         answer = Answer(type="session.renamed", value=SessionRenamed(session=self.summary(1)))
         sent = self._commit(
             "rename", caller, request.requestId, request.raw, answer,
-            [("session.renamed", {"title": self.title})], after=self._metaRewrite(),
+            [("session.renamed", {"title": self.title})],
+            after=self._metaFile.rewrite(self.meta, self.title),
         )
         return sent.addCallback(self._renamed)
 
@@ -609,7 +570,7 @@ class Session:
             self.meta.checkDriver(caller)
             self._leases.require(caller)
         if kind == CommandType.cancel:
-            return self._cancel(caller, request)
+            return self._book.cancel(caller, request, delivered=self.conductor is not None)
         if kind == CommandType.setRoomPolicy:
             return self._chimes.setPolicy(caller, request)
         if kind in (CommandType.acceptChime, CommandType.rejectChime):
@@ -619,33 +580,6 @@ class Session:
             command, Answer(type="command.accepted", value=CommandAccepted(command=command)),
             caller=caller, requestId=request.requestId, raw=request.raw,
         )
-
-    def _cancel(self, caller: Caller, request: CommandRequest) -> Deferred[JSONObject]:
-        targetId = request.targetCommandId or ""
-        target = self._book.get(targetId)
-        if (
-            target is None
-            or target.status not in (CommandStatus.accepted, CommandStatus.queued)
-            or target.text is None
-        ):
-            raise VehicleError(
-                "not_cancellable",
-                f"command {targetId!r} is not waiting in the queue",
-                {"targetCommandId": targetId,
-                 "status": target.status.value if target else None},
-            )
-        command = commandOf(request, caller.holder(), self._book.now())
-        sent = self._book.accept(
-            command,
-            Answer(type="command.cancelled",
-                   value=CommandCancelled(command=command, cancelled=targetId)),
-            caller=caller, requestId=request.requestId, raw=request.raw,
-        )
-        if self.conductor is None:
-            # Nothing was delivered anywhere: taking it out is bookkeeping.
-            self.move(targetId, CommandStatus.cancelled, reason="cancelled")
-            self.move(command.commandId, CommandStatus.completed)
-        return sent
 
     # -- chimes -------------------------------------------------------------------
 
@@ -720,19 +654,11 @@ class Session:
             self.followers.settled(self, run)
             return
 
-        def tell(_: None) -> None:
-            if seq > self._journal.cursor:
-                return  # refused: the session was read back without it
-            try:
-                events, _more = self._journal.eventsAfter(seq - 1, 1)
-            except (OSError, ValueError) as e:
-                self._log.error("Session {sessionId}: its log could not be read ({error})",
-                                sessionId=self.sessionId, error=str(e))
-                return
-            if events and events[0].type == "run.settled":
+        def tell(event: Event | None) -> None:
+            if event is not None and event.type == "run.settled":
                 self.followers.settled(self, run)
 
-        self._journal.settle().addCallback(tell)
+        self._journal.durableEvent(seq).addCallback(tell)
 
     def _accepted(self, command: Command) -> None:
         """
@@ -790,18 +716,7 @@ class Session:
         """
         Rewrite C{meta.json} whole (atomically): the fixed meta and the title.
         """
-        self._metaRewrite()[1]()
-
-    def _metaRewrite(self) -> After:
-        """
-        C{meta.json} as it is now, to be written whole (atomically) by
-        whoever runs it: the key is its path.
-        """
-        path = os.path.join(self.directory, "meta.json")
-        meta, title = self.meta, self.title
-        # Its content is made by whoever writes it (frozen values: the
-        # writer's thread may), not on every rename.
-        return path, lambda: writeJsonAtomic(Path(path), {**toObject(meta), "title": title})
+        self._metaFile.write(self.meta, self.title)
 
     def reopenAt(self, directory: Path, writer: GroupWriter | None) -> None:
         """
@@ -828,13 +743,10 @@ class Session:
         """
         self.wake()
         self._leases.stop()
-        owed = None
-        metaKey = self._metaRewrite()[0]
-        if self._journal.writer is not None:
-            # Its folder is about to move: a title the writer has not yet
-            # rewritten is rewritten here, before the move, once the delete
-            # is durable (the trash's meta.json names the title).
-            owed = self._journal.writer.takeLater(metaKey)
+        # Its folder is about to move: a title the writer has not yet
+        # rewritten is rewritten here, before the move, once the delete is
+        # durable (the trash's meta.json names the title).
+        owed = self._metaFile.takeBack(self.meta, self.title)
         written = self._journal.finish(
             "session.deleted", {"trashedAs": trashedAs, "by": toObject(caller.holder())},
         )
@@ -842,19 +754,12 @@ class Session:
 
         def deleted(event: Event) -> Event:
             self._leases.cancelTimer()
-            if owed is not None:
-                try:
-                    owed()
-                except OSError as e:
-                    self._log.warn("Session {sessionId}: meta.json could not be rewritten before "
-                                   "its move to the trash ({error}); its log has the title",
-                                   sessionId=self.sessionId, error=str(e))
+            self._metaFile.settle(owed)
             return event
 
         def refused(failure: Failure) -> Failure:
             self.deleted = False
-            if owed is not None and self._journal.writer is not None:
-                self._journal.writer.write(Chain(), (), (metaKey, owed))
+            self._metaFile.handBack(owed)
             return failure
 
         return written.addCallbacks(deleted, refused)
