@@ -16,12 +16,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.protocol import Event
-from vehicle.session import RunSettled
+from vehicle.protocol import Event, RenameRequest, fromRequest
+from vehicle.session import Caller, RunSettled
 from vehicle.store import GroupWriter
 
 from tests.support._crashfs import Crash, CrashFiles
@@ -268,6 +268,31 @@ class GroupCommitTests(SynchronousTestCase):
         host.settle()
         self.assertEqual(told, [kept.seq])
         self.flushLoggedErrors()
+
+    def test_callerGoneWhileWritten(self) -> None:
+        """
+        A request whose caller goes away while its step is being written
+        (the route's L{Deferred} cancelled: the client closed its
+        connection) is still made durable, remembered and told: the
+        session is not read back as if the disk had refused it, and a
+        retry replays it.
+        """
+        host = self.host
+        session = host.h.api.registry.sessions[self.sid]
+        told: list[int] = []
+        session.feed.follow(lambda entry: told.append(entry.event.seq or 0))
+        caller = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
+        request = fromRequest({"requestId": "gone-1", "title": "while gone"}, RenameRequest)
+        waiting = session.rename(caller, request)
+        waiting.cancel()
+        self.failureResultOf(waiting, CancelledError)
+        host.settle()
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertEqual(told, [session.cursor])
+        self.assertTrue(session.knowsRequest("gone-1"))
+        code, frame = host.answer(host.send("PATCH", f"/sessions/{self.sid}",
+                                            {"requestId": "gone-1", "title": "while gone"}))
+        self.assertEqual((code, frame.get("replayed")), (200, True))
 
     def test_deleteWaitsForItsEvent(self) -> None:
         """

@@ -14,7 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.python.failure import Failure
 from twisted.internet.interfaces import IReactorThreads
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
@@ -648,10 +649,37 @@ class RaiseAtOnceTests(SynchronousTestCase):
         A failure that comes later is the L{Deferred}'s, not raised.
         """
         d: Deferred[int] = Deferred()
-        same = raiseAtOnce(d)
+        theirs = raiseAtOnce(d)
         d.errback(OSError(errno.EIO, "later"))
-        self.assertIs(same, d)
-        self.failureResultOf(same, OSError)
+        self.failureResultOf(theirs, OSError)
+
+    def test_laterSuccess(self) -> None:
+        """
+        A result that comes later is the caller's L{Deferred}'s.
+        """
+        d: Deferred[int] = Deferred()
+        theirs = raiseAtOnce(d)
+        d.callback(7)
+        self.assertEqual(self.successResultOf(theirs), 7)
+
+    def test_cancelledCallerLeavesTheWrite(self) -> None:
+        """
+        Cancelling the caller's L{Deferred} (its client went away) ends
+        only the caller's wait: the write's own L{Deferred} is not
+        cancelled, what was chained to it before runs with its result, and
+        a later failure is nobody's error.
+        """
+        for result in (7, Failure(OSError(errno.EIO, "later"))):
+            d: Deferred[int] = Deferred()
+            seen: list[object] = []
+            d.addBoth(lambda r: (seen.append(r), r)[1])
+            theirs = raiseAtOnce(d)
+            theirs.cancel()
+            self.failureResultOf(theirs, CancelledError)
+            self.assertEqual(seen, [])
+            d.callback(result) if not isinstance(result, Failure) else d.errback(result)
+            self.assertEqual(len(seen), 1)
+            self.assertIsNone(self.successResultOf(d))
 
 
 class WriteAtOnceTests(SynchronousTestCase):

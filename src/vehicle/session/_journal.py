@@ -550,7 +550,7 @@ class Journal:
         if chain is self._chain and not self._shut:
             self._log.error(
                 "Session {sessionId}: a durable write failed ({error}); reading it back from disk",
-                sessionId=self.sessionId, error=str(failure.value),
+                sessionId=self.sessionId, error=str(failure.value) or repr(failure.value),
             )
             try:
                 self.reload()

@@ -93,16 +93,33 @@ class _AtOnce:
 
 def raiseAtOnce(written: Deferred[T]) -> Deferred[T]:
     """
-    C{written}, unless it has failed already (a writer that runs at once
-    refused it): then its failure is raised here and now, as a write made
-    in place would have raised it, so that the caller does nothing more.
+    What C{written} says, on a L{Deferred} of the caller's own, unless it
+    has failed already (a writer that runs at once refused it): then its
+    failure is raised here and now, as a write made in place would have
+    raised it, so that the caller does nothing more.
+
+    Cancelling the caller's L{Deferred} (its client went away) ends only
+    the caller's wait: the write goes on, and what follows it (the request
+    remembered, its events told) still happens.  A write is never taken
+    for refused because nobody waits for it any more.
     """
     early = _AtOnce()
     written.addBoth(early)
     early.now = False
     if early.refused is not None:
         early.refused.raiseException()
-    return written
+    theirs: Deferred[T] = Deferred()
+
+    def settled(result: T | Failure) -> None:
+        if theirs.called:
+            return  # cancelled: a failure nobody waits for is not an error here
+        if isinstance(result, Failure):
+            theirs.errback(result)
+        else:
+            theirs.callback(result)
+
+    written.addBoth(settled)
+    return theirs
 
 
 def writeAtOnce(lines: Sequence[Line]) -> None:
