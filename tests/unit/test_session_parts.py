@@ -23,6 +23,7 @@ from vehicle.session._lease import leaseAfter, renewedByUse
 from vehicle.session._room import Room
 from vehicle.store import GroupWriter
 
+from tests.support.batches import HeldBatches
 from tests.support._crashfs import CrashFiles
 
 
@@ -294,6 +295,27 @@ class JournalTests(SynchronousTestCase):
         )
         self.addCleanup(journal.close)
         return journal, events, requests
+
+    def test_closedAtOnceWhenNothingIsOnItsWay(self) -> None:
+        """
+        A journal with nothing on its way through the writer closes its
+        logs at once, though the writer's batches have not run (a start
+        reading back many sessions holds no descriptor for them); with a
+        step on its way, its logs close once the writer has written it.
+        """
+        held = HeldBatches()
+        journal, _, _ = Journal.open("s1", self.directory, self.clock, None,
+                                     GroupWriter(runner=held))
+        logs = [journal._events, journal._records]
+        journal.close()
+        self.assertEqual([log.closed for log in logs if log is not None], [True, True])
+        busy, _, _ = Journal.open("s1", self.directory, self.clock, None, GroupWriter(runner=held))
+        busy.emit("room.policy", {"policy": "mute"})
+        logs = [busy._events, busy._records]
+        busy.close()
+        self.assertEqual([log.closed for log in logs if log is not None], [False, False])
+        held.releaseAll()
+        self.assertEqual([log.closed for log in logs if log is not None], [True, True])
 
     def test_commitThenReadBack(self) -> None:
         """

@@ -445,6 +445,18 @@ class LossTests(PoolTestCase):
             self.clock.advance(MAX_RETRY_SECONDS)
             self.assertEqual(len(self.launcher.spawned), spawned + 1)
 
+    def test_failingForDays(self) -> None:
+        """
+        A pool that has failed thousands of times still waits a minute at
+        most (the pause's doubling stops short of a float's range).
+        """
+        self.pool.start()
+        self.pool.failures = 5000
+        exited(self.launcher.spawned[-1])
+        spawned = len(self.launcher.spawned)
+        self.clock.advance(MAX_RETRY_SECONDS)
+        self.assertEqual(len(self.launcher.spawned), spawned + 1)
+
     def test_aRefusedStateIsAFailure(self) -> None:
         """
         A spare whose state pi refuses is ended and tried again later.

@@ -354,7 +354,7 @@ class SparePool:
         if self.stopped:
             return
         self.failures += 1
-        delay = min(MAX_RETRY_SECONDS, self.refillSeconds * 2 ** self.failures)
+        delay = min(MAX_RETRY_SECONDS, self.refillSeconds * 2 ** min(self.failures, 32))
         self._log.warn(
             "A spare body could not be made ({error}); the next try in {delay} s",
             error=str(failure.value), delay=delay,

@@ -645,12 +645,16 @@ class Journal:
 
     def _closeLogs(self) -> None:
         """
-        Close the logs: at once when nothing goes through a writer, else
-        once the writer has written what was taken.
+        Close the logs: at once when nothing of theirs is on its way
+        through a writer, else once the writer has written what was taken.
         """
+        busy = self.busy
         logs = [log for log in (self._events, self._records) if log is not None]
         self._events = self._records = None
-        if self.writer is None:
+        if self.writer is None or not busy:
+            # Nothing of theirs is on its way through the writer: closed
+            # here and now (a start reading back thousands of sessions holds
+            # no descriptor until the writer's thread runs).
             for log in logs:
                 log.close()
         elif logs:

@@ -266,6 +266,13 @@ class JsonlLog:
         return self._failure is not None
 
     @property
+    def closed(self) -> bool:
+        """
+        Is its descriptor closed?
+        """
+        return self._fd is None
+
+    @property
     def path(self) -> Path:
         """
         The file this log appends to.
