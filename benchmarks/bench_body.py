@@ -39,6 +39,7 @@ from vehicle.body import (  # noqa: E402
     piArgv,
     piEnvironment,
 )
+from vehicle.protocol import RunBudget  # noqa: E402
 from vehicle.session import Caller, Registry  # noqa: E402
 from vehicle.settings import defaultPiRoot  # noqa: E402
 from vehicle.store import DataDir  # noqa: E402
@@ -83,7 +84,7 @@ async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], 
                                      childFDs={0: "w", 1: "r", 2: "r", 3: "w"})
     spec = host.scriptedProvider()
     transport.writeToChild(3, bootConfig(providers={"scripted": spec},
-                                         budget={"maxTurns": 12, "maxCostUsd": 1.0}))
+                                         budget=RunBudget(maxTurns=12, maxCostUsd=1.0)))
     transport.closeChildFD(3)
     await proto.request({"type": "get_state"})
     times = []
