@@ -239,6 +239,27 @@ class MakingTests(PoolTestCase):
         self.assertEqual([s.protocol.transport for s in self.pool.ready], [transport])
         self.assertEqual(len(self.pool.making), 1)
 
+    def test_primedByDefault(self) -> None:
+        """
+        A pool made without saying primes its spares (the host's own pool
+        does not say); a record before C{agent_settled} (the run's
+        C{agent_end}) does not make the spare ready.
+        """
+        settings: dict[str, Any] = dict(
+            launcher=self.launcher, clock=self.clock, size=1, model=MODEL,
+            root=lambda: self.root, openProxy=self.pool.openProxy, refillSeconds=2.0,
+        )
+        pool = SparePool(**settings)
+        pool.start()
+        transport = self.launcher.spawned[-1]
+        answer(transport, "get_state", STATE)
+        self.assertEqual(kinds(transport)[-1], "prompt")
+        answer(transport, "prompt", {"disposition": "started"})
+        record(transport, {"type": "agent_end"})
+        self.assertEqual(pool.ready, [])
+        record(transport, {"type": "agent_settled", "aborted": False})
+        self.assertEqual(len(pool.ready), 1)
+
     def test_questionsAreAnsweredNo(self) -> None:
         """
         The extension's questions to a spare (a token, a session's facts)
@@ -339,6 +360,11 @@ class TakingTests(PoolTestCase):
         self.assertIsNone(self.pool.take(self.session(model="scripted/other-2")))
         self.assertIsNone(self.pool.take(self.session(model="scripted/a-0")))
         self.assertEqual(len(self.pool.ready), 1)
+        # The same model, spelled by another string object (a session's meta
+        # read from JSON), takes it.
+        same = "".join(["scripted/", MODEL.split("/", 1)[1]])
+        self.assertIsNot(same, MODEL)
+        self.assertIsNotNone(self.pool.take(self.session(model=same)))
 
     def test_oldestFirst(self) -> None:
         """
@@ -377,6 +403,9 @@ class TakingTests(PoolTestCase):
         pool.take(self.session())
         self.clock.advance(1)
         pool.take(self.session())
+        self.assertEqual(
+            len([c for c in self.clock.getDelayedCalls() if c.func == pool._fill]), 1
+        )
         self.clock.advance(1)
         self.assertEqual(len(self.launcher.spawned), 4)
         self.clock.advance(10)
@@ -444,6 +473,23 @@ class LossTests(PoolTestCase):
             spawned = len(self.launcher.spawned)
             self.clock.advance(MAX_RETRY_SECONDS)
             self.assertEqual(len(self.launcher.spawned), spawned + 1)
+
+    def test_pausesDouble(self) -> None:
+        """
+        After each failure in a row the pause doubles from the refill
+        pause (2 s): 4, 8, 16, 32 s, then a minute, no more.
+        """
+        self.pool.start()
+        pauses = []
+        for _ in range(6):
+            exited(self.launcher.spawned[-1])
+            spawned = len(self.launcher.spawned)
+            waited = 0.0
+            while len(self.launcher.spawned) == spawned:
+                self.clock.advance(1)
+                waited += 1
+            pauses.append(waited)
+        self.assertEqual(pauses, [4, 8, 16, 32, 60, 60])
 
     def test_failingForDays(self) -> None:
         """
@@ -700,6 +746,23 @@ class HandOffTests(PoolTestCase):
             {"type": "extension_ui_response", "id": "t1", "value": ALICE_TOKEN},
             {"type": "extension_ui_response", "id": "c1", "confirmed": False},
         ])
+
+    def test_onlyTheFactsQuestionGetsTheFacts(self) -> None:
+        """
+        Only an C{input} titled exactly C{sophia.session} is the facts'
+        question: another title, or another kind of question with that
+        title, waits for the session like any other.
+        """
+        self.prompt()
+        for n, (method, title) in enumerate([("input", "sophia.zzz"), ("select", "sophia.session"),
+                                             ("editor", "sophia.session")]):
+            record(self.spareTransport, {"type": "extension_ui_request", "id": f"q{n}",
+                                         "method": method, "title": title})
+        self.assertEqual(
+            [r for r in self.spareTransport.written if r["type"] == "extension_ui_response"], []
+        )
+        sink = self.spareTransport.protocol.sink
+        self.assertNotIn("budget", repr(sink))
 
     def test_questionsOnAFailedWay(self) -> None:
         """
