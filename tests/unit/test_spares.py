@@ -474,6 +474,31 @@ class LossTests(PoolTestCase):
             self.clock.advance(MAX_RETRY_SECONDS)
             self.assertEqual(len(self.launcher.spawned), spawned + 1)
 
+    def test_spawnRefused(self) -> None:
+        """
+        A spare whose process could not be started (the launcher raised) is
+        let go at once, its proxy closed and its folders removed: there is
+        no process to wait for.
+        """
+        calls: list[int] = []
+
+        def refuse(protocol: Any, **kw: Any) -> Any:
+            calls.append(1)
+            if len(calls) >= 20:
+                pool.stopped = True  # a pool that tried again at once would never end
+            raise OSError("no more processes")
+
+        self.patch(self.launcher, "spawn", refuse)
+        pool = self.makePool()
+        pool.start()
+        self.assertEqual(len(calls), 1, "tried again at once instead of after its pause")
+        self.assertEqual(pool.making, [])
+        self.assertEqual([proxy.closed for proxy in self.proxies[-1:]], [1])
+        self.assertEqual(pool.failures, 1)
+        self.clock.advance(4)
+        self.assertEqual(len(calls), 2)
+        self.flushLoggedErrors()
+
     def test_pausesDouble(self) -> None:
         """
         After each failure in a row the pause doubles from the refill

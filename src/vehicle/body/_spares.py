@@ -295,7 +295,12 @@ class SparePool:
 
     def _fill(self) -> None:
         self._refill = None
-        while not self.stopped and len(self.ready) + len(self.making) < self.size:
+        # As many as are missing now, once each: a spare that fails at once
+        # (its process could not be started) is retried after its pause,
+        # not again in this loop.
+        for _ in range(self.size - len(self.ready) - len(self.making)):
+            if self.stopped:
+                break
             self._startOne()
 
     def _startOne(self) -> None:
