@@ -44,3 +44,33 @@ def rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def spawnBarePi(reactor: Any, protocol: Any, provider: dict[str, Any], prefix: str) -> Any:
+    """
+    A bare C{pi --mode rpc} child with vehicle's extension and no host (the
+    floor of the body benchmarks): its own folders under a new temporary
+    one, the scripted provider C{provider} in its boot config on fd 3.
+    Returns its transport.
+    """
+    import json
+
+    from vehicle.body import EXTENSION, agentSettings, bootConfig, findPi, piArgv, piEnvironment
+    from vehicle.protocol import RunBudget
+    from vehicle.settings import defaultPiRoot
+
+    pi = findPi(defaultPiRoot())
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    for d in ("agent", "home", "sess", "work"):
+        (root / d).mkdir()
+    (root / "agent" / "settings.json").write_text(json.dumps(agentSettings()))
+    argv = piArgv(pi, sessionDir=root / "sess", sessionFile=None, extension=EXTENSION,
+                  model="scripted/echo-1", tools=None)
+    env = piEnvironment(home=root / "home", agentDir=root / "agent",
+                        path=f"{pi.node.parent}:/usr/bin:/bin")
+    transport = reactor.spawnProcess(protocol, argv[0], argv, env=env, path=str(root / "work"),
+                                     childFDs={0: "w", 1: "r", 2: "r", 3: "w"})
+    transport.writeToChild(3, bootConfig(providers={"scripted": provider},
+                                         budget=RunBudget(maxTurns=12, maxCostUsd=1.0)))
+    transport.closeChildFD(3)
+    return transport

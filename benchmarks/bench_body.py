@@ -13,7 +13,6 @@ Usage: .venv/bin/python benchmarks/bench_body.py [--runs N]
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -27,21 +26,11 @@ from twisted.internet.task import react
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import BenchCase, rss  # noqa: E402
+from benchmarks._common import BenchCase, rss, spawnBarePi  # noqa: E402
 from tests.support.harness import newSession  # noqa: E402
 from tests.support.live import LiveHost, SSEWatcher  # noqa: E402
-from vehicle.body import (  # noqa: E402
-    EXTENSION,
-    PiProtocol,
-    agentSettings,
-    bootConfig,
-    findPi,
-    piArgv,
-    piEnvironment,
-)
-from vehicle.protocol import RunBudget  # noqa: E402
+from vehicle.body import PiProtocol  # noqa: E402
 from vehicle.session import Caller, Registry  # noqa: E402
-from vehicle.settings import defaultPiRoot  # noqa: E402
 from vehicle.store import DataDir  # noqa: E402
 
 
@@ -68,24 +57,10 @@ async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], 
     the child's resident memory; and the cold figure: from its spawn to the
     first delta of its first prompt.
     """
-    pi = findPi(defaultPiRoot())
-    root = Path(tempfile.mkdtemp(prefix="vehicle-bench-pi-"))
-    for d in ("agent", "home", "sess", "work"):
-        (root / d).mkdir()
-    (root / "agent" / "settings.json").write_text(json.dumps(agentSettings()))
-    argv = piArgv(pi, sessionDir=root / "sess", sessionFile=None, extension=EXTENSION,
-                  model="scripted/echo-1", tools=None)
-    env = piEnvironment(home=root / "home", agentDir=root / "agent",
-                        path=f"{pi.node.parent}:/usr/bin:/bin")
     sink = _Sink()
     proto = PiProtocol(sink)
     spawned = time.perf_counter()
-    transport = reactor.spawnProcess(proto, argv[0], argv, env=env, path=str(root / "work"),
-                                     childFDs={0: "w", 1: "r", 2: "r", 3: "w"})
-    spec = host.scriptedProvider()
-    transport.writeToChild(3, bootConfig(providers={"scripted": spec},
-                                         budget=RunBudget(maxTurns=12, maxCostUsd=1.0)))
-    transport.closeChildFD(3)
+    transport = spawnBarePi(reactor, proto, host.scriptedProvider(), "vehicle-bench-pi-")
     await proto.request({"type": "get_state"})
     times = []
     for n in range(runs + 1):

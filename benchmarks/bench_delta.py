@@ -27,11 +27,9 @@ a C{git worktree} of an earlier commit, to measure before a change.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -54,7 +52,7 @@ sys.path[:0] = [str(CHECKOUT / "src"), str(CHECKOUT)]
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.task import react  # noqa: E402
 
-from benchmarks._common import BenchCase  # noqa: E402
+from benchmarks._common import BenchCase, spawnBarePi  # noqa: E402
 
 
 # -- the trace ------------------------------------------------------------------
@@ -174,31 +172,12 @@ class Direct:
     """
 
     async def start(self, reactor: Any, provider: dict[str, Any]) -> "Direct":
-        from vehicle.body import EXTENSION, PiProtocol, agentSettings, bootConfig, findPi
-        from vehicle.body import piArgv, piEnvironment
-        from vehicle.protocol import RunBudget
-        from vehicle.settings import defaultPiRoot
+        from vehicle.body import PiProtocol
 
-        pi = findPi(defaultPiRoot())
-        root = Path(tempfile.mkdtemp(prefix="vehicle-bench-delta-"))
-        for d in ("agent", "home", "sess", "work"):
-            (root / d).mkdir()
-        (root / "agent" / "settings.json").write_text(json.dumps(agentSettings()))
-        argv = piArgv(pi, sessionDir=root / "sess", sessionFile=None, extension=EXTENSION,
-                      model="scripted/echo-1", tools=None)
-        env = piEnvironment(home=root / "home", agentDir=root / "agent",
-                            path=f"{pi.node.parent}:/usr/bin:/bin")
         self.first: Deferred[float] = Deferred()
         self.settled: Deferred[None] = Deferred()
         self.protocol = PiProtocol(self)
-        self.transport = reactor.spawnProcess(
-            self.protocol, argv[0], argv, env=env, path=str(root / "work"),
-            childFDs={0: "w", 1: "r", 2: "r", 3: "w"},
-        )
-        self.transport.writeToChild(3, bootConfig(
-            providers={"scripted": provider}, budget=RunBudget(maxTurns=12, maxCostUsd=1.0)
-        ))
-        self.transport.closeChildFD(3)
+        self.transport = spawnBarePi(reactor, self.protocol, provider, "vehicle-bench-delta-")
         await self.protocol.request({"type": "get_state"})
         await self.prompt("warm up")
         #: When the first delta of its first prompt came.
