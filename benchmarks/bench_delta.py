@@ -27,11 +27,13 @@ a C{git worktree} of an earlier commit, to measure before a change.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +54,23 @@ sys.path[:0] = [str(CHECKOUT / "src"), str(CHECKOUT)]
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.task import react  # noqa: E402
 
-from benchmarks._common import BenchCase, spawnBarePi  # noqa: E402
+from benchmarks._common import BenchCase  # noqa: E402
+
+
+def _ownCommon() -> ModuleType:
+    """
+    This tree's C{benchmarks/_common.py}, whichever checkout C{--src}
+    names: the floor's pi is started by this tree's helper (an earlier
+    checkout may not have it), from that checkout's C{vehicle.body}.
+    """
+    spec = importlib.util.spec_from_file_location("_ownCommon", ROOT / "benchmarks" / "_common.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+spawnBarePi = _ownCommon().spawnBarePi
 
 
 # -- the trace ------------------------------------------------------------------
