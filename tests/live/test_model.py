@@ -188,6 +188,44 @@ class ScriptedModelTests(TestCase):
         # No usage chunk unless stream_options.include_usage asks for it.
         self.assertFalse(any(isinstance(event, dict) and "usage" in event for event in events))
 
+    async def test_thinkingBeforeText(self) -> None:
+        """
+        A L{Text} with C{thinking} streams it first as C{reasoning_content}
+        deltas, then the text as C{content}; the non-streamed answer carries
+        it beside the content.  C{[[THINK]]} in the last user message does
+        the same for the echo.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        self.model.enqueue(Text("the answer", chunks=2, thinking="pondering"))
+        _, body = await self.post({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]})
+        deltas = [
+            (key, event["choices"][0]["delta"][key])
+            for event in _sse(body)
+            if isinstance(event, dict) and event["choices"]
+            for key in ("reasoning_content", "content")
+            if event["choices"][0]["delta"].get(key)
+        ]
+        self.assertEqual(
+            deltas,
+            [("reasoning_content", "ponde"), ("reasoning_content", "ring"),
+             ("content", "the a"), ("content", "nswer")],
+        )
+        self.model.enqueue(Text("whole", thinking="why"))
+        _, body = await self.post({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        self.assertEqual(
+            json.loads(body)["choices"][0]["message"],
+            {"role": "assistant", "content": "whole", "reasoning_content": "why"},
+        )
+        _, body = await self.post(
+            {"model": "m", "messages": [{"role": "user", "content": "hi [[THINK]]"}]}
+        )
+        message = json.loads(body)["choices"][0]["message"]
+        self.assertEqual(message["reasoning_content"],
+                         "The person said 'hi [[THINK]]'; I should greet them.")
+        self.assertEqual(message["content"], "Hello from the scripted model (you said: 'hi [[THINK]]')")
+        _, body = await self.post({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        self.assertNotIn("reasoning_content", json.loads(body)["choices"][0]["message"])
+
     async def test_nonStreamJson(self) -> None:
         """
         Without C{stream}, the answer is one C{chat.completion} JSON object.

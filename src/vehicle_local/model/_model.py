@@ -66,13 +66,16 @@ class Usage:
 @frozen
 class Text:
     """
-    Answer with C{text}, streamed as C{chunks} deltas C{delayMs} apart.
+    Answer with C{text}, streamed as C{chunks} deltas C{delayMs} apart,
+    after C{thinking} (when given) streamed the same way as the model's
+    reasoning (C{reasoning_content}, as llama.cpp and DeepSeek send it).
     """
 
     text: str
     chunks: int = 5
     delayMs: int = 0
     usage: Usage | None = field(default=None, kw_only=True)
+    thinking: str | None = field(default=None, kw_only=True)
 
 
 @frozen
@@ -260,7 +263,8 @@ class ScriptedModel:
 
     Queued steps (L{enqueue}) are answered first, one per request; with an
     empty queue the last user message's marker decides: C{[[SLOW]]},
-    C{[[TOOL:name]]}, C{[[LOOP:name]]}, C{[[ERROR]]}, else an echo.
+    C{[[TOOL:name]]}, C{[[LOOP:name]]}, C{[[ERROR]]}, else an echo
+    (thought about first, as reasoning, when it has C{[[THINK]]}).
 
     @ivar reactor: the clock used to space streamed deltas.
     @ivar requests: every request received, as C{(headers, body)}; header
@@ -385,7 +389,8 @@ class ScriptedModel:
             if not answered:
                 return ToolCall(tool.group(1), _arguments(tool.group(2)))
             return Text(f"The tool {tool.group(1)} answered.")
-        return Text(f"Hello from the scripted model (you said: '{text}')")
+        thinking = f"The person said '{text}'; I should greet them." if "[[THINK]]" in text else None
+        return Text(f"Hello from the scripted model (you said: '{text}')", thinking=thinking)
 
     def _nextId(self, prefix: str) -> str:
         self._counter += 1
@@ -427,7 +432,8 @@ class ScriptedModel:
             usage=usage,
         )
         if isinstance(step, Text):
-            return evolve(parts, text=step.text, chunks=step.chunks, delay=step.delayMs / 1000.0)
+            return evolve(parts, text=step.text, chunks=step.chunks, delay=step.delayMs / 1000.0,
+                          thinking=step.thinking)
         return evolve(parts, calls=tuple(
             _Call(id=call.id or self._nextId("call_"), name=call.name,
                   arguments=json.dumps(call.arguments))
@@ -474,7 +480,7 @@ class _Answer:
     """
     One answer, in both renderings (a JSON body, or an event stream of
     chunks): its C{text} streamed as C{chunks} deltas C{delay} seconds
-    apart, or its tool C{calls}.
+    apart (after its C{thinking}, as reasoning), or its tool C{calls}.
     """
 
     id: str
@@ -485,6 +491,7 @@ class _Answer:
     chunks: int = 1
     delay: float = 0.0
     calls: tuple[_Call, ...] = ()
+    thinking: str | None = None
 
     @property
     def finish(self) -> str:
@@ -505,6 +512,8 @@ class _Answer:
         The answer as one C{chat.completion} body.
         """
         message: JSONObject = {"role": "assistant", "content": self.text}
+        if self.thinking is not None:
+            message["reasoning_content"] = self.thinking
         if self.calls:
             message["tool_calls"] = [call.toJSON() for call in self.calls]
         return json.dumps(
@@ -541,6 +550,9 @@ class _Answer:
         """
         frames: deque[tuple[float, bytes]] = deque()
         frames.append((0, self._chunk({"role": "assistant", "content": ""})))
+        if self.thinking is not None:
+            for piece in _split(self.thinking, self.chunks):
+                frames.append((self.delay, self._chunk({"reasoning_content": piece})))
         if self.text is not None:
             for piece in _split(self.text, self.chunks):
                 frames.append((self.delay, self._chunk({"content": piece})))
