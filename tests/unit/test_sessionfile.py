@@ -147,9 +147,10 @@ class ReadSessionTests(SynchronousTestCase):
     def test_transcript(self) -> None:
         """
         The transcript lists user, assistant and tool-result messages of the
-        active branch with their entry ids and timestamps; system messages,
-        thinking, labels and custom entries are left out.  On the wire each
-        item's keys come in one order.
+        active branch with their entry ids and timestamps, an assistant
+        message's thinking beside its text (not in it); system messages,
+        labels and custom entries are left out.  On the wire each item's keys
+        come in one order.
         """
         session = readSession(self.write(encode(conversation())))
         items = session.transcript()
@@ -163,7 +164,7 @@ class ReadSessionTests(SynchronousTestCase):
                 {"entryId": "ab1d5f48", "role": "user", "text": "first [[PLAIN]]",
                  "timestamp": "2026-11-30T07:00:50.282Z"},
                 {"entryId": "74a5faba", "role": "assistant", "text": "Hello \u2028there",
-                 "toolCalls": [], "timestamp": "2026-11-30T07:00:50.552Z"},
+                 "toolCalls": [], "thinking": "hmm", "timestamp": "2026-11-30T07:00:50.552Z"},
                 {"entryId": "722cc9d8", "role": "user", "text": "second\u2028line",
                  "timestamp": "2026-11-30T07:00:51.000Z"},
                 {"entryId": "733100d7", "role": "assistant", "text": "",
@@ -188,6 +189,10 @@ class ReadSessionTests(SynchronousTestCase):
         self.assertIs(item.toJSON()["truncated"], True)
         small = readSession(self.write(encode(records))).transcript(maxText=5)[0]
         self.assertEqual(small.text, "éé")
+        thought = conversation()[:5] + [assistant("74a5faba", "ab1d5f48", 50.5,
+                                                  [{"type": "thinking", "thinking": "é" * 9}])]
+        [_, answer] = readSession(self.write(encode(thought))).transcript(maxText=5)
+        self.assertEqual(answer.thinking, "éé")
 
     def test_stringContent(self) -> None:
         """

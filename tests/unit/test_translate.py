@@ -411,7 +411,11 @@ class TranslatorRecordTests(SynchronousTestCase):
             {"type": "turn_end", "message": PLAIN_ASSISTANT, "toolResults": []},
             {"type": "message_start", "message": userMessage("x")},
             {"type": "message_update", "usage": ZERO_USAGE,
-             "assistantMessageEvent": {"type": "thinking_delta", "delta": "hmm"}},
+             "assistantMessageEvent": {"type": "thinking_start", "contentIndex": 0}},
+            {"type": "message_update", "usage": ZERO_USAGE,
+             "assistantMessageEvent": {"type": "thinking_end", "contentIndex": 0,
+                                       "content": "hmm"}},
+            {"type": "message_update", "usage": ZERO_USAGE, "assistantMessageEvent": "odd"},
             {"type": "tool_execution_update", "toolCallId": "call_2cde157e76",
              "toolName": "bash", "args": {"command": "ls"}, "partialResult": {"content": []}},
             {"type": "message_end", "message": {"role": "toolResult", "toolCallId": "c",
@@ -452,6 +456,44 @@ class TranslatorRecordTests(SynchronousTestCase):
         events = self.translator.feed({"type": "extension_error", "extensionPath": "/x/ext.js",
                                        "event": "before_provider_request", "error": "boom"})
         self.assertEqual(events, [HostEvent("extension.error", {"message": "boom"})])
+
+    def test_thinking(self) -> None:
+        """
+        pi's C{thinking_delta}s become ephemeral C{thinking.delta} events,
+        apart from the words' C{message.delta}s; the assistant message's
+        thinking parts, joined, ride on its C{message.completed} (capped and
+        flagged when long); a message that thought nothing carries no
+        C{thinking}.
+        """
+        events = feedAll(self.translator, [
+            {"type": "message_update", "usage": ZERO_USAGE,
+             "assistantMessageEvent": {"type": "thinking_delta", "contentIndex": 0,
+                                       "delta": "hmm, "}},
+            {"type": "message_update", "usage": ZERO_USAGE,
+             "assistantMessageEvent": {"type": "thinking_delta", "contentIndex": 0,
+                                       "delta": "greet"}},
+            delta("Hi"),
+            {"type": "message_end", "message": assistantMessage(
+                [{"type": "thinking", "thinking": "hmm, greet", "thinkingSignature": "r"},
+                 {"type": "thinking", "thinking": ""},
+                 {"type": "thinking", "thinking": "then speak"},
+                 {"type": "text", "text": "Hi"}], PLAIN_USAGE, "stop")},
+        ])
+        self.assertEqual(events[:3], [
+            HostEvent("thinking.delta", {"runId": "run-1", "text": "hmm, "}, durable=False),
+            HostEvent("thinking.delta", {"runId": "run-1", "text": "greet"}, durable=False),
+            HostEvent("message.delta", {"runId": "run-1", "text": "Hi"}, durable=False),
+        ])
+        self.assertEqual(events[3].data["thinking"], "hmm, greet\nthen speak")
+        self.assertEqual(events[3].data["text"], "Hi")
+        self.assertNotIn("thinkingTruncated", events[3].data)
+        [long] = self.translator.feed({"type": "message_end", "message": assistantMessage(
+            [{"type": "thinking", "thinking": "€" * 6000}], PLAIN_USAGE, "stop")})
+        self.assertEqual(long.data["thinking"], "€" * 5461)
+        self.assertIs(long.data["thinkingTruncated"], True)
+        self.assertNotIn("truncated", long.data)
+        [plain] = self.translator.feed({"type": "message_end", "message": PLAIN_ASSISTANT})
+        self.assertNotIn("thinking", plain.data)
 
     def test_textsCapped(self) -> None:
         """

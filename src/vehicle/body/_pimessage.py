@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.unit.test_sessionfile,tests.unit.test_translate -*-
 """
 pi's message as the host reads it, once, at the edge: its role, its text
-parts, its tool calls (without their arguments), its usage, why it stopped.
+parts, its thinking parts, its tool calls (without their arguments), its usage, why it stopped.
 The same shape comes from a session file's C{message} entry and from an RPC
 C{message_end} event (pi.md 3.4); whatever else pi puts in a message the
 host does not read.
@@ -85,22 +85,23 @@ class Usage:
         }
 
 
-def _textParts(content: JSON) -> tuple[str, ...]:
+def _parts(content: JSON, kind: str) -> tuple[str, ...]:
     """
-    The text parts of a message's C{content}: a plain string (a user
-    message may be one) is its only part; thinking, images and tool calls
-    are left out.
+    The strings of a message's C{content} parts of type C{kind}, each read
+    from the part's field of the same name (C{text} of a C{text} part,
+    C{thinking} of a C{thinking} part); a plain string (a user message may
+    be one) is its only text part.
     """
     if isinstance(content, str):
-        return (content,)
+        return (content,) if kind == "text" else ()
     if not isinstance(content, list):
         return ()
     return tuple(
-        text
+        value
         for part in content
-        if isinstance(part, dict) and part.get("type") == "text"
-        for text in (part.get("text"),)
-        if isinstance(text, str)
+        if isinstance(part, dict) and part.get("type") == kind
+        for value in (part.get(kind),)
+        if isinstance(value, str)
     )
 
 
@@ -122,6 +123,7 @@ class PiMessage:
     @ivar role: C{user}, C{assistant}, C{toolResult}, C{system}, or what
         else pi may write (L{None} when it wrote none).
     @ivar texts: its text parts, in order.
+    @ivar thoughts: an assistant message's thinking parts, in order.
     @ivar toolCalls: an assistant message's tool calls.
     @ivar stopReason: why an assistant message ended (C{stop}, C{toolUse},
         C{error}, C{aborted}).
@@ -133,6 +135,7 @@ class PiMessage:
 
     role: str | None
     texts: tuple[str, ...] = ()
+    thoughts: tuple[str, ...] = ()
     toolCalls: tuple[ToolCall, ...] = ()
     stopReason: str | None = None
     errorMessage: str | None = None
@@ -148,7 +151,8 @@ class PiMessage:
         content = message.get("content")
         return cls(
             role=textOf(message.get("role")),
-            texts=_textParts(content),
+            texts=_parts(content, "text"),
+            thoughts=tuple(thought for thought in _parts(content, "thinking") if thought),
             toolCalls=_toolCalls(content),
             stopReason=textOf(message.get("stopReason")),
             errorMessage=textOf(message.get("errorMessage")),
@@ -163,3 +167,11 @@ class PiMessage:
         The visible text: the text parts joined by newlines.
         """
         return "\n".join(self.texts)
+
+    @property
+    def thinking(self) -> str:
+        """
+        What the model thought before it answered: the thinking parts
+        joined by newlines (C{""} when it showed none).
+        """
+        return "\n".join(self.thoughts)

@@ -126,6 +126,8 @@ class TranscriptItem:
     @ivar text: the message's text, capped.
     @ivar truncated: whether the text was cut.
     @ivar toolCalls: an assistant message's tool calls.
+    @ivar thinking: what an assistant message's model thought before it
+        answered (its thinking parts joined), capped; C{""} when none.
     @ivar toolName: a tool result's tool.
     @ivar isError: whether a tool result is a failure.
     @ivar timestamp: when pi appended the entry.
@@ -136,6 +138,7 @@ class TranscriptItem:
     text: str
     truncated: bool = False
     toolCalls: tuple[ToolCall, ...] = ()
+    thinking: str = ""
     toolName: str | None = None
     isError: bool = False
     timestamp: str | None = None
@@ -143,15 +146,17 @@ class TranscriptItem:
     def toJSON(self) -> JSONObject:
         """
         The item on the wire: C{{"entryId", "role", "text"}}, then
-        C{"truncated": true} when cut, C{"toolCalls"} for an assistant
-        message, C{"toolName"} and C{"isError"} for a tool result, and the
-        C{"timestamp"}.
+        C{"truncated": true} when cut, C{"toolCalls"} (and C{"thinking"}
+        when it thought aloud) for an assistant message, C{"toolName"} and
+        C{"isError"} for a tool result, and the C{"timestamp"}.
         """
         item: JSONObject = {"entryId": self.entryId, "role": self.role, "text": self.text}
         if self.truncated:
             item["truncated"] = True
         if self.role == "assistant":
             item["toolCalls"] = [call.toJSON() for call in self.toolCalls]
+            if self.thinking:
+                item["thinking"] = self.thinking
         elif self.role == "toolResult":
             item["toolName"] = self.toolName
             item["isError"] = self.isError
@@ -243,6 +248,7 @@ class SessionFile:
                     text=text,
                     truncated=truncated,
                     toolCalls=message.toolCalls if role == "assistant" else (),
+                    thinking=capText(message.thinking, maxText)[0] if role == "assistant" else "",
                     toolName=message.toolName if role == "toolResult" else None,
                     isError=message.isError if role == "toolResult" else False,
                     timestamp=entry.timestamp,

@@ -28,6 +28,10 @@ TOOLS_NOTICE_PREFIX = "sophia.tools "
 #: Extension UI methods that expect no answer (pi's fire-and-forget kinds).
 _UI_NO_ANSWER = frozenset({"setStatus", "setWidget", "setTitle", "set_editor_text"})
 
+#: pi's streamed pieces of an assistant message -> the ephemeral event that
+#: carries each: its words, and what it thought before them.
+_DELTAS: dict[JSON, str] = {"text_delta": "message.delta", "thinking_delta": "thinking.delta"}
+
 #: pi record type -> the L{Translator} method that handles it.
 _HANDLERS = {
     kind: "_on_" + kind
@@ -217,6 +221,11 @@ class Translator:
         if message.stopReason is not None:
             self._lastStopReason = message.stopReason
         data["toolCalls"] = [call.toJSON() for call in message.toolCalls]
+        if message.thoughts:
+            thinking, cut = _capped(message.thinking)
+            data["thinking"] = thinking
+            if cut:
+                data["thinkingTruncated"] = True
         data["stopReason"] = message.stopReason
         data["usage"] = usage.toJSON()
         errorMessage = None
@@ -240,10 +249,13 @@ class Translator:
 
     def _on_message_update(self, record: JSONObject) -> list[HostEvent]:
         update = record.get("assistantMessageEvent")
-        if not isinstance(update, dict) or update.get("type") != "text_delta":
+        if not isinstance(update, dict):
+            return []
+        kind = _DELTAS.get(update.get("type"))
+        if kind is None:
             return []
         text, _ = _capped(update.get("delta"))
-        return [HostEvent("message.delta", {**self._run(), "text": text}, durable=False)]
+        return [HostEvent(kind, {**self._run(), "text": text}, durable=False)]
 
     def _on_tool_execution_start(self, record: JSONObject) -> list[HostEvent]:
         args = record.get("args")

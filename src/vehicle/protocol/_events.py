@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.unit.test_protocol -*-
 """
 An event of a session's log (spec, "Watch"): numbered from 1 when durable,
-unnumbered when ephemeral (C{message.delta}, streamed and never written).
+unnumbered when ephemeral (C{message.delta} and C{thinking.delta}, streamed
+and never written).
 Its C{data} is the event type's own JSON (C{protocol/schemas/event.schema.json}
 says what each carries).
 """
@@ -30,7 +31,9 @@ EVENT_TYPES = frozenset(
 )
 
 #: Ephemeral events: streamed to SSE watchers only, never logged.
-EPHEMERAL_TYPES = frozenset({"message.delta"})
+#: C{thinking.delta} is this host's own: the model's reasoning as pi streams
+#: it, beside the spec's C{message.delta} (docs/conformance.md).
+EPHEMERAL_TYPES = frozenset({"message.delta", "thinking.delta"})
 
 #: The events one durable step writes, in order: C{(type, data)} each.
 Effects = list[tuple[str, JSONObject]]
