@@ -142,6 +142,47 @@ class TurnTests(_Live):
         self.assertTrue(editor.texts(sid).endswith("(you said: 'and now?')"))
 
 
+class ThoughtTests(_Live):
+    """
+    What the model thought before it answered, as thought chunks.
+    """
+
+    async def test_thoughtsStreamAndReplay(self) -> None:
+        """
+        A model that reasons first (the scripted model's C{reasoning_content},
+        which pi keeps as thinking): its reasoning streams to the editor as
+        C{agent_thought_chunk}s, piece by piece and before the reply's
+        words, and the host keeps it on the message; a second editor's
+        C{session/load} tells it again before the reply.
+        """
+        await self.startHost()
+        editor = await self.editor()
+        sid = await self.newSession(editor)
+        said = "think it over [[THINK]]"
+        answer = await self.prompt(editor, sid, said)
+        self.assertEqual(answer.stop_reason, "end_turn")
+        thought = f"The person said '{said}'; I should greet them."
+        self.assertEqual(editor.texts(sid, "agent_thought_chunk"), thought)
+        self.assertGreater(len(editor.of(sid, "agent_thought_chunk")), 1)
+        kinds = [u["sessionUpdate"] for s, u in editor.updates if s == sid]
+        self.assertLess(kinds.index("agent_thought_chunk"), kinds.index("agent_message_chunk"))
+        self.assertEqual(kinds[-1], "agent_message_chunk")
+        self.assertNotIn("greet them", editor.texts(sid))
+        [reply] = [e["data"] for e in self.host.events(sid)
+                   if e["type"] == "message.completed" and e["data"]["role"] == "assistant"]
+        self.assertEqual(reply["thinking"], thought)
+        await editor.close()
+
+        second = await self.editor()
+        await second.do(
+            lambda c: c.load_session(session_id=sid, cwd="/home/person/project", mcp_servers=[])
+        )
+        self.assertEqual([u["sessionUpdate"] for s, u in second.updates],
+                         ["user_message_chunk", "agent_thought_chunk", "agent_message_chunk"])
+        self.assertEqual(second.texts(sid, "agent_thought_chunk"), thought)
+        await second.close()
+
+
 class SessionTests(_Live):
     """
     Loading a session with its history, two editors on one session, and a

@@ -328,6 +328,42 @@ class EventMapperTests(SynchronousTestCase):
         self.assertEqual({u["messageId"] for u in updates}, {"run-3-m0"})
         self.assertEqual({u["sessionUpdate"] for u in updates}, {"agent_message_chunk"})
 
+    def test_thoughtsBeforeWords(self) -> None:
+        """
+        Thinking deltas are thought chunks, a message of their own beside
+        the words'; the message's completion adds only the thinking and the
+        text the deltas had not said, thought first.  Joined mid-message,
+        both are held back and told whole at the completion.
+        """
+        mapper = EventMapper()
+        updates = self.feed(
+            mapper,
+            event("run.started", 1, runId="run-3", tools=[]),
+            event("thinking.delta", runId="run-3", text="hmm "),
+            event("message.delta", runId="run-3", text="Hel"),
+            event("message.completed", 2, runId="run-3", role="assistant", text="Hello",
+                  thinking="hmm greet", toolCalls=[], stopReason="stop", usage={}),
+        )
+        self.assertEqual(
+            [(u["sessionUpdate"], u["content"]["text"], u["messageId"]) for u in updates],
+            [("agent_thought_chunk", "hmm ", "run-3-m0-thought"),
+             ("agent_message_chunk", "Hel", "run-3-m0"),
+             ("agent_thought_chunk", "greet", "run-3-m0-thought"),
+             ("agent_message_chunk", "lo", "run-3-m0")],
+        )
+        mapper.gap = True
+        late = self.feed(
+            mapper,
+            event("thinking.delta", runId="run-3", text="later"),
+            event("message.completed", 3, runId="run-3", role="assistant", text="Bye",
+                  thinking="so, later", toolCalls=[], stopReason="stop", usage={}),
+        )
+        self.assertEqual(
+            [(u["sessionUpdate"], u["content"]["text"], u["messageId"]) for u in late],
+            [("agent_thought_chunk", "so, later", "run-3-m1-thought"),
+             ("agent_message_chunk", "Bye", "run-3-m1")],
+        )
+
     def test_gap(self) -> None:
         """
         After a reconnection, deltas are held back until the message
@@ -439,7 +475,8 @@ class ReplayTests(SynchronousTestCase):
 
     def test_replay(self) -> None:
         """
-        The transcript in order: words, replies, each call with its result.
+        The transcript in order: words, replies (what was thought first),
+        each call with its result.
         """
         transcript = [
             {"entryId": "e1", "role": "user", "text": "hi\n\n[open in Garden: d]"},
@@ -447,7 +484,8 @@ class ReplayTests(SynchronousTestCase):
              "toolCalls": [{"id": "c1", "name": "mcp__graph__read_document"}]},
             {"entryId": "e3", "role": "toolResult", "toolName": "mcp__graph__read_document",
              "text": "the doc", "isError": False},
-            {"entryId": "e4", "role": "assistant", "text": "done", "toolCalls": []},
+            {"entryId": "e4", "role": "assistant", "text": "done", "toolCalls": [],
+             "thinking": "all read"},
         ]
         self.assertEqual([update.toJSON() for update in replay(transcript)], [
             {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "hi"},
@@ -456,6 +494,8 @@ class ReplayTests(SynchronousTestCase):
              "kind": "read", "status": "pending", "rawInput": {}},
             {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed",
              "content": [{"type": "content", "content": {"type": "text", "text": "the doc"}}]},
+            {"sessionUpdate": "agent_thought_chunk",
+             "content": {"type": "text", "text": "all read"}, "messageId": "e4-thought"},
             {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "done"},
              "messageId": "e4"},
         ])

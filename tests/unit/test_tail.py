@@ -332,6 +332,28 @@ class ReconnectTests(SynchronousTestCase):
         self.assertTrue(typeMatches((), "anything"))
         self.assertFalse(typeMatches(("run.*",), "runner"))
 
+    def test_deltasInline(self) -> None:
+        """
+        With C{deltas}, the words' deltas are printed inline, indented, and
+        the model's thinking is not mixed in; with C{asJSON} both kinds of
+        delta are printed as their frames.
+        """
+        clock = Clock()
+        stream = FakeStream()
+        tail, out, _ = self.tail(FakeHTTP(clock, stream), clock, deltas=True)
+        Deferred.fromCoroutine(tail.run()).addErrback(lambda f: None)
+        stream.send({"type": "thinking.delta", "data": {"text": "hmm"}},
+                    {"type": "message.delta", "data": {"text": "Hel"}},
+                    {"type": "message.delta", "data": {"text": "lo"}}, event(1, "run.settled"))
+        self.assertEqual("".join(out), "    Hello\n1 run.settled\n")
+        stream = FakeStream()
+        tail, out, _ = self.tail(FakeHTTP(clock, stream), clock, deltas=True, asJSON=True)
+        Deferred.fromCoroutine(tail.run()).addErrback(lambda f: None)
+        stream.send({"type": "thinking.delta", "data": {"text": "hmm"}},
+                    {"type": "message.delta", "data": {"text": "Hel"}})
+        self.assertEqual([json.loads(line)["type"] for line in out],
+                         ["thinking.delta", "message.delta"])
+
     def test_options(self) -> None:
         """
         C{--gardend} (with a scheme), C{--graph} and one of C{--session} and

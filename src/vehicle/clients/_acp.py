@@ -73,7 +73,7 @@ from vehicle.clients._ridemain import (
 )
 from vehicle.clients._stdio import MAX_LINE, StdioLines
 from vehicle.clients._tail import Tail, TailFailed
-from vehicle.protocol import JSONObject, intOf, objectOf, objectsOf, textOf
+from vehicle.protocol import EPHEMERAL_TYPES, JSONObject, intOf, objectOf, objectsOf, textOf
 
 
 #: Refusals that mean this agent does not hold the lease (any more).
@@ -219,7 +219,7 @@ class AcpSession:
             self.agent.update(self.sessionId, update)
         kind = textOf(event.get("type")) or ""
         data = objectOf(event.get("data"))
-        if kind == "message.delta":
+        if kind in EPHEMERAL_TYPES:
             return
         self._noteLease(kind, data)
         if kind == "run.started":

@@ -195,7 +195,8 @@ def _textBlock(text: str) -> JSONObject:
 @frozen
 class MessageChunk:
     """
-    Words said: a C{user_message_chunk} or an C{agent_message_chunk}.
+    Words said: a C{user_message_chunk} or an C{agent_message_chunk}; or
+    thought: an C{agent_thought_chunk}.
     """
 
     kind: str
@@ -306,11 +307,20 @@ def pairResults(transcript: Sequence[JSONObject]) -> list[tuple[str, JSONObject]
     return pairs
 
 
+def _thoughtId(messageId: str | None) -> str | None:
+    """
+    The id of the thought before the message C{messageId}: a message of its
+    own, as ACP tells thoughts apart from words.
+    """
+    return None if messageId is None else messageId + "-thought"
+
+
 def replay(transcript: Sequence[JSONObject]) -> list[Update]:
     """
     A session's transcript as the updates that show it again
-    (C{session/load}): the person's words, the replies, each tool call
-    with its status and output.
+    (C{session/load}): the person's words, the replies (each after what
+    the model thought first, when it showed that), each tool call with its
+    status and output.
     """
     results = {id(item): callId for callId, item in pairResults(transcript)}
     updates: list[Update] = []
@@ -321,6 +331,9 @@ def replay(transcript: Sequence[JSONObject]) -> list[Update]:
         if role == "user" and text:
             updates.append(MessageChunk("user_message_chunk", stripContextNote(text), messageId))
         elif role == "assistant":
+            thinking = textOf(item.get("thinking"))
+            if thinking:
+                updates.append(MessageChunk("agent_thought_chunk", thinking, _thoughtId(messageId)))
             if text:
                 updates.append(MessageChunk("agent_message_chunk", text, messageId))
             for callId, name in _calls(item):
@@ -432,9 +445,9 @@ class EventMapper:
     """
     One session's events as C{session/update}s, in order.
 
-    Tracks what a live stream needs: the text streamed of the assistant
-    message under way (so its C{message.completed} adds only what is
-    missing), the tool calls seen and those whose output is still to be
+    Tracks what a live stream needs: the text and the thinking streamed of
+    the assistant message under way (so its C{message.completed} adds only
+    what is missing), the tool calls seen and those whose output is still to be
     read from the transcript, the prompts this editor sent (whose user
     message it already shows), and how the last run ended.
 
@@ -449,6 +462,7 @@ class EventMapper:
     awaiting: list[str] = field(factory=list)
     lastRun: RunOutcome | None = None
     _streamed: str = ""
+    _thought: str = ""
     _messages: int = 0
     _runId: str = "run"
     _ownTexts: list[str] = field(factory=list)
@@ -483,6 +497,8 @@ class EventMapper:
             return []
         if kind == "message.delta":
             return self._delta(data)
+        if kind == "thinking.delta":
+            return self._thinking(data)
         if kind == "message.completed":
             return self._completed(data)
         if kind == "run.started":
@@ -501,7 +517,7 @@ class EventMapper:
                 budget=self._budget,
             )
             self.gap = False
-            self._streamed = ""
+            self._streamed = self._thought = ""
             return []
         if kind == "tool.started":
             return self._toolStarted(data)
@@ -518,6 +534,13 @@ class EventMapper:
         self._streamed += text
         return [MessageChunk("agent_message_chunk", text, self._messageId())]
 
+    def _thinking(self, data: JSONObject) -> list[Update]:
+        text = textOf(data.get("text"))
+        if self.gap or not text:
+            return []
+        self._thought += text
+        return [MessageChunk("agent_thought_chunk", text, _thoughtId(self._messageId()))]
+
     def _completed(self, data: JSONObject) -> list[Update]:
         text = _text(data)
         if data.get("role") == "user":
@@ -527,6 +550,12 @@ class EventMapper:
                     return []
             return [MessageChunk("user_message_chunk", stripContextNote(text))] if text else []
         updates: list[Update] = []
+        thinking = textOf(data.get("thinking")) or ""
+        thought, self._thought = self._thought, ""
+        if thinking.startswith(thought) and len(thinking) > len(thought):
+            updates.append(MessageChunk(
+                "agent_thought_chunk", thinking[len(thought):], _thoughtId(self._messageId())
+            ))
         streamed, self._streamed = self._streamed, ""
         if text.startswith(streamed) and len(text) > len(streamed):
             updates.append(

@@ -314,7 +314,9 @@ class Tail:
             elif self.deltas and typeMatches(self.types, eventType):
                 if self.asJSON:
                     self._line(json.dumps(event, ensure_ascii=False))
-                else:
+                elif eventType == "message.delta":
+                    # The words only: the model's thinking (thinking.delta)
+                    # mixed in would read as what it said.
                     text = textOf(objectOf(event.get("data")).get("text")) or ""
                     if text:
                         # Indented, so no delta line reads as an event's.
@@ -515,7 +517,8 @@ class TailOptions(GardendOptions):
 
     optFlags = [
         ["json", None, "Print each event's frame as JSON."],
-        ["deltas", None, "Print message deltas (inline text; with --json, their frames)."],
+        ["deltas", None, "Print message deltas (inline text; with --json, their frames and the "
+                         "model's thinking.delta frames)."],
         ["all", None, "Follow every session of the graph you can see, new ones as they come."],
     ]
     optParameters = [
