@@ -183,6 +183,54 @@ class ThoughtTests(_Live):
         await second.close()
 
 
+class StopReasonTests(_Live):
+    """
+    The stop reasons a run's end gives besides C{end_turn} and
+    C{cancelled}, from real pi.
+    """
+
+    async def test_budgetStopsTheTurn(self) -> None:
+        """
+        A model that never stops calling tools runs into the run's turn
+        budget (the spec's "Budget", 12 turns by default): the host aborts
+        the run, and the prompt answers C{max_turn_requests}.
+        """
+        await self.startHost()
+        editor = await self.editor()
+        sid = await self.newSession(editor)
+        answer = await self.prompt(editor, sid, "go round [[LOOP:mcp__graph__list_documents]]")
+        self.assertEqual(answer.stop_reason, "max_turn_requests")
+        [exceeded] = [e["data"] for e in self.host.events(sid) if e["type"] == "budget.exceeded"]
+        self.assertEqual(exceeded["reason"], "max_turns")
+        again = await self.prompt(editor, sid, "and now?")
+        self.assertEqual(again.stop_reason, "end_turn")
+
+    async def test_refusal(self) -> None:
+        """
+        A provider that refuses (C{finish_reason: content_filter}, which pi
+        reports as an error naming it) ends the prompt with C{refusal}, not
+        an error; the refusal's words are shown.
+        """
+        await self.startHost()
+        editor = await self.editor()
+        sid = await self.newSession(editor)
+        answer = await self.prompt(editor, sid, "do the bad thing [[REFUSE]]")
+        self.assertEqual(answer.stop_reason, "refusal")
+        self.assertEqual(editor.texts(sid), "I can't help with that.")
+
+    async def test_outOfTokens(self) -> None:
+        """
+        An answer the model cut for its token limit (C{finish_reason:
+        length}, pi's C{length}) ends the prompt with C{max_tokens}.
+        """
+        await self.startHost()
+        editor = await self.editor()
+        sid = await self.newSession(editor)
+        answer = await self.prompt(editor, sid, "go on and on [[CUT]]")
+        self.assertEqual(answer.stop_reason, "max_tokens")
+        self.assertEqual(editor.texts(sid), "This answer runs out of tok")
+
+
 class SessionTests(_Live):
     """
     Loading a session with its history, two editors on one session, and a

@@ -226,6 +226,24 @@ class ScriptedModelTests(TestCase):
         _, body = await self.post({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
         self.assertNotIn("reasoning_content", json.loads(body)["choices"][0]["message"])
 
+    async def test_refuseMarker(self) -> None:
+        """
+        C{[[REFUSE]]} is answered as a provider's refusal: a short text that
+        ends with C{finish_reason} C{content_filter}, streamed or not;
+        C{[[CUT]]} as an answer that ran out of tokens (C{length}).
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        messages = [{"role": "user", "content": "do the bad thing [[REFUSE]]"}]
+        _, body = await self.post({"model": "m", "stream": True, "messages": messages})
+        events = _sse(body)
+        self.assertEqual(_finish(events), ["content_filter"])
+        self.assertEqual(_text(events), "I can't help with that.")
+        _, body = await self.post({"model": "m", "messages": messages})
+        self.assertEqual(json.loads(body)["choices"][0]["finish_reason"], "content_filter")
+        _, body = await self.post({"model": "m", "stream": True,
+                                   "messages": [{"role": "user", "content": "go on [[CUT]]"}]})
+        self.assertEqual(_finish(_sse(body)), ["length"])
+
     async def test_nonStreamJson(self) -> None:
         """
         Without C{stream}, the answer is one C{chat.completion} JSON object.

@@ -68,7 +68,8 @@ class Text:
     """
     Answer with C{text}, streamed as C{chunks} deltas C{delayMs} apart,
     after C{thinking} (when given) streamed the same way as the model's
-    reasoning (C{reasoning_content}, as llama.cpp and DeepSeek send it).
+    reasoning (C{reasoning_content}, as llama.cpp and DeepSeek send it);
+    ended with C{finishReason} (C{content_filter}: the provider refused).
     """
 
     text: str
@@ -76,6 +77,7 @@ class Text:
     delayMs: int = 0
     usage: Usage | None = field(default=None, kw_only=True)
     thinking: str | None = field(default=None, kw_only=True)
+    finishReason: str = field(default="stop", kw_only=True)
 
 
 @frozen
@@ -263,8 +265,10 @@ class ScriptedModel:
 
     Queued steps (L{enqueue}) are answered first, one per request; with an
     empty queue the last user message's marker decides: C{[[SLOW]]},
-    C{[[TOOL:name]]}, C{[[LOOP:name]]}, C{[[ERROR]]}, else an echo
-    (thought about first, as reasoning, when it has C{[[THINK]]}).
+    C{[[TOOL:name]]}, C{[[LOOP:name]]}, C{[[ERROR]]}, C{[[REFUSE]]} (a
+    refusal: C{content_filter}), C{[[CUT]]} (out of tokens: C{length}),
+    else an echo (thought about first, as
+    reasoning, when it has C{[[THINK]]}).
 
     @ivar reactor: the clock used to space streamed deltas.
     @ivar requests: every request received, as C{(headers, body)}; header
@@ -374,6 +378,10 @@ class ScriptedModel:
                 lastUser, text = index, _textOf(message.get("content"))
         if "[[ERROR]]" in text:
             return Error(500, "The scripted model failed on purpose ([[ERROR]]).")
+        if "[[REFUSE]]" in text:
+            return Text("I can't help with that.", finishReason="content_filter")
+        if "[[CUT]]" in text:
+            return Text("This answer runs out of tok", finishReason="length")
         if "[[SLOW]]" in text:
             words = "".join(f"slow-{n} " for n in range(self.slowDeltas))
             return Text(words, chunks=self.slowDeltas, delayMs=self.slowDelayMs)
@@ -433,7 +441,7 @@ class ScriptedModel:
         )
         if isinstance(step, Text):
             return evolve(parts, text=step.text, chunks=step.chunks, delay=step.delayMs / 1000.0,
-                          thinking=step.thinking)
+                          thinking=step.thinking, finishReason=step.finishReason)
         return evolve(parts, calls=tuple(
             _Call(id=call.id or self._nextId("call_"), name=call.name,
                   arguments=json.dumps(call.arguments))
@@ -492,10 +500,11 @@ class _Answer:
     delay: float = 0.0
     calls: tuple[_Call, ...] = ()
     thinking: str | None = None
+    finishReason: str = "stop"
 
     @property
     def finish(self) -> str:
-        return "stop" if self.text is not None else "tool_calls"
+        return self.finishReason if self.text is not None else "tool_calls"
 
     def usageJSON(self) -> JSONObject:
         out: JSONObject = {
