@@ -5,8 +5,11 @@ ACP client library (C{acp}), as an editor would:
 
 1. a new session's first chunk: from C{session/new} to the first
    C{agent_message_chunk} of the prompt sent when it answers (a vehicle
-   session's body is started by that prompt; pi-acp starts pi at
-   C{session/new});
+   session's body is started by that prompt, or is a spare handed over
+   when one is ready; pi-acp starts pi at C{session/new}).  vehicle is
+   measured twice: with a spare ready before each session (the host's
+   default, for a person who does not open sessions faster than the pool
+   refills), and with no spare (the pool stopped);
 2. a prompt's first chunk: the next prompt on that warm session, from
    C{session/prompt} to its first C{agent_message_chunk}.
 
@@ -23,6 +26,7 @@ Usage: .venv/bin/python benchmarks/bench_acp.py [--runs N] [--pi-acp VERSION]
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import statistics
@@ -31,7 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import react
@@ -43,7 +47,7 @@ from acp import text_block  # noqa: E402
 from benchmarks._common import BenchCase  # noqa: E402
 from benchmarks.bench_body import direct  # noqa: E402
 from tests.support.acp import AsyncioThread, Editor, vehicleEditor  # noqa: E402
-from tests.support.live import LiveHost, startStandIn  # noqa: E402
+from tests.support.live import LiveHost, pool, startStandIn  # noqa: E402
 from vehicle.body import findPi  # noqa: E402
 from vehicle.settings import defaultPiRoot  # noqa: E402
 
@@ -65,15 +69,21 @@ def firstChunk(editor: Editor, after: int, sessionId: str) -> float:
     raise AssertionError(f"no message chunk for {sessionId}")
 
 
-async def measure(editor: Editor, runs: int, cwd: str) -> tuple[list[float], list[float]]:
+async def measure(
+    editor: Editor, runs: int, cwd: str, ready: Callable[[], bool] | None = None
+) -> tuple[list[float], list[float]]:
     """
     In the editor's loop: C{runs} new sessions (one more first, not
     counted), each prompted twice; the times of each's first chunk.
+
+    @param ready: before each new session, wait until it holds (untimed).
     """
     conn = editor.conn
     fresh: list[float] = []
     warm: list[float] = []
     for n in range(runs + 1):
+        while ready is not None and not ready():
+            await asyncio.sleep(0.05)
         start = time.perf_counter()
         session = await conn.new_session(cwd=cwd, mcp_servers=[])
         sid = session.session_id
@@ -137,7 +147,7 @@ def piAcpEditor(loop: AsyncioThread, root: Path, host: LiveHost, entry: Path) ->
 
 def row(name: str, times: list[float], floor: list[float]) -> str:
     median, low = statistics.median(times) * 1000, statistics.median(floor) * 1000
-    return (f"  {name:<14} {median:8.1f} ms  ({min(times) * 1000:.1f}-{max(times) * 1000:.1f})"
+    return (f"  {name:<27} {median:8.1f} ms  ({min(times) * 1000:.1f}-{max(times) * 1000:.1f})"
             f"   floor {low:8.1f} ms   x{median / low:5.2f}")
 
 
@@ -148,17 +158,25 @@ async def main(reactor: Any, runs: int = 5, version: str = PI_ACP) -> None:
     try:
         entry = installPiAcp(root / "npm", version)
         stand = startStandIn(case, masterKey=MASTER)
-        host = await LiveHost(case).start()
+        host = await LiveHost(case, spareBodies=1, spareRefillMs=0).start()
         stand.setServiceUrl(host.url)
         work = root / "work"
         work.mkdir()
         results = {}
-        for name, editor in (
-            ("vehicle acp", vehicleEditor(loop, stand.url, MASTER, home=case.mktemp())),
-            (f"pi-acp {version}", piAcpEditor(loop, root / "piacp", host, entry)),
+        spares = pool(host)
+        for name, editor, ready in (
+            ("vehicle acp, a spare ready",
+             vehicleEditor(loop, stand.url, MASTER, home=case.mktemp()),
+             lambda: bool(spares.ready)),
+            ("vehicle acp, no spare",
+             vehicleEditor(loop, stand.url, MASTER, home=case.mktemp()), None),
+            (f"pi-acp {version}", piAcpEditor(loop, root / "piacp", host, entry), None),
         ):
+            if ready is None and not spares.stopped:
+                # No spare from here on: the pool is stopped (its spares end).
+                await spares.stop()
             await editor.start()
-            results[name] = await loop.run(measure(editor, runs, str(work)))
+            results[name] = await loop.run(measure(editor, runs, str(work), ready))
             await editor.close()
         warmFloor, _, _ = await direct(reactor, host, runs)
         coldFloor = []
