@@ -392,6 +392,29 @@ class TakingTests(PoolTestCase):
         self.assertEqual(len(self.launcher.spawned), 3)
         self.assertEqual((len(pool.ready), len(pool.making)), (1, 1))
 
+    def test_refillCountsThoseBeingMade(self) -> None:
+        """
+        The refill starts only what is missing beside the spares still
+        being made: of four, one ready and taken and three being made, it
+        starts one.
+        """
+        pool = self.makePool(size=4)
+        pool.start()
+        self.readyOne(0)
+        pool.take(self.session())
+        self.clock.advance(2)
+        self.assertEqual(len(self.launcher.spawned), 5)
+        self.assertEqual((len(pool.ready), len(pool.making)), (0, 4))
+
+    def test_noFillOnceStopped(self) -> None:
+        """
+        A pool started again after its stop starts nothing.
+        """
+        pool = self.makePool(size=2)
+        pool.stop()
+        pool.start()
+        self.assertEqual(self.launcher.spawned, [])
+
     def test_oneRefillForSeveralTakes(self) -> None:
         """
         Spares taken during one pause are made up after it, together.

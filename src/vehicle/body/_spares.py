@@ -295,12 +295,12 @@ class SparePool:
 
     def _fill(self) -> None:
         self._refill = None
+        if self.stopped:
+            return
         # As many as are missing now, once each: a spare that fails at once
         # (its process could not be started) is retried after its pause,
         # not again in this loop.
         for _ in range(self.size - len(self.ready) - len(self.making)):
-            if self.stopped:
-                break
             self._startOne()
 
     def _startOne(self) -> None:
@@ -337,7 +337,9 @@ class SparePool:
                 spare.settled = Deferred()
                 await spare.protocol.request({"type": "prompt", "message": PRIMING_PROMPT})
                 await spare.settled
-            if self.stopped or spare not in self.making:
+            if spare not in self.making:
+                # The pool stopped meanwhile (its stop takes every spare
+                # being made, and ends it).
                 raise SpareLost(spareId)
         except Exception:
             if spare in self.making:
