@@ -366,6 +366,23 @@ class ConversationTests(_PageCase):
         names = page.find("#session-list").text
         self.assertIn("first", names)
         self.assertEqual(len(page.all("#session-list li")), 2)
+
+        # A model that reasons first: its thinking is shown apart from the
+        # answer, folded once the answer is whole, and again after a reload.
+        page.newSession("thinker")
+        said = "[[THINK]] ponder"
+        page.type(said)
+        answer = f"Hello from the scripted model (you said: '{said}')"
+        page.waitLast(("assistant", answer))
+        thought = f"The person said '{said}'; I should greet them."
+        shown = "return Array.from(document.querySelectorAll('.msg.assistant details.thinking'))" \
+                ".map(d => [d.open, d.querySelector('.thought').textContent]);"
+        waitUntil(lambda: page.d.execute_script(shown) == [[False, thought]], what="the thinking, folded")
+        page.d.refresh()
+        page.waitOpen()
+        waitUntil(lambda: page.d.execute_script(shown) == [[False, thought]],
+                  what="the thinking after a reload")
+        self.assertEqual(page.transcript(), [("user", said), ("assistant", answer)])
         logs = [entry for entry in page.d.get_log("browser") if entry["level"] == "SEVERE"]
         self.assertEqual(logs, [])
 

@@ -19,6 +19,15 @@ const REREAD = new Set([
   "session.cloned", "queue.stranded",
 ]);
 
+/**
+ * What a reasoning model thought before it answered, folded under "Thinking"
+ * (open while it streams): {node, text, value}.
+ */
+function thinkingBlock(value, open) {
+  const text = el("div", {class: "thought"}, value);
+  return {node: el("details", {class: "thinking", open}, el("summary", {}, "Thinking"), text), text, value};
+}
+
 export class Conversation {
   /**
    * @param api the routes (api.js)
@@ -290,6 +299,7 @@ export class Conversation {
     if (item.role === "assistant") {
       return el("li", {class: "msg assistant", dataset: {entry: item.entryId}},
         el("div", {class: "who"}, "pi", el("time", {datetime: item.timestamp || ""}, " · " + when(item.timestamp))),
+        item.thinking ? thinkingBlock(item.thinking, false).node : null,
         item.text ? el("div", {class: "text"}, item.text) : null,
         (item.toolCalls || []).map((call) => el("details", {class: "tool-call"},
           el("summary", {}, "Tool call: ", call.name || "?"), el("p", {}, "call id ", call.id || "?"))));
@@ -345,8 +355,10 @@ export class Conversation {
   // -- the watch -----------------------------------------------------------
 
   receive(frame) {
-    if (frame.type === "message.delta") {
-      if (frame.seq === undefined || frame.seq === null) this.delta(frame.data || {});
+    if (frame.type === "message.delta" || frame.type === "thinking.delta") {
+      if (frame.seq === undefined || frame.seq === null) {
+        this.delta(frame.data || {}, frame.type === "thinking.delta");
+      }
       return;
     }
     const seq = frame.seq;
@@ -393,12 +405,12 @@ export class Conversation {
     if (this.summary) this.renderTranscript();
   }
 
-  delta(data) {
+  delta(data, thought) {
     if (!this.streaming) {
       const text = el("div", {class: "text"});
       const node = el("li", {class: "msg assistant streaming", "aria-busy": "true"},
         el("div", {class: "who"}, "pi", el("span", {class: "typing"}, " · replying")), text);
-      this.streaming = {node, text, value: ""};
+      this.streaming = {node, text, value: "", thinking: null};
       const empty = this.parts.transcript.querySelector("li.empty");
       if (empty) empty.remove();
       this.parts.transcript.append(node);
@@ -407,6 +419,17 @@ export class Conversation {
       // A reply is streaming: a run is under way, whatever came first.
       this.summary.status = "running";
       this.renderHead();
+    }
+    if (thought) {
+      // What the model thinks before it answers: shown apart, open while
+      // it streams, and never as part of the answer.
+      if (!this.streaming.thinking) {
+        this.streaming.thinking = thinkingBlock("", true);
+        this.streaming.text.before(this.streaming.thinking.node);
+      }
+      this.streaming.thinking.value += data.text || "";
+      this.streaming.thinking.text.textContent = this.streaming.thinking.value;
+      return;
     }
     this.streaming.value += data.text || "";
     this.streaming.text.textContent = this.streaming.value;
@@ -432,7 +455,8 @@ export class Conversation {
       case "message.completed":
         if (data.role === "assistant") this.endStreaming();
         this.addTail(frame, this.transcriptItem({
-          role: data.role, text: data.text, toolCalls: data.toolCalls, timestamp: frame.timestamp,
+          role: data.role, text: data.text, thinking: data.thinking, toolCalls: data.toolCalls,
+          timestamp: frame.timestamp,
         }));
         if (data.role === "user") {
           // A fork point once the snapshot names its entry.

@@ -7,7 +7,8 @@
 // opens a new EventSource from the last seq seen (?since=), after asking
 // `beforeReopen` whether to (it checks the session and renews the cookie).
 
-//: Every event type of the protocol ("Watch"), and the ephemeral delta.
+//: Every event type of the protocol ("Watch"), the ephemeral delta, and the
+//: host's own ephemeral thinking.delta (what a reasoning model thought).
 export const EVENT_TYPES = [
   "session.created", "session.revived", "session.shutdown", "session.forked", "session.cloned",
   "session.renamed", "session.deleted", "body.materialized", "body.dormant", "body.exited",
@@ -18,7 +19,7 @@ export const EVENT_TYPES = [
   "tool.result", "queue.updated", "queue.stranded", "budget.exceeded", "room.policy",
   "chime.received", "chime.resolved", "compaction.started", "compaction.ended",
   "retry.started", "extension.error", "abort.slow", "mirror.written", "mirror.failed",
-  "message.delta",
+  "message.delta", "thinking.delta",
 ];
 
 export class Watch {
