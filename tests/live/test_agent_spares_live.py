@@ -106,6 +106,11 @@ class HandOffTests(TestCase):
         spare = await readyAgentSpare(host)
         pid = spare.transport.pid
         reserved = spare.sessionId
+        # pi named its own session's file where the session's pi folder will
+        # be, and keeps it (its priming) in the spare's folder until then.
+        own = Path(spare.ownFile)
+        self.assertEqual(own.parent, host.root / "sessions" / reserved / "pi")
+        self.assertIn(PRIMING_PROMPT, (spare.paths.piDir / own.name).read_text())
         sparePi = os.stat(spare.paths.piDir).st_ino
         spareWork = os.stat(spare.paths.workDir).st_ino
         sid = await host.create(profile="agent")
