@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Awaitable, Callable, ClassVar, Protocol
 
 from attrs import define, field, frozen
-from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -247,11 +247,9 @@ class Spare:
         Stop a spare that will not be handed over, then discard it.
         """
         protocol = self.protocol
+        ending: Deferred[None] = succeed(None)
         if self.transport is not None and not protocol.hasEnded:
             ending = protocol.terminate(clock, graceSeconds=3)
-        else:
-            ending = Deferred()
-            ending.callback(None)
         return ending.addBoth(lambda _: self.discard())
 
     def discard(self) -> Deferred[None]:
