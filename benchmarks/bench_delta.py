@@ -309,11 +309,15 @@ async def hostWith(case: BenchCase, modelUrl: str, **settings: Any) -> Any:
     return host
 
 
-async def waitForSpare(host: Any) -> None:
+async def waitForSpare(host: Any, agent: bool = False) -> None:
+    """
+    Wait for a ready spare: a chat one, or (C{agent}) an agent one.
+    """
     from tests.support.live import sleep
 
+    pool = host.host.bodies.agent.spares if agent else host.host.bodies.spares
     for _ in range(600):
-        if host.host.bodies.spares.ready:
+        if pool.ready:
             return
         await sleep(0.05)
     raise RuntimeError("no spare became ready")

@@ -18,7 +18,12 @@ run:
   downloads itself, which it cannot here (see docs/performance.md): the
   reason is printed.
 
-Usage: .venv/bin/python benchmarks/bench_newsession.py [--runs N] [--no-peers]
+With C{--agent} the sessions are agent sessions (in a bwrap box): C{host,
+no spare} starts the box and pi at the prompt, C{host, a spare ready} hands
+over a boxed spare made for the session's id; the peers are not run (they
+have no box), and the floors are pi's, unboxed.
+
+Usage: .venv/bin/python benchmarks/bench_newsession.py [--runs N] [--no-peers] [--agent]
 """
 
 from __future__ import annotations
@@ -48,14 +53,15 @@ OPENCODE = "opencode-ai@1.18.33"
 SANDBOX_AGENT = "@sandbox-agent/cli@0.4.2"
 
 
-async def hostSample(host: Any) -> float:
+async def hostSample(host: Any, profile: str | None = None) -> float:
     """
-    Create a session, prompt it at once, until the first delta on SSE.
+    Create a session (of C{profile}), prompt it at once, until the first
+    delta on SSE.
     """
     from tests.support.live import SSEWatcher
 
     start = time.perf_counter()
-    sid = await host.create()
+    sid = await host.create(**({"profile": profile} if profile else {}))
     watcher = await SSEWatcher(host, sid).start()
     await host.command(sid, "prompt", "p1", text="hello")
     await watcher.waitFor(lambda m: m.get("event") == "message.delta")
@@ -212,10 +218,12 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     results: dict[str, list[float]] = {}
     notes: list[str] = []
     try:
+        profile = "agent" if args.agent else None
         cold = await hostWith(case, modelUrl)
-        warm = await hostWith(case, modelUrl, spareBodies=1, spareRefillMs=0)
+        warm = await hostWith(case, modelUrl, spareRefillMs=0,
+                              **({"agentSpareBodies": 1} if args.agent else {"spareBodies": 1}))
         opencode = None
-        if not args.no_peers:
+        if not (args.no_peers or args.agent):
             try:
                 modules = install(peers / "opencode", OPENCODE)
                 opencode = OpenCode(modules, modelUrl, peers / "opencode-run")
@@ -231,13 +239,13 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
                     notes.append(f"sandbox-agent cannot run offline here: {reason}")
             except Exception as e:  # noqa: BLE001
                 notes.append(f"sandbox-agent could not be installed: {e}")
-        await hostSample(cold)  # warm-ups, not counted
-        await waitForSpare(warm)
-        await hostSample(warm)
+        await hostSample(cold, profile)  # warm-ups, not counted
+        await waitForSpare(warm, args.agent)
+        await hostSample(warm, profile)
         for _ in range(args.runs):
-            results.setdefault("host, no spare", []).append(await hostSample(cold))
-            await waitForSpare(warm)
-            results.setdefault("host, a spare ready", []).append(await hostSample(warm))
+            results.setdefault("host, no spare", []).append(await hostSample(cold, profile))
+            await waitForSpare(warm, args.agent)
+            results.setdefault("host, a spare ready", []).append(await hostSample(warm, profile))
             results.setdefault("pi started alone", []).append(
                 await coldPi(reactor, cold.scriptedProvider()))
             if opencode is not None:
@@ -254,7 +262,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
         shutil.rmtree(peers, ignore_errors=True)
     after = os.getloadavg()
     floor = statistics.median(results["pi started alone"])
-    print(f"a new session: create + prompt -> first text delta; median of {args.runs} (min-max)")
+    kind = "agent session (bwrap)" if args.agent else "session"
+    print(f"a new {kind}: create + prompt -> first text delta; median of {args.runs} (min-max)")
     print(f"{os.cpu_count()} cores; load average {load[0]:.2f} before, {after[0]:.2f} after")
     for name in ("pi started alone", "a warm pi (a prompt)", "host, no spare",
                  "host, a spare ready", "opencode 1.18.33"):
@@ -274,5 +283,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--agent", action="store_true")
     arguments = parser.parse_args()
     react(lambda reactor: Deferred.fromCoroutine(main(reactor, arguments)))

@@ -22,7 +22,7 @@ from twisted.web.client import HTTPConnectionPool
 from vehicle import __version__
 from vehicle._reactors import IHostReactor, globalReactor
 from vehicle._threads import threadRunner
-from vehicle.agent import AgentProfile
+from vehicle.agent import AgentProfile, agentSpares
 from vehicle.body import EXTENSION, Launcher, RunInThread
 from vehicle._http import httpClient
 from vehicle.host import Bodies, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares
@@ -115,6 +115,14 @@ def buildHost(
     if launcher is None:
         launcher = _launcher(settings, models, reactor)
     agent = _agentProfile(settings, models, reactor, dataDir, metrics)
+    agent.spares = agentSpares(
+        agent,
+        launcher=launcher,
+        model=models.default,
+        size=settings.agentSpareBodies,
+        refillSeconds=settings.spareRefillMs / 1000.0,
+        newSessionId=registry.newSessionId,
+    )
     mirror = Mirror(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
@@ -235,6 +243,8 @@ def _agentProfile(
         mcpUrl=settings.mcpUrl,
         hidden=(Path.home(),) + settings.boxHidden,
         metrics=metrics,
+        # A spare reserved for a new session waits as long as a body idles.
+        spareHoldSeconds=settings.bodyIdleMs / 1000.0,
     )
 
 

@@ -188,6 +188,11 @@ class Settings:
     #: before the next one starts (its start would take the CPU the handed
     #: body's first run needs).
     spareRefillMs: int = 2000
+    #: C{VEHICLE_AGENT_SPARE_BODIES}: warm boxed agent bodies kept ready
+    #: for new agent sessions (0: none; made only where agent bodies are
+    #: boxed by bwrap).  None unless asked for here; the environment's
+    #: default is 1.
+    agentSpareBodies: int = 0
 
     @classmethod
     def fromEnvironment(
@@ -249,6 +254,7 @@ class Settings:
             metricsListen=_metricsFrom(env, metrics),
             spareBodies=_int(env, "VEHICLE_SPARE_BODIES", 1, 0),
             spareRefillMs=_int(env, "VEHICLE_SPARE_REFILL_MS", 2000, 0),
+            agentSpareBodies=_int(env, "VEHICLE_AGENT_SPARE_BODIES", 1, 0),
         )
 
 

@@ -18,7 +18,9 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
 
-from vehicle.body import PRIMING_PROMPT, SPARE_BUDGET, SparePool, bootConfig, sessionFacts
+from vehicle.body import (
+    PRIMING_PROMPT, SPARE_BUDGET, ChatSpares, SparePool, bootConfig, sessionFacts,
+)
 from vehicle.body._conductor import Conductor
 from vehicle.body._rpc import PiProtocol
 from vehicle.body._sessionfile import hasConversation, newSessionFile
@@ -35,6 +37,7 @@ from vehicle.store import DataDir
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.fakepi import STATE
 from tests.support.harness import FakeLauncher, FakePiTransport, newSession
+from tests.support.pirecords import answer, exited, kinds, record
 from tests.support.schemas import assertValidEvent
 
 
@@ -100,41 +103,6 @@ def quietSink() -> Deaf:
     return Deaf()
 
 
-def record(transport: FakePiTransport, data: dict[str, Any]) -> None:
-    transport.protocol.outReceived(json.dumps(data).encode() + b"\n")
-
-
-def answer(transport: FakePiTransport, kind: str, data: Any = None, success: bool = True) -> None:
-    """
-    Answer the oldest request of C{kind} the host wrote to C{transport}.
-    """
-    answered = getattr(transport, "answered", set())
-    transport.answered = answered  # type: ignore[attr-defined]  # a test's note on the fake
-    for request in transport.written:
-        if request.get("type") == kind and request["id"] not in answered:
-            answered.add(request["id"])
-            reply: dict[str, Any] = {"type": "response", "id": request["id"], "command": kind,
-                                     "success": success}
-            if data is not None:
-                reply["data"] = data
-            if not success:
-                reply["error"] = "refused"
-            record(transport, reply)
-            return
-    raise AssertionError(f"no {kind!r} request: {transport.written}")
-
-
-def kinds(transport: FakePiTransport) -> list[str]:
-    return [r["type"] for r in transport.written]
-
-
-def exited(transport: FakePiTransport, code: int = 1) -> None:
-    from twisted.internet.error import ProcessTerminated
-    from twisted.python.failure import Failure
-
-    transport.protocol.processEnded(Failure(ProcessTerminated(exitCode=code)))
-
-
 class PoolTestCase(SynchronousTestCase):
     """
     A pool of spares on a fake launcher, its proxies fakes.
@@ -164,7 +132,8 @@ class PoolTestCase(SynchronousTestCase):
 
         settings: dict[str, Any] = dict(
             launcher=self.launcher, clock=self.clock, size=self.size, model=MODEL,
-            root=lambda: self.root, openProxy=openProxy, mcpUrl=self.launcher.mcpUrl,
+            kind=ChatSpares(root=lambda: self.root, openProxy=openProxy,
+                            mcpUrl=self.launcher.mcpUrl),
             refillSeconds=2.0, prime=self.prime,
         )
         settings.update(kw)
@@ -247,7 +216,7 @@ class MakingTests(PoolTestCase):
         """
         settings: dict[str, Any] = dict(
             launcher=self.launcher, clock=self.clock, size=1, model=MODEL,
-            root=lambda: self.root, openProxy=self.pool.openProxy, refillSeconds=2.0,
+            kind=self.pool.kind, refillSeconds=2.0,
         )
         pool = SparePool(**settings)
         pool.start()
@@ -333,23 +302,23 @@ class TakingTests(PoolTestCase):
         self.pool.start()
         transport = self.readyOne()
         session = self.session()
-        spare = self.pool.take(session)
+        spare = self.pool.take(session.meta.model)
         assert spare is not None
         self.assertIs(spare.protocol.transport, transport)
-        self.assertIsNone(self.pool.take(session))
+        self.assertIsNone(self.pool.take(session.meta.model))
         self.assertEqual(len(self.launcher.spawned), 1)
         self.clock.advance(1.9)
         self.assertEqual(len(self.launcher.spawned), 1)
         self.clock.advance(0.1)
         self.assertEqual(len(self.launcher.spawned), 2)
-        self.assertIsNone(self.pool.take(session))
+        self.assertIsNone(self.pool.take(session.meta.model))
 
     def test_nothingReadyNothingTaken(self) -> None:
         """
         A spare still starting is not handed out.
         """
         self.pool.start()
-        self.assertIsNone(self.pool.take(self.session()))
+        self.assertIsNone(self.pool.take(MODEL))
 
     def test_onlyTheSparesModel(self) -> None:
         """
@@ -357,14 +326,14 @@ class TakingTests(PoolTestCase):
         """
         self.pool.start()
         self.readyOne()
-        self.assertIsNone(self.pool.take(self.session(model="scripted/other-2")))
-        self.assertIsNone(self.pool.take(self.session(model="scripted/a-0")))
+        self.assertIsNone(self.pool.take("scripted/other-2"))
+        self.assertIsNone(self.pool.take("scripted/a-0"))
         self.assertEqual(len(self.pool.ready), 1)
         # The same model, spelled by another string object (a session's meta
         # read from JSON), takes it.
         same = "".join(["scripted/", MODEL.split("/", 1)[1]])
         self.assertIsNot(same, MODEL)
-        self.assertIsNotNone(self.pool.take(self.session(model=same)))
+        self.assertIsNotNone(self.pool.take(same))
 
     def test_oldestFirst(self) -> None:
         """
@@ -374,7 +343,7 @@ class TakingTests(PoolTestCase):
         pool.start()
         second = self.readyOne(1)
         first = self.readyOne(0)
-        taken = pool.take(self.session())
+        taken = pool.take(MODEL)
         assert taken is not None
         self.assertIs(taken.protocol.transport, second)
         self.assertIsNot(first, second)
@@ -387,7 +356,7 @@ class TakingTests(PoolTestCase):
         pool.start()
         self.readyOne(0)
         self.readyOne(1)
-        pool.take(self.session())
+        pool.take(MODEL)
         self.clock.advance(2)
         self.assertEqual(len(self.launcher.spawned), 3)
         self.assertEqual((len(pool.ready), len(pool.making)), (1, 1))
@@ -423,9 +392,9 @@ class TakingTests(PoolTestCase):
         pool.start()
         self.readyOne(0)
         self.readyOne(1)
-        pool.take(self.session())
+        pool.take(MODEL)
         self.clock.advance(1)
-        pool.take(self.session())
+        pool.take(MODEL)
         self.assertEqual(
             len([c for c in self.clock.getDelayedCalls() if c.func == pool._fill]), 1
         )
@@ -571,7 +540,7 @@ class LossTests(PoolTestCase):
         """
         self.pool.start()
         transport = self.readyOne()
-        spare = self.pool.take(self.session())
+        spare = self.pool.take(MODEL)
         assert spare is not None
         spare.protocol.sink = quietSink()
         exited(transport)
@@ -606,7 +575,7 @@ class StopTests(PoolTestCase):
         self.assertEqual(self.pool.making, [])
         self.clock.advance(MAX_RETRY_SECONDS * 2)
         self.assertEqual(len(self.launcher.spawned), 2)
-        self.assertIsNone(self.pool.take(self.session()))
+        self.assertIsNone(self.pool.take(MODEL))
 
     def test_stopAfterATake(self) -> None:
         """
@@ -614,7 +583,7 @@ class StopTests(PoolTestCase):
         """
         self.pool.start()
         self.readyOne(0)
-        self.pool.take(self.session())
+        self.pool.take(MODEL)
         self.pool.stop()
         self.clock.advance(MAX_RETRY_SECONDS)
         self.assertEqual(len(self.launcher.spawned), 2)
@@ -1112,7 +1081,8 @@ class ChatSpareProxyTests(SynchronousTestCase):
         pool = chatSpares(launcher=launcher, reactor=reactor, models=models, size=2,
                           runDir=runDir, refillSeconds=1.5)
         assert pool is not None
-        self.assertEqual((pool.size, pool.model, pool.refillSeconds, pool.mcpUrl),
+        assert isinstance(pool.kind, ChatSpares)
+        self.assertEqual((pool.size, pool.model, pool.refillSeconds, pool.kind.mcpUrl),
                          (2, MODEL, 1.5, launcher.mcpUrl))
 
 

@@ -14,15 +14,17 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from attrs import define, field
+from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.interfaces import IDelayedCall
 from twisted.logger import Logger
-
-from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from vehicle._reactors import IHostReactor
-from vehicle.body import BodyPaths, BodyPlan, Wrapper
+from vehicle._timers import cancelIfActive
+from vehicle.body import BodyPaths, BodyPlan, Spare, SparePool, Wrapper
 from vehicle.box import (
     BoxSpec,
     SeatbeltSpec,
@@ -43,7 +45,7 @@ from vehicle.metrics import Metrics, unserved
 from vehicle.models import ModelCatalog
 from vehicle.protocol import CreateRequest, JSONObject
 from vehicle.session import Caller, FolderRecord, Session
-from vehicle.store import DataDir
+from vehicle.store import DataDir, files, fsyncDirectory
 
 
 #: Where, inside the box, the body's bridge listens for the model.
@@ -80,6 +82,15 @@ class AgentProfile:
     proxies: dict[str, ModelProxy] = field(factory=dict)
     #: Where run folders are made (a short path: the system's temp folder).
     runRoot: Path | None = None
+    #: Warm agent bodies, each made to become one new session
+    #: (L{vehicle.agent.agentSpares}), if kept.
+    spares: SparePool | None = None
+    #: The spares reserved for sessions made and not yet handed over, by
+    #: the session's id.
+    reserved: dict[str, Spare] = field(factory=dict)
+    #: How long a reserved spare waits for its session's first command.
+    spareHoldSeconds: float = 600.0
+    _holds: dict[str, IDelayedCall] = field(factory=dict)
     _runDir: Path | None = None
 
     # -- creation -----------------------------------------------------------
@@ -165,12 +176,43 @@ class AgentProfile:
 
     def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]:
         """
-        Make the workspace; record both folders' identities (kept in the
-        session's meta, checked before every body).
+        Make the workspace, or move in the folders of the spare reserved
+        for the session (L{reserveSpare}); record both folders' identities
+        as they are then (kept in the session's meta, checked before every
+        body).
         """
-        workspace = self.dataDir.workspaceDir(sessionId)
-        workspace.mkdir(mode=0o700, parents=False, exist_ok=False)
+        spare = self.reserved.get(sessionId)
+        if spare is not None:
+            self._moveSpareFolders(spare, sessionId, sessionDir)
+        else:
+            workspace = self.dataDir.workspaceDir(sessionId)
+            workspace.mkdir(mode=0o700, parents=False, exist_ok=False)
         return self.recordFolders(sessionId, sessionDir)
+
+    def _moveSpareFolders(self, spare: Spare, sessionId: str, sessionDir: Path) -> None:
+        """
+        The spare's pi folder becomes the session's (in its folder being
+        built) and its workspace the session's workspace, each by a rename
+        on the data dir's filesystem; the spare's box, whose binds follow
+        the folders, already sees them where the session has them.  A host
+        cut between here and the session's publication leaves a folder
+        being built and a workspace of no session, which start removes.
+        """
+        layer = files()
+        # The empty pi folder the maker made gives way to the spare's.
+        layer.rmdir(sessionDir / "pi")
+        layer.rename(spare.paths.piDir, sessionDir / "pi")
+        layer.rename(spare.paths.workDir, self.dataDir.workspaceDir(sessionId))
+        if spare.ownFile is not None:
+            # The spare's own session (its priming) is no conversation of
+            # the session's: a clone before the first command must not copy
+            # it.  (Should pi write it again before it is handed over, the
+            # hand-off removes it once pi is off it.)
+            own = sessionDir / "pi" / Path(spare.ownFile).name
+            if own.is_file() and not own.is_symlink():
+                layer.unlink(own)
+        fsyncDirectory(sessionDir)
+        fsyncDirectory(self.dataDir.workspaces)
 
     def recordFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]:
         """
@@ -181,6 +223,90 @@ class AgentProfile:
             "workspace": _identity(workspace),
             "pi": _identity(sessionDir / "pi"),
         }
+
+    # -- spares -------------------------------------------------------------
+
+    def startSpares(self) -> None:
+        """
+        The host starts: agent spares are made, in the background.
+        """
+        if self.spares is not None:
+            self.spares.start()
+
+    def reserveSpare(self, model: str, tier: str) -> str | None:
+        """
+        A new agent session on C{model}, boxed by C{tier}, is about to be
+        made: take a ready spare for it, if there is one, and return the id
+        the session must have (the spare's box binds its folders where that
+        session's are).  L{makeFolders} moves them in; the first command
+        hands the spare over (L{spareFor}); L{unreserve} lets it go.  A
+        spare waits L{spareHoldSeconds} for its session's first command.
+        """
+        if self.spares is None or tier != "bwrap":
+            return None
+        spare = self.spares.take(model)
+        if spare is None:
+            return None
+        sessionId = spare.sessionId
+        if sessionId is None:
+            spare.end(self.reactor).addErrback(self._lostSpare, spare)
+            return None
+        self.reserved[sessionId] = spare
+        self._holds[sessionId] = self.reactor.callLater(
+            self.spareHoldSeconds, self.unreserve, sessionId
+        )
+        return sessionId
+
+    def _release(self, sessionId: str) -> Spare | None:
+        cancelIfActive(self._holds.pop(sessionId, None))
+        return self.reserved.pop(sessionId, None)
+
+    def unreserve(self, sessionId: str) -> None:
+        """
+        The spare reserved for C{sessionId}, if any, will not be handed
+        over (its session was not made, was deleted, or waited too long):
+        it ends, and only its own folder goes (its session's folders, moved
+        out of it, stay).
+        """
+        spare = self._release(sessionId)
+        if spare is not None:
+            spare.end(self.reactor).addErrback(self._lostSpare, spare)
+
+    async def spareFor(self, session: Session) -> Spare | None:
+        """
+        The spare reserved for C{session}, to hand over as its first body
+        (L{vehicle.body.SpareSource}), once the box is still there and the
+        folders are still the host's; L{None}: start a body.
+
+        @raise VehicleError: as L{plan} does (the spare is let go).
+        """
+        spare = self._release(session.sessionId)
+        if spare is None:
+            return None
+        try:
+            tier = await self.decide()
+            self.checkFolders(session)
+        except BaseException:
+            spare.end(self.reactor).addErrback(self._lostSpare, spare)
+            raise
+        if tier != "bwrap" or spare.protocol.hasEnded:
+            spare.end(self.reactor).addErrback(self._lostSpare, spare)
+            return None
+        return spare
+
+    def stopSpares(self) -> Deferred[None]:
+        """
+        The host stops: the pool's spares and every reserved one end.
+        """
+        ending = [self.spares.stop()] if self.spares is not None else []
+        for sessionId in list(self.reserved):
+            spare = self._release(sessionId)
+            if spare is not None:
+                ending.append(spare.end(self.reactor))
+        return gatherResults(ending, consumeErrors=True).addCallback(lambda _: None)
+
+    def _lostSpare(self, failure: Failure, spare: Spare) -> None:
+        self._log.failure("Spare {spareId} did not end cleanly", failure, spareId=spare.spareId)
 
     # -- bodies -------------------------------------------------------------
 
@@ -211,8 +337,13 @@ class AgentProfile:
         """
         if session.meta.profile != "agent":
             return
-        await self.decide()
-        self.checkFolders(session)
+        try:
+            await self.decide()
+            self.checkFolders(session)
+        except VehicleError:
+            # No body may start: a spare reserved for it will not be one.
+            self.unreserve(session.sessionId)
+            raise
 
     async def plan(self, session: Session) -> BodyPlan:
         """
@@ -234,16 +365,16 @@ class AgentProfile:
         program = seccompProgram() if tier == "bwrap" else None
         return BodyPlan(
             workDir=workDir,
-            providers=self.providersFor(session, proxy, port),
+            providers=self.providersFor(session.meta.model, proxy, port),
             wrap=(
                 self.wrapper(proxy, seccompFd=SECCOMP_FD if program else None)
                 if tier == "bwrap"
                 else self.seatbeltWrapper(proxy)
             ),
             extraFDs={SECCOMP_FD: program} if program else None,
-            bootExtra={"bridge": {"socket": str(proxy.socketPath), "port": port, "token": proxy.token}},
+            bootExtra=self.bridgeFor(proxy, port),
             box=tier,
-            mcpUrl=f"http://127.0.0.1:{port}/mcp" if proxy.mcp is not None else None,
+            mcpUrl=self.mcpFor(proxy, port),
             cleanup=lambda: Deferred.fromCoroutine(self.closeProxy(session)),
         )
 
@@ -252,17 +383,38 @@ class AgentProfile:
         The body's proxy to the model (and to MCP): a fresh token each body.
         """
         await self.closeProxy(session)
-        baseUrl, key = self.models.endpointFor(session.meta.model)
-        proxy = ModelProxy(
-            reactor=self.reactor,
-            socketPath=self.runDir() / session.sessionId / "model.sock",
-            model=Upstream(baseUrl=baseUrl, key=key),
-            mcp=Upstream(baseUrl=self.mcpUrl) if self.mcpUrl else None,
-            gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
-        )
+        model, gate = self.upstreamFor(session)
+        proxy = self.newProxy(session.sessionId, model, gate)
         await proxy.listen()
         self.proxies[session.sessionId] = proxy
         return proxy
+
+    def newProxy(
+        self, sessionId: str, model: Upstream | None, gate: Callable[[], str | None] | None = None,
+    ) -> ModelProxy:
+        """
+        A proxy for a body of session C{sessionId} (not listening yet): to
+        C{model} (L{None} for a spare's, until its hand-off), and to MCP.
+        """
+        return ModelProxy(
+            reactor=self.reactor,
+            socketPath=self.runDir() / sessionId / "model.sock",
+            model=model,
+            mcp=Upstream(baseUrl=self.mcpUrl) if self.mcpUrl else None,
+            gate=gate,
+        )
+
+    def upstreamFor(self, session: Session) -> tuple[Upstream, Callable[[], str | None]]:
+        """
+        Where a body of C{session} reaches its model (the host holding the
+        key), and the gate its proxy asks before each request (the
+        session's meter).
+        """
+        baseUrl, key = self.models.endpointFor(session.meta.model)
+        return (
+            Upstream(baseUrl=baseUrl, key=key),
+            lambda: session.conductor.meterModelRequest() if session.conductor else None,
+        )
 
     async def closeProxy(self, session: Session) -> None:
         proxy = self.proxies.pop(session.sessionId, None)
@@ -270,13 +422,13 @@ class AgentProfile:
             await proxy.close()
 
     def providersFor(
-        self, session: Session, proxy: ModelProxy, port: int = BRIDGE_PORT
+        self, model: str, proxy: ModelProxy, port: int = BRIDGE_PORT
     ) -> dict[str, JSONObject]:
         """
-        The boot config's providers for a boxed body: the token, and the
-        bridge's loopback address, never the real key or URL.
+        The boot config's providers for a boxed body on C{model}: the
+        token, and the bridge's loopback address, never the real key or URL.
         """
-        name, spec = self.models.providerFor(session.meta.model)
+        name, spec = self.models.providerFor(model)
         return {
             name: {
                 **spec,
@@ -285,10 +437,29 @@ class AgentProfile:
             }
         }
 
-    def wrapper(self, proxy: ModelProxy, seccompFd: int | None = None) -> Wrapper:
+    @staticmethod
+    def bridgeFor(proxy: ModelProxy, port: int = BRIDGE_PORT) -> JSONObject:
         """
-        Wrap a pi argv into the bwrap box: its own folders writable, the
-        proxy's folder bound in, the home and the data dir out of sight.
+        The boot config's bridge for a boxed body: the proxy's socket, the
+        port inside, the proxy's token.
+        """
+        return {"bridge": {"socket": str(proxy.socketPath), "port": port, "token": proxy.token}}
+
+    @staticmethod
+    def mcpFor(proxy: ModelProxy, port: int = BRIDGE_PORT) -> str | None:
+        """
+        The graph's MCP endpoint as a boxed body reaches it (its bridge).
+        """
+        return f"http://127.0.0.1:{port}/mcp" if proxy.mcp is not None else None
+
+    def wrapper(
+        self, proxy: ModelProxy, seccompFd: int | None = None, inside: BodyPaths | None = None,
+    ) -> Wrapper:
+        """
+        Wrap a pi argv into the bwrap box: its own folders writable (seen
+        where C{inside} says, when given: a spare's, where its session
+        will keep them), the proxy's folder bound in, the home and the data
+        dir out of sight.
         """
 
         def wrap(
@@ -299,6 +470,8 @@ class AgentProfile:
                     bwrap=self.bwrap,
                     workspace=paths.workDir,
                     piDir=paths.piDir,
+                    workspaceAt=inside.workDir if inside is not None else None,
+                    piDirAt=inside.piDir if inside is not None else None,
                     readOnly=(self.piRoot, self.extensionDir),
                     hidden=tuple(self.hidden) + (self.dataDir.root,),
                     socketDir=proxy.socketPath.parent,

@@ -15,7 +15,18 @@ from vehicle.body._picommand import (
     piEnvironment,
     sessionFacts,
 )
-from vehicle.body._spares import PRIMING_PROMPT, SPARE_BUDGET, Spare, SpareProxy, SparePool
+from vehicle.body._spares import (
+    PRIMING_PROMPT,
+    SPARE_BUDGET,
+    ChatSpares,
+    Spare,
+    SpareKind,
+    SpareProxy,
+    SparePool,
+    SpareSetup,
+    SpareSource,
+    SparesUnavailable,
+)
 from vehicle.body._spawner import (
     EXTENSION,
     BodyPaths,
@@ -60,6 +71,11 @@ __all__ = [
     "PRIMING_PROMPT",
     "SPARE_BUDGET",
     "Spare",
+    "ChatSpares",
+    "SpareKind",
+    "SpareSetup",
+    "SpareSource",
+    "SparesUnavailable",
     "SpareProxy",
     "SparePool",
     # _rpc

@@ -26,7 +26,7 @@ from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import readSession
 from vehicle.body._settlement import Settlement
-from vehicle.body._spares import SparePool
+from vehicle.body._spares import SpareSource
 from vehicle.body._spawner import Launcher, latestSessionFile
 from vehicle.protocol import BodyState, BodyView, Command, JSONObject, PiQueue
 from vehicle.session import IConductor, Session
@@ -48,8 +48,8 @@ class Conductor:
     #: The plan of each body (an agent's box, a visitor's own key); the
     #: defaults when L{None}.
     planner: Planner | None = None
-    #: Where a ready spare is taken from, if its plan is the default's.
-    spares: SparePool | None = None
+    #: Where a warm spare is taken from (the chat pool; an agent's own).
+    spares: SpareSource | None = None
     pump: Pump = field(init=False)
     life: BodyLife = field(init=False)
     delivery: Delivery = field(init=False)

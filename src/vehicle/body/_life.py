@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Awaitable, Callable, ClassVar
 
 from attrs import define
@@ -22,7 +23,7 @@ from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import hasConversation, newSessionFile
-from vehicle.body._spares import Spare, SparePool
+from vehicle.body._spares import Spare, SpareSource
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, latestSessionFile
 from vehicle.protocol import BodyState, JSONObject
 from vehicle.session import Session
@@ -33,13 +34,24 @@ from vehicle.session import Session
 Planner = Callable[[Session], Awaitable[BodyPlan]]
 
 
-def _resumes(paths: BodyPaths) -> bool:
+def _resumes(current: Path | None) -> bool:
     """
-    Will the session's body resume a conversation pi kept (not a file
-    holding only the header a spare's hand-off wrote)?
+    Will the session's body resume the conversation pi kept in C{current}
+    (not a file holding only the header a spare's hand-off wrote)?
     """
-    current = latestSessionFile(paths.piDir) if paths.piDir.exists() else None
     return current is not None and hasConversation(current)
+
+
+def _current(paths: BodyPaths, spare: Spare | None = None) -> Path | None:
+    """
+    The session's file in its pi folder, if any: never the file of a spare's
+    own session (an agent's spare keeps its own where its session will).
+    """
+    if not paths.piDir.exists():
+        return None
+    return latestSessionFile(
+        paths.piDir, ignore=spare.ownFileInSession() if spare is not None else None
+    )
 
 
 class HostClosing(Exception):
@@ -67,9 +79,9 @@ class BodyLife:
     sink: IBodySink
     pump: Pump
     planner: Planner | None = None
-    #: Where a ready spare is taken from (a session whose plan is the
-    #: default's: a chat body on the host's key), if spares are kept.
-    spares: SparePool | None = None
+    #: Where a warm spare is taken from, if spares are kept (a chat body
+    #: on the host's key: the pool's; an agent: the one reserved for it).
+    spares: SpareSource | None = None
     paths: BodyPaths | None = None
     state: BodyState = "dormant"
     body: LiveBody | None = None
@@ -123,6 +135,36 @@ class BodyLife:
         self._refuseIfClosing()
         self.pump.cancelIdle()
         self.state = "starting"
+        started = None
+        try:
+            spare = await self.spares.spareFor(self.session) if self.spares is not None else None
+        except BaseException:
+            self.state = "dormant"
+            raise
+        if spare is not None:
+            try:
+                self._refuseIfClosing()
+            except HostClosing:
+                self.state = "dormant"
+                spare.end(self.clock).addErrback(self.logFailure)
+                raise
+            started = await self._handOff(spare)
+        if started is None:
+            started = await self._planned()
+        body, revived, state = started
+        self.state = "live"
+        event: JSONObject = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
+        if body.plan.box:
+            event["box"] = body.plan.box
+        self.session.emit("body.materialized", event)
+        if revived:
+            self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
+        return body
+
+    async def _planned(self) -> tuple[LiveBody, bool, JSONObject]:
+        """
+        Plan the session's body and start it (no spare).
+        """
         try:
             plan = BodyPlan()
             if self.planner is not None:
@@ -136,21 +178,7 @@ class BodyLife:
             self.state = "dormant"
             self._cleanUp(plan)
             raise
-        started = None
-        spare = self.spares.take(self.session) if self.spares is not None else None
-        if spare is not None:
-            started = await self._handOff(spare)
-        if started is None:
-            started = await self._spawn(plan)
-        body, revived, state = started
-        self.state = "live"
-        event: JSONObject = {"kind": "rpc", "pid": getattr(body.transport, "pid", None)}
-        if body.plan.box:
-            event["box"] = body.plan.box
-        self.session.emit("body.materialized", event)
-        if revived:
-            self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
-        return body
+        return await self._spawn(plan)
 
     async def _spawn(self, plan: BodyPlan) -> tuple[LiveBody, bool, JSONObject]:
         """
@@ -161,7 +189,7 @@ class BodyLife:
         self.paths = body.paths
         self.body = body
         try:
-            revived = _resumes(body.paths)
+            revived = _resumes(_current(body.paths))
             body.spawn(self.launcher, self.session.meta)
             state = await body.protocol.request({"type": "get_state"})
         except BaseException:
@@ -180,11 +208,16 @@ class BodyLife:
         asks for the session's facts on the way, and its proxy opens to the
         session's provider.  L{None} when the spare refused or ended: it
         is let go, and a body is started as if there had been no spare.
+
+        An agent's spare was made for this session (its box binds its
+        folders where the session's are, and they are the session's now):
+        its own session's file, which it kept there, is no conversation of
+        the session's, and goes once pi is off it.
         """
-        paths = BodyPaths.forSession(self.session.directory)
+        paths = spare.inside or BodyPaths.forSession(self.session.directory)
         paths.prepareConversation()
-        revived = _resumes(paths)
-        existing = latestSessionFile(paths.piDir)
+        existing = _current(paths, spare)
+        revived = _resumes(existing)
         target = existing if existing is not None else newSessionFile(
             paths.piDir,
             sessionId=str(uuid.uuid4()),
@@ -217,6 +250,8 @@ class BodyLife:
                 lambda _: self._cleanUp(body.plan)
             )
             return None
+        # pi is off it: nothing of the spare's stays in the session's folder.
+        spare.forgetOwnFile()
         spare.handedOver(self.sink)
         return body, revived, state
 

@@ -144,7 +144,7 @@ class LiveBody:
             wrap=plan.wrap,
             bootExtra=bootExtra(meta, plan, mcpUrl),
             mcpUrl=mcpUrl,
-            **({"extraFDs": plan.extraFDs} if plan.extraFDs else {}),
+            extraFDs=plan.extraFDs,
         )
         self.translator.setTools(toolsFor(meta))
 

@@ -3,12 +3,18 @@
 Spare bodies: warm C{pi --mode rpc} children started before anyone needs
 them, so a new or revived conversation's first word does not wait for Node.
 
-A spare (L{Spare}) is made for no one: its own folders in the host's
-private run folder, its own empty session there, a boot config that names
-no session and holds no key (only the token of its own proxy to the model,
-L{SpareProxy}, which reaches no provider until the hand-off), and no
-person's data.  It is primed (one prompt that its proxy answers itself, so
-pi has loaded what its first real prompt needs) and waits.
+A spare (L{Spare}) is made for no one: its own folders, its own empty
+session there, a boot config that names no session and holds no key (only
+the token of its own proxy to the model, L{SpareProxy}, which reaches no
+provider until the hand-off), and no person's data.  It is primed (one
+prompt that its proxy answers itself, so pi has loaded what its first real
+prompt needs) and waits.
+
+How a spare of one kind of body is set up (its folders, its proxy, its
+box) is its kind's (L{SpareKind}): a chat spare's folders are in the
+host's private run folder (L{ChatSpares}); an agent's are in the data dir,
+bound in its box where the session it will become keeps its own
+(L{vehicle.agent}).  Everything else is the pool's, whatever the kind.
 
 L{SparePool.take} gives one to a session, once: the pool forgets it at
 once, and the body it becomes dies with its session's body (a spare is
@@ -26,8 +32,8 @@ import shutil
 from pathlib import Path
 from typing import Awaitable, Callable, ClassVar, Protocol
 
-from attrs import define, field
-from twisted.internet.defer import Deferred, gatherResults
+from attrs import define, field, frozen
+from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -35,7 +41,7 @@ from zope.interface import implementer
 
 from vehicle._timers import cancelIfActive
 from vehicle.body._rpc import IBodySink, PiProtocol
-from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher
+from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, Wrapper
 from vehicle.protocol import JSONObject, RunBudget
 from vehicle.session import Session
 
@@ -88,12 +94,83 @@ class SpareLost(Exception):
     """
 
 
+class SparesUnavailable(Exception):
+    """
+    No spare of this kind can be made on this host (an agent's box that
+    cannot bind a spare's folders where its session will keep them): the
+    pool stops trying.
+    """
+
+
+@frozen(kw_only=True)
+class SpareSetup:
+    """
+    How one spare is started, as its kind sets it up.
+
+    @ivar paths: its own folders as the host has them; the folder holding
+        its pi folder is the spare's, and goes with it.
+    @ivar inside: where pi sees them, when its box binds them elsewhere.
+    @ivar sessionId: the session the spare is made to become (its folders
+        are bound where that session's will be), if it is reserved so.
+    """
+
+    paths: BodyPaths
+    proxy: SpareProxy
+    profile: str = "chat"
+    mcpUrl: str | None = None
+    wrap: Wrapper | None = None
+    extraFDs: dict[int, bytes] | None = field(default=None, repr=False)
+    box: str | None = None
+    inside: BodyPaths | None = None
+    sessionId: str | None = None
+
+
+class SpareKind(Protocol):
+    """
+    How a spare of one kind of body is set up.
+    """
+
+    async def setUp(self, spareId: str) -> SpareSetup:
+        """
+        Make the folders and open the proxy of spare C{spareId}, and say how
+        it is to be started.
+
+        @raise SparesUnavailable: no spare of this kind can be made here.
+        """
+
+
+@define(eq=False)
+class ChatSpares:
+    """
+    Chat spares (L{SpareKind}): their folders in the host's private run
+    folder, their proxies opened by C{openProxy}.
+    """
+
+    #: Where spares keep their folders (the host's private run folder).
+    root: Callable[[], Path]
+    openProxy: ProxyOpener
+    #: The graph's MCP endpoint as a chat body reaches it, if any.
+    mcpUrl: str | None = None
+
+    async def setUp(self, spareId: str) -> SpareSetup:
+        proxy = await self.openProxy(spareId)
+        return SpareSetup(
+            paths=BodyPaths.forSession(self.root() / "spares" / spareId),
+            proxy=proxy,
+            mcpUrl=self.mcpUrl,
+        )
+
+
 @define(eq=False)
 class Spare:
     """
     One warm pi child that serves no one yet.
 
     @ivar paths: its own folders (its session, agent dir, home, work).
+    @ivar inside: where pi sees them, when not there (see L{SpareSetup}).
+    @ivar sessionId: the session it is made to become, if reserved so.
+    @ivar ownFile: its own session's file, as pi names it (never the
+        session's: see L{vehicle.body._life.BodyLife}).
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -105,6 +182,10 @@ class Spare:
     transport: IProcessTransport | None = None
     #: Waits for the priming run's end.
     settled: Deferred[None] | None = None
+    inside: BodyPaths | None = None
+    sessionId: str | None = None
+    box: str | None = None
+    ownFile: str | None = None
     _discarded: Deferred[None] | None = None
 
     def handingOver(self, facts: str) -> None:
@@ -139,16 +220,47 @@ class Spare:
         return BodyPlan(
             providers=self.proxy.providers,
             bootExtra=self.proxy.bootExtra,
+            box=self.box,
             cleanup=self.discard,
         )
 
+    def ownFileInSession(self) -> Path | None:
+        """
+        Where the host finds the spare's own session's file once the
+        spare's folders are its session's (an agent's), or L{None}.
+        """
+        if self.inside is None or self.ownFile is None:
+            return None
+        return self.inside.piDir / Path(self.ownFile).name
+
+    def forgetOwnFile(self) -> None:
+        """
+        Remove the spare's own session's file from its session's pi folder
+        (pi is off it, or gone): it is no conversation of the session's.
+        """
+        own = self.ownFileInSession()
+        if own is not None:
+            own.unlink(missing_ok=True)
+
+    def end(self, clock: IReactorTime) -> Deferred[None]:
+        """
+        Stop a spare that will not be handed over, then discard it.
+        """
+        protocol = self.protocol
+        ending: Deferred[None] = succeed(None)
+        if self.transport is not None and not protocol.hasEnded:
+            ending = protocol.terminate(clock, graceSeconds=3)
+        return ending.addBoth(lambda _: self.discard())
+
     def discard(self) -> Deferred[None]:
         """
-        Close its proxy and remove its folders (its process is gone, or
-        going); once, however often it is asked.
+        Close its proxy and remove its own folder (its process is gone, or
+        going); once, however often it is asked.  Folders moved out of it
+        (an agent's, now its session's) are not touched.
         """
         if self._discarded is None:
             shutil.rmtree(self.paths.piDir.parent, ignore_errors=True)
+            self.forgetOwnFile()
             self._discarded = self.proxy.close()
             self._discarded.addErrback(
                 lambda f: self._log.failure("The proxy of {spareId} did not close", f,
@@ -222,11 +334,8 @@ class SparePool:
     size: int
     #: The model the spares are started with: only its sessions take one.
     model: str
-    #: Where spares keep their folders (the host's private run folder).
-    root: Callable[[], Path]
-    openProxy: ProxyOpener
-    #: The graph's MCP endpoint as a chat body reaches it, if any.
-    mcpUrl: str | None = None
+    #: How a spare of the pool's kind is set up.
+    kind: SpareKind
     #: The pause after a hand-off before the next spare starts.
     refillSeconds: float = 2.0
     #: Prime each spare (one prompt its proxy answers) before it is ready.
@@ -245,17 +354,23 @@ class SparePool:
         """
         self._fill()
 
-    def take(self, session: Session) -> Spare | None:
+    def take(self, model: str) -> Spare | None:
         """
-        A ready spare for C{session}, now its own (the pool forgets it), or
-        L{None}: none is ready, the pool is stopped, or the session's model
-        is not the spares'.  The pool refills after L{refillSeconds}.
+        A ready spare for a session on C{model}, now its own (the pool
+        forgets it), or L{None}: none is ready, the pool is stopped, or the
+        model is not the spares'.  The pool refills after L{refillSeconds}.
         """
-        if self.stopped or session.meta.model != self.model or not self.ready:
+        if self.stopped or model != self.model or not self.ready:
             return None
         spare = self.ready.pop(0)
         self._scheduleFill(self.refillSeconds)
         return spare
+
+    async def spareFor(self, session: Session) -> Spare | None:
+        """
+        A ready spare for C{session}'s next body (L{SpareSource}).
+        """
+        return self.take(session.meta.model)
 
     def stop(self) -> Deferred[None]:
         """
@@ -310,12 +425,16 @@ class SparePool:
         made.addCallbacks(self._madeOne, self._notMade)
 
     async def _make(self, spareId: str, sink: _SpareSink) -> Spare:
-        proxy = await self.openProxy(spareId)
+        setup = await self.kind.setUp(spareId)
+        proxy = setup.proxy
         spare = Spare(
             spareId=spareId,
-            paths=BodyPaths.forSession(self.root() / "spares" / spareId),
+            paths=setup.paths,
             proxy=proxy,
             protocol=PiProtocol(sink),
+            inside=setup.inside,
+            sessionId=setup.sessionId,
+            box=setup.box,
         )
         sink.spare = spare
         self.making.append(spare)
@@ -326,13 +445,18 @@ class SparePool:
                 spare.protocol,
                 paths=spare.paths,
                 model=self.model,
-                profile="chat",
+                profile=setup.profile,
                 budget=SPARE_BUDGET,
                 providers=proxy.providers,
                 bootExtra={**proxy.bootExtra, "spare": True},
-                mcpUrl=self.mcpUrl,
+                mcpUrl=setup.mcpUrl,
+                wrap=setup.wrap,
+                extraFDs=setup.extraFDs,
+                inside=setup.inside,
             )
-            await spare.protocol.request({"type": "get_state"})
+            state = await spare.protocol.request({"type": "get_state"})
+            ownFile = state.get("sessionFile")
+            spare.ownFile = ownFile if isinstance(ownFile, str) else None
             if self.prime:
                 spare.settled = Deferred()
                 await spare.protocol.request({"type": "prompt", "message": PRIMING_PROMPT})
@@ -360,6 +484,10 @@ class SparePool:
     def _notMade(self, failure: Failure) -> None:
         if self.stopped:
             return
+        if failure.check(SparesUnavailable):
+            self._log.info("No spare bodies here: {reason}", reason=str(failure.value))
+            self.stopped = True
+            return
         self.failures += 1
         delay = min(MAX_RETRY_SECONDS, self.refillSeconds * 2 ** min(self.failures, 32))
         self._log.warn(
@@ -369,16 +497,22 @@ class SparePool:
         self._scheduleFill(delay)
 
     async def _end(self, spare: Spare) -> None:
-        """
-        Stop a spare that will not be handed over, then discard it.
-        """
-        protocol = spare.protocol
-        if spare.transport is not None and not protocol.hasEnded:
-            await protocol.terminate(self.clock, graceSeconds=3)
-        await self._discard(spare)
+        await spare.end(self.clock)
 
     def _discard(self, spare: Spare) -> Deferred[None]:
         return spare.discard()
+
+
+class SpareSource(Protocol):
+    """
+    Where a session's next body may be taken from, warm: the chat pool (by
+    model), or an agent's spare reserved for that very session.
+    """
+
+    async def spareFor(self, session: Session) -> Spare | None:
+        """
+        A spare to hand to C{session} now, or L{None}: start a body.
+        """
 
 
 @implementer(IBodySink)

@@ -37,14 +37,17 @@ from vehicle.store import writeAtomic
 EXTENSION = Path(__file__).parent / "extension" / "sophia.js"
 
 
-def latestSessionFile(piDir: Path) -> Path | None:
+def latestSessionFile(piDir: Path, ignore: Path | None = None) -> Path | None:
     """
     The conversation file pi keeps in C{piDir} (the newest, should there be
-    several).  Only regular files count: an agent's body may write its pi
-    folder, and a link it planted there must never lead the host elsewhere.
+    several), never C{ignore}.  Only regular files count: an agent's body
+    may write its pi folder, and a link it planted there must never lead
+    the host elsewhere.
     """
     files = []
     for path in piDir.glob("*.jsonl"):
+        if path == ignore:
+            continue
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -194,12 +197,19 @@ class Launcher:
         bootExtra: JSONObject | None = None,
         mcpUrl: str | None = None,
         extraFDs: dict[int, bytes] | None = None,
+        inside: BodyPaths | None = None,
     ) -> IProcessTransport:
         """
         Spawn C{pi --mode rpc} for a session and hand it its boot config.
+
+        @param inside: where pi sees C{paths}, when its box binds them
+            elsewhere (an agent's spare, at the session's future paths);
+            C{wrap} is given C{paths}, and must bind them there.
         """
         paths.prepare()
-        argv, env = self._command(paths, model=model, profile=profile, mcp=mcpUrl is not None)
+        argv, env = self._command(
+            paths, inside, model=model, profile=profile, mcp=mcpUrl is not None
+        )
         if wrap is not None:
             argv, env = wrap(argv, env, paths)
         if providers is None:
@@ -223,17 +233,20 @@ class Launcher:
         return transport
 
     def _command(
-        self, paths: BodyPaths, *, model: str, profile: str, mcp: bool
+        self, paths: BodyPaths, inside: BodyPaths | None, *, model: str, profile: str, mcp: bool
     ) -> tuple[list[str], dict[str, str]]:
         """
         The argv and whole environment of a pi child, before any box: it
-        resumes the conversation pi keeps in C{paths.piDir}, if any.
+        resumes the conversation pi keeps in C{paths.piDir}, if any, each
+        path named as pi sees it (C{inside}, when given).
         """
         pi = self.pi()
+        seen = inside or paths
+        current = latestSessionFile(paths.piDir)
         argv = piArgv(
             pi,
-            sessionDir=paths.piDir,
-            sessionFile=latestSessionFile(paths.piDir),
+            sessionDir=seen.piDir,
+            sessionFile=seen.piDir / current.name if current is not None else None,
             extension=self.extension,
             model=model,
             tools=AGENT_TOOLS if profile == "agent" else None,
@@ -242,8 +255,8 @@ class Launcher:
         if self.piCommand:
             argv = list(self.piCommand) + argv[2:]
         env = piEnvironment(
-            home=paths.home,
-            agentDir=paths.agentDir,
+            home=seen.home,
+            agentDir=seen.agentDir,
             path=f"{pi.node.parent}:/usr/local/bin:/usr/bin:/bin",
         )
         return argv, env

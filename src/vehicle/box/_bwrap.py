@@ -3,8 +3,9 @@
 The bubblewrap argv of an agent body's box, built by one pure function.
 
 The box sees the host's root read-only, its own workspace and pi folder
-writable at the same absolute paths, a private C{/tmp}, and an empty read-only
-tmpfs where the home folder, the data dir and the gardend profile would be.
+writable at the same absolute paths (or where the spec says it sees them),
+a private C{/tmp}, and an empty read-only tmpfs where the home folder, the
+data dir and the gardend profile would be.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def bwrapArgv(spec: BoxSpec) -> list[str]:
     argv += _mounts(spec)
     if spec.seccompFd is not None:
         argv += ["--seccomp", str(spec.seccompFd)]
-    argv += ["--chdir", str(spec.workspace), "--", *spec.command]
+    argv += ["--chdir", str(spec.workspaceInside), "--", *spec.command]
     return argv
 
 
@@ -92,8 +93,8 @@ def _mounts(spec: BoxSpec) -> list[str]:
     mounts.append((_TMP, ["--size", str(spec.tmpSizeBytes), "--tmpfs", str(_TMP)]))
     for path in spec.readOnly:
         mounts.append((path, ["--ro-bind", str(path), str(path)]))
-    for path in (spec.workspace, spec.piDir):
-        mounts.append((path, ["--bind", str(path), str(path)]))
+    for path, inside in ((spec.workspace, spec.workspaceInside), (spec.piDir, spec.piDirInside)):
+        mounts.append((inside, ["--bind", str(path), str(inside)]))
     if spec.socketDir is not None:
         socketDir = str(spec.socketDir)
         mounts.append((spec.socketDir, ["--ro-bind", socketDir, socketDir]))

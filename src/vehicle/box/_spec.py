@@ -51,9 +51,14 @@ class BoxSpec:
 
     @ivar bwrap: the path of the bubblewrap executable.
     @ivar workspace: the session's working folder; writable, bound at the same
-        absolute path inside.
+        absolute path inside (or at C{workspaceAt}).
     @ivar piDir: the session's pi folder (pi's session files); writable, bound
-        at the same absolute path inside.
+        at the same absolute path inside (or at C{piDirAt}).
+    @ivar workspaceAt: where the box sees C{workspace}, when not at its own
+        path: a spare's folder is bound where the session it becomes will
+        have its own (the bind follows the folder when it is renamed
+        there).  Only checked for form: nothing need exist there outside.
+    @ivar piDirAt: where the box sees C{piDir}, likewise.
     @ivar readOnly: paths re-exposed read-only (the pi runtime, the
         extension); only needed for paths beneath a hidden one, since the rest
         of the system is read-only already.
@@ -76,6 +81,8 @@ class BoxSpec:
     bwrap: str = "/usr/bin/bwrap"
     workspace: Path = field(converter=Path)
     piDir: Path = field(converter=Path)
+    workspaceAt: Path | None = field(default=None, converter=_optionalPath)
+    piDirAt: Path | None = field(default=None, converter=_optionalPath)
     readOnly: tuple[Path, ...] = field(default=(), converter=_paths)
     hidden: tuple[Path, ...] = field(default=(), converter=_paths)
     socketDir: Path | None = field(default=None, converter=_optionalPath)
@@ -86,6 +93,20 @@ class BoxSpec:
     #: The child fd bwrap reads the seccomp program from (C{--seccomp}), or
     #: L{None} for no filter.
     seccompFd: int | None = None
+
+    @property
+    def workspaceInside(self) -> Path:
+        """
+        Where the box sees its workspace (and starts its command).
+        """
+        return self.workspaceAt if self.workspaceAt is not None else self.workspace
+
+    @property
+    def piDirInside(self) -> Path:
+        """
+        Where the box sees its pi folder.
+        """
+        return self.piDirAt if self.piDirAt is not None else self.piDir
 
 
 #: The folders a minimal root shows: the system and its configuration.
@@ -177,8 +198,14 @@ def checkSpec(spec: BoxSpec) -> None:
 
     @raise BoxSpecError: on the first problem found.
     """
-    checkCanonical(spec.workspace, "workspace")
-    checkCanonical(spec.piDir, "pi folder")
+    # The folders as the host has them, and where the box sees them.
+    pairs = (
+        (spec.workspace, spec.piDir, ""),
+        (spec.workspaceInside, spec.piDirInside, " inside"),
+    )
+    for workspace, piDir, where in pairs:
+        checkCanonical(workspace, "workspace" + where)
+        checkCanonical(piDir, "pi folder" + where)
     for path in spec.readOnly:
         checkCanonical(path, "read-only")
     for path in spec.hidden:
@@ -187,14 +214,17 @@ def checkSpec(spec: BoxSpec) -> None:
             raise BoxSpecError("the root folder cannot be hidden")
     if spec.socketDir is not None:
         checkCanonical(spec.socketDir, "socket folder")
-    for path, what in ((spec.workspace, "workspace"), (spec.piDir, "pi folder")):
-        if path == Path("/"):
-            raise BoxSpecError(f"the {what} cannot be the root folder")
-        for hidden in spec.hidden:
-            if isWithin(hidden, path):
-                raise BoxSpecError(
-                    f"the {what} {path} holds the hidden folder {hidden}"
-                )
+    for workspace, piDir, where in pairs:
+        for path, what in ((workspace, "workspace"), (piDir, "pi folder")):
+            if path == Path("/"):
+                raise BoxSpecError(f"the {what}{where} cannot be the root folder")
+            for hidden in spec.hidden:
+                if isWithin(hidden, path):
+                    raise BoxSpecError(
+                        f"the {what}{where} {path} holds the hidden folder {hidden}"
+                    )
+        if isWithin(workspace, piDir) or isWithin(piDir, workspace):
+            raise BoxSpecError(f"the workspace and the pi folder{where} must not nest")
     exposed = list(spec.readOnly)
     if spec.socketDir is not None:
         exposed.append(spec.socketDir)
@@ -204,8 +234,6 @@ def checkSpec(spec: BoxSpec) -> None:
                 raise BoxSpecError(
                     f"the re-exposed path {path} holds the hidden folder {hidden}"
                 )
-    if isWithin(spec.workspace, spec.piDir) or isWithin(spec.piDir, spec.workspace):
-        raise BoxSpecError("the workspace and the pi folder must not nest")
     if not spec.command:
         raise BoxSpecError("the box needs a command")
     if not isinstance(spec.tmpSizeBytes, int) or spec.tmpSizeBytes <= 0:
@@ -266,6 +294,10 @@ def canonicalSpec(spec: BoxSpec) -> BoxSpec:
         bwrap=spec.bwrap,
         workspace=canonicalPath(spec.workspace),
         piDir=canonicalPath(spec.piDir),
+        # Where the box sees them need not exist outside: their form is
+        # checked below.
+        workspaceAt=spec.workspaceAt,
+        piDirAt=spec.piDirAt,
         readOnly=[canonicalPath(p, directory=False) for p in spec.readOnly],
         hidden=hidden,
         socketDir=(

@@ -22,7 +22,7 @@ from twisted.web.client import HTTPConnectionPool
 
 from vehicle._reactors import IHostReactor
 from vehicle.agent import AgentProfile
-from vehicle.body import Conductor, Launcher, Planner, SpareProxy, SparePool
+from vehicle.body import ChatSpares, Conductor, Launcher, Planner, SpareProxy, SparePool, SpareSource
 from vehicle.box import ModelProxy, Upstream, proxiesClosed
 from vehicle.mirror import Mirror
 from vehicle.models import ModelCatalog
@@ -104,9 +104,7 @@ def chatSpares(
         clock=reactor,
         size=size,
         model=model,
-        root=runDir,
-        openProxy=openProxy,
-        mcpUrl=launcher.mcpUrl,
+        kind=ChatSpares(root=runDir, openProxy=openProxy, mcpUrl=launcher.mcpUrl),
         refillSeconds=refillSeconds,
     )
 
@@ -127,7 +125,8 @@ class Bodies:
     public: Public | None = None
     ownKey: OwnKeyBodies | None = None
     #: Warm chat bodies for new and revived chat conversations on the
-    #: host's key (an agent's box and a visitor's own key are planned).
+    #: host's key (a visitor's own key is planned; an agent's spares are
+    #: the agent profile's).
     spares: SparePool | None = None
     #: The connections the proxies keep open to the providers (closed once
     #: every proxy is).
@@ -140,20 +139,24 @@ class Bodies:
         """
         if self.spares is not None:
             self.spares.start()
+        if self.agent is not None:
+            self.agent.startSpares()
 
     def created(self, session: Session) -> None:
         planner: Planner | None = None
+        spares: SpareSource | None = self.spares
         if session.meta.profile == "agent" and self.agent is not None:
-            planner = self.agent.plan
+            # An agent's spare is the one reserved for it at its creation.
+            planner, spares = self.agent.plan, self.agent
         if session.meta.funding == "byok" and self.ownKey is not None:
-            planner = self.ownKey.plan
+            planner, spares = self.ownKey.plan, None
         conductor = Conductor(
             session=session,
             launcher=self.launcher,
             clock=self.clock,
             idleSeconds=self.idleSeconds,
             planner=planner,
-            spares=self.spares if planner is None else None,
+            spares=spares,
         )
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
@@ -169,6 +172,9 @@ class Bodies:
 
     def deleted(self, session: Session) -> None:
         self.conductors.pop(session.sessionId, None)
+        if self.agent is not None:
+            # A spare reserved for it and never handed over ends.
+            self.agent.unreserve(session.sessionId)
 
     async def disposeFor(self, session: Session) -> None:
         if session.conductor is not None:  # every session is attached, at creation
@@ -189,7 +195,8 @@ class Bodies:
 
         closing = gatherResults(
             [c.close() for c in list(self.conductors.values())]
-            + ([self.spares.stop()] if self.spares is not None else []),
+            + ([self.spares.stop()] if self.spares is not None else [])
+            + ([self.agent.stopSpares()] if self.agent is not None else []),
             consumeErrors=True,
         )
         # The bodies' proxies let go of their sockets before their folder goes.

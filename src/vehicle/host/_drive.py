@@ -86,6 +86,10 @@ class AgentRules(Protocol):
 
     def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]: ...
 
+    def reserveSpare(self, model: str, tier: str) -> str | None: ...
+
+    def unreserve(self, sessionId: str) -> None: ...
+
     async def precheck(self, session: Session) -> None: ...
 
 
@@ -178,28 +182,36 @@ class Drive:
             isolation = await self.agent.checkCreate(caller, request)
             # The world may have changed while the box was probed.
             self._replayCreation(caller, request)
-        session, sent = self.registry.maker.create(
-            caller,
-            self._meta(caller, request, model, door, isolation),
-            requestId=request.requestId,
-            raw=request.raw,
-            answerFor=lambda made: self._created(made, caller, request),
-            title=request.title,
-            claim=request.claims,
-            ttlMs=request.ttlMs,
-            makeFolders=self.agent.makeFolders if request.chosenProfile == "agent" else None,
-        )
+        # A warm agent body is made for a session id of its own: the
+        # session takes that id, and its folders.
+        reserved = self.agent.reserveSpare(model, isolation) if isolation is not None else None
+        try:
+            session, sent = self.registry.maker.create(
+                caller,
+                self._meta(caller, request, model, door, isolation, reserved),
+                requestId=request.requestId,
+                raw=request.raw,
+                answerFor=lambda made: self._created(made, caller, request),
+                title=request.title,
+                claim=request.claims,
+                ttlMs=request.ttlMs,
+                makeFolders=self.agent.makeFolders if request.chosenProfile == "agent" else None,
+            )
+        except BaseException:
+            if reserved is not None:
+                self.agent.unreserve(reserved)
+            raise
         if self.public is not None and caller.public:
             self.public.rememberKey(session, caller)
         return sent
 
     def _meta(
         self, caller: Caller, request: CreateRequest, model: str, door: Door | None,
-        isolation: str | None,
+        isolation: str | None, sessionId: str | None = None,
     ) -> SessionMeta:
         """
-        What the new session is fixed to: a public conversation's budget is
-        the host's, whatever it asks.
+        What the new session is fixed to (its id, when one is reserved for
+        it): a public conversation's budget is the host's, whatever it asks.
         """
         assert caller.graphId is not None
         asked = request.budget
@@ -214,7 +226,7 @@ class Drive:
                 ),
             )
         return SessionMeta(
-            sessionId=self.registry.newSessionId(),
+            sessionId=sessionId or self.registry.newSessionId(),
             graphId=caller.graphId,
             principal=caller.principal,
             role=caller.role,

@@ -87,11 +87,12 @@ class HostService(Service):
                 bodies[session.meta.profile] += 1
             runs += session.running()
             polls += session.feed.waiting()
-        public, spares = self.bodies.public, self.bodies.spares
+        public, agent = self.bodies.public, self.bodies.agent
+        pools = [self.bodies.spares, agent.spares if agent is not None else None]
         return HostSample(
             sessions=dict(states), bodies=dict(bodies), runs=runs, streams=streams, polls=polls,
             owed=len(public.accounting.owed) if public is not None else 0,
-            spares=len(spares.ready) if spares is not None else 0,
+            spares=sum(len(pool.ready) for pool in pools if pool is not None),
         )
 
     def stopService(self) -> Deferred[None]:

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.unit.test_store -*-
 """
 The data directory's layout: C{sessions/}, C{trash/}, C{workspaces/},
-C{public/}, the paths of a session's folders, and the move to the trash.
+C{public/}, C{spares/}, the paths of a session's folders, and the move to
+the trash.
 
 Nothing here is ever unlinked: a deleted session's directory is renamed into
 C{trash/}, with its workspace and a C{deleted.json} inside it.
@@ -104,6 +105,15 @@ class DataDir:
         C{workspaces/}: agent sessions' working folders.
         """
         return self.root / "workspaces"
+
+    @property
+    def spares(self) -> Path:
+        """
+        C{spares/}: the folders of spare agent bodies, each made to become
+        one session's (renamed into place when it does); a host's own, so
+        start removes any left.
+        """
+        return self.root / "spares"
 
     @property
     def public(self) -> Path:
@@ -294,6 +304,11 @@ class DataDir:
                 # Left by an older host cut while creating; never announced.
                 name = _renameInto(path, self.trash, entry)
                 done.append(f"moved the session folder without meta.json {path} to trash/{name}")
+        for entry in _entries(self.spares):
+            path = self.spares / entry
+            if path.is_dir() and not path.is_symlink():
+                removeTree(path)
+                done.append(f"removed the folder of a spare body {path}")
         # The host's own temporary files (never a body's: pi's home and an
         # agent's workspace are not searched).
         places = [self.public]

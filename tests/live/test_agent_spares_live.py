@@ -1,0 +1,238 @@
+"""
+Spare agent bodies with real pi in a real bwrap box: a new agent session
+takes a warm box made for its id, whose folders become the session's by a
+rename while the box runs (L{vehicle.agent.AgentSpares},
+L{vehicle.agent.AgentProfile.makeFolders}), and a spare shows nothing of
+anyone, before its hand-off or after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from twisted.trial.unittest import TestCase
+
+from vehicle.body import PRIMING_PROMPT
+from vehicle.body._spawner import latestSessionFile
+
+from tests.support.live import LiveHost, settledEvent, waitUntil
+from tests.support.scripted import bashMarker
+
+
+def agentPool(host: LiveHost) -> Any:
+    spares = host.host.bodies.agent.spares
+    assert spares is not None
+    return spares
+
+
+async def readyAgentSpare(host: LiveHost, not_: Any = None) -> Any:
+    """
+    The first ready agent spare (other than C{not_}), waiting for it.
+    """
+    await waitUntil(lambda: any(s is not not_ for s in agentPool(host).ready))
+    return next(s for s in agentPool(host).ready if s is not not_)
+
+
+def writeMarker(path: str, content: str) -> str:
+    return "[[TOOL:write " + json.dumps({"path": path, "content": content}) + "]]"
+
+
+def descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found.append(child)
+            found += descendants(child)
+    return found
+
+
+def piInBox(pid: int) -> int:
+    """
+    The pi (Node) process inside the box bwrap C{pid} started.
+    """
+    for child in descendants(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"--mode\0rpc" in cmdline:
+            return child
+    raise AssertionError(f"no pi under {pid}")
+
+
+def boxView(pid: int, path: Path) -> Path:
+    """
+    C{path} as the box of pi process C{pid} sees it (its mount namespace's
+    root, read from outside).
+    """
+    return Path(f"/proc/{pid}/root") / path.relative_to("/")
+
+
+def filesUnder(folder: Path) -> dict[Path, bytes]:
+    found = {}
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                found[path] = path.read_bytes()
+            except OSError:
+                continue
+    return found
+
+
+class HandOffTests(TestCase):
+    """
+    A new agent session runs on the spare made for its id.
+    """
+
+    timeout = 180
+
+    async def test_newAgentSessionTakesTheSpare(self) -> None:
+        """
+        The session gets the spare's reserved id and its folders; its first
+        prompt runs on the spare (the same pid, boxed by bwrap); a file the
+        model's tool writes is in the session's workspace as the host sees
+        it; pi's file is the session's alone (the spare's own session gone)
+        and holds the conversation; after a restart the session is revived
+        cold, in the same folders, and its tools still see the file.
+        """
+        host = await LiveHost(self, agentSpareBodies=1, spareRefillMs=60000).start()
+        spare = await readyAgentSpare(host)
+        pid = spare.transport.pid
+        reserved = spare.sessionId
+        # pi named its own session's file where the session's pi folder will
+        # be, and keeps it (its priming) in the spare's folder until then.
+        own = Path(spare.ownFile)
+        self.assertEqual(own.parent, host.root / "sessions" / reserved / "pi")
+        self.assertIn(PRIMING_PROMPT, (spare.paths.piDir / own.name).read_text())
+        sparePi = os.stat(spare.paths.piDir).st_ino
+        spareWork = os.stat(spare.paths.workDir).st_ino
+        sid = await host.create(profile="agent")
+        self.assertEqual(sid, reserved)
+        session = host.registry().sessions[sid]
+        workspace = host.root / "workspaces" / sid
+        self.assertEqual(os.stat(session.directory / "pi").st_ino, sparePi)
+        self.assertEqual(os.stat(workspace).st_ino, spareWork)
+        self.assertFalse(spare.paths.piDir.exists())
+        await host.command(sid, "prompt", "p1",
+                           text="make it " + writeMarker("made.txt", "made in the box"))
+        events = await host.waitFor(sid, settledEvent)
+        self.assertFalse(events[-1]["data"]["aborted"], events[-1])
+        materialized = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized[0]["data"]["pid"], pid)
+        self.assertEqual(materialized[0]["data"]["box"], "bwrap")
+        self.assertNotIn("session.revived", [e["type"] for e in events])
+        self.assertEqual((workspace / "made.txt").read_text(), "made in the box")
+        # The model was reached through the spare's proxy, with the key.
+        for headers, _ in host.model.requests:
+            self.assertEqual(headers["authorization"], "Bearer " + host.key)
+        _, body = host.model.requests[0]
+        self.assertEqual([m["role"] for m in body["messages"]], ["system", "user"])
+        self.assertIn(str(workspace), json.dumps(body["messages"][0]))
+        piFiles = list((session.directory / "pi").glob("*.jsonl"))
+        self.assertEqual(len(piFiles), 1, piFiles)
+        text = piFiles[0].read_text()
+        records = [json.loads(line) for line in text.splitlines()]
+        self.assertEqual(records[0]["cwd"], str(workspace))
+        self.assertNotIn(PRIMING_PROMPT, text)
+        self.assertIn("make it", text)
+        code, frame = await host.call("GET", f"/sessions/{sid}")
+        self.assertEqual(code, 200, frame)
+        transcript = json.dumps(frame["value"]["transcript"])
+        self.assertIn("make it", transcript)
+        self.assertNotIn(PRIMING_PROMPT, transcript)
+        # The spare's own folder is gone; the session's folders stay.
+        cursor = events[-1]["seq"]
+        await host.restart()
+        self.assertFalse((host.root / "spares" / spare.spareId).exists())
+        await host.command(sid, "prompt", "p2", text="again " + bashMarker("cat made.txt > seen.txt"))
+        events = await host.waitFor(sid, settledEvent, since=cursor)
+        kinds = [e["type"] for e in events]
+        self.assertIn("session.revived", kinds)
+        cold = [e for e in events if e["type"] == "body.materialized"][-1]
+        self.assertNotEqual(cold["data"]["pid"], pid)
+        self.assertEqual((workspace / "seen.txt").read_text(), "made in the box")
+        self.assertEqual(os.stat(workspace).st_ino, spareWork)
+        self.assertIn("make it", json.dumps(host.model.requests[-1][1]["messages"]))
+
+
+class NothingOfAnyoneTests(TestCase):
+    """
+    An agent spare shows nothing of anyone: before its hand-off its box
+    holds only its own empty folders and no key; after one person's session
+    ran, the next spare, and the next person's session on it, see none of
+    theirs.
+    """
+
+    timeout = 240
+
+    def assertBareBox(self, host: LiveHost, spare: Any, secrets: list[bytes]) -> None:
+        pi = piInBox(spare.transport.pid)
+        root = host.root
+        sid = spare.sessionId
+        # The data dir shows only the folders bound for the session it will be.
+        self.assertEqual(os.listdir(boxView(pi, root / "workspaces")), [sid])
+        self.assertEqual(os.listdir(boxView(pi, root / "workspaces" / sid)), [])
+        self.assertEqual(os.listdir(boxView(pi, root / "sessions")), [sid])
+        self.assertEqual(sorted(os.listdir(boxView(pi, root))), ["sessions", "workspaces"])
+        environ = Path(f"/proc/{pi}/environ").read_bytes()
+        cmdline = Path(f"/proc/{pi}/cmdline").read_bytes()
+        seen = filesUnder(boxView(pi, root))
+        self.assertTrue(seen)
+        for secret in secrets:
+            self.assertNotIn(secret, environ)
+            self.assertNotIn(secret, cmdline)
+            for path, data in seen.items():
+                self.assertNotIn(secret, data, path)
+        # Its boot config held the proxy's token, never the key; the proxy
+        # reaches no provider.
+        tokens = [p["apiKey"] for p in spare.proxy.providers.values()]
+        self.assertTrue(all(t.startswith("vbt-") for t in tokens))
+        self.assertIsNone(spare.proxy.proxy.model)
+
+    async def test_nothingOfAnyone(self) -> None:
+        host = await LiveHost(self, agentSpareBodies=1, spareRefillMs=0).start()
+        key = host.key.encode()
+        first = await readyAgentSpare(host)
+        self.assertBareBox(host, first, [key])
+        alice = await host.create(profile="agent")
+        self.assertEqual(alice, first.sessionId)
+        await host.command(alice, "prompt", "a1",
+                           text="a secret of alice " + writeMarker("alice.txt", "alice-words-1234"))
+        await host.waitFor(alice, settledEvent)
+        self.assertTrue((host.root / "workspaces" / alice / "alice.txt").exists())
+        second = await readyAgentSpare(host, not_=first)
+        self.assertNotEqual(second.sessionId, alice)
+        self.assertNotEqual(second.transport.pid, first.transport.pid)
+        self.assertBareBox(host, second, [key, b"alice-words-1234", b"a secret of alice"])
+        code, frame = await host.call(
+            "POST", "/sessions", {"requestId": "bob-1", "profile": "agent"}, principal="bob"
+        )
+        self.assertEqual(code, 201, frame)
+        bob = frame["value"]["session"]["sessionId"]
+        self.assertEqual(bob, second.sessionId)
+        since = len(host.model.requests)
+        listing = f"ls -a {host.root}/workspaces {host.root}/sessions > seen.txt; ls -a >> seen.txt"
+        code, frame = await host.call(
+            "POST", f"/sessions/{bob}/commands",
+            {"type": "prompt", "requestId": "b1", "text": "look " + bashMarker(listing)},
+            principal="bob",
+        )
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(bob, settledEvent, principal="bob")
+        self.assertFalse(events[-1]["data"]["aborted"], events[-1])
+        seen = (host.root / "workspaces" / bob / "seen.txt").read_text().split()
+        self.assertNotIn(alice, seen)
+        self.assertIn(bob, seen)
+        self.assertNotIn("alice.txt", seen)
+        for _, body in host.model.requests[since:]:
+            self.assertNotIn("alice", json.dumps(body))
+        piFile = latestSessionFile(host.registry().sessions[bob].directory / "pi")
+        assert piFile is not None
+        self.assertNotIn("alice", piFile.read_text())
