@@ -370,7 +370,7 @@ class TakingTests(PoolTestCase):
         pool = self.makePool(size=4)
         pool.start()
         self.readyOne(0)
-        pool.take(self.session())
+        pool.take(MODEL)
         self.clock.advance(2)
         self.assertEqual(len(self.launcher.spawned), 5)
         self.assertEqual((len(pool.ready), len(pool.making)), (0, 4))
