@@ -145,6 +145,10 @@ class Metrics:
     _mirror: Counter = field(init=False)
     _refused: Counter = field(init=False)
     _ledger: Histogram = field(init=False)
+    #: Each answered request's series (its count's and its latency's), by
+    #: route, method and status, looked up once.
+    _answered: dict[tuple[str, str, int], tuple[Callable[[], None], Callable[[float], None]]] = (
+        field(init=False, factory=dict))
 
     def __attrs_post_init__(self) -> None:
         r = self.registry
@@ -182,9 +186,20 @@ class Metrics:
         """
         A request was answered (or its client went away): C{route} is the
         pattern that took it (L{UNMATCHED} if none did).
+
+        Its two series are found by their labels once (C{labels} takes a
+        lock and checks its arguments each time) and kept: the routes,
+        methods and statuses are few.
         """
-        self._requests.labels(route, method, str(status)).inc()
-        self._latency.labels(route, method).observe(seconds)
+        series = self._answered.get((route, method, status))
+        if series is None:
+            series = self._answered[(route, method, status)] = (
+                self._requests.labels(route, method, str(status)).inc,
+                self._latency.labels(route, method).observe,
+            )
+        count, observe = series
+        count()
+        observe(seconds)
 
     def appended(self, log: str) -> None:
         """
