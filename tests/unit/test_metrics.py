@@ -110,15 +110,20 @@ class MetricsTests(SynchronousTestCase):
     def test_requestsApart(self) -> None:
         """
         Requests are counted apart by route, method and status (each
-        series found once and kept), their latency by route and method.
+        series found once and kept), their latency by route and method;
+        records by their log.
         """
         m = self.metrics
         for route, method, status in [("/sessions", "POST", 201), ("/sessions", "POST", 400),
                                       ("/sessions", "GET", 200), ("/account", "GET", 200),
                                       ("/sessions", "POST", 201)]:
             m.requestAnswered(route, method, status, 0.5)
+        for log in ("events", "commands", "events"):
+            m.appended(log)
         requests, latency = "vehicle_http_requests_total", "vehicle_http_request_duration_seconds"
         for name, labels, expected in [
+            ("vehicle_log_records_total", {"log": "events"}, 2),
+            ("vehicle_log_records_total", {"log": "commands"}, 1),
             (requests, {"route": "/sessions", "method": "POST", "status": "201"}, 2),
             (requests, {"route": "/sessions", "method": "POST", "status": "400"}, 1),
             (requests, {"route": "/sessions", "method": "GET", "status": "200"}, 1),
