@@ -162,6 +162,10 @@ class GuardedChannel(MalformedRequestHook):
     _lingering: IDelayedCall | None = None
     _discarded = 0
     _cutOff = False
+    #: The connection's two addresses, asked of the transport once: each
+    #: request asks for both (the local one is a system call each time).
+    _hostAddress: IAddress | None = None
+    _peerAddress: IAddress | None = None
 
     def connectionMade(self) -> None:
         # An event stream's deltas leave at once, never behind an ACK
@@ -169,6 +173,16 @@ class GuardedChannel(MalformedRequestHook):
         noDelay(self.transport)
         HTTPChannel.connectionMade(self)
         self._armDeadline()
+
+    def getHost(self) -> IAddress:
+        if self._hostAddress is None:
+            self._hostAddress = cast(IAddress, HTTPChannel.getHost(self))
+        return self._hostAddress
+
+    def getPeer(self) -> IAddress:
+        if self._peerAddress is None:
+            self._peerAddress = cast(IAddress, HTTPChannel.getPeer(self))
+        return self._peerAddress
 
     # -- receiving ----------------------------------------------------------
 
