@@ -7,6 +7,7 @@ how any of them work.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -328,7 +329,21 @@ def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiS
         ),)
     for child in children:
         child.setServiceParent(top)
+    reactor.callWhenRunning(settleHeap)
     return top
+
+
+def settleHeap() -> None:
+    """
+    Once the host runs: what it made to start (its modules, the schemas,
+    the router, the sessions read back) lives as long as the process, so
+    it is collected once and then left out of the collector's passes
+    (C{gc.freeze}).  A full pass, made every few thousand requests, went
+    over all of it each time: tens of milliseconds on the reactor's
+    thread.  Objects made later are collected as before.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - convenience

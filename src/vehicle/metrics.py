@@ -32,7 +32,7 @@ What is counted where:
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from attrs import Factory, define, field, frozen
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -145,6 +145,9 @@ class Metrics:
     _mirror: Counter = field(init=False)
     _refused: Counter = field(init=False)
     _ledger: Histogram = field(init=False)
+    #: Each series by its metric and labels, looked up once (L{_series}).
+    _children: dict[tuple[Counter | Histogram, tuple[str, ...]], Any] = field(
+        init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         r = self.registry
@@ -178,47 +181,61 @@ class Metrics:
 
     # -- what happened --------------------------------------------------------
 
+    def _series(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """
+        C{metric}'s series of C{labels}, found by its labels once and kept:
+        C{labels()} takes a lock and checks its arguments at every call,
+        and the packages tell of a happening many times a second (each
+        request, each record); the labels are few (routes, methods,
+        statuses, logs, outcomes).
+        """
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def requestAnswered(self, route: str, method: str, status: int, seconds: float) -> None:
         """
         A request was answered (or its client went away): C{route} is the
         pattern that took it (L{UNMATCHED} if none did).
         """
-        self._requests.labels(route, method, str(status)).inc()
-        self._latency.labels(route, method).observe(seconds)
+        self._series(self._requests, route, method, str(status)).inc()
+        self._series(self._latency, route, method).observe(seconds)
 
     def appended(self, log: str) -> None:
         """
         One record appended to C{log} (C{events}, C{commands}, C{ledger}).
         """
-        self._records.labels(log).inc()
+        self._series(self._records, log).inc()
 
     def synced(self, log: str, seconds: float) -> None:
         """
         One fsync of C{log} took C{seconds}.
         """
-        self._syncs.labels(log).observe(seconds)
+        self._series(self._syncs, log).observe(seconds)
 
     def boxProbed(self, ok: bool) -> None:
-        self._probes.labels("passed" if ok else "failed").inc()
+        self._series(self._probes, "passed" if ok else "failed").inc()
 
     def mirrorWrote(self, ok: bool) -> None:
         """
         A mirror pass wrote its session's document (C{ok}), or failed.
         """
-        self._mirror.labels("written" if ok else "failed").inc()
+        self._series(self._mirror, "written" if ok else "failed").inc()
 
     def turnRefused(self, reason: str) -> None:
         """
         A public turn was refused with the error code C{reason}.
         """
-        self._refused.labels(reason).inc()
+        self._series(self._refused, reason).inc()
 
     def ledgerAnswered(self, operation: str, seconds: float, outcome: str) -> None:
         """
         The ledger answered C{operation} (C{ok}), could not be reached
         (C{unavailable}) or failed (C{error}) after C{seconds}.
         """
-        self._ledger.labels(operation, outcome).observe(seconds)
+        self._series(self._ledger, operation, outcome).observe(seconds)
 
     # -- what is read at a scrape ----------------------------------------------
 

@@ -24,6 +24,7 @@ from vehicle.session._registry import DORMANT_AFTER_SECONDS, SWEEP_SECONDS
 
 from tests.support._crashfs import Crash, CrashFiles
 from tests.support.harness import Harness
+from tests.support.spies import spyOn
 
 
 def openDescriptors() -> int:
@@ -166,15 +167,7 @@ class DormantRestartTests(SynchronousTestCase):
         self.host.h.restart()  # the bodies the prompts started are gone
 
     def countOpens(self) -> list[Path]:
-        opened: list[Path] = []
-        real = _journal.openLogs
-
-        def counting(directory: Path) -> Any:
-            opened.append(directory)
-            return real(directory)
-
-        self.patch(_journal, "openLogs", counting)
-        return opened
+        return spyOn(self, _journal, "openLogs")
 
     def test_sameSessions(self) -> None:
         """

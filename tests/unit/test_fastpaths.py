@@ -22,12 +22,14 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.errors import VehicleError, encode
 from vehicle.protocol import dumps
+from vehicle.session import _values
 from vehicle.session._values import isoTimestamp
 from vehicle.store._jsonl import encodeLine
 from vehicle.web import _frames
 from vehicle.web._frames import parsePayload
 
 from tests.support.harness import COMMAND_EXAMPLES
+from tests.support.spies import spyOn
 
 
 #: A valid body of each request schema, and what varies in them.
@@ -231,3 +233,22 @@ class TimestampTests(SynchronousTestCase):
         """
         self.assertEqual(isoTimestamp(seconds), _datetimeText(seconds))
         self.assertEqual(isoTimestamp(seconds + 1.0), _datetimeText(seconds + 1.0))
+
+    def test_fewSecondsInTurn(self) -> None:
+        """
+        Timestamps of a few seconds in turn (a request's: now, its lease's
+        claim and expiry) make each second's text once; past
+        L{_values.SECONDS_KEPT} seconds, the kept ones are let go and the
+        text is still C{datetime}'s.
+        """
+        made = spyOn(self, _values, "_secondText")
+        self.patch(_values, "_seconds", {})
+        start = 1_796_000_000.25
+        for n in range(50):
+            for seconds in (start + n / 100, start - 3600, start + 300.5):
+                self.assertEqual(isoTimestamp(seconds), _datetimeText(seconds))
+        self.assertEqual(sorted(made), [start - 3600 - 0.25, start - 0.25, start + 300 - 0.25])
+        many = [start + 10 * n for n in range(_values.SECONDS_KEPT * 2 + 1)]
+        for seconds in many + many[:3]:
+            self.assertEqual(isoTimestamp(seconds), _datetimeText(seconds))
+        self.assertLessEqual(len(_values._seconds), _values.SECONDS_KEPT)

@@ -430,6 +430,22 @@ class DeadlineAndSizeTests(HostileCase):
         status, frame = self.assertAnswer(conn)
         self.assertEqual(status, 201, frame)
 
+    def test_contentLengthAnySpelling(self) -> None:
+        """
+        The length is read (bounded) whatever the case of its name and the
+        white space around it: thousands of leading zeros are still its
+        number under every spelling.
+        """
+        for n, name in enumerate([b"Content-Length", b"CONTENT-LENGTH", b"cOnTeNt-LeNgTh",
+                                  b"Content-Length ", b"\x0bcontent-length", b"\x0ccontent-length",
+                                  b"content-length\t"]):
+            body = json.dumps({"requestId": f"z{n}"}).encode()
+            conn = self.connect()
+            head = conn.head("POST", "/sessions", length=len(body))
+            conn.send(head.replace(b"content-length: ", name + b": " + b"0" * 5000) + body)
+            status, frame = self.assertAnswer(conn)
+            self.assertEqual(status, 201, (name, frame))
+
     def test_chunkedCutAtTheLimit(self) -> None:
         """
         A chunked body is answered 413 and closed as soon as it passes the

@@ -17,11 +17,13 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.errors import VehicleError
 from vehicle.web import MAX_BODY_BYTES, VehicleSite
+from vehicle._request import BoundedRequest
 from vehicle.web._limits import LINGER_BYTES, LINGER_SECONDS, refusalBytes
 
 from tests.support.harness import Harness
 from tests.support.rawhttp import RawConnection
 from tests.support.schemas import assertValidFrame
+from tests.support.spies import spyOn
 
 
 class BodyLimitTests(SynchronousTestCase):
@@ -190,6 +192,36 @@ class HeaderDeadlineTests(SynchronousTestCase):
         self.assertFalse(conn.closed)
         self.h.clock.advance(0.1)
         self.assertTrue(conn.closed)
+
+
+class AddressTests(SynchronousTestCase):
+    """
+    A connection's addresses are asked of its transport once, whatever
+    number of requests it carries; each request has them.
+    """
+
+    def test_askedOnce(self) -> None:
+        h = Harness(self)
+        self.addCleanup(h.stop)
+        conn = RawConnection(h)
+        asked: list[str] = []
+        for name in ("getHost", "getPeer"):
+            real = getattr(conn.transport, name)
+
+            def counted(name: str = name, real: object = real) -> object:
+                asked.append(name)
+                return real()  # type: ignore[operator]
+
+            self.patch(conn.transport, name, counted)
+        # Where process is defined: a patch restored leaves no copy behind.
+        requests = spyOn(self, BoundedRequest, "process")
+        for _ in range(3):
+            conn.send(conn.head("GET", "/health"))
+        self.assertEqual(len(requests), 3)
+        self.assertEqual(sorted(asked), ["getHost", "getPeer"])
+        for request in requests:
+            self.assertEqual(request.getHost(), conn.transport.getHost())
+            self.assertEqual(request.getClientAddress(), IPv4Address("TCP", "127.0.0.1", 40000))
 
 
 class LingeringTests(SynchronousTestCase):

@@ -107,6 +107,34 @@ class MetricsTests(SynchronousTestCase):
         self.assertEqual(value(m, "vehicle_ledger_duration_seconds_count",
                                operation="reserveTurn", outcome="ok"), 1)
 
+    def test_requestsApart(self) -> None:
+        """
+        Requests are counted apart by route, method and status (each
+        series found once and kept), their latency by route and method;
+        records by their log.
+        """
+        m = self.metrics
+        for route, method, status in [("/sessions", "POST", 201), ("/sessions", "POST", 400),
+                                      ("/sessions", "GET", 200), ("/account", "GET", 200),
+                                      ("/sessions", "POST", 201)]:
+            m.requestAnswered(route, method, status, 0.5)
+        for log in ("events", "commands", "events"):
+            m.appended(log)
+        requests, latency = "vehicle_http_requests_total", "vehicle_http_request_duration_seconds"
+        for name, labels, expected in [
+            ("vehicle_log_records_total", {"log": "events"}, 2),
+            ("vehicle_log_records_total", {"log": "commands"}, 1),
+            (requests, {"route": "/sessions", "method": "POST", "status": "201"}, 2),
+            (requests, {"route": "/sessions", "method": "POST", "status": "400"}, 1),
+            (requests, {"route": "/sessions", "method": "GET", "status": "200"}, 1),
+            (requests, {"route": "/account", "method": "GET", "status": "200"}, 1),
+            (latency + "_count", {"route": "/sessions", "method": "POST"}, 3),
+            (latency + "_bucket", {"route": "/sessions", "method": "GET", "le": "0.5"}, 1),
+            (latency + "_bucket", {"route": "/sessions", "method": "GET", "le": "0.25"}, 0),
+            (latency + "_sum", {"route": "/account", "method": "GET"}, 0.5),
+        ]:
+            self.assertEqual(value(m, name, **labels), expected, (name, labels))
+
     def test_sampledAtEachScrape(self) -> None:
         """
         The host's state is read when scraped, every body state and profile
@@ -257,6 +285,62 @@ class ScrapeTests(RouteTestCase):
         self.assertEqual(samples[("vehicle_http_requests_total", (
             ("method", "GET"), ("route", "unmatched"), ("status", "404")))], 1)
         self.assertNotIn(sid, self.scraped)  # type: ignore[attr-defined]
+
+    def counted(self, method: str, path: str, **kw: Any) -> tuple[str, str]:
+        """
+        The route and method labels under which one request of C{method}
+        on C{path} was counted (the one label set that moved).
+        """
+        def counts() -> dict[tuple[tuple[str, str], ...], float]:
+            return {labels: v for (name, labels), v in scrape(self, self.metrics)[2].items()
+                    if name == "vehicle_http_requests_total"}
+
+        before = counts()
+        self.h.stub.flush()
+        self.successResultOf(self.h.request(method, path, **kw))
+        self.h.stub.flush()
+        moved = [dict(labels) for labels, v in counts().items() if v != before.get(labels, 0)]
+        self.assertEqual(len(moved), 1, (method, path, moved))
+        return moved[0]["route"], moved[0]["method"]
+
+    def test_routeAsTheRouterMatchesIt(self) -> None:
+        """
+        Every request is counted under the pattern of the route the router
+        matches for its method and path (the route names itself as it takes
+        the request; no second match is made), for every route of the app
+        and for HEAD, OPTIONS, a method no route takes, a trailing slash and
+        paths of no route, which are C{unmatched}.
+        """
+        from werkzeug.exceptions import HTTPException
+
+        from vehicle.web import VehicleAPI
+
+        sid = self.h.create()["sessionId"]
+        adapter = VehicleAPI.router.url_map.bind("host")
+
+        def expected(method: str, path: str) -> str:
+            try:
+                rule, _ = adapter.match(path, method=method, return_rule=True)
+            except HTTPException:
+                return "unmatched"
+            return str(rule.rule)
+
+        asked = [("OPTIONS", f"/sessions/{sid}"), ("PUT", "/sessions"), ("GET", "/sessions/"),
+                 ("GET", f"/sessions/{sid}/"), ("GET", "/nowhere"), ("BREW", "/sessions"),
+                 ("GET", "/sessions//commands"), ("HEAD", "/health")]
+        patterns = set()
+        for rule in VehicleAPI.router.url_map.iter_rules():
+            patterns.add(rule.rule)
+            for method in sorted(rule.methods or ()):
+                asked.append((method, rule.rule.replace("<sessionId>", sid)))
+        self.assertEqual(len(patterns), 11)
+        seen = set()
+        for method, path in asked:
+            route, label = self.counted(method, path, body={})
+            self.assertEqual(route, expected(method, path), (method, path))
+            self.assertEqual(label, method if method != "BREW" else "other")
+            seen.add(route)
+        self.assertEqual(seen, patterns | {"unmatched"})
 
     def test_eventsWrittenAndSynced(self) -> None:
         """

@@ -156,6 +156,31 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertFalse(service.running)
 
 
+    def test_heapSettledOnceRunning(self) -> None:
+        """
+        Once the reactor runs (the services started), what the host made to
+        start is collected, then frozen out of the collector's passes;
+        not before.
+        """
+        import gc
+
+        done: list[str] = []
+        self.patch(gc, "collect", lambda: done.append("collect"))
+        self.patch(gc, "freeze", lambda: done.append("freeze"))
+        self.patch(os, "environ", {"MNEMOSYNE_INTERNAL_SERVICE_SECRET": SECRET})
+        options = _tap.Options()
+        options.parseOptions(["--listen", "tcp:4321:interface=127.0.0.1",
+                              "--data-dir", self.mktemp()])
+        reactor = MemoryReactorClock()
+        service = _tap.makeService(options, reactor)
+        service.startService()
+        self.addCleanup(service.stopService)
+        self.assertEqual(done, [])
+        for hook, args, kw in reactor.whenRunningHooks:
+            hook(*args, **kw)
+        self.assertEqual(done, ["collect", "freeze"])
+
+
 class PluginTests(SynchronousTestCase):
     """
     twistd finds the plugin.

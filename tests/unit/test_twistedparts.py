@@ -64,7 +64,7 @@ class PrivateNamesTests(SynchronousTestCase):
                 "MAX_LENGTH", "totalHeadersSize", "maxHeaders", "connectionMade",
                 "dataReceived", "rawDataReceived", "lineReceived", "headerReceived",
                 "lineLengthExceeded", "allHeadersReceived", "allContentReceived",
-                "requestDone", "connectionLost",
+                "requestDone", "connectionLost", "getHost", "getPeer",
             }),
             MalformedRequestHook: (HTTPChannel, {"_respondToBadRequestAndDisconnect"}),
             BoundedRequest: (Request, {

@@ -23,6 +23,7 @@ from vehicle.web import _watch
 from tests.support.harness import Harness
 from tests.support.rawhttp import HalfClosingTransport, RawConnection
 from tests.support.schemas import assertValidEvent, assertValidFrame
+from tests.support.spies import spyOn
 
 
 TAB1 = {"client": "tab-1"}
@@ -347,15 +348,7 @@ class FanoutTests(StreamTestCase):
     """
 
     def counting(self, name: str) -> list[Event]:
-        calls: list[Event] = []
-        real = getattr(_watch, name)
-
-        def encoder(event: Event) -> bytes:
-            calls.append(event)
-            return real(event)
-
-        self.patch(_watch, name, encoder)
-        return calls
+        return spyOn(self, _watch, name)
 
     def test_encodedOnce(self) -> None:
         """

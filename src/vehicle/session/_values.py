@@ -30,18 +30,26 @@ CALLER_KINDS: dict[str, CallerKind] = {
 }
 
 
-#: The last whole second L{isoTimestamp} wrote, and its text up to the
-#: milliseconds (one tuple, replaced whole: safe from any thread).
-_second: tuple[float, str] = (math.nan, "")
+#: The text up to the milliseconds of each whole second L{isoTimestamp}
+#: wrote lately, by the second: a request writes several timestamps of a few
+#: seconds (now, and its lease's claim and expiry), so one second kept would
+#: be made again at nearly every call.  Emptied whole when full; each step
+#: on it is one dict operation, safe from any thread.
+_seconds: dict[float, str] = {}
+SECONDS_KEPT = 256
+
+
+def _secondText(whole: float) -> str:
+    moment = datetime.datetime.fromtimestamp(whole, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.")
 
 
 def isoTimestamp(seconds: float) -> str:
     """
     An ISO 8601 UTC timestamp with milliseconds, as pi writes them: the
-    text C{datetime.fromtimestamp} gives, its second's part made once a
-    second (a request writes several).
+    text C{datetime.fromtimestamp} gives, each second's part made once
+    while it is kept (L{_seconds}).
     """
-    global _second
     # The microseconds as datetime.fromtimestamp rounds them (half even).
     fraction, whole = math.modf(seconds)
     micro = round(fraction * 1e6)
@@ -49,11 +57,12 @@ def isoTimestamp(seconds: float) -> str:
         whole, micro = whole + 1, micro - 1_000_000
     elif micro < 0:
         whole, micro = whole - 1, micro + 1_000_000
-    cached = _second
-    if cached[0] != whole:
-        moment = datetime.datetime.fromtimestamp(whole, tz=datetime.timezone.utc)
-        cached = _second = (whole, moment.strftime("%Y-%m-%dT%H:%M:%S."))
-    return f"{cached[1]}{micro // 1000:03d}Z"
+    text = _seconds.get(whole)
+    if text is None:
+        if len(_seconds) >= SECONDS_KEPT:
+            _seconds.clear()
+        text = _seconds[whole] = _secondText(whole)
+    return f"{text}{micro // 1000:03d}Z"
 
 
 def parseTimestamp(text: str) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from weakref import WeakKeyDictionary
-from typing import Awaitable, Callable, ClassVar, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, ClassVar, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from attrs import define, field
 from klein import Klein
@@ -27,7 +27,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 from vehicle import __version__
 from vehicle.errors import VehicleError, answerError, answerFrame, encode, errorFrame
 from vehicle.host import Drive, Replayed
-from vehicle.metrics import UNMATCHED, Metrics, unserved
+from vehicle.metrics import Metrics, unserved
 from vehicle.protocol import (
     BodyView,
     ChimeRequest,
@@ -46,7 +46,8 @@ from vehicle.protocol import (
 from vehicle.public import Public
 from vehicle.session import Caller, Registry, Session, makeCapsule
 from vehicle.web._frames import encodedFrame, frame, parsePayload, validate
-from vehicle.web._metered import MeteredResource
+from vehicle.web._metered import MeteredResource, routeTaken
+from vehicle.web._routing import remembering
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import (
     STALL_SECONDS,
@@ -96,16 +97,44 @@ def answered(
     return respond
 
 
+#: The app's router (L{VehicleAPI.router}): its matches remembered
+#: (L{remembering}).  A path is matched as it was sent: never redirected
+#: (in HTML) to another spelling of it.
+_router = Klein()
+remembering(_router.url_map).merge_slashes = False
+
+
+def route(
+    pattern: str, method: str
+) -> Callable[[Callable[Concatenate[VehicleAPI, Request, P], R]],
+              Callable[Concatenate[VehicleAPI, Request, P], R]]:
+    """
+    A route of the app: C{method} on C{pattern}, registered with the router;
+    the request it takes is counted under C{pattern} (L{routeTaken}).
+    """
+
+    def register(
+        handler: Callable[Concatenate[VehicleAPI, Request, P], R]
+    ) -> Callable[Concatenate[VehicleAPI, Request, P], R]:
+        @functools.wraps(handler)
+        def taken(self: VehicleAPI, request: Request, /, *args: P.args, **kw: P.kwargs) -> R:
+            routeTaken(request, pattern)
+            return handler(self, request, *args, **kw)
+
+        # Klein types a handler as one of its renderables; these are.
+        _router.route(pattern, methods=[method])(cast(Any, taken))
+        return taken
+
+    return register
+
+
 @define(eq=False)
 class VehicleAPI:
     """
     The host's HTTP surface (spec, "Routes").
     """
 
-    router: ClassVar[Klein] = Klein()
-    # A path is matched as it was sent: never redirected (in HTML) to
-    # another spelling of it.
-    router.url_map.merge_slashes = False
+    router: ClassVar[Klein] = _router
     _log: ClassVar[Logger] = Logger()
 
     drive: Drive
@@ -131,20 +160,7 @@ class VehicleAPI:
 
     def resource(self) -> IResource:
         guarded = GuardedResource(self.router.resource(), self.secret)
-        return MeteredResource(guarded, self.metrics, self.routeOf, self.clock)
-
-    def routeOf(self, method: str, path: bytes) -> str:
-        """
-        The pattern of the route that takes C{method} on C{path}
-        (C{/sessions/<sessionId>/commands}), or L{UNMATCHED}.
-        """
-        try:
-            rule, _ = self.router.url_map.bind("vehicle").match(
-                path.decode("utf-8"), method=method, return_rule=True
-            )
-        except (HTTPException, UnicodeDecodeError):
-            return UNMATCHED
-        return str(rule.rule)
+        return MeteredResource(guarded, self.metrics, self.clock)
 
     # -- trust, parse, answer ----------------------------------------------
 
@@ -217,12 +233,12 @@ class VehicleAPI:
 
     # -- routes -------------------------------------------------------------
 
-    @router.route("/health", methods=["GET"])
+    @route("/health", "GET")
     def health(self, request: Request) -> bytes:
         request.setHeader(b"content-type", b"application/json")
         return encode(frame("health", None, {"ok": True, "version": __version__.public()}))
 
-    @router.route("/sessions", methods=["POST"])
+    @route("/sessions", "POST")
     @answered
     async def create(self, request: Request) -> Answered:
         caller = self._caller(request)
@@ -231,7 +247,7 @@ class VehicleAPI:
         )
         return 201, self._frame(request, sent)
 
-    @router.route("/sessions", methods=["GET"])
+    @route("/sessions", "GET")
     @answered
     async def listSessions(self, request: Request) -> Answered:
         caller = self._caller(request)
@@ -240,7 +256,7 @@ class VehicleAPI:
         sessions = [s.listed(encode) for s in self.registry.listFor(caller)]
         return 200, encodedFrame("session.list", {"sessions": []}, "sessions", sessions)
 
-    @router.route("/sessions/<sessionId>", methods=["GET"])
+    @route("/sessions/<sessionId>", "GET")
     @answered
     async def inspect(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)
@@ -257,35 +273,35 @@ class VehicleAPI:
         )
         return 200, frame("session.snapshot", None, toJSON(snapshot))
 
-    @router.route("/sessions/<sessionId>", methods=["PATCH"])
+    @route("/sessions/<sessionId>", "PATCH")
     @answered
     async def rename(self, request: Request, sessionId: str) -> Answered:
         return await self._onSession(
             request, sessionId, "rename.request", RenameRequest, self.drive.rename
         )
 
-    @router.route("/sessions/<sessionId>", methods=["DELETE"])
+    @route("/sessions/<sessionId>", "DELETE")
     @answered
     async def delete(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
         deleted = await self.drive.delete(self.drive.find(caller, sessionId), caller)
         return 200, frame("session.deleted", None, toJSON(deleted))
 
-    @router.route("/sessions/<sessionId>/claim", methods=["POST"])
+    @route("/sessions/<sessionId>/claim", "POST")
     @answered
     async def claim(self, request: Request, sessionId: str) -> Answered:
         return await self._onSession(
             request, sessionId, "claim.request", ClaimRequest, self.drive.claim
         )
 
-    @router.route("/sessions/<sessionId>/release", methods=["POST"])
+    @route("/sessions/<sessionId>/release", "POST")
     @answered
     async def release(self, request: Request, sessionId: str) -> Answered:
         return await self._onSession(
             request, sessionId, "release.request", ReleaseRequest, self.drive.release
         )
 
-    @router.route("/sessions/<sessionId>/commands", methods=["POST"])
+    @route("/sessions/<sessionId>/commands", "POST")
     @answered
     async def command(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
@@ -295,7 +311,7 @@ class VehicleAPI:
         )
         return status, self._frame(request, sent)
 
-    @router.route("/sessions/<sessionId>/chimes", methods=["POST"])
+    @route("/sessions/<sessionId>/chimes", "POST")
     @answered
     async def chime(self, request: Request, sessionId: str) -> Answered:
         caller = self._caller(request)
@@ -305,14 +321,14 @@ class VehicleAPI:
         )
         return 202, self._frame(request, sent)
 
-    @router.route("/sessions/<sessionId>/capsule", methods=["GET"])
+    @route("/sessions/<sessionId>/capsule", "GET")
     @answered
     async def capsule(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)
         transcript = (await self.snapshots.snapshotFor(session)).transcript
         return 200, frame("session.capsule", None, toJSON(makeCapsule(session, transcript)))
 
-    @router.route("/account", methods=["GET"])
+    @route("/account", "GET")
     @answered
     async def account(self, request: Request) -> Answered:
         caller = self._caller(request)
@@ -320,7 +336,7 @@ class VehicleAPI:
             return 200, frame("account", None, {"kind": "member", "principal": caller.principal})
         return 200, frame("account", None, await self.public.account(caller))
 
-    @router.route("/account/grants", methods=["POST"])
+    @route("/account/grants", "POST")
     @answered
     async def grant(self, request: Request) -> Answered:
         caller = self._caller(request)
@@ -332,7 +348,7 @@ class VehicleAPI:
         value = await self.public.grant(caller, grant)
         return 200, frame("account.granted", grant.requestId, value)
 
-    @router.route("/sessions/<sessionId>/events", methods=["GET"])
+    @route("/sessions/<sessionId>/events", "GET")
     @answered
     async def events(self, request: Request, sessionId: str) -> Answered:
         session = self.drive.find(self._caller(request), sessionId)

@@ -75,6 +75,10 @@ class LimitedRequest(BoundedRequest):
     limit = MAX_BODY_BYTES
 
 
+#: The first bytes a header line may start with when its name, spaces
+#: aside, is C{Content-Length} (any case).
+_MAYBE_LENGTH = frozenset([b"c", b"C", *(bytes([space]) for space in b" \t\n\r\x0b\x0c")])
+
 #: Reasons Twisted's table lacks.
 _REASONS = {431: b"Request Header Fields Too Large"}
 
@@ -158,6 +162,10 @@ class GuardedChannel(MalformedRequestHook):
     _lingering: IDelayedCall | None = None
     _discarded = 0
     _cutOff = False
+    #: The connection's two addresses, asked of the transport once: each
+    #: request asks for both (the local one is a system call each time).
+    _hostAddress: IAddress | None = None
+    _peerAddress: IAddress | None = None
 
     def connectionMade(self) -> None:
         # An event stream's deltas leave at once, never behind an ACK
@@ -165,6 +173,16 @@ class GuardedChannel(MalformedRequestHook):
         noDelay(self.transport)
         HTTPChannel.connectionMade(self)
         self._armDeadline()
+
+    def getHost(self) -> IAddress:
+        if self._hostAddress is None:
+            self._hostAddress = cast(IAddress, HTTPChannel.getHost(self))
+        return self._hostAddress
+
+    def getPeer(self) -> IAddress:
+        if self._peerAddress is None:
+            self._peerAddress = cast(IAddress, HTTPChannel.getPeer(self))
+        return self._peerAddress
 
     # -- receiving ----------------------------------------------------------
 
@@ -206,6 +224,11 @@ class GuardedChannel(MalformedRequestHook):
         HTTPChannel.lineReceived(self, line)
 
     def headerReceived(self, line: bytes) -> bool:
+        if line[:1] not in _MAYBE_LENGTH:
+            # Not a Content-Length (whose name, spaces aside, starts with a
+            # c): Twisted's own, as it is.
+            accepted: bool = HTTPChannel.headerReceived(self, line)
+            return accepted
         name, colon, value = line.partition(b":")
         value = value.strip(b" \t")
         length = None
@@ -217,7 +240,7 @@ class GuardedChannel(MalformedRequestHook):
                 self.refuse(tooLarge(self._limit()))
                 return False
             line = b"Content-Length: " + length
-        accepted: bool = HTTPChannel.headerReceived(self, line)
+        accepted = HTTPChannel.headerReceived(self, line)
         if accepted and length is not None:
             self._announced = int(length)
         return accepted
@@ -226,10 +249,9 @@ class GuardedChannel(MalformedRequestHook):
         self.refuse(_headersTooLarge() if self._inRequest else _uriTooLong())
 
     def allHeadersReceived(self) -> None:
-        limit = self._limit()
-        if self._announced is not None and self._announced > limit:
+        if self._announced is not None and self._announced > self._limit():
             # Refused by its announced length: not a byte of it is kept.
-            self.refuse(tooLarge(limit))
+            self.refuse(tooLarge(self._limit()))
             return
         HTTPChannel.allHeadersReceived(self)
 

@@ -187,6 +187,11 @@ class GuardedResource(Resource):
 
 
 def _unreadable(request: IRequest) -> VehicleError | None:
+    host = request.getHeader(b"host")
+    if request.path.isascii() and b"%" not in request.path and (host is None or host.isascii()):
+        # Neither the path's segments (the path unquoted) nor the host can
+        # be anything but ASCII: nothing to decode.
+        return None
     try:
         for segment in list(request.prepath) + list(request.postpath):
             segment.decode("utf-8")
