@@ -98,8 +98,8 @@ def buildHost(
     """
     The packages, wired: registry, bodies, app and the service that owns them.
 
-    @param runInThread: runs blocking file work (a branch's workspace copy)
-        off the reactor's thread: the reactor's pool by default, inline on
+    @param runInThread: runs blocking file work (a branch's workspace copy,
+        the reading of a changed transcript) off the reactor's thread: the reactor's pool by default, inline on
         a reactor without threads (a test's fake clock).
     @param metrics: where every package tells what happened (the app's
         C{metrics}; a new one when not given); the store's logs tell it
@@ -109,6 +109,8 @@ def buildHost(
     """
     if metrics is None:
         metrics = Metrics()
+    if runInThread is None:
+        runInThread = threadRunner(reactor)
     observeLogs(metrics)
     dataDir = DataDir(settings.dataDir, writer=writer or writerFor(reactor))
     dataDir.ensure()
@@ -128,10 +130,10 @@ def buildHost(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
     public, ownKey = _publicParts(settings, models, reactor, dataDir, agent, metrics)
-    bodies = _bodies(settings, models, reactor, launcher, agent, mirror, public, ownKey)
+    bodies = _bodies(settings, models, reactor, launcher, agent, mirror, public, ownKey,
+                     runInThread)
     _follow(registry, bodies, public, mirror)
-    drive = _drive(settings, models, registry, bodies, agent, public,
-                   runInThread or threadRunner(reactor))
+    drive = _drive(settings, models, registry, bodies, agent, public, runInThread)
     api = VehicleAPI(
         drive=drive,
         secret=settings.secret,
@@ -158,6 +160,7 @@ def _bodies(
     mirror: Mirror,
     public: Public | None,
     ownKey: OwnKeyBodies | None,
+    runInThread: RunInThread,
 ) -> Bodies:
     """
     The sessions' bodies, with the spare chat bodies kept warm for them.
@@ -183,6 +186,7 @@ def _bodies(
         ownKey=ownKey,
         spares=spares,
         proxyConnections=proxyConnections,
+        runInThread=runInThread,
     )
 
 

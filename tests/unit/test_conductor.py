@@ -11,16 +11,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.body._conductor import Conductor
+from vehicle.body._conductor import Conductor, TranscriptReader
 from vehicle.protocol import CommandRequest, fromRequest, toJSON, toObject
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
 
 from tests.support.fakepi import STATE, USAGE, FakePi
 from tests.support.harness import FakeLauncher, newSession
+from tests.support.pifiles import HEADER, assistant, encode, user, writePiFile
 from tests.support.schemas import assertValidEvent
 
 
@@ -827,3 +829,68 @@ class SettledTests(ConductorTestCase):
         self.assertGreater(info.costUsd or 0, 0)
         [settled] = self.durable("run.settled")
         self.assertEqual(info.seq, settled["seq"])
+
+
+class TranscriptReaderTests(SynchronousTestCase):
+    """
+    L{TranscriptReader}: the snapshot's transcript read from pi's file only
+    when it changed, and where it is told to read.
+    """
+
+    def setUp(self) -> None:
+        self.piDir = Path(self.mktemp()) / "pi"
+        self.piDir.mkdir(parents=True)
+        self.reads: list[Deferred[Any]] = []
+
+        def runInThread(f: Any, *args: Any) -> Deferred[Any]:
+            # Held until the test lets it run, as a thread would be.
+            held: Deferred[Any] = Deferred()
+            held.addCallback(lambda _: f(*args))
+            self.reads.append(held)
+            return held
+
+        self.reader = TranscriptReader(runInThread=runInThread)
+
+    def read(self) -> Deferred[tuple[Any, ...]]:
+        return Deferred.fromCoroutine(self.reader.read(self.piDir))
+
+    def test_readOnlyWhenChanged(self) -> None:
+        """
+        The file is read off the reactor's thread the first time, not again
+        while it is the same, and again once pi appended to it.
+        """
+        records = [HEADER, user("aaaa0001", None, 1, "hello")]
+        path = writePiFile(self.piDir.parent, records)
+        first = self.read()
+        self.assertNoResult(first)
+        self.reads[0].callback(None)
+        [item] = self.successResultOf(first)
+        self.assertEqual(item["text"], "hello")
+        self.assertEqual(self.successResultOf(self.read()), (item,))
+        self.assertEqual(len(self.reads), 1)
+        with path.open("ab") as f:
+            f.write(encode([assistant("aaaa0002", "aaaa0001", 2,
+                                      [{"type": "text", "text": "hi"}])]))
+        again = self.read()
+        self.assertEqual(len(self.reads), 2)
+        self.reads[1].callback(None)
+        self.assertEqual([i["text"] for i in self.successResultOf(again)], ["hello", "hi"])
+
+    def test_noFileYet(self) -> None:
+        """
+        Before pi wrote its file (or with no pi folder at all) the
+        transcript is empty, and nothing is read.
+        """
+        self.assertEqual(self.successResultOf(self.read()), ())
+        self.piDir.rmdir()
+        self.assertEqual(self.successResultOf(self.read()), ())
+        self.assertEqual(self.reads, [])
+
+    def test_hereWithoutAThread(self) -> None:
+        """
+        With no thread to read in, the file is read at once.
+        """
+        writePiFile(self.piDir.parent, [HEADER, user("aaaa0001", None, 1, "hello")])
+        items = self.successResultOf(
+            Deferred.fromCoroutine(TranscriptReader().read(self.piDir)))
+        self.assertEqual([i["text"] for i in items], ["hello"])

@@ -4,7 +4,7 @@ and the reader of its session files (transcript, active branch, fork/clone).
 """
 
 from vehicle.body._branching import RunInThread, branch, inline
-from vehicle.body._conductor import Conductor
+from vehicle.body._conductor import Conductor, TranscriptReader
 from vehicle.body._life import Planner
 from vehicle.body._modeltext import stripContextNote
 from vehicle.body._picommand import (
@@ -108,6 +108,7 @@ __all__ = [
     "inline",
     "RunInThread",
     "Conductor",
+    "TranscriptReader",
     "Planner",
     "stripContextNote",
     "EXTENSION",

@@ -14,14 +14,18 @@ session.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from attrs import define, field
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IProcessTransport, IReactorTime
 from zope.interface import implementer
 
 from vehicle.body._delivery import Delivery
 from vehicle.body._life import BodyLife, Planner
 from vehicle.body._live import LiveBody
+from vehicle.body._branching import RunInThread
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import readSession
@@ -30,6 +34,48 @@ from vehicle.body._spares import SpareSource
 from vehicle.body._spawner import Launcher, latestSessionFile
 from vehicle.protocol import BodyState, BodyView, Command, JSONObject, PiQueue
 from vehicle.session import IConductor, Session
+
+
+def _transcriptOf(path: Path) -> tuple[JSONObject, ...]:
+    return tuple(item.toJSON() for item in readSession(path).transcript())
+
+
+@define(eq=False)
+class TranscriptReader:
+    """
+    A session's transcript from pi's file, read again only when the file
+    changed (another path, inode, size or time), and then read and parsed
+    off the reactor's thread (a long conversation is megabytes of JSON).
+
+    @ivar runInThread: where the file is read; here, at once, when
+        L{None}.
+    """
+
+    runInThread: RunInThread | None = None
+    _key: tuple[str, int, int, int] | None = None
+    _items: tuple[JSONObject, ...] = ()
+
+    async def read(self, piDir: Path) -> tuple[JSONObject, ...]:
+        """
+        The transcript of the conversation file in C{piDir} (none yet:
+        empty).
+        """
+        current = latestSessionFile(piDir) if piDir.exists() else None
+        if current is None:
+            return ()
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return ()
+        key = (str(current), st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != self._key:
+            # Keyed by the file as it was before the read: a change made
+            # while it is read shows as a new key next time.
+            reading = (succeed(_transcriptOf(current)) if self.runInThread is None
+                       else self.runInThread(_transcriptOf, current))
+            items = await reading
+            self._key, self._items = key, items
+        return self._items
 
 
 @implementer(IConductor, IBodySink)
@@ -50,6 +96,8 @@ class Conductor:
     planner: Planner | None = None
     #: Where a warm spare is taken from (the chat pool; an agent's own).
     spares: SpareSource | None = None
+    #: Reads the transcript for a snapshot.
+    transcripts: TranscriptReader = field(factory=TranscriptReader)
     pump: Pump = field(init=False)
     life: BodyLife = field(init=False)
     delivery: Delivery = field(init=False)
@@ -111,18 +159,17 @@ class Conductor:
             except (PiCommandError, BodyExited):
                 pass
         return BodyView(
-            transcript=tuple(self.transcript()),
+            transcript=await self.transcript(),
             queue=body.snapshotQueue() if body is not None else PiQueue(),
             tools=tools,
             stats=stats,
         )
 
-    def transcript(self) -> list[JSONObject]:
-        piDir = self.life.sessionPaths().piDir
-        current = latestSessionFile(piDir) if piDir.exists() else None
-        if current is None:
-            return []
-        return [item.toJSON() for item in readSession(current).transcript()]
+    async def transcript(self) -> tuple[JSONObject, ...]:
+        """
+        The transcript of the session's active branch, from pi's file.
+        """
+        return await self.transcripts.read(self.life.sessionPaths().piDir)
 
     def meterModelRequest(self) -> str | None:
         """

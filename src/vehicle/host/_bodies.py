@@ -22,7 +22,17 @@ from twisted.web.client import HTTPConnectionPool
 
 from vehicle._reactors import IHostReactor
 from vehicle.agent import AgentProfile
-from vehicle.body import ChatSpares, Conductor, Launcher, Planner, SpareProxy, SparePool, SpareSource
+from vehicle.body import (
+    ChatSpares,
+    Conductor,
+    Launcher,
+    Planner,
+    RunInThread,
+    SpareProxy,
+    SparePool,
+    SpareSource,
+    TranscriptReader,
+)
 from vehicle.box import ModelProxy, Upstream, proxiesClosed
 from vehicle.mirror import Mirror
 from vehicle.models import ModelCatalog
@@ -131,6 +141,9 @@ class Bodies:
     #: The connections the proxies keep open to the providers (closed once
     #: every proxy is).
     proxyConnections: HTTPConnectionPool | None = None
+    #: Where a session's changed transcript is read (off the reactor's
+    #: thread); here, at once, when L{None}.
+    runInThread: RunInThread | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
 
     def start(self) -> None:
@@ -157,6 +170,7 @@ class Bodies:
             idleSeconds=self.idleSeconds,
             planner=planner,
             spares=spares,
+            transcripts=TranscriptReader(runInThread=self.runInThread),
         )
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
