@@ -18,14 +18,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.agent import SECCOMP_FD, AgentSpareProxy
+from vehicle.agent import SECCOMP_FD, AgentSpareProxy, AgentSpares
 from vehicle.body import SPARE_BUDGET, Spare
 from vehicle.body._spawner import BodyPaths, Launcher
 from vehicle.box import BoxSpec, BoxSpecError, bwrapArgv, canonicalSpec
 from vehicle.models import ModelCatalog
 
+from tests.support._hints import assertAnnotationsResolve
 from tests.support.box import BWRAP
 from tests.support.fakepi import STATE
 from tests.support._crashfs import Crash, CrashFiles
@@ -119,7 +122,7 @@ class MakingTests(HarnessTestCase):
         paths: BodyPaths = asked["paths"]
         folder = self.data / "spares" / spare.spareId
         self.assertEqual(paths, BodyPaths.forSession(folder, folder / "workspace"))
-        for made in (folder, paths.piDir, paths.workDir):
+        for made in (self.data / "spares", folder, paths.piDir, paths.workDir):
             self.assertEqual(os.stat(made).st_mode & 0o777, 0o700)
         self.assertEqual(os.listdir(paths.workDir), [])
         self.assertEqual(asked["inside"], BodyPaths.forSession(
@@ -135,6 +138,8 @@ class MakingTests(HarnessTestCase):
             "spare": True,
         })
         self.assertNotIn(KEY, json.dumps(asked["providers"]))
+        # Not even the token shows in a log line that names the proxy.
+        self.assertNotIn(token, repr(proxy))
         self.assertIsNone(proxy.proxy.model)
         self.assertEqual(proxy.proxy.socketPath.parent.name, sessionId)
         # Nothing of the session exists yet.
@@ -623,3 +628,35 @@ class InsidePathTests(SynchronousTestCase):
         self.assertEqual(spec.workspaceInside, root / "later" / "ws")
         self.assertEqual(spec.piDirInside, root / "later" / "pi")
         self.assertEqual(spec.workspace, Path(os.path.realpath(root / "ws")))
+
+
+class SetUpFailureTests(SynchronousTestCase):
+    """
+    A spare whose proxy cannot listen leaves no folder behind.
+    """
+
+    def test_proxyRefused(self) -> None:
+        host = SpareHarness(self)
+        self.addCleanup(host.stop)
+        profile = host.agent
+
+        def refuse(address: str, *args: Any, **kw: Any) -> Any:
+            raise CannotListenError(None, address, OSError("the socket's folder is gone"))
+
+        profile.reactor.listenUNIX = refuse  # type: ignore[method-assign]
+        setUp = Deferred.fromCoroutine(
+            AgentSpares(profile=profile, model=MODEL, newSessionId=lambda: "s" + "0" * 32)
+            .setUp("spare-1"))
+        self.failureResultOf(setUp, CannotListenError)
+        self.assertEqual(os.listdir(host.root / "spares"), [])
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_annotationsResolve(self) -> None:
+        """
+        The agent spares' annotations are types (mypy's reading, checked
+        at run time).
+        """
+        from vehicle.agent import _spares
+
+        assertAnnotationsResolve(self, _spares)

@@ -635,17 +635,21 @@ class DiscardTests(SynchronousTestCase):
 
     def test_thePlan(self) -> None:
         """
-        The body a spare becomes has its proxy's providers and bridge, and
-        discards the spare when it is gone.
+        The body a spare becomes has its proxy's providers and bridge (out
+        of its repr), and discards the spare when it is gone.
         """
         folder = Path(self.mktemp())
         folder.mkdir()
         proxy = FakeProxy("s1")
         spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), proxy=proxy,
                       protocol=PiProtocol(quietSink()))
+        proxy.bootExtra["bridge"]["token"] = "vbt-secret-token"
         plan = spare.plan()
         self.assertEqual(plan.providers, proxy.providers)
         self.assertEqual(plan.bootExtra, proxy.bootExtra)
+        # The plan's repr (a log line's) holds neither the token nor the
+        # providers'.
+        self.assertNotIn("vbt-", repr(plan))
         assert plan.cleanup is not None
         plan.cleanup()
         self.assertEqual(proxy.closed, 1)

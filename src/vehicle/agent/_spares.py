@@ -49,7 +49,9 @@ class AgentSpareProxy:
     #: The session the spare is made to become.
     sessionId: str
     providers: dict[str, JSONObject] = field(repr=False)
-    bootExtra: JSONObject
+    #: The bridge's socket and the proxy's token: kept out of a repr, as
+    #: the providers are (a token is no line for a log).
+    bootExtra: JSONObject = field(repr=False)
 
     def handTo(self, session: Session) -> None:
         """

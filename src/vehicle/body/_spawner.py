@@ -143,7 +143,9 @@ class BodyPlan:
     #: carries them; L{None}: the catalogue's for the session's model.
     providers: dict[str, JSONObject] | None = field(default=None, repr=False)
     wrap: Wrapper | None = None
-    bootExtra: JSONObject | None = None
+    #: More of the boot config (a boxed body's bridge, with its proxy's
+    #: token): kept out of a repr, as the providers are.
+    bootExtra: JSONObject | None = field(default=None, repr=False)
     box: str | None = None
     #: Undoes what the plan set up (its proxy); may return a Deferred.
     cleanup: Callable[[], object] | None = None
