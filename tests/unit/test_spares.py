@@ -656,6 +656,36 @@ class DiscardTests(SynchronousTestCase):
         self.assertFalse(folder.exists())
 
 
+class OwnFileTests(SynchronousTestCase):
+    """
+    L{Spare.ownFileInSession}: only a spare whose folders become its
+    session's (an agent's, seen inside at the session's paths) that knows
+    its own file has one there.
+    """
+
+    def spare(self, inside: BodyPaths | None, ownFile: str | None) -> Spare:
+        folder = Path(self.mktemp())
+        spare = Spare(spareId="s1", paths=BodyPaths.forSession(folder), proxy=FakeProxy("s1"),
+                      protocol=PiProtocol(quietSink()), inside=inside)
+        spare.ownFile = ownFile
+        return spare
+
+    def test_whereItIs(self) -> None:
+        inside = BodyPaths.forSession(Path("/data/sessions/s1"))
+        self.assertEqual(self.spare(inside, "/data/sessions/s1/pi/own.jsonl").ownFileInSession(),
+                         inside.piDir / "own.jsonl")
+
+    def test_none(self) -> None:
+        """
+        A chat spare (seen where it is) and a spare that named no file of
+        its own have none in a session.
+        """
+        inside = BodyPaths.forSession(Path("/data/sessions/s1"))
+        self.assertIsNone(self.spare(None, "/run/spare/pi/own.jsonl").ownFileInSession())
+        self.assertIsNone(self.spare(inside, None).ownFileInSession())
+        self.spare(None, "/run/spare/pi/own.jsonl").forgetOwnFile()
+
+
 class HandOffTests(PoolTestCase):
     """
     A session's body made of a spare: pi switched to the session's file,
