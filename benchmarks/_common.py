@@ -74,3 +74,22 @@ def spawnBarePi(reactor: Any, protocol: Any, provider: dict[str, Any], prefix: s
                                          budget=RunBudget(maxTurns=12, maxCostUsd=1.0)))
     transport.closeChildFD(3)
     return transport
+
+
+async def postRaw(host: Any, path: str, body: Any) -> Any:
+    """
+    POST C{body} to a live host (L{tests.support.live.LiveHost}) as its
+    person would, and read the frame: without the tests' schema check of
+    every answer, which is the client's time, not the host's.
+    """
+    import json
+
+    from tests.support._headers import bytesNames
+    from tests.support.harness import identity
+
+    headers = identity()
+    headers["content-type"] = "application/json"
+    response = await host.http.request(
+        "POST", host.url + path, headers=bytesNames(headers), data=json.dumps(body).encode()
+    )
+    return json.loads(await response.content())

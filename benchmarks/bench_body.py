@@ -26,7 +26,7 @@ from twisted.internet.task import react
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import BenchCase, rss, spawnBarePi  # noqa: E402
+from benchmarks._common import BenchCase, postRaw, rss, spawnBarePi  # noqa: E402
 from tests.support.harness import newSession  # noqa: E402
 from tests.support.live import LiveHost, SSEWatcher  # noqa: E402
 from vehicle.body import PiProtocol  # noqa: E402
@@ -80,13 +80,14 @@ async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], 
 
 async def throughHost(host: LiveHost, runs: int) -> tuple[list[float], int]:
     sid = await host.create()
-    watcher = await SSEWatcher(host, sid).start()
+    watcher = await SSEWatcher(host, sid, validate=False).start()
     times = []
     for n in range(runs + 1):
         count = len([m for m in watcher.messages if m.get("event") == "message.delta"])
         settled = len([m for m in watcher.messages if m.get("event") == "run.settled"])
         start = time.perf_counter()
-        await host.command(sid, "prompt", f"p{n}", text=f"hello {n}")
+        await postRaw(host, f"/sessions/{sid}/commands",
+                      {"type": "prompt", "requestId": f"p{n}", "text": f"hello {n}"})
         await watcher.waitFor(lambda m, c=[0]: m.get("event") == "message.delta" and
                               sum(1 for x in watcher.messages if x.get("event") == "message.delta") > count)
         first = time.perf_counter()

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -46,7 +47,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.task import react  # noqa: E402
 
-from benchmarks._common import BenchCase  # noqa: E402
+from benchmarks._common import BenchCase, postRaw  # noqa: E402
 from benchmarks.bench_delta import Direct, hostWith, startModel, waitForSpare  # noqa: E402
 
 OPENCODE = "opencode-ai@1.18.33"
@@ -61,9 +62,13 @@ async def hostSample(host: Any, profile: str | None = None) -> float:
     from tests.support.live import SSEWatcher
 
     start = time.perf_counter()
-    sid = await host.create(**({"profile": profile} if profile else {}))
-    watcher = await SSEWatcher(host, sid).start()
-    await host.command(sid, "prompt", "p1", text="hello")
+    created = await postRaw(host, "/sessions", {
+        "requestId": "create-" + secrets.token_hex(4), **({"profile": profile} if profile else {}),
+    })
+    sid = created["value"]["session"]["sessionId"]
+    watcher = await SSEWatcher(host, sid, validate=False).start()
+    await postRaw(host, f"/sessions/{sid}/commands",
+                  {"type": "prompt", "requestId": "p1", "text": "hello"})
     await watcher.waitFor(lambda m: m.get("event") == "message.delta")
     first = time.perf_counter()
     await watcher.waitFor(lambda m: m.get("event") == "run.settled")
