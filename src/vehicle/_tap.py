@@ -24,7 +24,7 @@ from vehicle import __version__
 from vehicle._reactors import IHostReactor, globalReactor
 from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile, agentSpares
-from vehicle.body import EXTENSION, Launcher, RunInThread
+from vehicle.body import EXTENSION, Launcher, RunInThread, SparePool
 from vehicle._http import httpClient
 from vehicle.host import Bodies, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares
 from vehicle.metrics import Metrics, metricsSite
@@ -99,8 +99,9 @@ def buildHost(
     The packages, wired: registry, bodies, app and the service that owns them.
 
     @param runInThread: runs blocking file work (a branch's workspace copy,
-        the reading of a changed transcript) off the reactor's thread: the reactor's pool by default, inline on
-        a reactor without threads (a test's fake clock).
+        a changed transcript's reading) off the reactor's thread: the
+        reactor's pool by default, inline on a reactor without threads (a
+        test's fake clock).
     @param metrics: where every package tells what happened (the app's
         C{metrics}; a new one when not given); the store's logs tell it
         too, process-wide.
@@ -118,14 +119,7 @@ def buildHost(
     if launcher is None:
         launcher = _launcher(settings, models, reactor)
     agent = _agentProfile(settings, models, reactor, dataDir, metrics)
-    agent.spares = agentSpares(
-        agent,
-        launcher=launcher,
-        model=models.default,
-        size=settings.agentSpareBodies,
-        refillSeconds=settings.spareRefillMs / 1000.0,
-        newSessionId=registry.newSessionId,
-    )
+    agent.spares = _agentSpares(settings, models, agent, launcher, registry)
     mirror = Mirror(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
@@ -250,6 +244,24 @@ def _agentProfile(
         metrics=metrics,
         # A spare reserved for a new session waits as long as a body idles.
         spareHoldSeconds=settings.bodyIdleMs / 1000.0,
+    )
+
+
+def _agentSpares(
+    settings: Settings, models: ModelCatalog, agent: AgentProfile, launcher: Launcher,
+    registry: Registry,
+) -> SparePool | None:
+    """
+    The agent profile's warm boxed bodies, each reserving a new session's
+    id as the registry makes them.
+    """
+    return agentSpares(
+        agent,
+        launcher=launcher,
+        model=models.default,
+        size=settings.agentSpareBodies,
+        refillSeconds=settings.spareRefillMs / 1000.0,
+        newSessionId=registry.newSessionId,
     )
 
 

@@ -209,20 +209,10 @@ class Settings:
 
         @raise SettingsError: when a setting is missing or wrong.
         """
-        secret = env.get("MNEMOSYNE_INTERNAL_SERVICE_SECRET", "")
-        if not secret:
-            raise SettingsError(
-                "MNEMOSYNE_INTERNAL_SERVICE_SECRET is not set: the host refuses "
-                "to start without gardend's secret"
-            )
+        secret = _secretFrom(env)
         listen = listen if listen is not None else _listenFrom(env)
         checkLoopbackEndpoint(listen)
-        if dataDir is None:
-            dataDir = env.get("VEHICLE_DATA_DIR") or env.get("DATA_DIR")
-        if not dataDir:
-            raise SettingsError(
-                "no --data-dir given and neither VEHICLE_DATA_DIR nor DATA_DIR is set"
-            )
+        dataDir = _dataDirFrom(env, dataDir)
         piCommand = None
         if env.get("VEHICLE_PI"):
             piCommand = tuple(env["VEHICLE_PI"].split())
@@ -256,6 +246,31 @@ class Settings:
             spareRefillMs=_int(env, "VEHICLE_SPARE_REFILL_MS", 2000, 0),
             agentSpareBodies=_int(env, "VEHICLE_AGENT_SPARE_BODIES", 1, 0),
         )
+
+
+def _secretFrom(env: Mapping[str, str]) -> str:
+    """
+    gardend's secret, which the host will not start without.
+    """
+    secret = env.get("MNEMOSYNE_INTERNAL_SERVICE_SECRET", "")
+    if not secret:
+        raise SettingsError(
+            "MNEMOSYNE_INTERNAL_SERVICE_SECRET is not set: the host refuses "
+            "to start without gardend's secret"
+        )
+    return secret
+
+
+def _dataDirFrom(env: Mapping[str, str], given: str | None) -> str:
+    """
+    The data dir: C{--data-dir}, else C{VEHICLE_DATA_DIR}, else C{DATA_DIR}.
+    """
+    dataDir = given if given is not None else env.get("VEHICLE_DATA_DIR") or env.get("DATA_DIR")
+    if not dataDir:
+        raise SettingsError(
+            "no --data-dir given and neither VEHICLE_DATA_DIR nor DATA_DIR is set"
+        )
+    return dataDir
 
 
 def _metricsFrom(env: Mapping[str, str], given: str | None) -> str | None:

@@ -36,6 +36,8 @@ class RememberingMatcher(StateMachineMatcher):
 
     def __init__(self, merge_slashes: bool) -> None:
         StateMachineMatcher.__init__(self, merge_slashes)
+        # The values are werkzeug's (its converters' outputs), typed as its
+        # own signature types them: the one Any the house keeps.
         self.matched: dict[tuple[str, str, str, bool], tuple[Rule, dict[str, Any]]] = {}
 
     def add(self, rule: Rule) -> None:
