@@ -26,9 +26,11 @@ from twisted.internet.task import react
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import BenchCase, postRaw, rss, spawnBarePi  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    BenchCase, postRaw, rss, spawnBarePi, uncheckedWatcher,
+)
 from tests.support.harness import newSession  # noqa: E402
-from tests.support.live import LiveHost, SSEWatcher  # noqa: E402
+from tests.support.live import LiveHost  # noqa: E402
 from vehicle.body import PiProtocol  # noqa: E402
 from vehicle.session import Caller, Registry  # noqa: E402
 from vehicle.store import DataDir  # noqa: E402
@@ -80,7 +82,7 @@ async def direct(reactor: Any, host: LiveHost, runs: int) -> tuple[list[float], 
 
 async def throughHost(host: LiveHost, runs: int) -> tuple[list[float], int]:
     sid = await host.create()
-    watcher = await SSEWatcher(host, sid, validate=False).start()
+    watcher = await uncheckedWatcher(host, sid).start()
     times = []
     for n in range(runs + 1):
         count = len([m for m in watcher.messages if m.get("event") == "message.delta"])

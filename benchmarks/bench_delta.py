@@ -71,7 +71,8 @@ def _ownCommon() -> ModuleType:
 
 
 _common = _ownCommon()
-spawnBarePi, postRaw = _common.spawnBarePi, _common.postRaw
+spawnBarePi, postRaw, uncheckedWatcher = (
+    _common.spawnBarePi, _common.postRaw, _common.uncheckedWatcher)
 
 
 # -- the trace ------------------------------------------------------------------
@@ -235,10 +236,8 @@ class ThroughHost:
         self.host = host
 
     async def start(self) -> "ThroughHost":
-        from tests.support.live import SSEWatcher
-
         self.sid = await self.host.create()
-        self.watcher = await SSEWatcher(self.host, self.sid, validate=False).start()
+        self.watcher = await uncheckedWatcher(self.host, self.sid).start()
         self.n = 0
         await self.prompt("warm up")
         return self

@@ -47,7 +47,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.task import react  # noqa: E402
 
-from benchmarks._common import BenchCase, postRaw  # noqa: E402
+from benchmarks._common import BenchCase, postRaw, uncheckedWatcher  # noqa: E402
 from benchmarks.bench_delta import Direct, hostWith, startModel, waitForSpare  # noqa: E402
 
 OPENCODE = "opencode-ai@1.18.33"
@@ -59,14 +59,12 @@ async def hostSample(host: Any, profile: str | None = None) -> float:
     Create a session (of C{profile}), prompt it at once, until the first
     delta on SSE.
     """
-    from tests.support.live import SSEWatcher
-
     start = time.perf_counter()
     created = await postRaw(host, "/sessions", {
         "requestId": "create-" + secrets.token_hex(4), **({"profile": profile} if profile else {}),
     })
     sid = created["value"]["session"]["sessionId"]
-    watcher = await SSEWatcher(host, sid, validate=False).start()
+    watcher = await uncheckedWatcher(host, sid).start()
     await postRaw(host, f"/sessions/{sid}/commands",
                   {"type": "prompt", "requestId": "p1", "text": "hello"})
     await watcher.waitFor(lambda m: m.get("event") == "message.delta")
