@@ -307,12 +307,21 @@ def pairResults(transcript: Sequence[JSONObject]) -> list[tuple[str, JSONObject]
     return pairs
 
 
-def _thoughtId(messageId: str | None) -> str | None:
+#: The chunks of an agent's message: its words, and what it thought first
+#: (a message of its own, as ACP tells thoughts apart from words: the
+#: message's id with C{-thought}).
+WORDS = "agent_message_chunk"
+THOUGHT = "agent_thought_chunk"
+
+#: The host's ephemeral deltas, by the chunk each streams as.
+_STREAMED = {"message.delta": WORDS, "thinking.delta": THOUGHT}
+
+
+def _thoughtId(messageId: str) -> str:
     """
-    The id of the thought before the message C{messageId}: a message of its
-    own, as ACP tells thoughts apart from words.
+    The id of the thought before the message C{messageId}.
     """
-    return None if messageId is None else messageId + "-thought"
+    return messageId + "-thought"
 
 
 def replay(transcript: Sequence[JSONObject]) -> list[Update]:
@@ -333,9 +342,10 @@ def replay(transcript: Sequence[JSONObject]) -> list[Update]:
         elif role == "assistant":
             thinking = textOf(item.get("thinking"))
             if thinking:
-                updates.append(MessageChunk("agent_thought_chunk", thinking, _thoughtId(messageId)))
+                updates.append(MessageChunk(
+                    THOUGHT, thinking, None if messageId is None else _thoughtId(messageId)))
             if text:
-                updates.append(MessageChunk("agent_message_chunk", text, messageId))
+                updates.append(MessageChunk(WORDS, text, messageId))
             for callId, name in _calls(item):
                 updates.append(ToolCall(callId, name, "pending"))
         elif role == "toolResult" and id(item) in results:
@@ -461,8 +471,8 @@ class EventMapper:
     gap: bool = False
     awaiting: list[str] = field(factory=list)
     lastRun: RunOutcome | None = None
-    _streamed: str = ""
-    _thought: str = ""
+    #: What the deltas said of the message under way, by chunk kind.
+    _said: dict[str, str] = field(factory=dict)
     _messages: int = 0
     _runId: str = "run"
     _ownTexts: list[str] = field(factory=list)
@@ -495,10 +505,8 @@ class EventMapper:
         data = event.get("data")
         if not isinstance(data, dict):
             return []
-        if kind == "message.delta":
-            return self._delta(data)
-        if kind == "thinking.delta":
-            return self._thinking(data)
+        if kind in _STREAMED:
+            return self._piece(_STREAMED[kind], data)
         if kind == "message.completed":
             return self._completed(data)
         if kind == "run.started":
@@ -517,7 +525,7 @@ class EventMapper:
                 budget=self._budget,
             )
             self.gap = False
-            self._streamed = self._thought = ""
+            self._said = {}
             return []
         if kind == "tool.started":
             return self._toolStarted(data)
@@ -527,19 +535,16 @@ class EventMapper:
             return [SessionInfoUpdate(data.get("title"))]
         return []
 
-    def _delta(self, data: JSONObject) -> list[Update]:
-        text = textOf(data.get("text"))
-        if self.gap or not text:
-            return []
-        self._streamed += text
-        return [MessageChunk("agent_message_chunk", text, self._messageId())]
+    def _chunkId(self, kind: str) -> str:
+        messageId = self._messageId()
+        return _thoughtId(messageId) if kind == THOUGHT else messageId
 
-    def _thinking(self, data: JSONObject) -> list[Update]:
+    def _piece(self, kind: str, data: JSONObject) -> list[Update]:
         text = textOf(data.get("text"))
         if self.gap or not text:
             return []
-        self._thought += text
-        return [MessageChunk("agent_thought_chunk", text, _thoughtId(self._messageId()))]
+        self._said[kind] = self._said.get(kind, "") + text
+        return [MessageChunk(kind, text, self._chunkId(kind))]
 
     def _completed(self, data: JSONObject) -> list[Update]:
         text = _text(data)
@@ -550,17 +555,13 @@ class EventMapper:
                     return []
             return [MessageChunk("user_message_chunk", stripContextNote(text))] if text else []
         updates: list[Update] = []
-        thinking = textOf(data.get("thinking")) or ""
-        thought, self._thought = self._thought, ""
-        if thinking.startswith(thought) and len(thinking) > len(thought):
-            updates.append(MessageChunk(
-                "agent_thought_chunk", thinking[len(thought):], _thoughtId(self._messageId())
-            ))
-        streamed, self._streamed = self._streamed, ""
-        if text.startswith(streamed) and len(text) > len(streamed):
-            updates.append(
-                MessageChunk("agent_message_chunk", text[len(streamed):], self._messageId())
-            )
+        said, self._said = self._said, {}
+        # What the model thought, then what it said: each as far as its
+        # deltas did not carry it.
+        for kind, whole in ((THOUGHT, textOf(data.get("thinking")) or ""), (WORDS, text)):
+            before = said.get(kind, "")
+            if whole.startswith(before) and len(whole) > len(before):
+                updates.append(MessageChunk(kind, whole[len(before):], self._chunkId(kind)))
         self.gap = False
         self._messages += 1
         stop, error = textOf(data.get("stopReason")), textOf(data.get("errorMessage"))
