@@ -24,6 +24,7 @@ over a boxed spare made for the session's id; the peers are not run (they
 have no box), and the floors are pi's, unboxed.
 
 Usage: .venv/bin/python benchmarks/bench_newsession.py [--runs N] [--no-peers] [--agent]
+       [--refill-ms MS]
 """
 
 from __future__ import annotations
@@ -223,7 +224,11 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     try:
         profile = "agent" if args.agent else None
         cold = await hostWith(case, modelUrl)
-        warm = await hostWith(case, modelUrl, spareRefillMs=0,
+        # The pool's own pause before a refill (the host's default unless
+        # --refill-ms says otherwise): a refill started at the hand-off
+        # boots Node beside the handed body's first run.
+        refill = {} if args.refill_ms is None else {"spareRefillMs": args.refill_ms}
+        warm = await hostWith(case, modelUrl, **refill,
                               **({"agentSpareBodies": 1} if args.agent else {"spareBodies": 1}))
         opencode = None
         if not (args.no_peers or args.agent):
@@ -287,5 +292,7 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--agent", action="store_true")
+    parser.add_argument("--refill-ms", type=int, default=None,
+                        help="the spare pool's pause before a refill (default: the host's)")
     arguments = parser.parse_args()
     react(lambda reactor: Deferred.fromCoroutine(main(reactor, arguments)))
