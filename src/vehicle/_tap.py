@@ -24,7 +24,7 @@ from vehicle import __version__
 from vehicle._reactors import IHostReactor, globalReactor
 from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile, agentSpares
-from vehicle.body import EXTENSION, Launcher, RunInThread, SparePool
+from vehicle.body import EXTENSION, Launcher, RunInThread, SpareHolds, SparePool
 from vehicle._http import httpClient
 from vehicle.host import Bodies, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares
 from vehicle.metrics import Metrics, metricsSite
@@ -125,7 +125,7 @@ def buildHost(
     )
     public, ownKey = _publicParts(settings, models, reactor, dataDir, agent, metrics)
     bodies = _bodies(settings, models, reactor, launcher, agent, mirror, public, ownKey,
-                     runInThread)
+                     runInThread, registry)
     _follow(registry, bodies, public, mirror)
     drive = _drive(settings, models, registry, bodies, agent, public, runInThread)
     api = VehicleAPI(
@@ -155,9 +155,11 @@ def _bodies(
     public: Public | None,
     ownKey: OwnKeyBodies | None,
     runInThread: RunInThread,
+    registry: Registry,
 ) -> Bodies:
     """
-    The sessions' bodies, with the spare chat bodies kept warm for them.
+    The sessions' bodies, with the spare chat bodies kept warm for them
+    (each made for a new session's id, in its folder to be).
     """
     # The spares' proxies keep their connections to the provider open.
     proxyConnections = HTTPConnectionPool(reactor, persistent=True)
@@ -169,6 +171,7 @@ def _bodies(
         runDir=agent.runDir,
         refillSeconds=settings.spareRefillMs / 1000.0,
         http=httpClient(reactor, pool=proxyConnections),
+        reserve=(registry.newSessionId, registry.dataDir.sessionDir),
     )
     return Bodies(
         launcher=launcher,
@@ -179,6 +182,7 @@ def _bodies(
         public=public,
         ownKey=ownKey,
         spares=spares,
+        holds=SpareHolds(pool=spares, clock=reactor) if spares is not None else None,
         proxyConnections=proxyConnections,
         runInThread=runInThread,
     )

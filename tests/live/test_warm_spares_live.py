@@ -1,7 +1,9 @@
 """
 Spare bodies with real pi: a new or revived chat conversation is handed a
-warm, primed pi that held nothing of anyone, and pi is switched to the
-session's own file (L{vehicle.body._spares}, L{vehicle.body._life}).
+warm, primed pi that held nothing of anyone: a new one on the file it was
+switched to while it waited, made where that session keeps its
+conversation; a revived one is switched to the session's own file
+(L{vehicle.body._spares}, L{vehicle.body._life}).
 """
 
 from __future__ import annotations
@@ -64,7 +66,13 @@ class HandOffTests(TestCase):
         spare = await readySpare(host)
         pid = spare.transport.pid
         primed = len(host.model.requests)
+        # Made for a new session: pi is on a new file where that session
+        # will keep its conversation, before anyone asked for it.
+        prepared = spare.prepared
+        self.assertEqual(prepared.parent, host.root / "sessions" / spare.sessionId / "pi")
+        self.assertTrue(prepared.is_file())
         sid = await host.create()
+        self.assertEqual(sid, spare.sessionId)
         await host.command(sid, "prompt", "p1", text="hello spare")
         events = await host.waitFor(sid, settledEvent)
         materialized = [e for e in events if e["type"] == "body.materialized"]
@@ -87,6 +95,50 @@ class HandOffTests(TestCase):
         self.assertIn(str(session.directory / "work"), json.dumps(body["messages"][0]))
         self.assertNotIn(PRIMING_PROMPT, piFile.read_text())
         self.assertIn("hello spare", piFile.read_text())
+        # Handed over on that file, with no switch: the file pi was put on
+        # while it waited is the one the session's conversation is in.
+        self.assertEqual(piFile, session.directory / "pi" / prepared.name)
+        self.assertEqual(sorted(p.name for p in (session.directory / "pi").glob("*.jsonl")),
+                         [prepared.name])
+
+    async def test_aSpareMadeForASessionIsNoSessionYet(self) -> None:
+        """
+        While a spare waits, the folder made for its session is nobody's:
+        no listing shows it, and when the host stops with the spare unused
+        the folder goes with it.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=60000).start()
+        spare = await readySpare(host)
+        folder = host.root / "sessions" / spare.sessionId
+        self.assertTrue(folder.is_dir())
+        code, listed = await host.call("GET", "/sessions")
+        self.assertEqual(code, 200, listed)
+        self.assertEqual(listed["value"]["sessions"], [])
+        await host.stop()
+        self.assertFalse(folder.exists())
+
+    async def test_aSessionMadeWithASpareRevivesCold(self) -> None:
+        """
+        After a restart the session made with a spare is resumed by a body
+        started cold on its file (whose working folder is the session's).
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=60000).start()
+        await readySpare(host)
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="before the restart")
+        await host.waitFor(sid, settledEvent)
+        host.overrides["spareBodies"] = 0  # the next body starts cold
+        await host.restart()
+        since = len(host.events(sid))
+        code, frame = await host.command(sid, "prompt", "p2", text="after the restart")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, settledEvent, since=since)
+        self.assertIn("session.revived", [e["type"] for e in events])
+        self.assertIsNone(host.host.bodies.spares)
+        _, body = host.model.requests[-1]
+        texts = json.dumps(body["messages"])
+        self.assertIn("before the restart", texts)
+        self.assertIn("after the restart", texts)
 
     async def test_revivedSessionTakesASpare(self) -> None:
         """
@@ -118,6 +170,9 @@ class HandOffTests(TestCase):
         )
         materialized = [e for e in events if e["type"] == "body.materialized"][0]
         self.assertEqual(materialized["data"]["pid"], spare.transport.pid)
+        # The spare was made for another new session: that folder is gone.
+        self.assertNotEqual(spare.sessionId, sid)
+        self.assertFalse((host.root / "sessions" / spare.sessionId).exists())
         _, body = host.model.requests[-1]
         texts = json.dumps(body["messages"])
         self.assertIn("first words", texts)

@@ -20,6 +20,7 @@ from vehicle.body._spares import (
     SPARE_BUDGET,
     ChatSpares,
     Spare,
+    SpareHolds,
     SpareKind,
     SpareProxy,
     SparePool,
@@ -78,6 +79,7 @@ __all__ = [
     "SparesUnavailable",
     "SpareProxy",
     "SparePool",
+    "SpareHolds",
     # _rpc
     "MAX_LINE_BYTES",
     "BodyExited",

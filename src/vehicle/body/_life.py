@@ -216,24 +216,34 @@ class BodyLife:
         """
         paths = spare.inside or BodyPaths.forSession(self.session.directory)
         paths.prepareConversation()
-        existing = _current(paths, spare)
-        revived = _resumes(existing)
-        target = existing if existing is not None else newSessionFile(
-            paths.piDir,
-            sessionId=str(uuid.uuid4()),
-            now=datetime.fromtimestamp(self.clock.seconds(), timezone.utc),
-            cwd=paths.workDir,
-        )
+        # A spare made for this session is on its new file already.
+        target = spare.preparedFor(self.session.sessionId)
+        revived = False
+        if target is None:
+            existing = _current(paths, spare)
+            revived = _resumes(existing)
+            target = existing if existing is not None else newSessionFile(
+                paths.piDir,
+                sessionId=str(uuid.uuid4()),
+                now=datetime.fromtimestamp(self.clock.seconds(), timezone.utc),
+                cwd=paths.workDir,
+            )
         body = LiveBody.handed(self.session, spare, paths, self.launcher.mcpUrl)
         self.paths = paths
         self.body = body
         spare.proxy.handTo(self.session)
         try:
-            switched = await body.protocol.request(
-                {"type": "switch_session", "sessionPath": str(target)}
-            )
-            if switched.get("cancelled") is not False:
-                raise PiCommandError("switch_session", "the spare refused the session")
+            if spare.prepared == target:
+                await body.protocol.request(spare.handOffCommand())
+                refusal = spare.handOffRefusal()
+                if refusal is not None:
+                    raise PiCommandError("prompt", refusal)
+            else:
+                switched = await body.protocol.request(
+                    {"type": "switch_session", "sessionPath": str(target)}
+                )
+                if switched.get("cancelled") is not False:
+                    raise PiCommandError("switch_session", "the spare refused the session")
             state = await body.protocol.request({"type": "get_state"})
             if state.get("sessionFile") != str(target):
                 raise PiCommandError("switch_session", "the spare is not on the session's file")
@@ -250,8 +260,10 @@ class BodyLife:
                 lambda _: self._cleanUp(body.plan)
             )
             return None
-        # pi is off it: nothing of the spare's stays in the session's folder.
+        # pi is off it: nothing of the spare's stays in the session's folder,
+        # nor a folder made for a session it does not serve.
         spare.forgetOwnFile()
+        spare.letGoOfReserved()
         spare.handedOver(self.sink)
         return body, revived, state
 

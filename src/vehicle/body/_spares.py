@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, ClassVar, Protocol
 
@@ -40,10 +42,12 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from vehicle._timers import cancelIfActive
-from vehicle.body._rpc import IBodySink, PiProtocol
+from vehicle.body._rpc import IBodySink, PiCommandError, PiProtocol
+from vehicle.body._sessionfile import newSessionFile
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, Wrapper
 from vehicle.protocol import JSONObject, RunBudget
 from vehicle.session import Session
+from vehicle.store import files
 
 
 #: A spare's own budget, from its boot config: its one priming turn.  A
@@ -56,6 +60,14 @@ PRIMING_PROMPT = "ready?"
 
 #: The extension's question for its session's facts, at the hand-off.
 SESSION_TITLE = "sophia.session"
+
+#: The answer to it while a spare is switched to its session's file
+#: before the hand-off: no facts yet (they come with L{HAND_OFF_COMMAND}).
+PREPARE = '{"prepare":true}'
+
+#: The extension's command a spare already on its session's file is handed
+#: over with: C{/sophia-session <the session's facts>}.
+HAND_OFF_COMMAND = "/sophia-session"
 
 #: The longest pause before another try after a spare could not be made.
 MAX_RETRY_SECONDS = 60.0
@@ -110,8 +122,13 @@ class SpareSetup:
     @ivar paths: its own folders as the host has them; the folder holding
         its pi folder is the spare's, and goes with it.
     @ivar inside: where pi sees them, when its box binds them elsewhere.
-    @ivar sessionId: the session the spare is made to become (its folders
-        are bound where that session's will be), if it is reserved so.
+    @ivar sessionId: the session the spare is made to become, if it is
+        reserved so.
+    @ivar session: where that session's conversation will be (its pi
+        folder and working folder, as the host has them): the spare is
+        switched to a new file there before anyone needs it.
+    @ivar reservedDir: a folder made for that session, which goes with the
+        spare unless a session took it.
     """
 
     paths: BodyPaths
@@ -123,6 +140,8 @@ class SpareSetup:
     box: str | None = None
     inside: BodyPaths | None = None
     sessionId: str | None = None
+    session: BodyPaths | None = None
+    reservedDir: Path | None = None
 
 
 class SpareKind(Protocol):
@@ -144,6 +163,12 @@ class ChatSpares:
     """
     Chat spares (L{SpareKind}): their folders in the host's private run
     folder, their proxies opened by C{openProxy}.
+
+    With C{reserve} each is made for a new session's id: the folders of
+    that session's conversation (its pi folder and working folder) are
+    made where the session will keep them, and the spare is switched to a
+    new file there while it waits (a new session made with it moves them
+    into its folder: L{SpareHolds.moveIn}).
     """
 
     #: Where spares keep their folders (the host's private run folder).
@@ -151,13 +176,32 @@ class ChatSpares:
     openProxy: ProxyOpener
     #: The graph's MCP endpoint as a chat body reaches it, if any.
     mcpUrl: str | None = None
+    #: Makes a session id as the registry does, and names that session's
+    #: folder: each spare is made for one new session.
+    reserve: tuple[Callable[[], str], Callable[[str], Path]] | None = None
 
     async def setUp(self, spareId: str) -> SpareSetup:
-        proxy = await self.openProxy(spareId)
+        sessionId = session = reservedDir = None
+        if self.reserve is not None:
+            newSessionId, sessionDir = self.reserve
+            sessionId = newSessionId()
+            reservedDir = sessionDir(sessionId)
+            reservedDir.mkdir(mode=0o700)
+            session = BodyPaths.forSession(reservedDir)
+            session.prepareConversation()
+        try:
+            proxy = await self.openProxy(spareId)
+        except BaseException:
+            if reservedDir is not None:
+                shutil.rmtree(reservedDir, ignore_errors=True)
+            raise
         return SpareSetup(
             paths=BodyPaths.forSession(self.root() / "spares" / spareId),
             proxy=proxy,
             mcpUrl=self.mcpUrl,
+            sessionId=sessionId,
+            session=session,
+            reservedDir=reservedDir,
         )
 
 
@@ -171,6 +215,11 @@ class Spare:
     @ivar sessionId: the session it is made to become, if reserved so.
     @ivar ownFile: its own session's file, as pi names it (never the
         session's: see L{vehicle.body._life.BodyLife}).
+    @ivar session: where the session it is made to become keeps its
+        conversation (see L{SpareSetup}).
+    @ivar prepared: the new file of that session pi is on (as pi names
+        it), once switched there; it is handed over without a switch.
+    @ivar claimed: a session took the folders made for it.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -186,7 +235,46 @@ class Spare:
     sessionId: str | None = None
     box: str | None = None
     ownFile: str | None = None
+    session: BodyPaths | None = None
+    reservedDir: Path | None = None
+    prepared: Path | None = None
+    claimed: bool = False
+    #: Being switched to its session's file (the extension's question is
+    #: answered: no facts yet).
+    preparing: bool = False
     _discarded: Deferred[None] | None = None
+
+    def preparedFor(self, sessionId: str) -> Path | None:
+        """
+        The file pi is on, when the spare was made for C{sessionId} and
+        switched to it already; L{None}: hand it over with a switch.
+        """
+        return self.prepared if sessionId == self.sessionId else None
+
+    def handOffCommand(self) -> JSONObject:
+        """
+        The command that hands a spare already on its session's file to
+        that session: the facts given to L{handingOver}.
+        """
+        sink = self.protocol.sink
+        facts = sink.facts if isinstance(sink, _HandOffSink) else "null"
+        return {"type": "prompt", "message": f"{HAND_OFF_COMMAND} {facts}"}
+
+    def handOffRefusal(self) -> str | None:
+        """
+        Why the extension refused L{handOffCommand}, if it did.
+        """
+        sink = self.protocol.sink
+        return sink.refused if isinstance(sink, _HandOffSink) else None
+
+    def letGoOfReserved(self) -> None:
+        """
+        Remove the folder made for the session the spare was made for, when
+        no session took it (the spare serves another session, or none).
+        """
+        reserved = self.reservedDir
+        if reserved is not None and not self.claimed and not (reserved / "meta.json").exists():
+            shutil.rmtree(reserved, ignore_errors=True)
 
     def handingOver(self, facts: str) -> None:
         """
@@ -261,6 +349,7 @@ class Spare:
         if self._discarded is None:
             shutil.rmtree(self.paths.piDir.parent, ignore_errors=True)
             self.forgetOwnFile()
+            self.letGoOfReserved()
             self._discarded = self.proxy.close()
             self._discarded.addErrback(
                 lambda f: self._log.failure("The proxy of {spareId} did not close", f,
@@ -302,8 +391,15 @@ class _HandOffSink:
     spare: Spare
     facts: str = field(repr=False)
     held: list[JSONObject] = field(factory=list)
+    #: Why the extension refused the hand-off command, if it did.
+    refused: str | None = None
 
     def piEvent(self, event: JSONObject) -> None:
+        if (
+            event.get("type") == "extension_error"
+            and event.get("extensionPath") == "command:" + HAND_OFF_COMMAND.lstrip("/")
+        ):
+            self.refused = str(event.get("error"))
         if not _isQuestion(event):
             return
         if event.get("method") == "input" and event.get("title") == SESSION_TITLE:
@@ -435,6 +531,8 @@ class SparePool:
             inside=setup.inside,
             sessionId=setup.sessionId,
             box=setup.box,
+            session=setup.session,
+            reservedDir=setup.reservedDir,
         )
         sink.spare = spare
         self.making.append(spare)
@@ -461,6 +559,8 @@ class SparePool:
                 spare.settled = Deferred()
                 await spare.protocol.request({"type": "prompt", "message": PRIMING_PROMPT})
                 await spare.settled
+            if spare.session is not None:
+                await self._prepare(spare)
             if spare not in self.making:
                 # The pool stopped meanwhile (its stop takes every spare
                 # being made, and ends it).
@@ -475,6 +575,36 @@ class SparePool:
             raise
         self.making.remove(spare)
         return spare
+
+    async def _prepare(self, spare: Spare) -> None:
+        """
+        Switch C{spare} to a new file where the session it is made for
+        will keep its conversation (pi rebuilds its runtime for a switch:
+        done now, not when someone waits), and let go of its own.
+        """
+        session = spare.session
+        assert session is not None
+        seen = spare.inside or session
+        made = newSessionFile(
+            session.piDir,
+            sessionId=str(uuid.uuid4()),
+            now=datetime.fromtimestamp(self.clock.seconds(), timezone.utc),
+            cwd=seen.workDir,
+        )
+        target = seen.piDir / made.name
+        spare.preparing = True
+        try:
+            switched = await spare.protocol.request(
+                {"type": "switch_session", "sessionPath": str(target)}
+            )
+        finally:
+            spare.preparing = False
+        if switched.get("cancelled") is not False:
+            raise PiCommandError("switch_session", "the spare refused its session's file")
+        spare.prepared = target
+        if spare.ownFile is not None and Path(spare.ownFile).parent == seen.piDir:
+            # Its priming, kept where its session's conversation will be.
+            (session.piDir / Path(spare.ownFile).name).unlink(missing_ok=True)
 
     def _madeOne(self, spare: Spare) -> None:
         self.failures = 0
@@ -501,6 +631,106 @@ class SparePool:
 
     def _discard(self, spare: Spare) -> Deferred[None]:
         return spare.discard()
+
+
+@define(eq=False)
+class SpareHolds:
+    """
+    The spares of a pool whose kind makes each for one new session's id:
+    one is taken when such a session is made (L{reserve}: the session gets
+    its id, and L{moveIn} its folders), and held for that session's first
+    command (L{spareFor}), or ended.  A session that did not get one at its
+    making (a revived one) may take any ready spare, switched to its file.
+    """
+
+    _log: ClassVar[Logger] = Logger()
+
+    pool: SparePool
+    clock: IReactorTime
+    #: How long a reserved spare waits for its session's first command.
+    holdSeconds: float = 600.0
+    held: dict[str, Spare] = field(factory=dict)
+    _timers: dict[str, IDelayedCall] = field(factory=dict)
+
+    def start(self) -> None:
+        self.pool.start()
+
+    def reserve(self, model: str) -> str | None:
+        """
+        Take a ready spare for a session about to be made on C{model}: the
+        id that session must have, or L{None} (none ready).
+        """
+        spare = self.pool.take(model)
+        if spare is None:
+            return None
+        sessionId = spare.sessionId
+        if sessionId is None or spare.prepared is None:
+            spare.end(self.clock).addErrback(self._lost, spare)
+            return None
+        self.held[sessionId] = spare
+        self._timers[sessionId] = self.clock.callLater(
+            self.holdSeconds, self.unreserve, sessionId
+        )
+        return sessionId
+
+    def moveIn(self, sessionId: str, building: Path) -> None:
+        """
+        The folders made for the session (its pi folder, with the file the
+        spare is on, and its working folder) become those of its folder
+        being built, each by a rename on the data dir's filesystem (the
+        publication's sync of that folder makes them durable).  pi writes
+        nothing while it waits; once the folder is renamed into place its
+        file is where pi has it again.
+        """
+        spare = self.held.get(sessionId)
+        if spare is None or spare.session is None:
+            return
+        layer = files()
+        for name, source in (("pi", spare.session.piDir), ("work", spare.session.workDir)):
+            layer.rmdir(building / name)
+            layer.rename(source, building / name)
+        spare.claimed = True
+        if spare.reservedDir is not None:
+            layer.rmdir(spare.reservedDir)
+
+    def release(self, sessionId: str) -> Spare | None:
+        cancelIfActive(self._timers.pop(sessionId, None))
+        return self.held.pop(sessionId, None)
+
+    def unreserve(self, sessionId: str) -> None:
+        """
+        The spare held for C{sessionId}, if any, will not be handed over
+        (its session was not made, was deleted, or waited too long): it
+        ends.
+        """
+        spare = self.release(sessionId)
+        if spare is not None:
+            spare.end(self.clock).addErrback(self._lost, spare)
+
+    async def spareFor(self, session: Session) -> Spare | None:
+        """
+        The spare held for C{session}, else a ready one (L{SpareSource}).
+        """
+        spare = self.release(session.sessionId)
+        if spare is not None:
+            if not spare.protocol.hasEnded:
+                return spare
+            spare.end(self.clock).addErrback(self._lost, spare)
+        return await self.pool.spareFor(session)
+
+    def stop(self) -> Deferred[None]:
+        """
+        The host stops: the pool's spares and every held one end.
+        """
+        ending = [self.pool.stop()]
+        for sessionId in list(self.held):
+            spare = self.release(sessionId)
+            if spare is not None:
+                ending.append(spare.end(self.clock))
+        return gatherResults(ending, consumeErrors=True).addCallback(lambda _: None)
+
+    def _lost(self, failure: Failure, spare: Spare) -> None:
+        self._log.failure("Spare {spareId} did not end cleanly", failure, spareId=spare.spareId)
 
 
 class SpareSource(Protocol):
@@ -532,7 +762,16 @@ class _SpareSink:
         if spare is None:
             return
         if _isQuestion(event):
-            _refuse(spare, event)
+            if (
+                spare.preparing
+                and event.get("method") == "input"
+                and event.get("title") == SESSION_TITLE
+            ):
+                spare.protocol.send(
+                    {"type": "extension_ui_response", "id": event.get("id"), "value": PREPARE}
+                )
+            else:
+                _refuse(spare, event)
         elif (
             event.get("type") == "agent_settled"
             and spare.settled is not None

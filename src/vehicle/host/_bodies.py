@@ -28,6 +28,7 @@ from vehicle.body import (
     Launcher,
     Planner,
     RunInThread,
+    SpareHolds,
     SpareProxy,
     SparePool,
     SpareSource,
@@ -95,10 +96,13 @@ def chatSpares(
     runDir: Callable[[], Path],
     refillSeconds: float,
     http: HTTPClient | None = None,
+    reserve: tuple[Callable[[], str], Callable[[str], Path]] | None = None,
 ) -> SparePool | None:
     """
     The pool of chat spares for the catalogue's default model, or L{None}
-    when there are to be none (size 0, no model).
+    when there are to be none (size 0, no model).  With C{reserve} (a
+    session id's maker, and its folder's namer) each spare is made for a
+    new session (L{vehicle.body.ChatSpares}).
     """
     model = models.default
     if size < 1 or model is None:
@@ -114,7 +118,9 @@ def chatSpares(
         clock=reactor,
         size=size,
         model=model,
-        kind=ChatSpares(root=runDir, openProxy=openProxy, mcpUrl=launcher.mcpUrl),
+        kind=ChatSpares(
+            root=runDir, openProxy=openProxy, mcpUrl=launcher.mcpUrl, reserve=reserve
+        ),
         refillSeconds=refillSeconds,
     )
 
@@ -138,6 +144,8 @@ class Bodies:
     #: host's key (a visitor's own key is planned; an agent's spares are
     #: the agent profile's).
     spares: SparePool | None = None
+    #: The chat spares held for the new sessions made with them.
+    holds: SpareHolds | None = None
     #: The connections the proxies keep open to the providers (closed once
     #: every proxy is).
     proxyConnections: HTTPConnectionPool | None = None
@@ -157,7 +165,7 @@ class Bodies:
 
     def created(self, session: Session) -> None:
         planner: Planner | None = None
-        spares: SpareSource | None = self.spares
+        spares: SpareSource | None = self.holds or self.spares
         if session.meta.profile == "agent" and self.agent is not None:
             # An agent's spare is the one reserved for it at its creation.
             planner, spares = self.agent.plan, self.agent
@@ -186,6 +194,8 @@ class Bodies:
 
     def deleted(self, session: Session) -> None:
         self.conductors.pop(session.sessionId, None)
+        if self.holds is not None:
+            self.holds.unreserve(session.sessionId)
         if self.agent is not None:
             # A spare reserved for it and never handed over ends.
             self.agent.unreserve(session.sessionId)
@@ -209,7 +219,7 @@ class Bodies:
 
         closing = gatherResults(
             [c.close() for c in list(self.conductors.values())]
-            + ([self.spares.stop()] if self.spares is not None else [])
+            + ([(self.holds or self.spares).stop()] if self.spares is not None else [])
             + ([self.agent.stopSpares()] if self.agent is not None else []),
             consumeErrors=True,
         )

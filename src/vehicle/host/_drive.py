@@ -105,6 +105,12 @@ class BodyRules(Protocol):
 
     async def dispose(self, session: Session) -> None: ...
 
+    def reserveSpare(self, model: str) -> str | None: ...
+
+    def unreserve(self, sessionId: str) -> None: ...
+
+    def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]: ...
+
 
 def refuseIfRunning(session: Session) -> None:
     """
@@ -182,9 +188,16 @@ class Drive:
             isolation = await self.agent.checkCreate(caller, request)
             # The world may have changed while the box was probed.
             self._replayCreation(caller, request)
-        # A warm agent body is made for a session id of its own: the
-        # session takes that id, and its folders.
-        reserved = self.agent.reserveSpare(model, isolation) if isolation is not None else None
+        # A warm body is made for a session id of its own: the session
+        # takes that id, and its folders.
+        rules: AgentRules | BodyRules = self.bodies
+        if request.chosenProfile == "agent":
+            rules = self.agent
+            reserved = self.agent.reserveSpare(model, isolation) if isolation is not None else None
+        else:
+            # A visitor's own key has bodies of its own (no spares).
+            byok = door is not None and door.funding == "byok"
+            reserved = None if byok else self.bodies.reserveSpare(model)
         try:
             session, sent = self.registry.maker.create(
                 caller,
@@ -195,11 +208,14 @@ class Drive:
                 title=request.title,
                 claim=request.claims,
                 ttlMs=request.ttlMs,
-                makeFolders=self.agent.makeFolders if request.chosenProfile == "agent" else None,
+                makeFolders=(
+                    rules.makeFolders
+                    if request.chosenProfile == "agent" or reserved is not None else None
+                ),
             )
         except BaseException:
             if reserved is not None:
-                self.agent.unreserve(reserved)
+                rules.unreserve(reserved)
             raise
         if self.public is not None and caller.public:
             self.public.rememberKey(session, caller)

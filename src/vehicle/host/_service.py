@@ -10,6 +10,7 @@ a delete), and the mirror as one of the sessions' observers
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Callable, ClassVar
 
 from attrs import define
@@ -24,7 +25,7 @@ from vehicle.metrics import HostSample
 from vehicle.host._bodies import Bodies
 from vehicle.mirror import Mirror
 from vehicle.protocol import CommandRequest, JSONObject
-from vehicle.session import Caller, Registry, RunSettled, Session
+from vehicle.session import Caller, FolderRecord, Registry, RunSettled, Session
 
 
 @define(eq=False)
@@ -110,7 +111,7 @@ class HostBodyRules:
     """
     The bodies' part in a request, as the host does it
     (L{vehicle.host.BodyRules}): a branch from pi's file, a body let go
-    before a delete.
+    before a delete, a chat spare held for a new session.
     """
 
     registry: Registry
@@ -125,6 +126,19 @@ class HostBodyRules:
 
     async def dispose(self, session: Session) -> None:
         await self.bodies.disposeFor(session)
+
+    def reserveSpare(self, model: str) -> str | None:
+        holds = self.bodies.holds
+        return holds.reserve(model) if holds is not None else None
+
+    def unreserve(self, sessionId: str) -> None:
+        if self.bodies.holds is not None:
+            self.bodies.holds.unreserve(sessionId)
+
+    def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]:
+        if self.bodies.holds is not None:
+            self.bodies.holds.moveIn(sessionId, sessionDir)
+        return {}
 
 
 @define(eq=False)

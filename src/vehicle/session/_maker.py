@@ -91,10 +91,10 @@ class Maker:
         try:
             layer.mkdir(building / "pi", 0o700)
             layer.mkdir(building / "work", 0o700)
-            if makeFolders is not None:
+            folders = makeFolders(meta.sessionId, building) if makeFolders is not None else {}
+            if folders:
                 meta = evolve(meta, folders=movedFolders(
-                    makeFolders(meta.sessionId, building), building,
-                    self.dataDir.sessionDir(meta.sessionId),
+                    folders, building, self.dataDir.sessionDir(meta.sessionId),
                 ))
             session, _, _ = Session.open(meta, building, self.clock, normalizeTitle(title))
             try:

@@ -28,7 +28,10 @@
 //      facts (UI `input` titled "sophia.session": the budget, a reader's
 //      tools, a public conversation's graphs) before pi lets go of the spare's
 //      own session, and refuses the switch without them; a spare is handed
-//      over once, and refuses any later switch.
+//      over once, and refuses any later switch. A spare made for one new
+//      session is switched to that session's file early (the host answers
+//      `{"prepare": true}`: no facts yet) and handed over without a switch:
+//      the host then gives the facts with the command `/sophia-session`.
 //
 // pi evaluates this module once per process but calls the factory again after
 // fork, clone, new_session and switch_session, so everything that must outlive
@@ -44,6 +47,8 @@ const STATE_KEY = Symbol.for("vehicle.sophia.state");
 const BUDGET_PREFIX = "sophia.budget ";
 // The UI request a spare asks its session's facts with, at its hand-off.
 const SESSION_TITLE = "sophia.session";
+// The command a spare already switched to its session is handed over with.
+const HAND_OFF_COMMAND = "sophia-session";
 const TOOLS_PREFIX = "sophia.tools ";
 
 // The graph tools: the MCP server's name (its tools are mcp__graph__<tool>),
@@ -188,11 +193,47 @@ async function handOff(event, ctx) {
   } catch {
     return { cancel: true };
   }
-  if (given === null || typeof given !== "object" || Array.isArray(given) || typeof given.budget !== "object") {
+  if (given !== null && typeof given === "object" && given.prepare === true) {
+    // A spare made for one new session is switched, before anyone needs
+    // it, to that session's file: no facts yet (they come with
+    // /sophia-session at the hand-off), and its budget stays the boot's.
+    return undefined;
+  }
+  if (!validFacts(given)) {
     return { cancel: true };
   }
   state.facts = given;
   return undefined;
+}
+
+function validFacts(given) {
+  return given !== null && typeof given === "object" && !Array.isArray(given) && typeof given.budget === "object";
+}
+
+// A spare already on its session's file is handed over without a switch:
+// the host gives the session's facts with this command, once.
+function registerHandOffCommand(pi) {
+  if (state.boot?.spare !== true) {
+    return;
+  }
+  pi.registerCommand(HAND_OFF_COMMAND, {
+    description: "the host hands this spare to its session",
+    handler: async (args) => {
+      if (state.facts !== undefined) {
+        throw new Error("this body serves a session already");
+      }
+      let given;
+      try {
+        given = JSON.parse(args);
+      } catch {
+        throw new Error("the session's facts are not JSON");
+      }
+      if (!validFacts(given)) {
+        throw new Error("the session's facts name no budget");
+      }
+      state.facts = given;
+    },
+  });
 }
 
 // A boxed body has no network: the model (and MCP) are reached through the
@@ -677,6 +718,7 @@ export default async function sophia(pi) {
   await state.bridgeReady;
   registerProviders(pi);
   registerGraphTools(pi);
+  registerHandOffCommand(pi);
 
   pi.on("session_before_switch", handOff);
 

@@ -1,0 +1,430 @@
+"""
+Tests for chat spares made for a new session's id (L{vehicle.body.ChatSpares}
+with C{reserve}, L{vehicle.body.SpareHolds}): the folders of that session's
+conversation made where it will keep them, pi switched to a new file there
+while the spare waits, the spare held for the session made with it, its
+folders moved into that session's, and the hand-off without a switch (the
+session's facts given by the extension's command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle.body import ChatSpares, SpareHolds, SparePool
+from vehicle.body._conductor import Conductor
+from vehicle.body._picommand import sessionFacts
+from vehicle.body._spares import HAND_OFF_COMMAND, PREPARE, Spare
+from vehicle.protocol import Answer, CommandRequest, RunBudget, SessionCreated, fromRequest, toObject
+from vehicle.session import SessionMeta, isoTimestamp
+
+from tests.support._crashfs import Crash, CrashFiles
+from tests.support.crashdriver import send
+from tests.support.fakepi import STATE
+from tests.support.harness import FakePiTransport, Harness
+from tests.support.pirecords import answer, exited, kinds, record
+from tests.unit.test_spares import ALICE, MODEL, FakeProxy, PoolTestCase
+
+
+class ReservingTestCase(PoolTestCase):
+    """
+    A pool whose spares are each made for a new session's id, and the
+    holds that keep one for the session made with it.
+    """
+
+    def setUp(self) -> None:
+        self.ids: list[str] = []
+        super().setUp()
+        self.holds = SpareHolds(pool=self.pool, clock=self.clock, holdSeconds=600.0)
+
+    def newId(self) -> str:
+        sessionId = "s" + f"{len(self.ids) + 1:032x}"
+        self.ids.append(sessionId)
+        return sessionId
+
+    def makePool(self, **kw: Any) -> SparePool:
+        async def openProxy(spareId: str) -> FakeProxy:
+            proxy = FakeProxy(spareId)
+            self.proxies.append(proxy)
+            return proxy
+
+        settings: dict[str, Any] = dict(
+            launcher=self.launcher, clock=self.clock, size=self.size, model=MODEL,
+            kind=ChatSpares(root=lambda: self.root, openProxy=openProxy,
+                            reserve=(self.newId, lambda s: self.dataDir.sessionDir(s))),
+            refillSeconds=2.0, prime=self.prime,
+        )
+        settings.update(kw)
+        return SparePool(**settings)
+
+    def switchRequest(self, transport: FakePiTransport) -> dict[str, Any]:
+        return [r for r in transport.written if r["type"] == "switch_session"][-1]
+
+    def prepared(self, index: int = -1) -> tuple[FakePiTransport, Spare]:
+        """
+        The newest spare primed and switched to its session's new file.
+        """
+        transport = self.readyOne(index)
+        answer(transport, "switch_session", {"cancelled": False})
+        [spare] = [s for s in self.pool.ready if s.protocol.transport is transport]
+        return transport, spare
+
+    def made(self, sessionId: str, budget: RunBudget | None = None) -> Any:
+        """
+        A chat session made with id C{sessionId}, as a create makes it with
+        the spare held for it (its folders moved in).
+        """
+        meta = SessionMeta(
+            sessionId=sessionId, graphId=ALICE.graphId or "", principal=ALICE.principal,
+            role=ALICE.role, model=MODEL, createdAt=isoTimestamp(self.clock.seconds()),
+            budget=budget or RunBudget(maxTurns=5, maxCostUsd=0.5),
+        )
+
+        def moveIn(made: str, building: Path) -> dict[str, Any]:
+            self.holds.moveIn(made, building)
+            return {}
+
+        session, _ = self.registry.maker.create(
+            ALICE, meta, requestId="create-1", raw={"requestId": "create-1"},
+            answerFor=lambda made: Answer(type="session.created", value=SessionCreated(
+                session=made.summary(), clientId=ALICE.clientId, holdsLease=True,
+            )),
+            title=None, claim=True, makeFolders=moveIn,
+        )
+        return session
+
+
+class MakingTests(ReservingTestCase):
+    """
+    A spare made for a new session's id is switched, once primed, to a new
+    file where that session will keep its conversation.
+    """
+
+    def test_switchedToItsSessionsFile(self) -> None:
+        """
+        The session's conversation folders are made (private) in the data
+        dir; after the priming pi is switched to a new file there holding
+        only a header whose cwd is the session's working folder; the
+        extension's question on the way is answered with no facts; the
+        spare is ready once pi has switched, not before.
+        """
+        self.pool.start()
+        [sessionId] = self.ids
+        folder = self.dataDir.sessionDir(sessionId)
+        for made in (folder, folder / "pi", folder / "work"):
+            self.assertEqual(os.stat(made).st_mode & 0o777, 0o700)
+        transport = self.readyOne()
+        self.assertEqual(kinds(transport)[-1], "switch_session")
+        path = Path(self.switchRequest(transport)["sessionPath"])
+        self.assertEqual(path.parent, folder / "pi")
+        [line] = path.read_text().splitlines()
+        header = json.loads(line)
+        self.assertEqual((header["type"], header["cwd"]), ("session", str(folder / "work")))
+        record(transport, {"type": "extension_ui_request", "id": "f1", "method": "input",
+                           "title": "sophia.session"})
+        record(transport, {"type": "extension_ui_request", "id": "t1", "method": "input",
+                           "title": "sophia.delegated-token"})
+        answers = [r for r in transport.written if r["type"] == "extension_ui_response"]
+        self.assertEqual(answers, [
+            {"type": "extension_ui_response", "id": "f1", "value": PREPARE},
+            {"type": "extension_ui_response", "id": "t1", "cancelled": True},
+        ])
+        self.assertEqual(json.loads(PREPARE), {"prepare": True})
+        self.assertEqual(self.pool.ready, [])
+        answer(transport, "switch_session", {"cancelled": False})
+        [spare] = self.pool.ready
+        self.assertEqual((spare.sessionId, spare.prepared), (sessionId, path))
+        self.assertEqual(spare.preparedFor(sessionId), path)
+        self.assertIsNone(spare.preparedFor("s" + "f" * 32))
+        # Once switched, a question for facts is refused again.
+        record(transport, {"type": "extension_ui_request", "id": "f2", "method": "input",
+                           "title": "sophia.session"})
+        self.assertEqual(transport.written[-1],
+                         {"type": "extension_ui_response", "id": "f2", "cancelled": True})
+
+    def test_refusedSwitch(self) -> None:
+        """
+        A spare whose pi refuses its session's file is not made: it ends,
+        and the folder made for its session goes with it.
+        """
+        self.pool.start()
+        [sessionId] = self.ids
+        transport = self.readyOne()
+        answer(transport, "switch_session", {"cancelled": True})
+        self.assertEqual(self.pool.ready, [])
+        self.assertIn(0, transport.closed)
+        exited(transport, 0)
+        self.assertFalse(self.dataDir.sessionDir(sessionId).exists())
+
+    def test_endedUnused(self) -> None:
+        """
+        A ready spare the host stops with takes its session's folder with
+        it; a folder that became a session's (its meta written) stays.
+        """
+        self.size = 2
+        self.pool = self.makePool()
+        self.pool.start()
+        first, _ = self.prepared(0)
+        second, _ = self.prepared(1)
+        kept = self.dataDir.sessionDir(self.ids[1])
+        (kept / "meta.json").write_text("{}")
+        self.pool.stop()
+        for transport in (first, second):
+            exited(transport, 0)
+        self.assertFalse(self.dataDir.sessionDir(self.ids[0]).exists())
+        self.assertTrue(kept.is_dir())
+
+
+class HoldsTests(ReservingTestCase):
+    """
+    A spare taken for a session being made: its id the session's, its
+    folders moved into the session's folder, held for its first command.
+    """
+
+    def test_reserveAndMoveIn(self) -> None:
+        """
+        The id the session must have is the spare's; making the session
+        moves the spare's conversation folders into its own (pi's file
+        with them), and the spare is held for it.
+        """
+        self.pool.start()
+        _, spare = self.prepared()
+        sessionId = self.holds.reserve(MODEL)
+        self.assertEqual(sessionId, spare.sessionId)
+        self.assertEqual(self.pool.ready, [])
+        assert sessionId is not None and spare.prepared is not None
+        session = self.made(sessionId)
+        self.assertTrue(spare.claimed)
+        self.assertEqual(session.directory, spare.prepared.parent.parent)
+        self.assertTrue(spare.prepared.is_file())
+        self.assertTrue((session.directory / "meta.json").is_file())
+        self.assertIs(self.holds.held[sessionId], spare)
+        self.assertIsNone(session.meta.folders)
+
+    def test_noneReady(self) -> None:
+        self.pool.start()
+        self.assertIsNone(self.holds.reserve(MODEL))
+        self.prepared()
+        self.assertIsNone(self.holds.reserve("scripted/other-1"))
+        self.assertEqual(len(self.pool.ready), 1)
+
+    def test_unreserveUnmade(self) -> None:
+        """
+        A held spare whose session was not made ends, and its folder goes.
+        """
+        self.pool.start()
+        transport, spare = self.prepared()
+        sessionId = self.holds.reserve(MODEL)
+        assert sessionId is not None
+        self.holds.unreserve(sessionId)
+        self.assertIn(0, transport.closed)
+        exited(transport, 0)
+        self.assertEqual(self.holds.held, {})
+        self.assertFalse(self.dataDir.sessionDir(sessionId).exists())
+
+    def test_heldUntilItsTime(self) -> None:
+        """
+        A held spare waits its hold for the session's first command, then
+        ends; the session made with it keeps its folders.
+        """
+        self.pool.start()
+        transport, spare = self.prepared()
+        sessionId = self.holds.reserve(MODEL)
+        assert sessionId is not None
+        session = self.made(sessionId)
+        self.clock.advance(599)
+        self.assertIn(sessionId, self.holds.held)
+        self.clock.advance(1)
+        self.assertEqual(self.holds.held, {})
+        exited(transport, 0)
+        self.assertTrue((session.directory / "pi" / spare.prepared.name).is_file())  # type: ignore[union-attr]
+
+    def test_spareFor(self) -> None:
+        """
+        A session is given the spare held for it, once; another (revived)
+        one any ready spare.
+        """
+        self.size = 2
+        self.pool = self.makePool()
+        self.holds = SpareHolds(pool=self.pool, clock=self.clock)
+        self.pool.start()
+        self.prepared(0)
+        self.prepared(1)
+        sessionId = self.holds.reserve(MODEL)
+        assert sessionId is not None
+        session = self.made(sessionId)
+        other = self.session()
+        held = self.successResultOf(self._spareFor(session))
+        self.assertEqual(held.sessionId, sessionId)
+        ready = self.successResultOf(self._spareFor(other))
+        self.assertNotEqual(ready.sessionId, sessionId)
+        self.assertIsNone(self.successResultOf(self._spareFor(session)))
+
+    def _spareFor(self, session: Any) -> Any:
+        from twisted.internet.defer import Deferred
+
+        return Deferred.fromCoroutine(self.holds.spareFor(session))
+
+    def test_stop(self) -> None:
+        """
+        The host's stop ends the pool's spares and the held ones.
+        """
+        self.size = 2
+        self.pool = self.makePool()
+        self.holds = SpareHolds(pool=self.pool, clock=self.clock)
+        self.pool.start()
+        first, _ = self.prepared(0)
+        second, _ = self.prepared(1)
+        self.holds.reserve(MODEL)
+        self.holds.stop()
+        self.assertEqual(self.holds.held, {})
+        for transport in (first, second):
+            self.assertIn(0, transport.closed)
+
+
+class HandOffTests(ReservingTestCase):
+    """
+    The spare held for a new session becomes its body without a switch:
+    the session's facts are given by the extension's command.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.pool.start()
+        self.spareTransport, self.spare = self.prepared()
+        sessionId = self.holds.reserve(MODEL)
+        assert sessionId is not None
+        self.sessionUnderTest = self.made(sessionId, RunBudget(maxTurns=5, maxCostUsd=0.5))
+        self.conductor = Conductor(session=self.sessionUnderTest, launcher=self.launcher,
+                                   clock=self.clock, spares=self.holds)
+        self.sessionUnderTest.conductor = self.conductor
+        self.seen: list[dict[str, Any]] = []
+        self.sessionUnderTest.feed.subscribe(lambda e: self.seen.append(toObject(e)))
+
+    def prompt(self) -> None:
+        self.sessionUnderTest.command(
+            ALICE, fromRequest({"type": "prompt", "requestId": "p1", "text": "hello"},
+                               CommandRequest)
+        )
+
+    def handOff(self) -> dict[str, Any]:
+        switches = kinds(self.spareTransport).count("switch_session")
+        self.prompt()
+        self.assertEqual(kinds(self.spareTransport).count("switch_session"), switches)
+        return self.spareTransport.written[-1]
+
+    def test_theFactsCommand(self) -> None:
+        """
+        The first command hands the spare over with the extension's
+        command carrying the session's facts, then asks pi its state; the
+        prompt follows once pi is on the session's file.
+        """
+        sent = self.handOff()
+        self.assertEqual(sent["type"], "prompt")
+        facts = sessionFacts(budget=RunBudget(maxTurns=5, maxCostUsd=0.5))
+        self.assertEqual(sent["message"], f"{HAND_OFF_COMMAND} {facts}")
+        self.assertEqual(self.proxies[0].handed, [self.sessionUnderTest])
+        answer(self.spareTransport, "prompt", {"disposition": "handled"})
+        self.assertEqual(kinds(self.spareTransport)[-1], "get_state")
+        answer(self.spareTransport, "get_state",
+               {**STATE, "sessionFile": str(self.spare.prepared)})
+        self.assertEqual(self.spareTransport.written[-1]["message"], "hello")
+        self.assertEqual(self.conductor.state, "live")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual([e["type"] for e in self.seen if e["type"] == "session.revived"], [])
+
+    def test_refusedCommand(self) -> None:
+        """
+        When the extension refuses the facts, the spare is let go and a
+        body is started for the session on its file, as with no spare.
+        """
+        self.handOff()
+        record(self.spareTransport, {"type": "extension_error",
+                                     "extensionPath": "command:sophia-session",
+                                     "event": "command", "error": "no budget"})
+        answer(self.spareTransport, "prompt", {"disposition": "handled"})
+        self.assertIn(0, self.spareTransport.closed)
+        exited(self.spareTransport, 0)
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_notOnItsFile(self) -> None:
+        """
+        pi on another file than the one it was switched to is no body of
+        the session's: it is let go.
+        """
+        self.handOff()
+        answer(self.spareTransport, "prompt", {"disposition": "handled"})
+        answer(self.spareTransport, "get_state", {**STATE, "sessionFile": "/elsewhere.jsonl"})
+        self.assertIn(0, self.spareTransport.closed)
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+
+class CrashTests(SynchronousTestCase):
+    """
+    A host killed at any durable write of a chat create that took a held
+    spare (its folders moved into the session's folder being built, the
+    session not yet published, or published) leaves the session whole or
+    nothing of it: never a session without its conversation's folders.
+    """
+
+    def ready(self, host: Harness) -> Spare:
+        transport = host.launcher.spawned[-1]
+        answer(transport, "get_state", STATE)
+        answer(transport, "prompt", {"disposition": "started"})
+        record(transport, {"type": "agent_settled", "aborted": False})
+        answer(transport, "switch_session", {"cancelled": False})
+        pool = host.host.bodies.spares
+        assert pool is not None
+        [spare] = pool.ready
+        return spare
+
+    def run_(self, cut: int | None) -> tuple[int, bool]:
+        """
+        Create a chat session on a held spare, killed after sync C{cut}
+        (never, with L{None}); start a new host; check what it serves.
+
+        @return: the syncs the create made, and whether the session exists.
+        """
+        root = Path(self.mktemp()).absolute()
+        root.mkdir(parents=True)
+        h = Harness(self, root, spareBodies=1, spareRefillMs=60000)
+        spare = self.ready(h)
+        files = CrashFiles(root)
+        files.install(self.patch)
+        self.addCleanup(files.uninstall)
+        files.arm(cut)
+        send(h, ("POST", "/sessions", {"requestId": "c1"}, {}))
+        syncs = files.syncs
+        files.kill()
+        files.revive()
+        files.uninstall()
+        self.flushLoggedErrors(Crash)
+        after = Harness(self, root, spareBodies=1, spareRefillMs=60000)
+        self.addCleanup(after.stop)
+        sessionId = str(spare.sessionId)
+        served = list(after.api.registry.sessions)
+        self.assertIn(served, ([], [sessionId]))
+        made = served == [sessionId]
+        if made:
+            directory = after.api.registry.sessions[sessionId].directory
+            self.assertTrue((directory / "work").is_dir())
+            assert spare.prepared is not None
+            self.assertTrue((directory / "pi" / spare.prepared.name).is_file())
+            code, frame = after.call("POST", f"/sessions/{sessionId}/commands",
+                                     {"type": "prompt", "requestId": "p1", "text": "hi"})
+            self.assertEqual(code, 202, frame)
+        else:
+            self.assertFalse((root / "sessions" / sessionId / "meta.json").exists())
+        return syncs, made
+
+    def test_everyCut(self) -> None:
+        syncs, made = self.run_(None)
+        self.assertTrue(made)
+        outcomes = [self.run_(k)[1] for k in range(1, syncs + 1)]
+        self.assertIn(False, outcomes)
+        self.assertTrue(outcomes[-1])
