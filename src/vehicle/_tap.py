@@ -182,7 +182,10 @@ def _bodies(
         public=public,
         ownKey=ownKey,
         spares=spares,
-        holds=SpareHolds(pool=spares, clock=reactor) if spares is not None else None,
+        holds=(
+            SpareHolds(pool=spares, clock=reactor, holdSeconds=settings.bodyIdleMs / 1000.0)
+            if spares is not None else None
+        ),
         proxyConnections=proxyConnections,
         runInThread=runInThread,
     )

@@ -107,10 +107,14 @@ class HandOffTests(TestCase):
         pid = spare.transport.pid
         reserved = spare.sessionId
         # pi named its own session's file where the session's pi folder will
-        # be, and keeps it (its priming) in the spare's folder until then.
+        # be; once pi is switched to a new file there (while the spare
+        # waits), its own (its priming) is gone from the spare's folder.
         own = Path(spare.ownFile)
         self.assertEqual(own.parent, host.root / "sessions" / reserved / "pi")
-        self.assertIn(PRIMING_PROMPT, (spare.paths.piDir / own.name).read_text())
+        self.assertFalse((spare.paths.piDir / own.name).exists())
+        prepared = spare.prepared
+        self.assertEqual(prepared.parent, own.parent)
+        self.assertEqual(list(spare.paths.piDir.glob("*.jsonl")), [spare.paths.piDir / prepared.name])
         sparePi = os.stat(spare.paths.piDir).st_ino
         spareWork = os.stat(spare.paths.workDir).st_ino
         sid = await host.create(profile="agent")
@@ -136,7 +140,7 @@ class HandOffTests(TestCase):
         self.assertEqual([m["role"] for m in body["messages"]], ["system", "user"])
         self.assertIn(str(workspace), json.dumps(body["messages"][0]))
         piFiles = list((session.directory / "pi").glob("*.jsonl"))
-        self.assertEqual(len(piFiles), 1, piFiles)
+        self.assertEqual(piFiles, [prepared], piFiles)
         text = piFiles[0].read_text()
         records = [json.loads(line) for line in text.splitlines()]
         self.assertEqual(records[0]["cwd"], str(workspace))

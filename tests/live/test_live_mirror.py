@@ -13,7 +13,7 @@ from twisted.trial.unittest import TestCase
 
 
 from tests.support._mcp_variant import useVariant
-from tests.support.live import LiveHost, settledEvent, startStandIn
+from tests.support.live import LiveHost, settledEvent, startStandIn, waitUntil
 
 
 def standIn(testCase: TestCase) -> Any:
@@ -262,6 +262,54 @@ class GraphToolTests(TestCase):
         created = [a for a in stand.audit() if a["tool"] == "create_document"
                    and not a.get("documentId", "").startswith("sophia-conversation-")]
         self.assertEqual({(a["actor"], a["via"]) for a in created}, {("alice", "service:vehicle")})
+
+    async def onASpare(self, profile: str, principal: str, role: str, title: str) -> Any:
+        """
+        A session of C{profile} made by C{principal} (C{role}) with a spare
+        ready, whose model calls a writer tool: the spare was made before
+        anyone, so its graph is connected at the hand-off, with the
+        session's token and the session's rules.  The tool's result.
+        """
+        stand = standIn(self)
+        spares = {"agentSpareBodies": 1} if profile == "agent" else {"spareBodies": 1}
+        host = await LiveHost(self, mcpUrl=stand.mcpUrl, spareRefillMs=60000, **spares).start()
+        pool = host.host.bodies.agent.spares if profile == "agent" else host.host.bodies.spares
+        await waitUntil(lambda: bool(pool.ready))
+        [spare] = pool.ready
+        token = stand.mintDelegation(principal, "g1", role)
+        who = {"principal": principal, "role": role, "token": token}
+        code, frame = await host.call("POST", "/sessions",
+                                      {"requestId": "c1", "profile": profile}, **who)
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        self.assertEqual(sid, spare.sessionId)
+        tool = '[[TOOL:mcp__graph__create_document {"title": "%s"}]]' % title
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "note " + tool}, **who)
+        events = await host.waitFor(sid, lambda e: e["type"] == "tool.result", **who)
+        materialized = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized[0]["data"]["pid"], spare.transport.pid)
+        self.created = [a for a in stand.audit() if a["tool"] == "create_document"
+                        and a.get("title", title) == title
+                        and not a.get("documentId", "").startswith("sophia-conversation-")]
+        return events[-1]
+
+    async def test_chatOnASpare(self) -> None:
+        result = await self.onASpare("chat", "alice", "owner", "Spare notes")
+        self.assertFalse(result["data"]["isError"], result)
+        self.assertEqual({(a["actor"], a["via"]) for a in self.created},
+                         {("alice", "service:vehicle")})
+
+    async def test_viewerOnASpare(self) -> None:
+        result = await self.onASpare("chat", "vera", "viewer", "Nope")
+        self.assertTrue(result["data"]["isError"], result)
+        self.assertEqual(self.created, [])
+
+    async def test_agentOnASpare(self) -> None:
+        result = await self.onASpare("agent", "alice", "owner", "Boxed spare notes")
+        self.assertFalse(result["data"]["isError"], result)
+        self.assertEqual({(a["actor"], a["via"]) for a in self.created},
+                         {("alice", "service:vehicle")})
 
     async def test_readerSessionStaysReader(self) -> None:
         """

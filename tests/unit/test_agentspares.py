@@ -73,6 +73,7 @@ class SpareHarness(AgentHarness):
         answer(transport, "get_state", state)
         answer(transport, "prompt", {"disposition": "started"})
         record(transport, {"type": "agent_settled", "aborted": False})
+        answer(transport, "switch_session", {"cancelled": False})
         return spare
 
 
@@ -269,8 +270,11 @@ class ReservationTests(HarnessTestCase):
         self.assertEqual(os.stat(sessionDir / "pi").st_ino, piInode)
         self.assertEqual(os.stat(workspace).st_ino, workInode)
         self.assertEqual(os.listdir(self.data / "spares" / spare.spareId), [])
-        # Nothing of the spare's own session is in the session's pi folder.
-        self.assertEqual(list((sessionDir / "pi").glob("*.jsonl")), [])
+        # Nothing of the spare's own session is in the session's pi folder:
+        # only the new file pi was switched to while the spare waited.
+        assert spare.prepared is not None
+        self.assertEqual(list((sessionDir / "pi").glob("*.jsonl")),
+                         [sessionDir / "pi" / spare.prepared.name])
         meta = json.loads((sessionDir / "meta.json").read_text())
         folders = meta["folders"]
         self.assertEqual((folders["pi"]["path"], folders["pi"]["inode"]),
@@ -354,18 +358,23 @@ class HandOffTests(HarnessTestCase):
 
     def test_handedOver(self) -> None:
         """
-        The spare is switched to a new file of the session's own (its
-        header's cwd the workspace), never to the spare's own session,
-        which goes once pi is off it; its proxy reaches the session's
-        provider and is the session's body's; no body is spawned.
+        The spare was switched, while it waited, to a new file where its
+        session keeps its conversation (its header's cwd the workspace),
+        never to the spare's own session, which goes; the first command
+        hands it over with the session's facts, no switch; its proxy
+        reaches the session's provider and is the session's body's; no
+        body is spawned.
         """
-        self.prompt()
+        switches = kinds(self.transport).count("switch_session")
         target = Path(self.switchRequest()["sessionPath"])
         self.assertEqual(target.parent, self.piDir)
         self.assertNotEqual(target, self.own)
         header = json.loads(target.read_text().splitlines()[0])
         self.assertEqual(header["cwd"], str(self.data / "workspaces" / self.sessionId))
-        answer(self.transport, "switch_session", {"cancelled": False})
+        self.prompt()
+        self.assertEqual(kinds(self.transport).count("switch_session"), switches)
+        self.assertTrue(self.transport.written[-1]["message"].startswith("/sophia-session {"))
+        answer(self.transport, "prompt", {"disposition": "handled"})
         answer(self.transport, "get_state", {**STATE, "sessionFile": str(target)})
         self.assertFalse(self.own.exists())
         self.assertEqual(kinds(self.transport)[-1], "prompt")
@@ -383,7 +392,7 @@ class HandOffTests(HarnessTestCase):
     def handOver(self) -> None:
         self.prompt()
         target = self.switchRequest()["sessionPath"]
-        answer(self.transport, "switch_session", {"cancelled": False})
+        answer(self.transport, "prompt", {"disposition": "handled"})
         answer(self.transport, "get_state", {**STATE, "sessionFile": target})
 
     def test_itsEndKeepsTheFolders(self) -> None:
@@ -423,7 +432,10 @@ class HandOffTests(HarnessTestCase):
         and the body starts cold.
         """
         self.prompt()
-        answer(self.transport, "switch_session", {"cancelled": True})
+        record(self.transport, {"type": "extension_error",
+                                "extensionPath": "command:sophia-session",
+                                "event": "command", "error": "refused"})
+        answer(self.transport, "prompt", {"disposition": "handled"})
         self.assertColdStart()
         exited(self.transport, 0)
         self.assertFalse(self.own.exists())
@@ -436,8 +448,9 @@ class HandOffTests(HarnessTestCase):
         stays in the session's folder.
         """
         exited(self.transport, 1)
+        before = list(self.transport.written)
         self.prompt()
-        self.assertNotIn("switch_session", kinds(self.transport))
+        self.assertEqual(self.transport.written, before)
         self.assertColdStart()
         self.assertFalse(self.own.exists())
 
@@ -452,7 +465,7 @@ class HandOffTests(HarnessTestCase):
         code, frame = self.host.prompt(self.sessionId, "p1")
         self.assertEqual((code, frame["code"]), (409, "body_tampered"), frame)
         self.assertIn(0, self.transport.closed)
-        self.assertNotIn("switch_session", kinds(self.transport))
+        self.assertNotIn("/sophia-session", json.dumps(self.transport.written))
 
     def test_deletedBeforeItsFirstCommand(self) -> None:
         """

@@ -28,7 +28,7 @@ from tests.support.crashdriver import send
 from tests.support.fakepi import STATE
 from tests.support.harness import FakePiTransport, Harness
 from tests.support.pirecords import answer, exited, kinds, record
-from tests.unit.test_spares import ALICE, MODEL, FakeProxy, PoolTestCase
+from tests.support.sparepool import ALICE, MODEL, FakeProxy, PoolTestCase
 
 
 class ReservingTestCase(PoolTestCase):

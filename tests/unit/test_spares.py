@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.test.requesthelper import DummyRequest
@@ -31,60 +31,14 @@ from vehicle.box._proxy import PRIMING_ANSWER
 from vehicle.host import ChatSpareProxy, chatSpares
 from vehicle.models import ModelCatalog
 from vehicle.protocol import CommandRequest, RunBudget, fromRequest, toObject
-from vehicle.session import Caller, Registry
-from vehicle.store import DataDir
 
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.fakepi import STATE
-from tests.support.harness import FakeLauncher, FakePiTransport, newSession
 from tests.support.pirecords import answer, exited, kinds, record
 from tests.support.schemas import assertValidEvent
-
-
-ALICE = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
-MODEL = "scripted/echo-1"
-KEY = "sk-test-key-0123456789"
-PROVIDER = {
-    "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "apiKey": KEY,
-    "models": [{"id": "echo-1"}],
-}
-
-
-class RecordingLauncher(FakeLauncher):
-    """
-    A fake launcher that keeps what each spawn was asked.
-    """
-
-    mcpUrl = "http://127.0.0.1:7/mcp"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked: list[dict[str, Any]] = []
-
-    def spawn(self, protocol: Any, **kw: Any) -> FakePiTransport:
-        self.asked.append(kw)
-        return super().spawn(protocol, **kw)
-
-
-class FakeProxy:
-    """
-    A spare's proxy: its token in the providers, what it was handed, and
-    whether it was closed.
-    """
-
-    def __init__(self, spareId: str) -> None:
-        self.spareId = spareId
-        self.providers: dict[str, Any] = {"scripted": {**PROVIDER, "apiKey": f"vbt-{spareId}"}}
-        self.bootExtra: dict[str, Any] = {"bridge": {"socket": f"/run/{spareId}.sock", "port": 0}}
-        self.handed: list[Any] = []
-        self.closed = 0
-
-    def handTo(self, session: Any) -> None:
-        self.handed.append(session)
-
-    def close(self) -> Deferred[None]:
-        self.closed += 1
-        return succeed(None)
+from tests.support.sparepool import (
+    ALICE, KEY, MODEL, PROVIDER, FakeProxy, PoolTestCase, RecordingLauncher,
+)
 
 
 class Deaf:
@@ -101,57 +55,6 @@ class Deaf:
 
 def quietSink() -> Deaf:
     return Deaf()
-
-
-class PoolTestCase(SynchronousTestCase):
-    """
-    A pool of spares on a fake launcher, its proxies fakes.
-    """
-
-    size = 1
-    prime = True
-
-    def setUp(self) -> None:
-        self.clock = MemoryReactorClock()
-        self.clock.advance(1_796_000_000)
-        self.root = Path(self.mktemp())
-        self.root.mkdir()
-        self.launcher = RecordingLauncher()
-        self.proxies: list[FakeProxy] = []
-        self.pool = self.makePool()
-        self.dataDir = DataDir(Path(self.mktemp()))
-        self.dataDir.ensure()
-        self.registry = Registry(dataDir=self.dataDir, clock=self.clock)
-        self.addCleanup(self.registry.close)
-
-    def makePool(self, **kw: Any) -> SparePool:
-        async def openProxy(spareId: str) -> FakeProxy:
-            proxy = FakeProxy(spareId)
-            self.proxies.append(proxy)
-            return proxy
-
-        settings: dict[str, Any] = dict(
-            launcher=self.launcher, clock=self.clock, size=self.size, model=MODEL,
-            kind=ChatSpares(root=lambda: self.root, openProxy=openProxy,
-                            mcpUrl=self.launcher.mcpUrl),
-            refillSeconds=2.0, prime=self.prime,
-        )
-        settings.update(kw)
-        return SparePool(**settings)
-
-    def session(self, model: str = MODEL, **meta: Any) -> Any:
-        return newSession(self.registry, ALICE, model=model, **meta)
-
-    def readyOne(self, index: int = -1) -> FakePiTransport:
-        """
-        The newest spawned spare answers its state and settles its priming.
-        """
-        transport = self.launcher.spawned[index]
-        answer(transport, "get_state", STATE)
-        if self.prime:
-            answer(transport, "prompt", {"disposition": "started"})
-            record(transport, {"type": "agent_settled", "aborted": False})
-        return transport
 
 
 class MakingTests(PoolTestCase):

@@ -126,6 +126,9 @@ class AgentSpares:
             box="bwrap",
             inside=inside,
             sessionId=sessionId,
+            # Its folders are the session's: pi is switched to a new file
+            # there while the spare waits.
+            session=paths,
         )
 
 

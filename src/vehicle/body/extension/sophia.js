@@ -213,7 +213,7 @@ function validFacts(given) {
 // A spare already on its session's file is handed over without a switch:
 // the host gives the session's facts with this command, once.
 function registerHandOffCommand(pi) {
-  if (state.boot?.spare !== true) {
+  if (state.boot?.spare !== true || state.facts !== undefined) {
     return;
   }
   pi.registerCommand(HAND_OFF_COMMAND, {
@@ -232,6 +232,9 @@ function registerHandOffCommand(pi) {
         throw new Error("the session's facts name no budget");
       }
       state.facts = given;
+      if (mcpUrl() !== null) {
+        connectGraph(pi);
+      }
     },
   });
 }
@@ -634,11 +637,22 @@ function delegationProvider() {
 }
 
 function registerGraphTools(pi) {
-  const url = mcpUrl();
-  if (url === null) {
+  if (mcpUrl() === null) {
     return;
   }
   pi.registerProvider(delegationProvider());
+  if (state.boot?.spare === true && state.facts === undefined) {
+    // A spare serves no one yet: its graph is connected when it is handed
+    // to its session (a connection now would find no token).
+    return;
+  }
+  connectGraph(pi);
+}
+
+// Register the graph's MCP server: pi connects it at once (asking the
+// delegation provider for the session's token).
+function connectGraph(pi) {
+  const url = mcpUrl();
   const config = {
     url,
     auth: { provider: MCP_AUTH_PROVIDER },
