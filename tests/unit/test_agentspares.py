@@ -389,6 +389,26 @@ class HandOffTests(HarnessTestCase):
         materialized = [e for e in events if e["type"] == "body.materialized"]
         self.assertEqual(materialized[0]["data"]["box"], "bwrap")
 
+    def test_noProbeToHandOver(self) -> None:
+        """
+        Handing the spare over starts no box, so bwrap is not probed on the
+        first command's way (a body started cold is, as always).
+        """
+        probes = len(self.host.spawner.calls)
+        self.handOver()
+        self.assertEqual(len(self.host.spawner.calls), probes)
+        self.assertEqual(len(self.host.launcher.spawned), 1)
+
+    def test_aProbeBeforeAColdBody(self) -> None:
+        """
+        With the spare lost, the first command probes the box before the
+        body it starts, and refuses when bwrap no longer makes one.
+        """
+        exited(self.transport, 1)
+        self.host.spawner.refuse(b"bwrap: setting up uid map: Permission denied")
+        code, frame = self.host.prompt(self.sessionId, "p1")
+        self.assertEqual((code, frame["code"]), (503, "isolation_unavailable"), frame)
+
     def handOver(self) -> None:
         self.prompt()
         target = self.switchRequest()["sessionPath"]

@@ -278,18 +278,19 @@ class AgentProfile:
         (L{vehicle.body.SpareSource}), once the box is still there and the
         folders are still the host's; L{None}: start a body.
 
-        @raise VehicleError: as L{plan} does (the spare is let go).
+        @raise VehicleError: C{body_tampered} (the spare is let go).
         """
         spare = self._release(session.sessionId)
         if spare is None:
             return None
+        # Its box runs already: no box is made, so there is no probe to
+        # make before it is handed over (only the folders to check).
         try:
-            tier = await self.decide()
             self.checkFolders(session)
         except BaseException:
             spare.end(self.reactor).addErrback(self._lostSpare, spare)
             raise
-        if tier != "bwrap" or spare.protocol.hasEnded:
+        if spare.protocol.hasEnded:
             spare.end(self.reactor).addErrback(self._lostSpare, spare)
             return None
         return spare
@@ -337,8 +338,11 @@ class AgentProfile:
         """
         if session.meta.profile != "agent":
             return
+        spare = self.reserved.get(session.sessionId)
         try:
-            await self.decide()
+            if spare is None or spare.protocol.hasEnded:
+                # A body would be made (a box started): probe first.
+                await self.decide()
             self.checkFolders(session)
         except VehicleError:
             # No body may start: a spare reserved for it will not be one.
