@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 from attrs import define, field
-from twisted.internet.defer import Deferred, gatherResults
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from vehicle._reactors import IHostReactor
-from vehicle._timers import cancelIfActive
-from vehicle.body import BodyPaths, BodyPlan, Spare, SparePool, Wrapper
+from vehicle.body import BodyPaths, BodyPlan, Spare, SpareHolds, SparePool, Wrapper
 from vehicle.box import (
     BoxSpec,
     SeatbeltSpec,
@@ -85,13 +83,31 @@ class AgentProfile:
     #: Warm agent bodies, each made to become one new session
     #: (L{vehicle.agent.agentSpares}), if kept.
     spares: SparePool | None = None
-    #: The spares reserved for sessions made and not yet handed over, by
-    #: the session's id.
-    reserved: dict[str, Spare] = field(factory=dict)
     #: How long a reserved spare waits for its session's first command.
     spareHoldSeconds: float = 600.0
-    _holds: dict[str, IDelayedCall] = field(factory=dict)
+    _held: SpareHolds | None = None
     _runDir: Path | None = None
+
+    @property
+    def holds(self) -> SpareHolds | None:
+        """
+        The spares reserved for sessions made and not yet handed over.
+        """
+        if self.spares is None:
+            return None
+        if self._held is None or self._held.pool is not self.spares:
+            self._held = SpareHolds(
+                pool=self.spares, clock=self.reactor, holdSeconds=self.spareHoldSeconds
+            )
+        return self._held
+
+    @property
+    def reserved(self) -> dict[str, Spare]:
+        """
+        The spares reserved, by their session's id.
+        """
+        holds = self.holds
+        return holds.held if holds is not None else {}
 
     # -- creation -----------------------------------------------------------
 
@@ -242,24 +258,14 @@ class AgentProfile:
         hands the spare over (L{spareFor}); L{unreserve} lets it go.  A
         spare waits L{spareHoldSeconds} for its session's first command.
         """
-        if self.spares is None or tier != "bwrap":
+        holds = self.holds
+        if holds is None or tier != "bwrap":
             return None
-        spare = self.spares.take(model)
-        if spare is None:
-            return None
-        sessionId = spare.sessionId
-        if sessionId is None:
-            spare.end(self.reactor).addErrback(self._lostSpare, spare)
-            return None
-        self.reserved[sessionId] = spare
-        self._holds[sessionId] = self.reactor.callLater(
-            self.spareHoldSeconds, self.unreserve, sessionId
-        )
-        return sessionId
+        return holds.reserve(model)
 
     def _release(self, sessionId: str) -> Spare | None:
-        cancelIfActive(self._holds.pop(sessionId, None))
-        return self.reserved.pop(sessionId, None)
+        holds = self.holds
+        return holds.release(sessionId) if holds is not None else None
 
     def unreserve(self, sessionId: str) -> None:
         """
@@ -268,9 +274,8 @@ class AgentProfile:
         it ends, and only its own folder goes (its session's folders, moved
         out of it, stay).
         """
-        spare = self._release(sessionId)
-        if spare is not None:
-            spare.end(self.reactor).addErrback(self._lostSpare, spare)
+        if self.holds is not None:
+            self.holds.unreserve(sessionId)
 
     async def spareFor(self, session: Session) -> Spare | None:
         """
@@ -299,12 +304,8 @@ class AgentProfile:
         """
         The host stops: the pool's spares and every reserved one end.
         """
-        ending = [self.spares.stop()] if self.spares is not None else []
-        for sessionId in list(self.reserved):
-            spare = self._release(sessionId)
-            if spare is not None:
-                ending.append(spare.end(self.reactor))
-        return gatherResults(ending, consumeErrors=True).addCallback(lambda _: None)
+        holds = self.holds
+        return holds.stop() if holds is not None else succeed(None)
 
     def _lostSpare(self, failure: Failure, spare: Spare) -> None:
         self._log.failure("Spare {spareId} did not end cleanly", failure, spareId=spare.spareId)
