@@ -419,7 +419,9 @@ class CrashTests(SynchronousTestCase):
                                      {"type": "prompt", "requestId": "p1", "text": "hi"})
             self.assertEqual(code, 202, frame)
         else:
-            self.assertFalse((root / "sessions" / sessionId / "meta.json").exists())
+            # Nothing of it is left: the spare's folder for it is no session.
+            self.assertFalse((root / "sessions" / sessionId).exists())
+            self.assertFalse((root / "trash").exists() and os.listdir(root / "trash"))
         return syncs, made
 
     def test_everyCut(self) -> None:

@@ -820,13 +820,38 @@ class LayoutTests(SynchronousTestCase):
         self.assertEqual(os.listdir(self.data.trash / "nometa-2"), ["events.jsonl"])
         self.assertEqual(self.data.sweep(), [])
 
+    def test_sweepASparesFolder(self) -> None:
+        """
+        A session folder without C{meta.json} holding only what a spare
+        made for the session it waited for (an empty C{work/}, a C{pi/} of
+        session files nobody spoke in) is removed at start; one where
+        anything else is, or anyone spoke, goes to the trash as before.
+        """
+        header = '{"type":"session","version":3,"id":"x","cwd":"/w"}\n{"type":"model_change"}\n'
+        for name, extra in [("spare", None), ("spoken", "message"), ("worked", "work"),
+                            ("more", "file")]:
+            folder = self.data.sessions / name
+            (folder / "pi").mkdir(parents=True)
+            (folder / "work").mkdir()
+            text = header + ('{"type": "message"}\n' if extra == "message" else "")
+            (folder / "pi" / "2026-12-02T00-00-00-000Z_x.jsonl").write_text(text)
+            if extra == "work":
+                (folder / "work" / "made.txt").write_text("x")
+            if extra == "file":
+                (folder / "notes").write_text("x")
+        done = self.data.sweep()
+        self.assertIn(f"removed the folder a spare body made for a session "
+                      f"{self.data.sessions / 'spare'}", done)
+        self.assertEqual(os.listdir(self.data.sessions), [])
+        self.assertEqual(sorted(os.listdir(self.data.trash)), ["more", "spoken", "worked"])
+
     def test_sweepRenameFails(self) -> None:
         """
         When moving a session folder without C{meta.json} to the trash
         fails, the trash name reserved for it is given back and the error
         raised; should giving it back fail too, the first error is raised.
         """
-        self.session("nometa", meta=False)
+        (self.session("nometa", meta=False) / "events.jsonl").write_text("")
         layer = CrashFiles(self.root)
         layer.install(self.patch)
         self.addCleanup(layer.uninstall)
@@ -887,9 +912,10 @@ class LayoutTests(SynchronousTestCase):
         What start removed and moved stays so after a power cut.
         """
         self.data.buildingDir("abc").mkdir()
-        self.session("nometa", meta=False)
+        (self.session("nometa", meta=False) / "events.jsonl").write_text("")
+        (self.session("spare", meta=False) / "pi").mkdir()
         layer = self.power("both")
-        self.assertEqual(len(self.data.sweep()), 2)
+        self.assertEqual(len(self.data.sweep()), 3)
         self.cut(layer)
         self.assertEqual(os.listdir(self.data.sessions), [])
         self.assertEqual(os.listdir(self.data.trash), ["nometa"])

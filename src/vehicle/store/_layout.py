@@ -28,6 +28,33 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 WORKSPACE_IN_TRASH = "workspace"
 
 
+def _spareLeftover(folder: Path) -> bool:
+    """
+    Does C{folder} hold only what a spare body makes for the new session
+    it waits for (L{vehicle.body.ChatSpares}), or what a create cut while
+    moving them in left of it: an empty C{work/}, a C{pi/} of session files
+    in which nobody said anything, either, or neither?
+    """
+    work, piDir = folder / "work", folder / "pi"
+    try:
+        names = {p.name for p in folder.iterdir()}
+        if not names <= {"pi", "work"}:
+            return False
+        for place in (folder / name for name in names):
+            if place.is_symlink() or not place.is_dir():
+                return False
+        if "work" in names and any(work.iterdir()):
+            return False
+        for path in piDir.iterdir() if "pi" in names else ():
+            if path.is_symlink() or not path.is_file() or path.suffix != ".jsonl":
+                return False
+            if b'"type":"message"' in path.read_bytes().replace(b" ", b""):
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def _reserve(parent: Path, base: str) -> str:
     """
     Create an empty directory named C{base} (or C{base-2}, C{base-3}, ...
@@ -301,6 +328,11 @@ class DataDir:
                 removeTree(path)
                 done.append(f"removed the half-made session folder {path}")
             elif self.validSessionId(entry) and path.is_dir() and not (path / "meta.json").is_file():
+                if _spareLeftover(path):
+                    # Made for a new session by a spare the host died with.
+                    removeTree(path)
+                    done.append(f"removed the folder a spare body made for a session {path}")
+                    continue
                 # Left by an older host cut while creating; never announced.
                 name = _renameInto(path, self.trash, entry)
                 done.append(f"moved the session folder without meta.json {path} to trash/{name}")
