@@ -95,6 +95,9 @@ class HandOffTests(TestCase):
         self.assertIn(str(session.directory / "work"), json.dumps(body["messages"][0]))
         self.assertNotIn(PRIMING_PROMPT, piFile.read_text())
         self.assertIn("hello spare", piFile.read_text())
+        # The hand-off's command (the session's facts) is nobody's words.
+        self.assertNotIn("sophia-session", piFile.read_text())
+        self.assertNotIn("sophia-session", json.dumps(host.events(sid)))
         # Handed over on that file, with no switch: the file pi was put on
         # while it waited is the one the session's conversation is in.
         self.assertEqual(piFile, session.directory / "pi" / prepared.name)
