@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body import ChatSpares, SpareHolds, SparePool
@@ -40,7 +41,8 @@ class ReservingTestCase(PoolTestCase):
     def setUp(self) -> None:
         self.ids: list[str] = []
         super().setUp()
-        self.holds = SpareHolds(pool=self.pool, clock=self.clock, holdSeconds=600.0)
+        # The hold is the default one (ten minutes).
+        self.holds = SpareHolds(pool=self.pool, clock=self.clock)
 
     def newId(self) -> str:
         sessionId = "s" + f"{len(self.ids) + 1:032x}"
@@ -140,6 +142,7 @@ class MakingTests(ReservingTestCase):
         [spare] = self.pool.ready
         self.assertEqual((spare.sessionId, spare.prepared), (sessionId, path))
         self.assertEqual(spare.preparedFor(sessionId), path)
+        self.assertEqual(spare.preparedFor("".join(list(sessionId))), path)  # equal, not the same
         self.assertIsNone(spare.preparedFor("s" + "f" * 32))
         # Once switched, a question for facts is refused again.
         record(transport, {"type": "extension_ui_request", "id": "f2", "method": "input",
@@ -160,6 +163,52 @@ class MakingTests(ReservingTestCase):
         self.assertIn(0, transport.closed)
         exited(transport, 0)
         self.assertFalse(self.dataDir.sessionDir(sessionId).exists())
+
+    def test_anythingButFalseIsARefusal(self) -> None:
+        """
+        pi's answer must say the switch was not cancelled, in so many
+        words: anything else is a refusal.
+        """
+        self.pool.start()
+        transport = self.readyOne()
+        answer(transport, "switch_session", {"cancelled": 0})
+        self.assertEqual(self.pool.ready, [])
+        self.assertIn(0, transport.closed)
+
+    def test_noProxyNoFolder(self) -> None:
+        """
+        A spare whose proxy cannot open leaves no folder for its session.
+        """
+        async def refuse(spareId: str) -> Any:
+            raise OSError("no socket")
+
+        kind = ChatSpares(root=lambda: self.root, openProxy=refuse,
+                          reserve=(self.newId, lambda s: self.dataDir.sessionDir(s)))
+        failure = self.failureResultOf(Deferred.fromCoroutine(kind.setUp("spare-x")), OSError)
+        self.assertEqual(str(failure.value), "no socket")
+        self.assertEqual(len(self.ids), 1)
+        self.assertFalse(self.dataDir.sessionDir(self.ids[0]).exists())
+
+    def test_ownFileElsewhereStays(self) -> None:
+        """
+        A chat spare's own session file is in its own folder: the one of the
+        same name in any other folder (a neighbour of its session's pi
+        folder) is not touched.
+        """
+        self.pool.start()
+        [sessionId] = self.ids
+        folder = self.dataDir.sessionDir(sessionId)
+        neighbour = folder / "pi2"
+        neighbour.mkdir()
+        name = "2026-12-02T00-00-00-000Z_spare.jsonl"
+        (folder / "pi" / name).write_text("{}\n")
+        transport = self.launcher.spawned[-1]
+        answer(transport, "get_state", {**STATE, "sessionFile": str(neighbour / name)})
+        answer(transport, "prompt", {"disposition": "started"})
+        record(transport, {"type": "agent_settled", "aborted": False})
+        answer(transport, "switch_session", {"cancelled": False})
+        self.assertEqual(len(self.pool.ready), 1)
+        self.assertTrue((folder / "pi" / name).exists())
 
     def test_endedUnused(self) -> None:
         """
@@ -266,8 +315,6 @@ class HoldsTests(ReservingTestCase):
         self.assertIsNone(self.successResultOf(self._spareFor(session)))
 
     def _spareFor(self, session: Any) -> Any:
-        from twisted.internet.defer import Deferred
-
         return Deferred.fromCoroutine(self.holds.spareFor(session))
 
     def test_stop(self) -> None:
@@ -352,6 +399,21 @@ class HandOffTests(ReservingTestCase):
         exited(self.spareTransport, 0)
         self.assertEqual(len(self.launcher.spawned), 2)
 
+    def test_anotherCommandsError(self) -> None:
+        """
+        An error of another extension command on the way is not the hand-off
+        refused.
+        """
+        self.handOff()
+        record(self.spareTransport, {"type": "extension_error",
+                                     "extensionPath": "command:sophia-sessions",
+                                     "event": "command", "error": "not ours"})
+        answer(self.spareTransport, "prompt", {"disposition": "handled"})
+        answer(self.spareTransport, "get_state",
+               {**STATE, "sessionFile": str(self.spare.prepared)})
+        self.assertEqual(self.conductor.state, "live")
+        self.assertEqual(len(self.launcher.spawned), 1)
+
     def test_notOnItsFile(self) -> None:
         """
         pi on another file than the one it was switched to is no body of
@@ -364,6 +426,43 @@ class HandOffTests(ReservingTestCase):
         self.assertEqual(len(self.launcher.spawned), 2)
 
 
+def readyChatSpare(host: Harness) -> Spare:
+    """
+    The host's newest chat spare, primed and switched to its session's file.
+    """
+    transport = host.launcher.spawned[-1]
+    answer(transport, "get_state", STATE)
+    answer(transport, "prompt", {"disposition": "started"})
+    record(transport, {"type": "agent_settled", "aborted": False})
+    answer(transport, "switch_session", {"cancelled": False})
+    pool = host.host.bodies.spares
+    assert pool is not None
+    [spare] = pool.ready
+    return spare
+
+
+class BranchTests(SynchronousTestCase):
+    """
+    A new session made with a spare has pi's file before anyone spoke: it
+    is still a session with nothing said (nothing to fork or clone), as
+    one made with no spare is.
+    """
+
+    def test_nothingToClone(self) -> None:
+        root = Path(self.mktemp()).absolute()
+        h = Harness(self, root, spareBodies=1, spareRefillMs=60000)
+        self.addCleanup(h.stop)
+        spare = readyChatSpare(h)
+        code, frame = h.call("POST", "/sessions", {"requestId": "c1"})
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        self.assertEqual(sid, spare.sessionId)
+        for kind, more in (("clone", {}), ("fork", {"entryId": "e1"})):
+            code, frame = h.call("POST", f"/sessions/{sid}/commands",
+                                 {"type": kind, "requestId": kind, **more})
+            self.assertEqual((code, frame["code"]), (409, "nothing_to_fork"), frame)
+
+
 class CrashTests(SynchronousTestCase):
     """
     A host killed at any durable write of a chat create that took a held
@@ -371,17 +470,6 @@ class CrashTests(SynchronousTestCase):
     session not yet published, or published) leaves the session whole or
     nothing of it: never a session without its conversation's folders.
     """
-
-    def ready(self, host: Harness) -> Spare:
-        transport = host.launcher.spawned[-1]
-        answer(transport, "get_state", STATE)
-        answer(transport, "prompt", {"disposition": "started"})
-        record(transport, {"type": "agent_settled", "aborted": False})
-        answer(transport, "switch_session", {"cancelled": False})
-        pool = host.host.bodies.spares
-        assert pool is not None
-        [spare] = pool.ready
-        return spare
 
     def run_(self, cut: int | None) -> tuple[int, bool]:
         """
@@ -393,7 +481,7 @@ class CrashTests(SynchronousTestCase):
         root = Path(self.mktemp()).absolute()
         root.mkdir(parents=True)
         h = Harness(self, root, spareBodies=1, spareRefillMs=60000)
-        spare = self.ready(h)
+        spare = readyChatSpare(h)
         files = CrashFiles(root)
         files.install(self.patch)
         self.addCleanup(files.uninstall)

@@ -17,7 +17,9 @@ from attrs import define, evolve
 
 from vehicle.body._modeltext import stripContextNote
 from vehicle.body._spawner import latestSessionFile
-from vehicle.body._sessionfile import BranchResult, NothingToFork, branchSession, readSession
+from vehicle.body._sessionfile import (
+    BranchResult, NothingToFork, branchSession, hasConversation, readSession,
+)
 from vehicle.box import copyTree
 from vehicle.errors import VehicleError
 from vehicle.protocol import (
@@ -109,7 +111,8 @@ async def branch(
             {"role": caller.role},
         )
     piFile = latestSessionFile(source.directory / "pi")
-    if piFile is None:
+    if piFile is None or not hasConversation(piFile):
+        # (A new session made with a spare has pi's file before anyone spoke.)
         raise VehicleError("nothing_to_fork", "nothing has been said in this session yet")
     kind: Literal["fork", "clone"] = "fork" if request.type == CommandType.fork else "clone"
     entryId = request.entryId if kind == "fork" else None
