@@ -280,6 +280,7 @@ class StartSweepTests(SynchronousTestCase):
         root = h.root
         (root / "sessions" / ".new-sabc" / "pi").mkdir(parents=True)
         (root / "sessions" / "sold" / "pi").mkdir(parents=True)  # an older host's cut create
+        (root / "sessions" / "sold" / "events.jsonl").write_text("")
         (root / "sessions" / sid / ".meta.json.0123456789ab.tmp").write_text("{}")
         (root / "trash" / "sgone").mkdir()  # an empty reservation
         (root / "trash" / "shalf").mkdir()  # an older host's cut delete
