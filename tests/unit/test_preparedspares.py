@@ -131,10 +131,18 @@ class MakingTests(ReservingTestCase):
                            "title": "sophia.session"})
         record(transport, {"type": "extension_ui_request", "id": "t1", "method": "input",
                            "title": "sophia.delegated-token"})
+        record(transport, {"type": "extension_ui_request", "id": "t2", "method": "input",
+                           "title": "sophia.token"})
+        for method in ("confirm", "select"):
+            record(transport, {"type": "extension_ui_request", "id": method, "method": method,
+                               "title": "sophia.session"})
         answers = [r for r in transport.written if r["type"] == "extension_ui_response"]
         self.assertEqual(answers, [
             {"type": "extension_ui_response", "id": "f1", "value": PREPARE},
             {"type": "extension_ui_response", "id": "t1", "cancelled": True},
+            {"type": "extension_ui_response", "id": "t2", "cancelled": True},
+            {"type": "extension_ui_response", "id": "confirm", "cancelled": True},
+            {"type": "extension_ui_response", "id": "select", "cancelled": True},
         ])
         self.assertEqual(json.loads(PREPARE), {"prepare": True})
         self.assertEqual(self.pool.ready, [])
@@ -189,26 +197,64 @@ class MakingTests(ReservingTestCase):
         self.assertEqual(len(self.ids), 1)
         self.assertFalse(self.dataDir.sessionDir(self.ids[0]).exists())
 
+    OWN = "2026-12-02T00-00-00-000Z_spare.jsonl"
+
+    def primed(self, own: Path) -> FakePiTransport:
+        """
+        The newest spare, whose pi names C{own} its own session's file,
+        primed (its switch to its session's file asked, not answered).
+        """
+        transport = self.launcher.spawned[-1]
+        answer(transport, "get_state", {**STATE, "sessionFile": str(own)})
+        answer(transport, "prompt", {"disposition": "started"})
+        record(transport, {"type": "agent_settled", "aborted": False})
+        return transport
+
+    def test_ownFileGoes(self) -> None:
+        """
+        A spare whose own session's file is in its session's pi folder (an
+        agent's, whose box binds its folders there) lets go of it once pi
+        is switched to the session's new file.
+        """
+        self.pool.start()
+        own = self.dataDir.sessionDir(self.ids[-1]) / "pi" / self.OWN
+        own.write_text("{}\n")
+        transport = self.primed(own)
+        self.assertTrue(own.exists())
+        answer(transport, "switch_session", {"cancelled": False})
+        self.assertFalse(own.exists())
+        self.assertEqual(len(self.pool.ready), 1)
+
     def test_ownFileElsewhereStays(self) -> None:
         """
         A chat spare's own session file is in its own folder: the one of the
-        same name in any other folder (a neighbour of its session's pi
-        folder) is not touched.
+        same name in its session's pi folder is not touched, whichever
+        folder pi named (one sorting after the pi folder, or before).
         """
+        for neighbour in ("pi2", "pa"):
+            self.pool = self.makePool()
+            self.pool.start()
+            session = self.dataDir.sessionDir(self.ids[-1])
+            (session / "pi" / self.OWN).write_text("{}\n")
+            transport = self.primed(session / neighbour / self.OWN)
+            answer(transport, "switch_session", {"cancelled": False})
+            self.assertEqual(len(self.pool.ready), 1, neighbour)
+            self.assertTrue((session / "pi" / self.OWN).exists(), neighbour)
+
+    def test_ownFileNeverWritten(self) -> None:
+        """
+        An unprimed spare's own session has no file yet (pi writes one only
+        once someone speaks): there is nothing to let go of.
+        """
+        self.prime = False
+        self.pool = self.makePool()
         self.pool.start()
         [sessionId] = self.ids
-        folder = self.dataDir.sessionDir(sessionId)
-        neighbour = folder / "pi2"
-        neighbour.mkdir()
-        name = "2026-12-02T00-00-00-000Z_spare.jsonl"
-        (folder / "pi" / name).write_text("{}\n")
         transport = self.launcher.spawned[-1]
-        answer(transport, "get_state", {**STATE, "sessionFile": str(neighbour / name)})
-        answer(transport, "prompt", {"disposition": "started"})
-        record(transport, {"type": "agent_settled", "aborted": False})
+        answer(transport, "get_state", {**STATE, "sessionFile": str(
+            self.dataDir.sessionDir(sessionId) / "pi" / self.OWN)})
         answer(transport, "switch_session", {"cancelled": False})
         self.assertEqual(len(self.pool.ready), 1)
-        self.assertTrue((folder / "pi" / name).exists())
 
     def test_endedUnused(self) -> None:
         """
@@ -254,6 +300,36 @@ class HoldsTests(ReservingTestCase):
         self.assertTrue((session.directory / "meta.json").is_file())
         self.assertIs(self.holds.held[sessionId], spare)
         self.assertIsNone(session.meta.folders)
+
+    def test_movedInBeforePublication(self) -> None:
+        """
+        The folders move into the folder being built, and the one made for
+        the session goes, before the session is published; an id no spare
+        is held for moves nothing.
+        """
+        self.pool.start()
+        _, spare = self.prepared()
+        sessionId = self.holds.reserve(MODEL)
+        assert sessionId is not None and spare.prepared is not None
+        building = self.dataDir.buildingDir(sessionId)
+        for name in ("pi", "work"):
+            (building / name).mkdir(parents=True)
+        self.holds.moveIn("s" + "e" * 32, building)
+        self.assertFalse(spare.claimed)
+        self.holds.moveIn(sessionId, building)
+        self.assertTrue((building / "pi" / spare.prepared.name).is_file())
+        self.assertTrue((building / "work").is_dir())
+        self.assertFalse(self.dataDir.sessionDir(sessionId).exists())
+
+    def test_notPreparedNotHeld(self) -> None:
+        """
+        A spare that is not on its session's file is not held: it ends.
+        """
+        self.pool.start()
+        transport, spare = self.prepared()
+        spare.prepared = None
+        self.assertIsNone(self.holds.reserve(MODEL))
+        self.assertIn(0, transport.closed)
 
     def test_noneReady(self) -> None:
         self.pool.start()
@@ -405,9 +481,13 @@ class HandOffTests(ReservingTestCase):
         refused.
         """
         self.handOff()
-        record(self.spareTransport, {"type": "extension_error",
-                                     "extensionPath": "command:sophia-sessions",
-                                     "event": "command", "error": "not ours"})
+        for path in ("command:sophia-sessions", "command:aaa"):
+            record(self.spareTransport, {"type": "extension_error", "extensionPath": path,
+                                         "event": "command", "error": "not ours"})
+        # Nor anything else that names the command.
+        for kind in ("extension_ui_request", "agent_end"):
+            record(self.spareTransport, {"type": kind, "extensionPath": "command:sophia-session",
+                                         "error": "not an error"})
         answer(self.spareTransport, "prompt", {"disposition": "handled"})
         answer(self.spareTransport, "get_state",
                {**STATE, "sessionFile": str(self.spare.prepared)})
