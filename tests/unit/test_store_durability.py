@@ -829,7 +829,7 @@ class LayoutTests(SynchronousTestCase):
         """
         header = '{"type":"session","version":3,"id":"x","cwd":"/w"}\n{"type":"model_change"}\n'
         for name, extra in [("spare", None), ("spoken", "message"), ("worked", "work"),
-                            ("more", "file")]:
+                            ("more", "file"), ("moredir", "dir"), ("notes", "text")]:
             folder = self.data.sessions / name
             (folder / "pi").mkdir(parents=True)
             (folder / "work").mkdir()
@@ -839,11 +839,48 @@ class LayoutTests(SynchronousTestCase):
                 (folder / "work" / "made.txt").write_text("x")
             if extra == "file":
                 (folder / "notes").write_text("x")
+            if extra == "dir":
+                (folder / "logs").mkdir()
+            if extra == "text":
+                (folder / "pi" / "notes.txt").write_text("x")
         done = self.data.sweep()
         self.assertIn(f"removed the folder a spare body made for a session "
                       f"{self.data.sessions / 'spare'}", done)
         self.assertEqual(os.listdir(self.data.sessions), [])
-        self.assertEqual(sorted(os.listdir(self.data.trash)), ["more", "spoken", "worked"])
+        self.assertEqual(sorted(os.listdir(self.data.trash)),
+                         ["more", "moredir", "notes", "spoken", "worked"])
+
+    def test_sweepUnreadableNotASpares(self) -> None:
+        """
+        A folder whose files cannot be read is not taken for a spare's: it
+        goes to the trash, whole.
+        """
+        folder = self.data.sessions / "unread"
+        (folder / "pi").mkdir(parents=True)
+        (folder / "pi" / "2026-12-02T00-00-00-000Z_x.jsonl").write_text("{}\n")
+
+        def refuse(path: Path) -> bytes:
+            raise OSError(errno.EIO, "Input/output error")
+
+        self.patch(Path, "read_bytes", refuse)
+        self.data.sweep()
+        self.assertEqual(os.listdir(self.data.trash), ["unread"])
+
+    def test_sweepSparesLeftovers(self) -> None:
+        """
+        Start removes what spare bodies left in C{spares/} (a killed host's),
+        never a link there or what it points to.
+        """
+        self.data.spares.mkdir()
+        (self.data.spares / "spare-1" / "pi").mkdir(parents=True)
+        outside = self.root / "outside-spare"
+        outside.mkdir()
+        (outside / "keep").write_text("k")
+        (self.data.spares / "spare-link").symlink_to(outside)
+        done = self.data.sweep()
+        self.assertEqual(done, [f"removed the folder of a spare body {self.data.spares / 'spare-1'}"])
+        self.assertEqual(os.listdir(self.data.spares), ["spare-link"])
+        self.assertEqual(os.listdir(outside), ["keep"])
 
     def test_sweepRenameFails(self) -> None:
         """
