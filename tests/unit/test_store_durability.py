@@ -829,7 +829,8 @@ class LayoutTests(SynchronousTestCase):
         """
         header = '{"type":"session","version":3,"id":"x","cwd":"/w"}\n{"type":"model_change"}\n'
         for name, extra in [("spare", None), ("spoken", "message"), ("worked", "work"),
-                            ("more", "file"), ("moredir", "dir"), ("notes", "text")]:
+                            ("more", "file"), ("moredir", "dir"), ("notes", "text"),
+                            ("fifo", "fifo"), ("linked", "link")]:
             folder = self.data.sessions / name
             (folder / "pi").mkdir(parents=True)
             (folder / "work").mkdir()
@@ -843,12 +844,19 @@ class LayoutTests(SynchronousTestCase):
                 (folder / "logs").mkdir()
             if extra == "text":
                 (folder / "pi" / "notes.txt").write_text("x")
+            if extra == "fifo":
+                os.mkfifo(folder / "pi" / "2026-12-02T00-00-01-000Z_y.jsonl")
+            if extra == "link":
+                (folder / "work").rmdir()
+                (self.root / "empty-elsewhere").mkdir()
+                (folder / "work").symlink_to(self.root / "empty-elsewhere")
         done = self.data.sweep()
         self.assertIn(f"removed the folder a spare body made for a session "
                       f"{self.data.sessions / 'spare'}", done)
         self.assertEqual(os.listdir(self.data.sessions), [])
         self.assertEqual(sorted(os.listdir(self.data.trash)),
-                         ["more", "moredir", "notes", "spoken", "worked"])
+                         ["fifo", "linked", "more", "moredir", "notes", "spoken", "worked"])
+        self.assertTrue((self.root / "empty-elsewhere").is_dir())
 
     def test_sweepUnreadableNotASpares(self) -> None:
         """
@@ -877,9 +885,10 @@ class LayoutTests(SynchronousTestCase):
         outside.mkdir()
         (outside / "keep").write_text("k")
         (self.data.spares / "spare-link").symlink_to(outside)
+        (self.data.spares / "stray").write_text("s")
         done = self.data.sweep()
         self.assertEqual(done, [f"removed the folder of a spare body {self.data.spares / 'spare-1'}"])
-        self.assertEqual(os.listdir(self.data.spares), ["spare-link"])
+        self.assertEqual(sorted(os.listdir(self.data.spares)), ["spare-link", "stray"])
         self.assertEqual(os.listdir(outside), ["keep"])
 
     def test_sweepRenameFails(self) -> None:
