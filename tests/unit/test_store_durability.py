@@ -830,7 +830,7 @@ class LayoutTests(SynchronousTestCase):
         header = '{"type":"session","version":3,"id":"x","cwd":"/w"}\n{"type":"model_change"}\n'
         for name, extra in [("spare", None), ("spoken", "message"), ("worked", "work"),
                             ("more", "file"), ("moredir", "dir"), ("notes", "text"),
-                            ("fifo", "fifo"), ("linked", "link")]:
+                            ("fifo", "fifo"), ("linked", "link"), ("json", "json")]:
             folder = self.data.sessions / name
             (folder / "pi").mkdir(parents=True)
             (folder / "work").mkdir()
@@ -844,6 +844,8 @@ class LayoutTests(SynchronousTestCase):
                 (folder / "logs").mkdir()
             if extra == "text":
                 (folder / "pi" / "notes.txt").write_text("x")
+            if extra == "json":
+                (folder / "pi" / "facts.json").write_text("{}")
             if extra == "fifo":
                 os.mkfifo(folder / "pi" / "2026-12-02T00-00-01-000Z_y.jsonl")
             if extra == "link":
@@ -855,7 +857,8 @@ class LayoutTests(SynchronousTestCase):
                       f"{self.data.sessions / 'spare'}", done)
         self.assertEqual(os.listdir(self.data.sessions), [])
         self.assertEqual(sorted(os.listdir(self.data.trash)),
-                         ["fifo", "linked", "more", "moredir", "notes", "spoken", "worked"])
+                         ["fifo", "json", "linked", "more", "moredir", "notes", "spoken",
+                          "worked"])
         self.assertTrue((self.root / "empty-elsewhere").is_dir())
 
     def test_sweepUnreadableNotASpares(self) -> None:
