@@ -173,6 +173,26 @@ class Run:
         self.host.stop()
 
 
+def sendCut(case: SynchronousTestCase, h: Harness, request: Request, cut: int | None) -> int:
+    """
+    Send C{request} to C{h} with the power cut after sync C{cut} (never,
+    with L{None}), then kill it: the files are as the power left them.
+
+    @return: the syncs the request made before the cut.
+    """
+    files = CrashFiles(h.root)
+    files.install(case.patch)
+    case.addCleanup(files.uninstall)
+    files.arm(cut)
+    send(h, request)
+    syncs = files.syncs
+    files.kill()
+    files.revive()
+    files.uninstall()
+    case.flushLoggedErrors(Crash)
+    return syncs
+
+
 def look(case: SynchronousTestCase, h: Harness, s: Scenario) -> Any:
     """
     The state a person (and the disk) would see, normalized; checks what

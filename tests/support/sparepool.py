@@ -97,11 +97,17 @@ class PoolTestCase(SynchronousTestCase):
         settings: dict[str, Any] = dict(
             launcher=self.launcher, clock=self.clock, size=self.size, model=MODEL,
             kind=ChatSpares(root=lambda: self.root, openProxy=openProxy,
-                            mcpUrl=self.launcher.mcpUrl),
+                            mcpUrl=self.launcher.mcpUrl, **self.kindSettings()),
             refillSeconds=2.0, prime=self.prime,
         )
         settings.update(kw)
         return SparePool(**settings)
+
+    def kindSettings(self) -> dict[str, Any]:
+        """
+        More of the spares' kind's settings (none here).
+        """
+        return {}
 
     def session(self, model: str = MODEL, **meta: Any) -> Any:
         return newSession(self.registry, ALICE, model=model, **meta)

@@ -31,8 +31,7 @@ from vehicle.models import ModelCatalog
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.box import BWRAP
 from tests.support.fakepi import STATE
-from tests.support._crashfs import Crash, CrashFiles
-from tests.support.crashdriver import send
+from tests.support.crashdriver import sendCut
 from tests.support.harness import MODELS, Harness
 from tests.support.agenthost import AgentHarness, ProbeSpawner
 from tests.support.pirecords import answer, exited, kinds, record
@@ -569,16 +568,7 @@ class CrashTests(SynchronousTestCase):
         root.mkdir(parents=True)
         h = SpareHarness(self, root, agentSpareBodies=1, spareRefillMs=60000)
         spare = h.ready()
-        files = CrashFiles(root)
-        files.install(self.patch)
-        self.addCleanup(files.uninstall)
-        files.arm(cut)
-        send(h, ("POST", "/sessions", {"requestId": "c1", "profile": "agent"}, {}))
-        syncs = files.syncs
-        files.kill()
-        files.revive()
-        files.uninstall()
-        self.flushLoggedErrors(Crash)
+        syncs = sendCut(self, h, ("POST", "/sessions", {"requestId": "c1", "profile": "agent"}, {}), cut)
         after = SpareHarness(self, root, agentSpareBodies=1, spareRefillMs=60000)
         self.addCleanup(after.stop)
         sessionId = str(spare.sessionId)

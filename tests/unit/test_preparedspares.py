@@ -17,19 +17,18 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.body import ChatSpares, SpareHolds, SparePool
+from vehicle.body import ChatSpares, SpareHolds
 from vehicle.body._conductor import Conductor
 from vehicle.body._picommand import sessionFacts
 from vehicle.body._spares import HAND_OFF_COMMAND, PREPARE, Spare
 from vehicle.protocol import Answer, CommandRequest, RunBudget, SessionCreated, fromRequest, toObject
 from vehicle.session import SessionMeta, isoTimestamp
 
-from tests.support._crashfs import Crash, CrashFiles
-from tests.support.crashdriver import send
+from tests.support.crashdriver import sendCut
 from tests.support.fakepi import STATE
 from tests.support.harness import FakePiTransport, Harness
 from tests.support.pirecords import answer, exited, kinds, record
-from tests.support.sparepool import ALICE, MODEL, FakeProxy, PoolTestCase
+from tests.support.sparepool import ALICE, MODEL, PoolTestCase
 
 
 class ReservingTestCase(PoolTestCase):
@@ -49,20 +48,8 @@ class ReservingTestCase(PoolTestCase):
         self.ids.append(sessionId)
         return sessionId
 
-    def makePool(self, **kw: Any) -> SparePool:
-        async def openProxy(spareId: str) -> FakeProxy:
-            proxy = FakeProxy(spareId)
-            self.proxies.append(proxy)
-            return proxy
-
-        settings: dict[str, Any] = dict(
-            launcher=self.launcher, clock=self.clock, size=self.size, model=MODEL,
-            kind=ChatSpares(root=lambda: self.root, openProxy=openProxy,
-                            reserve=(self.newId, lambda s: self.dataDir.sessionDir(s))),
-            refillSeconds=2.0, prime=self.prime,
-        )
-        settings.update(kw)
-        return SparePool(**settings)
+    def kindSettings(self) -> dict[str, Any]:
+        return {"reserve": (self.newId, lambda s: self.dataDir.sessionDir(s))}
 
     def switchRequest(self, transport: FakePiTransport) -> dict[str, Any]:
         return [r for r in transport.written if r["type"] == "switch_session"][-1]
@@ -562,16 +549,7 @@ class CrashTests(SynchronousTestCase):
         root.mkdir(parents=True)
         h = Harness(self, root, spareBodies=1, spareRefillMs=60000)
         spare = readyChatSpare(h)
-        files = CrashFiles(root)
-        files.install(self.patch)
-        self.addCleanup(files.uninstall)
-        files.arm(cut)
-        send(h, ("POST", "/sessions", {"requestId": "c1"}, {}))
-        syncs = files.syncs
-        files.kill()
-        files.revive()
-        files.uninstall()
-        self.flushLoggedErrors(Crash)
+        syncs = sendCut(self, h, ("POST", "/sessions", {"requestId": "c1"}, {}), cut)
         after = Harness(self, root, spareBodies=1, spareRefillMs=60000)
         self.addCleanup(after.stop)
         sessionId = str(spare.sessionId)
