@@ -202,10 +202,12 @@ class BodyLife:
 
     async def _handOff(self, spare: Spare) -> tuple[LiveBody, bool, JSONObject] | None:
         """
-        Make C{spare} the session's body: pi is switched to the session's
-        file (a new one holding only its header, with the session's
-        working folder as its cwd, when it has none yet); its extension
-        asks for the session's facts on the way, and its proxy opens to the
+        Make C{spare} the session's body.  A spare made for this session
+        is on its new file already: the extension is given the session's
+        facts by its command.  Any other is switched to the session's file
+        (a new one holding only its header, with the session's working
+        folder as its cwd, when it has none yet), its extension asking for
+        the session's facts on the way.  Either way its proxy opens to the
         session's provider.  L{None} when the spare refused or ended: it
         is let go, and a body is started as if there had been no spare.
 

@@ -16,13 +16,20 @@ host's private run folder (L{ChatSpares}); an agent's are in the data dir,
 bound in its box where the session it will become keeps its own
 (L{vehicle.agent}).  Everything else is the pool's, whatever the kind.
 
+A kind may make each spare for one new session's id (L{SpareSetup}'s
+C{session}): once primed, pi is switched to a new file where that session
+will keep its conversation, so pi's switch (its whole runtime rebuilt) is
+done while the spare waits, not on anyone's way.  L{SpareHolds} keeps such
+a spare for the session made with it.
+
 L{SparePool.take} gives one to a session, once: the pool forgets it at
 once, and the body it becomes dies with its session's body (a spare is
 never returned).  The pool refills in the background, after a pause that
 keeps a new spare's start off the CPU the handed body's first run needs,
-and stops with the host.  The hand-off itself (pi's C{switch_session} to
-the session's file, the session's facts asked by the extension) is the
-body's life's (L{vehicle.body._life.BodyLife}).
+and stops with the host.  The hand-off itself (the session's facts given
+by the extension's command to a spare already on the session's file, or
+pi's C{switch_session} to it, the facts asked by the extension on the way)
+is the body's life's (L{vehicle.body._life.BodyLife}).
 """
 
 from __future__ import annotations
