@@ -24,7 +24,7 @@ from vehicle import __version__
 from vehicle._reactors import IHostReactor, globalReactor
 from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile, agentSpares
-from vehicle.body import EXTENSION, Launcher, RunInThread, SpareHolds, SparePool
+from vehicle.body import EXTENSION, Launcher, RunInThread, SpareHolds
 from vehicle._http import httpClient
 from vehicle.host import Bodies, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares
 from vehicle.metrics import Metrics, metricsSite
@@ -119,7 +119,7 @@ def buildHost(
     if launcher is None:
         launcher = _launcher(settings, models, reactor)
     agent = _agentProfile(settings, models, reactor, dataDir, metrics)
-    agent.spares = _agentSpares(settings, models, agent, launcher, registry)
+    agent.holds = _agentSpares(settings, models, agent, launcher, registry)
     mirror = Mirror(
         reactor=reactor, mcpUrl=settings.mcpUrl, enabled=settings.mirror, metrics=metrics
     )
@@ -257,12 +257,12 @@ def _agentProfile(
 def _agentSpares(
     settings: Settings, models: ModelCatalog, agent: AgentProfile, launcher: Launcher,
     registry: Registry,
-) -> SparePool | None:
+) -> SpareHolds | None:
     """
     The agent profile's warm boxed bodies, each reserving a new session's
-    id as the registry makes them.
+    id as the registry makes them, held for the session made with it.
     """
-    return agentSpares(
+    pool = agentSpares(
         agent,
         launcher=launcher,
         model=models.default,
@@ -270,6 +270,9 @@ def _agentSpares(
         refillSeconds=settings.spareRefillMs / 1000.0,
         newSessionId=registry.newSessionId,
     )
+    if pool is None:
+        return None
+    return SpareHolds(pool=pool, clock=agent.reactor, holdSeconds=agent.spareHoldSeconds)
 
 
 def _publicParts(

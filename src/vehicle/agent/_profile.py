@@ -81,25 +81,19 @@ class AgentProfile:
     #: Where run folders are made (a short path: the system's temp folder).
     runRoot: Path | None = None
     #: Warm agent bodies, each made to become one new session
-    #: (L{vehicle.agent.agentSpares}), if kept.
-    spares: SparePool | None = None
+    #: (L{vehicle.agent.agentSpares}), held for the session made with it,
+    #: if kept.
+    holds: SpareHolds | None = None
     #: How long a reserved spare waits for its session's first command.
     spareHoldSeconds: float = 600.0
-    _held: SpareHolds | None = None
     _runDir: Path | None = None
 
     @property
-    def holds(self) -> SpareHolds | None:
+    def spares(self) -> SparePool | None:
         """
-        The spares reserved for sessions made and not yet handed over.
+        The pool of agent spares, if kept.
         """
-        if self.spares is None:
-            return None
-        if self._held is None or self._held.pool is not self.spares:
-            self._held = SpareHolds(
-                pool=self.spares, clock=self.reactor, holdSeconds=self.spareHoldSeconds
-            )
-        return self._held
+        return self.holds.pool if self.holds is not None else None
 
     @property
     def reserved(self) -> dict[str, Spare]:
