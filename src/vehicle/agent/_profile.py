@@ -213,14 +213,8 @@ class AgentProfile:
         layer.rmdir(sessionDir / "pi")
         layer.rename(spare.paths.piDir, sessionDir / "pi")
         layer.rename(spare.paths.workDir, self.dataDir.workspaceDir(sessionId))
-        if spare.ownFile is not None:
-            # The spare's own session (its priming) is no conversation of
-            # the session's: a clone before the first command must not copy
-            # it.  (Should pi write it again before it is handed over, the
-            # hand-off removes it once pi is off it.)
-            own = sessionDir / "pi" / Path(spare.ownFile).name
-            if own.is_file() and not own.is_symlink():
-                layer.unlink(own)
+        # (The spare's own session, its priming, went from its pi folder
+        # when it was switched to its session's file: nothing to copy.)
         fsyncDirectory(sessionDir)
         fsyncDirectory(self.dataDir.workspaces)
 

@@ -42,16 +42,15 @@ def _resumes(current: Path | None) -> bool:
     return current is not None and hasConversation(current)
 
 
-def _current(paths: BodyPaths, spare: Spare | None = None) -> Path | None:
+def _current(paths: BodyPaths) -> Path | None:
     """
-    The session's file in its pi folder, if any: never the file of a spare's
-    own session (an agent's spare keeps its own where its session will).
+    The session's file in its pi folder, if any.  (A spare's own session's
+    file is never there by then: an agent's spare let go of it when it was
+    switched to its session's file, a chat spare keeps its own elsewhere.)
     """
     if not paths.piDir.exists():
         return None
-    return latestSessionFile(
-        paths.piDir, ignore=spare.ownFileInSession() if spare is not None else None
-    )
+    return latestSessionFile(paths.piDir)
 
 
 class HostClosing(Exception):
@@ -222,7 +221,7 @@ class BodyLife:
         target = spare.preparedFor(self.session.sessionId)
         revived = False
         if target is None:
-            existing = _current(paths, spare)
+            existing = _current(paths)
             revived = _resumes(existing)
             target = existing if existing is not None else newSessionFile(
                 paths.piDir,
