@@ -385,6 +385,14 @@ def _isQuestion(event: JSONObject) -> bool:
     )
 
 
+def _asksForFacts(event: JSONObject) -> bool:
+    """
+    Is C{event} (a question) the extension's question for its session's
+    facts?
+    """
+    return event.get("method") == "input" and event.get("title") == SESSION_TITLE
+
+
 @implementer(IBodySink)
 @define(eq=False)
 class _HandOffSink:
@@ -409,7 +417,7 @@ class _HandOffSink:
             self.refused = str(event.get("error"))
         if not _isQuestion(event):
             return
-        if event.get("method") == "input" and event.get("title") == SESSION_TITLE:
+        if _asksForFacts(event):
             self.spare.protocol.send(
                 {"type": "extension_ui_response", "id": event.get("id"), "value": self.facts}
             )
@@ -769,11 +777,7 @@ class _SpareSink:
         if spare is None:
             return
         if _isQuestion(event):
-            if (
-                spare.preparing
-                and event.get("method") == "input"
-                and event.get("title") == SESSION_TITLE
-            ):
+            if spare.preparing and _asksForFacts(event):
                 spare.protocol.send(
                     {"type": "extension_ui_response", "id": event.get("id"), "value": PREPARE}
                 )
