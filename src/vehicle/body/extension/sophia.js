@@ -206,6 +206,11 @@ async function handOff(event, ctx) {
   return undefined;
 }
 
+// A spare no session's facts have reached yet: it serves no one.
+function awaitingFacts() {
+  return state.boot?.spare === true && state.facts === undefined;
+}
+
 function validFacts(given) {
   return given !== null && typeof given === "object" && !Array.isArray(given) && typeof given.budget === "object";
 }
@@ -213,13 +218,13 @@ function validFacts(given) {
 // A spare already on its session's file is handed over without a switch:
 // the host gives the session's facts with this command, once.
 function registerHandOffCommand(pi) {
-  if (state.boot?.spare !== true || state.facts !== undefined) {
+  if (!awaitingFacts()) {
     return;
   }
   pi.registerCommand(HAND_OFF_COMMAND, {
     description: "the host hands this spare to its session",
     handler: async (args) => {
-      if (state.facts !== undefined) {
+      if (!awaitingFacts()) {
         throw new Error("this body serves a session already");
       }
       let given;
@@ -641,7 +646,7 @@ function registerGraphTools(pi) {
     return;
   }
   pi.registerProvider(delegationProvider());
-  if (state.boot?.spare === true && state.facts === undefined) {
+  if (awaitingFacts()) {
     // A spare serves no one yet: its graph is connected when it is handed
     // to its session (a connection now would find no token).
     return;
