@@ -96,20 +96,6 @@ class _ProbeTransport:
         pass
 
 
-class RecordingLauncher(FakeLauncher):
-    """
-    L{FakeLauncher}, keeping what each body was spawned with.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kwargs: list[dict[str, Any]] = []
-
-    def spawn(self, protocol: Any, **kw: Any) -> Any:
-        self.kwargs.append(kw)
-        return super().spawn(protocol, **kw)
-
-
 class AgentHarness(Harness):
     """
     L{Harness} on a L{MemoryReactorClock}, with the probe answered by
@@ -131,7 +117,7 @@ class AgentHarness(Harness):
             secret=SECRET, dataDir=self.root, listen="tcp:0:interface=127.0.0.1", **self.overrides
         )
         models = ModelCatalog(json.loads(json.dumps(MODELS["providers"])), "scripted/echo-1")
-        self.launcher = RecordingLauncher()
+        self.launcher = FakeLauncher()
         self.api, self.host = buildHost(settings, models, self.clock, launcher=self.launcher)
         # buildHost wires one AgentProfile: the bodies' (HostService.host).
         self.agent: AgentProfile = self.host.bodies.agent

@@ -155,15 +155,18 @@ class FakeLauncher:
     without pi, and commands simply wait for a body that never answers.
     """
 
-    mcpUrl = None
-
-    def __init__(self) -> None:
+    def __init__(self, mcpUrl: str | None = None) -> None:
+        #: The graph's MCP endpoint the bodies are told of, if any.
+        self.mcpUrl = mcpUrl
         self.spawned: list[FakePiTransport] = []
+        #: What each body was spawned with.
+        self.kwargs: list[dict[str, Any]] = []
 
     def secrets(self) -> list[str]:
         return []
 
     def spawn(self, protocol: Any, **kw: Any) -> FakePiTransport:
+        self.kwargs.append(kw)
         transport = FakePiTransport(protocol)
         self.spawned.append(transport)
         protocol.makeConnection(transport)

@@ -30,20 +30,8 @@ PROVIDER = {
 }
 
 
-class RecordingLauncher(FakeLauncher):
-    """
-    A fake launcher that keeps what each spawn was asked.
-    """
-
-    mcpUrl = "http://127.0.0.1:7/mcp"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.asked: list[dict[str, Any]] = []
-
-    def spawn(self, protocol: Any, **kw: Any) -> FakePiTransport:
-        self.asked.append(kw)
-        return super().spawn(protocol, **kw)
+#: The graph's MCP endpoint the pool's spares are told of.
+MCP_URL = "http://127.0.0.1:7/mcp"
 
 
 class FakeProxy:
@@ -80,7 +68,7 @@ class PoolTestCase(SynchronousTestCase):
         self.clock.advance(1_796_000_000)
         self.root = Path(self.mktemp())
         self.root.mkdir()
-        self.launcher = RecordingLauncher()
+        self.launcher = FakeLauncher(mcpUrl=MCP_URL)
         self.proxies: list[FakeProxy] = []
         self.pool = self.makePool()
         self.dataDir = DataDir(Path(self.mktemp()))

@@ -34,10 +34,11 @@ from vehicle.protocol import CommandRequest, RunBudget, fromRequest, toObject
 
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.fakepi import STATE
+from tests.support.harness import FakeLauncher
 from tests.support.pirecords import answer, exited, kinds, record
 from tests.support.schemas import assertValidEvent
 from tests.support.sparepool import (
-    ALICE, KEY, MODEL, PROVIDER, FakeProxy, PoolTestCase, RecordingLauncher,
+    ALICE, KEY, MCP_URL, MODEL, PROVIDER, FakeProxy, PoolTestCase,
 )
 
 
@@ -74,7 +75,7 @@ class MakingTests(PoolTestCase):
         self.pool.start()
         self.assertEqual(len(self.launcher.spawned), 2)
         folders = set()
-        for asked, proxy in zip(self.launcher.asked, self.proxies):
+        for asked, proxy in zip(self.launcher.kwargs, self.proxies):
             self.assertEqual(asked["model"], MODEL)
             self.assertEqual(asked["profile"], "chat")
             self.assertEqual(asked["budget"], SPARE_BUDGET)
@@ -320,7 +321,7 @@ class LossTests(PoolTestCase):
         """
         self.pool.start()
         transport = self.readyOne()
-        folder = self.launcher.asked[0]["paths"].piDir.parent
+        folder = self.launcher.kwargs[0]["paths"].piDir.parent
         folder.mkdir(parents=True)
         exited(transport)
         self.assertEqual(self.pool.ready, [])
@@ -1006,7 +1007,7 @@ class ChatSpareProxyTests(SynchronousTestCase):
         """
         No spares when there are to be none, or no model to start them on.
         """
-        launcher = RecordingLauncher()
+        launcher = FakeLauncher(mcpUrl=MCP_URL)
         reactor = MemoryReactorClock()
         models = ModelCatalog({"scripted": dict(PROVIDER)}, MODEL)
         runDir = lambda: Path("/run")  # noqa: E731
