@@ -22,6 +22,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import Event, RenameRequest, fromRequest
 from vehicle.session import Caller, RunSettled
+from vehicle.session._eventlog import Entry
+from vehicle.session._watchers import Watchers
 from vehicle.store import GroupWriter
 
 from tests.support._crashfs import Crash, CrashFiles
@@ -507,3 +509,52 @@ class BatchCutTests(SynchronousTestCase):
         The power lost after each sync of the batch.
         """
         self.cuts("power")
+
+
+class OrderTests(SynchronousTestCase):
+    """
+    A durable event is told once written, an ephemeral one (a delta) at
+    once: no watcher sees an ephemeral event before a durable one taken
+    before it (the next message's words before the last one's end).
+    """
+
+    def test_throughAHeldWriter(self) -> None:
+        host = _Host(self)
+        sid = host.create("c1")
+        session = host.h.api.registry.sessions[sid]
+        seen: list[str] = []
+        session.feed.subscribe(lambda event: seen.append(event.type))
+        session.emit("message.completed", {"runId": "run-1", "role": "assistant", "text": "a"})
+        session.feed.broadcast("message.delta", {"runId": "run-1", "text": "b"})
+        self.assertEqual(seen, [])
+        host.runner.release()
+        self.assertEqual(seen, ["message.completed", "message.delta"])
+        # With nothing on its way to disk, a delta is told at once.
+        session.feed.broadcast("message.delta", {"runId": "run-1", "text": "c"})
+        self.assertEqual(seen, ["message.completed", "message.delta", "message.delta"])
+
+    def test_watchers(self) -> None:
+        """
+        Each ephemeral event waits for the durable events taken before it,
+        and only those; a numbering that went back (a session read back
+        after a refused write) lets go of what waited for the lost ones.
+        """
+        watchers = Watchers("s1")
+        seen: list[str] = []
+        watchers.subscribe(lambda event: seen.append(event.data.get("n", event.type)))
+
+        def durable(seq: int) -> Entry:
+            return Entry(Event(type="command.accepted", timestamp="t", sessionId="s1",
+                               data={"n": f"d{seq}"}, seq=seq))
+
+        watchers.broadcast("message.delta", {"n": "e1"}, "t", taken=2, told=0)
+        watchers.publish(durable(1))
+        self.assertEqual(seen, ["d1"])
+        watchers.broadcast("message.delta", {"n": "e2"}, "t", taken=3, told=1)
+        watchers.publish(durable(2))
+        self.assertEqual(seen, ["d1", "d2", "e1"])
+        watchers.publish(durable(3))
+        self.assertEqual(seen, ["d1", "d2", "e1", "d3", "e2"])
+        watchers.broadcast("message.delta", {"n": "e3"}, "t", taken=5, told=3)
+        watchers.broadcast("message.delta", {"n": "e4"}, "t", taken=3, told=3)
+        self.assertEqual(seen[-2:], ["e3", "e4"])

@@ -38,30 +38,56 @@ class Watchers:
     sessionId: str
     _listeners: list[Follower] = field(factory=list)
     _waiters: list[Deferred[None]] = field(factory=list)
+    #: Ephemeral events waiting for the durable events taken before them
+    #: (each with the seq of the last taken when it came), in order.
+    _behind: list[tuple[int, Entry]] = field(factory=list)
 
     def publish(self, entry: Entry) -> None:
         """
         Tell every listener; a durable event (one with a C{seq}) also wakes
-        the waiters.
+        the waiters, and lets go of the ephemeral events that came after it.
         """
         for listener in list(self._listeners):
             try:
                 listener(entry)
             except Exception:
                 self._log.failure("A watcher of {sessionId} failed", sessionId=self.sessionId)
-        if entry.event.durable:
+        seq = entry.event.seq
+        if seq is not None:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 waiter.callback(None)
+            self._release(seq)
 
-    def broadcast(self, eventType: str, data: JSONObject, timestamp: str) -> None:
+    def broadcast(
+        self, eventType: str, data: JSONObject, timestamp: str, taken: int = 0, told: int = 0,
+    ) -> None:
         """
         Tell every listener of an ephemeral event (C{message.delta}): it has
-        no C{seq}, is never written, and wakes no waiter.
+        no C{seq}, is never written, and wakes no waiter.  It is told after
+        every durable event taken before it (C{taken}; C{told} of them are
+        told already): a durable event is told once written, an ephemeral
+        one at once, and no watcher sees them out of the order they came in.
         """
-        self.publish(Entry(Event(
+        entry = Entry(Event(
             type=eventType, timestamp=timestamp, sessionId=self.sessionId, data=data,
-        )))
+        ))
+        if self._behind and self._behind[-1][0] > taken:
+            # The numbering went back (the session was read back after a
+            # refused write): what they waited for will never be told.
+            self._release(None)
+        if taken > told or self._behind:
+            self._behind.append((taken, entry))
+        else:
+            self.publish(entry)
+
+    def _release(self, seq: int | None) -> None:
+        """
+        Tell the ephemeral events waiting for no more than durable event
+        C{seq} (all of them, with L{None}).
+        """
+        while self._behind and (seq is None or self._behind[0][0] <= seq):
+            self.publish(self._behind.pop(0)[1])
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """
@@ -123,6 +149,9 @@ class EventLog(Protocol):
 
     @property
     def cursor(self) -> int: ...
+
+    @property
+    def taken(self) -> int: ...
 
     def eventsAfter(self, since: int, limit: int) -> tuple[list[Event], bool]: ...
 
@@ -189,7 +218,10 @@ class Feed:
         """
         Send an ephemeral event (C{message.delta}) to live watchers only.
         """
-        self._watchers.broadcast(eventType, data, isoTimestamp(self.clock.seconds()))
+        self._watchers.broadcast(
+            eventType, data, isoTimestamp(self.clock.seconds()),
+            taken=self._log.taken, told=self._log.cursor,
+        )
 
     def watching(self) -> int:
         return self._watchers.listening()
