@@ -289,6 +289,8 @@ class GraphToolTests(TestCase):
         events = await host.waitFor(sid, lambda e: e["type"] == "tool.result", **who)
         materialized = [e for e in events if e["type"] == "body.materialized"]
         self.assertEqual(materialized[0]["data"]["pid"], spare.transport.pid)
+        [started] = [e for e in events if e["type"] == "run.started"]
+        self.startedTools = started["data"]["tools"]
         self.created = [a for a in stand.audit() if a["tool"] == "create_document"
                         and a.get("title", title) == title
                         and not a.get("documentId", "").startswith("sophia-conversation-")]
@@ -297,17 +299,21 @@ class GraphToolTests(TestCase):
     async def test_chatOnASpare(self) -> None:
         result = await self.onASpare("chat", "alice", "owner", "Spare notes")
         self.assertFalse(result["data"]["isError"], result)
+        self.assertIn("mcp__graph__create_document", self.startedTools)
         self.assertEqual({(a["actor"], a["via"]) for a in self.created},
                          {("alice", "service:vehicle")})
 
     async def test_viewerOnASpare(self) -> None:
         result = await self.onASpare("chat", "vera", "viewer", "Nope")
         self.assertTrue(result["data"]["isError"], result)
+        self.assertIn("mcp__graph__read_document", self.startedTools)
+        self.assertNotIn("mcp__graph__create_document", self.startedTools)
         self.assertEqual(self.created, [])
 
     async def test_agentOnASpare(self) -> None:
         result = await self.onASpare("agent", "alice", "owner", "Boxed spare notes")
         self.assertFalse(result["data"]["isError"], result)
+        self.assertIn("mcp__graph__create_document", self.startedTools)
         self.assertEqual({(a["actor"], a["via"]) for a in self.created},
                          {("alice", "service:vehicle")})
 
@@ -349,12 +355,14 @@ class GraphToolTests(TestCase):
         await host.call("POST", f"/sessions/{sid}/commands",
                         {"type": "prompt", "requestId": "p1", "text": "hi"}, token=token)
         events = await host.waitFor(sid, settledEvent)
-        # pi connects to MCP during the first run: the snapshot names the
-        # graph tools from then on, and so does every later run.started.
         code, frame = await host.call("GET", f"/sessions/{sid}", token=token)
         tools = frame["value"]["tools"]
         self.assertIn("mcp__graph__create_document", tools)
         self.assertNotIn("bash", tools)
+        # The first run names them too: pi waits for the graph's server
+        # before a run starts.
+        [first] = [e for e in events if e["type"] == "run.started"]
+        self.assertEqual(first["data"]["tools"], tools)
         await host.call("POST", f"/sessions/{sid}/commands",
                         {"type": "prompt", "requestId": "p2", "text": "again"}, token=token)
         events = await host.waitFor(sid, settledEvent, since=events[-1]["seq"])

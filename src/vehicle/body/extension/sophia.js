@@ -543,6 +543,15 @@ async function withoutShutTools(pi, payload, signal) {
   return filtered;
 }
 
+// The context's abort signal (undefined when it has none or went stale).
+function signalOf(ctx) {
+  try {
+    return ctx.signal;
+  } catch {
+    return undefined;
+  }
+}
+
 // Keep the newest runtime's UI: ctx goes stale when pi replaces its runtime
 // (fork, clone, new_session), the RPC UI itself does not.
 function captureUi(ctx) {
@@ -676,9 +685,9 @@ function connectGraph(pi) {
 // -- budget -----------------------------------------------------------------
 
 // The host names the active tools (graph tools included) in run.started and
-// the snapshot: tell it which they are, whenever the list changes.  pi
-// connects MCP servers lazily, so the graph tools appear only by the first
-// model request: this is told before each run and each model request.
+// the snapshot: tell it which they are, whenever the list changes.  This is
+// told as each run starts (pi has then waited for the graph's server) and
+// before each model request (a server that connected late).
 function reportTools(pi, ctx) {
   let names;
   try {
@@ -754,7 +763,6 @@ export default async function sophia(pi) {
   pi.on("before_agent_start", (event, ctx) => {
     captureUi(ctx);
     state.run = newRun();
-    reportTools(pi, ctx);
     const graphs = facts()?.graphs;
     const sections = event?.systemPromptOptions?.sections;
     if (graphs && sections && typeof sections === "object") {
@@ -769,20 +777,30 @@ export default async function sophia(pi) {
   // A graph tool call asks for the token first: without one no request is
   // made and the call fails with a clear reason; with one, the call's
   // request uses it (see tokenForRequest).
+  // Every before_agent_start handler has run (pi's MCP extension waits
+  // there for the servers whose tools are declared to the model): the run's
+  // tools are known. The shut ones are taken out and the rest told before
+  // pi reports the run's start (it tells its extensions first).
+  pi.on("agent_start", async (_event, ctx) => {
+    captureUi(ctx);
+    try {
+      await withoutShutTools(pi, undefined, signalOf(ctx));
+    } catch (error) {
+      // Told by the first model request, which filters them all the same.
+      process.stderr.write(`sophia: the tools could not be filtered (${error.message})\n`);
+      return;
+    }
+    reportTools(pi, ctx);
+  });
+
   pi.on("tool_call", async (event, ctx) => {
     captureUi(ctx);
     if (mcpUrl() === null || !(isGraphTool(event.toolName) || isResourceTool(event.toolName))) {
       return undefined;
     }
-    let signal;
-    try {
-      signal = ctx.signal;
-    } catch {
-      signal = undefined;
-    }
     // Shut tools (a reader's session and a writer's tool, a fenced one and
     // the resource tools) are refused before any request is made.
-    const shut = await shutReason(event.toolName, signal);
+    const shut = await shutReason(event.toolName, signalOf(ctx));
     if (shut !== null) {
       return { block: true, reason: shut };
     }
@@ -799,7 +817,7 @@ export default async function sophia(pi) {
         reason: `the graph ${named} is not one this conversation reads`,
       };
     }
-    const token = await askToken({ toolName: event.toolName, toolCallId: event.toolCallId }, signal);
+    const token = await askToken({ toolName: event.toolName, toolCallId: event.toolCallId }, signalOf(ctx));
     if (token === undefined) {
       return { block: true, reason: NO_TOKEN };
     }
@@ -839,15 +857,9 @@ export default async function sophia(pi) {
     captureUi(ctx);
     // A reader's session is offered the reader tools only, by their scopes,
     // and a fenced one no resource tool, whatever the server lists.
-    let signal;
-    try {
-      signal = ctx.signal;
-    } catch {
-      signal = undefined;
-    }
     let payload;
     try {
-      payload = await withoutShutTools(pi, event?.payload, signal);
+      payload = await withoutShutTools(pi, event?.payload, signalOf(ctx));
     } catch (error) {
       // Unsure which tools are shut: offer none of the graph's.
       process.stderr.write(`sophia: the tools could not be filtered (${error.message})\n`);
