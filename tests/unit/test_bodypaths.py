@@ -11,7 +11,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.body._spawner import BodyPaths, latestSessionFile
+from vehicle.body._spawner import BodyPaths, latestSessionFile, newestSessionFile
 from vehicle.body._sessionfile import readSession
 
 
@@ -65,3 +65,63 @@ class BodyPathsTests(SynchronousTestCase):
         os.symlink(secret, planted)
         self.assertEqual(latestSessionFile(self.paths.piDir), real)
         self.assertRaises(OSError, readSession, planted)
+
+
+class NewestSessionFileTests(SynchronousTestCase):
+    """
+    L{newestSessionFile}: pi's conversation file in a folder, found in one
+    pass over it.
+    """
+
+    def setUp(self) -> None:
+        self.piDir = Path(self.mktemp()).absolute()
+        self.piDir.mkdir()
+
+    def file(self, name: str, age: float) -> Path:
+        path = self.piDir / name
+        path.write_text('{"type":"session","version":3,"id":"a"}\n')
+        when = time.time() - age
+        os.utime(path, (when, when))
+        return path
+
+    def test_newestByTimeThenName(self) -> None:
+        """
+        The newest C{.jsonl} file by its time, by its name between two of
+        the same time; its status is the file's own.
+        """
+        self.file("b.jsonl", 100)
+        newer = self.file("a.jsonl", 10)
+        self.file("c.jsonl", 50)
+        found = newestSessionFile(self.piDir)
+        assert found is not None
+        self.assertEqual(found[0], newer)
+        self.assertEqual(found[1].st_ino, os.lstat(newer).st_ino)
+        self.assertEqual(found[1].st_size, os.lstat(newer).st_size)
+        same = os.lstat(newer).st_mtime_ns
+        later = self.piDir / "z.jsonl"
+        later.write_text("")
+        os.utime(later, ns=(same, same))
+        self.assertEqual(latestSessionFile(self.piDir), later)
+
+    def test_onlyRegularJsonlFiles(self) -> None:
+        """
+        Names not ending in C{.jsonl}, folders and links are passed over,
+        however new.
+        """
+        kept = self.file("kept.jsonl", 100)
+        self.file("notes.json", 0)
+        self.file("x.jsonl.tmp", 0)
+        (self.piDir / "folder.jsonl").mkdir()
+        os.symlink(kept, self.piDir / "link.jsonl")
+        self.assertEqual(latestSessionFile(self.piDir), kept)
+
+    def test_noneWithoutAFile(self) -> None:
+        """
+        An empty folder, a missing one and a file in the folder's place
+        hold no conversation.
+        """
+        self.assertIsNone(newestSessionFile(self.piDir))
+        self.assertIsNone(latestSessionFile(self.piDir / "missing"))
+        self.piDir.rmdir()
+        self.piDir.write_text("")
+        self.assertIsNone(newestSessionFile(self.piDir))

@@ -14,7 +14,6 @@ session.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from attrs import define, field
@@ -31,7 +30,7 @@ from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import readSession
 from vehicle.body._settlement import Settlement
 from vehicle.body._spares import SpareSource
-from vehicle.body._spawner import Launcher, latestSessionFile
+from vehicle.body._spawner import Launcher, newestSessionFile
 from vehicle.protocol import BodyState, BodyView, Command, JSONObject, PiQueue
 from vehicle.session import IConductor, Session
 
@@ -60,13 +59,10 @@ class TranscriptReader:
         The transcript of the conversation file in C{piDir} (none yet:
         empty).
         """
-        current = latestSessionFile(piDir) if piDir.exists() else None
-        if current is None:
+        found = newestSessionFile(piDir)
+        if found is None:
             return ()
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            return ()
+        current, st = found
         key = (str(current), st.st_ino, st.st_size, st.st_mtime_ns)
         if key != self._key:
             # Keyed by the file as it was before the read: a change made

@@ -37,26 +37,40 @@ from vehicle.store import writeAtomic
 EXTENSION = Path(__file__).parent / "extension" / "sophia.js"
 
 
-def latestSessionFile(piDir: Path, ignore: Path | None = None) -> Path | None:
+def newestSessionFile(piDir: Path) -> tuple[Path, os.stat_result] | None:
     """
-    The conversation file pi keeps in C{piDir} (the newest, should there be
-    several), never C{ignore}.  Only regular files count: an agent's body
-    may write its pi folder, and a link it planted there must never lead
-    the host elsewhere.
+    The conversation file pi keeps in C{piDir} (the newest by time, then
+    name, should there be several) and its own status (never a link's
+    target's); L{None} when there is none or no such folder.  Only regular
+    files count: an agent's body may write its pi folder, and a link it
+    planted there must never lead the host elsewhere.
     """
-    files = []
-    for path in piDir.glob("*.jsonl"):
-        if path == ignore:
-            continue
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            files.append((st.st_mtime_ns, path.name, path))
-    if not files:
+    newest: tuple[int, str, os.stat_result] | None = None
+    try:
+        entries = os.scandir(piDir)
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return max(files)[2]
+    with entries:
+        for entry in entries:
+            if not entry.name.endswith(".jsonl"):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode) and (
+                newest is None or (st.st_mtime_ns, entry.name) > newest[:2]
+            ):
+                newest = (st.st_mtime_ns, entry.name, st)
+    return None if newest is None else (piDir / newest[1], newest[2])
+
+
+def latestSessionFile(piDir: Path) -> Path | None:
+    """
+    The path of L{newestSessionFile}, when there is one.
+    """
+    found = newestSessionFile(piDir)
+    return None if found is None else found[0]
 
 
 def _ownFolder(path: Path) -> None:

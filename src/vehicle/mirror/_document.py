@@ -67,7 +67,7 @@ def renderSession(
 
     @return: L{None} when pi has no file yet or it has no message.
     """
-    path = latestSessionFile(piDir) if piDir.is_dir() else None
+    path = latestSessionFile(piDir)
     if path is None:
         return None
     try:
