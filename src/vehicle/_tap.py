@@ -172,6 +172,7 @@ def _bodies(
         refillSeconds=settings.spareRefillMs / 1000.0,
         http=httpClient(reactor, pool=proxyConnections),
         reserve=(registry.newSessionId, registry.dataDir.sessionDir),
+        ownKey=ownKey,
     )
     return Bodies(
         launcher=launcher,

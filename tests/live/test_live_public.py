@@ -16,7 +16,7 @@ from attrs import evolve
 from vehicle_local.model import Error
 from vehicle_local.model._model import StreamedError
 
-from tests.support.live import LiveHost, settledEvent
+from tests.support.live import LiveHost, settledEvent, waitUntil
 from tests.support.public import ACCOUNT, VISITOR, account, visitor
 from tests.support.public import PUBLIC as ROUTE_PUBLIC
 
@@ -99,6 +99,32 @@ class OwnKeyTests(TestCase):
         code, frame = await host.call("POST", f"/sessions/{sid}/commands",
                                       {"type": "prompt", "requestId": "p3", "text": "back"}, **who)
         self.assertEqual(code, 202, frame)
+
+
+    async def test_ownKeyOnASpare(self) -> None:
+        """
+        With a spare ready, a byok conversation takes it (its id, its
+        process, no pi started for it): the model sees the caller's key,
+        never the house's, and the key is in no file, event or log line.
+        """
+        host = await LiveHost(self, public=PUBLIC, spareBodies=1, spareRefillMs=60000).start()
+        pool = host.host.bodies.spares
+        await waitUntil(lambda: bool(pool.ready))
+        [spare] = pool.ready
+        who = dict(VISITOR, headers=visitor(OWN_KEY))
+        code, frame = await host.call("POST", "/sessions", {"requestId": "c1"}, **who)
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        self.assertEqual((sid, frame["value"]["session"]["funding"]), (spare.sessionId, "byok"))
+        await host.call("POST", f"/sessions/{sid}/commands",
+                        {"type": "prompt", "requestId": "p1", "text": "hello"}, **who)
+        events = await host.waitFor(sid, settledEvent, **who)
+        self.assertEqual(events[-1]["data"].get("stopReason"), "stop", events[-1])
+        [materialized] = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized["data"]["pid"], spare.transport.pid)
+        self.assertEqual([h["authorization"] for h, _ in host.model.requests],
+                         ["Bearer " + OWN_KEY])
+        assertKeyNowhere(self, host, sid)
 
 
 class StreamedKeyTests(TestCase):

@@ -28,9 +28,12 @@ from vehicle.body._spares import MAX_RETRY_SECONDS, Spare
 from vehicle.body._spawner import BodyPaths
 from vehicle.box import ModelProxy, Upstream
 from vehicle.box._proxy import PRIMING_ANSWER
+from vehicle.errors import VehicleError
 from vehicle.host import ChatSpareProxy, chatSpares
+from vehicle.host._bodies import OwnKeySpares
 from vehicle.models import ModelCatalog
 from vehicle.protocol import CommandRequest, RunBudget, fromRequest, toObject
+from vehicle.public import OwnKeyBodies
 
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.fakepi import STATE
@@ -988,6 +991,7 @@ class ChatSpareProxyTests(SynchronousTestCase):
         class Session:
             class meta:
                 model = MODEL
+                funding = None
 
             class conductor:
                 @staticmethod
@@ -1002,6 +1006,81 @@ class ChatSpareProxyTests(SynchronousTestCase):
         self.assertEqual(chat.proxy.gate(), "metered")
         Session.conductor = None  # type: ignore[assignment]  # the session let go of its body
         self.assertEqual(chat.proxy.gate(), "no run is under way")
+
+    def test_ownKeyHandOver(self) -> None:
+        """
+        Handed to a conversation on the caller's own key, the spare's proxy
+        reaches the provider with that key (the newest, asked at each
+        request) and scrubs it out of answers; never with the house's key,
+        not even with no public side to hold the caller's (then with none).
+        """
+        reactor = MemoryReactorClock()
+        models = ModelCatalog({"scripted": dict(PROVIDER)}, MODEL)
+        keys: dict[str, str] = {}
+
+        class Public:
+            @staticmethod
+            def keyFor(session: Any) -> str | None:
+                return keys.get(session.sessionId)
+
+        class Session:
+            sessionId = "s1"
+
+            class meta:
+                model = MODEL
+                funding = "byok"
+
+            conductor = None
+
+        ownKey = OwnKeyBodies(reactor=reactor, public=Public, models=models,  # type: ignore[arg-type]
+                              runDir=lambda: Path(self.mktemp()))
+        for given, expected in ((ownKey, "sk-own-2"), (None, None)):
+            chat = self.successResultOf(Deferred.fromCoroutine(ChatSpareProxy.open(
+                reactor, models, MODEL, Path(self.mktemp()) / "model.sock", ownKey=given)))
+            chat.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
+            model = chat.proxy.model
+            assert model is not None
+            keys["s1"] = "sk-own-1"
+            keys["s1"] = "sk-own-2"
+            self.assertEqual((model.baseUrl, model.key, model.scrub, model.currentKey()),
+                             (PROVIDER["baseUrl"], None, True, expected))
+            self.assertTrue(model.swapsKey)
+            del keys["s1"]
+
+    def test_ownKeySpareOnlyWithTheKey(self) -> None:
+        """
+        A conversation on the caller's own key takes a spare only while the
+        host holds the key: without it, C{model_key_required} and the
+        source is not asked (its spare stays where it is).
+        """
+        keys: dict[str, str] = {}
+        asked: list[str] = []
+
+        class Public:
+            @staticmethod
+            def keyFor(session: Any) -> str | None:
+                return keys.get(session.sessionId)
+
+        class Source:
+            async def spareFor(self, session: Any) -> Any:
+                asked.append(session.sessionId)
+                return "a spare"
+
+        class Session:
+            sessionId = "s1"
+
+        models = ModelCatalog({"scripted": dict(PROVIDER)}, MODEL)
+        ownKey = OwnKeyBodies(reactor=MemoryReactorClock(), public=Public,  # type: ignore[arg-type]
+                              models=models, runDir=lambda: Path("/run"))
+        spares = OwnKeySpares(ownKey, Source())
+        failure = self.failureResultOf(Deferred.fromCoroutine(
+            spares.spareFor(Session)), VehicleError)  # type: ignore[arg-type]
+        self.assertEqual(failure.value.code, "model_key_required")
+        self.assertEqual(asked, [])
+        keys["s1"] = "sk-own-1"
+        self.assertEqual(self.successResultOf(Deferred.fromCoroutine(
+            spares.spareFor(Session))), "a spare")  # type: ignore[arg-type]
+        self.assertEqual(asked, ["s1"])
 
     def test_noPool(self) -> None:
         """

@@ -28,6 +28,7 @@ from vehicle.body import (
     Launcher,
     Planner,
     RunInThread,
+    Spare,
     SpareHolds,
     SpareProxy,
     SparePool,
@@ -49,18 +50,20 @@ class ChatSpareProxy:
     socket of its own, which the extension's bridge reaches on a free port
     of the loopback.  The spare's boot config holds the proxy's token only;
     the proxy holds the key, and reaches the session's provider once the
-    spare is handed over.
+    spare is handed over: with the house's key, or with the caller's own
+    for a conversation on it.
     """
 
     proxy: ModelProxy
     models: ModelCatalog
     providers: dict[str, JSONObject] = field(repr=False)
     bootExtra: JSONObject
+    ownKey: OwnKeyBodies | None = None
 
     @classmethod
     async def open(
         cls, reactor: IHostReactor, models: ModelCatalog, model: str, socketPath: Path,
-        http: HTTPClient | None = None,
+        http: HTTPClient | None = None, ownKey: OwnKeyBodies | None = None,
     ) -> "ChatSpareProxy":
         proxy = ModelProxy(reactor=reactor, socketPath=socketPath, model=None, http=http)
         await proxy.listen()
@@ -71,12 +74,21 @@ class ChatSpareProxy:
             # The bridge picks a free port and puts it in place of the 0.
             providers={name: {**spec, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": proxy.token}},
             bootExtra={"bridge": {"socket": str(socketPath), "port": 0}},
+            ownKey=ownKey,
         )
 
     def handTo(self, session: Session) -> None:
         baseUrl, key = self.models.endpointFor(session.meta.model)
+        upstream = Upstream(baseUrl=baseUrl, key=key)
+        if session.meta.funding == "byok":
+            # The caller's own key, never the house's (with no public side
+            # to hold it, none: the proxy refuses the body's requests).
+            upstream = (
+                self.ownKey.upstreamFor(session) if self.ownKey is not None
+                else Upstream(baseUrl=baseUrl, keySource=lambda: None, scrub=True)
+            )
         self.proxy.handTo(
-            Upstream(baseUrl=baseUrl, key=key),
+            upstream,
             gate=lambda: (
                 session.conductor.meterModelRequest()
                 if session.conductor is not None else "no run is under way"
@@ -85,6 +97,22 @@ class ChatSpareProxy:
 
     def close(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self.proxy.close())
+
+
+@define
+class OwnKeySpares:
+    """
+    Warm chat bodies for a conversation on the caller's own key (a
+    L{SpareSource}): one is taken only while the host holds the key, and
+    its proxy then reaches the provider with it (L{ChatSpareProxy.handTo}).
+    """
+
+    ownKey: OwnKeyBodies
+    source: SpareSource
+
+    async def spareFor(self, session: Session) -> Spare | None:
+        self.ownKey.requireKey(session)
+        return await self.source.spareFor(session)
 
 
 def chatSpares(
@@ -97,12 +125,14 @@ def chatSpares(
     refillSeconds: float,
     http: HTTPClient | None = None,
     reserve: tuple[Callable[[], str], Callable[[str], Path]] | None = None,
+    ownKey: OwnKeyBodies | None = None,
 ) -> SparePool | None:
     """
     The pool of chat spares for the catalogue's default model, or L{None}
     when there are to be none (size 0, no model).  With C{reserve} (a
     session id's maker, and its folder's namer) each spare is made for a
-    new session (L{vehicle.body.ChatSpares}).
+    new session (L{vehicle.body.ChatSpares}); with C{ownKey}, a spare may
+    serve a conversation on the caller's own key.
     """
     model = models.default
     if size < 1 or model is None:
@@ -110,7 +140,7 @@ def chatSpares(
 
     async def openProxy(spareId: str) -> SpareProxy:
         return await ChatSpareProxy.open(
-            reactor, models, model, runDir() / spareId / "model.sock", http
+            reactor, models, model, runDir() / spareId / "model.sock", http, ownKey
         )
 
     return SparePool(
@@ -170,7 +200,8 @@ class Bodies:
             # An agent's spare is the one reserved for it at its creation.
             planner, spares = self.agent.plan, self.agent
         if session.meta.funding == "byok" and self.ownKey is not None:
-            planner, spares = self.ownKey.plan, None
+            planner = self.ownKey.plan
+            spares = OwnKeySpares(self.ownKey, spares) if spares is not None else None
         conductor = Conductor(
             session=session,
             launcher=self.launcher,

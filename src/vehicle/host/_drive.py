@@ -195,9 +195,7 @@ class Drive:
             rules = self.agent
             reserved = self.agent.reserveSpare(model, isolation) if isolation is not None else None
         else:
-            # A visitor's own key has bodies of its own (no spares).
-            byok = door is not None and door.funding == "byok"
-            reserved = None if byok else self.bodies.reserveSpare(model)
+            reserved = self.bodies.reserveSpare(model)
         try:
             session, sent = self.registry.maker.create(
                 caller,

@@ -51,22 +51,39 @@ class OwnKeyBodies:
             "contextWindow": 128000, "maxTokens": 4096,
         }
 
-    async def plan(self, session: Session) -> BodyPlan:
+    def requireKey(self, session: Session) -> None:
+        """
+        @raise VehicleError: C{model_key_required} while the host holds no
+            key of the caller's for C{session} (after a restart, until the
+            caller sends it again).
+        """
         if self.public.keyFor(session) is None:
             raise VehicleError(
                 "model_key_required",
                 "this conversation runs on your own key: send it as X-Model-Key",
             )
+
+    def upstreamFor(self, session: Session) -> Upstream:
+        """
+        The provider of C{session}'s model, reached with the caller's newest
+        key (asked at each request), which is scrubbed out of any answer
+        before pi sees it.
+        """
+        _, spec = self.models.providerFor(session.meta.model)
+        return Upstream(
+            baseUrl=str(spec["baseUrl"]),
+            keySource=lambda: self.public.keyFor(session),
+            scrub=True,
+        )
+
+    async def plan(self, session: Session) -> BodyPlan:
+        self.requireKey(session)
         provider, spec = self.models.providerFor(session.meta.model)
         modelId = session.meta.model.split("/", 1)[1]
         proxy = ModelProxy(
             reactor=self.reactor,
             socketPath=self.runDir() / session.sessionId / "model.sock",
-            model=Upstream(
-                baseUrl=str(spec["baseUrl"]),
-                keySource=lambda: self.public.keyFor(session),
-                scrub=True,
-            ),
+            model=self.upstreamFor(session),
             gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
         await proxy.listen()
