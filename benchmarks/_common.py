@@ -76,26 +76,30 @@ def spawnBarePi(reactor: Any, protocol: Any, provider: dict[str, Any], prefix: s
     return transport
 
 
-async def postRaw(host: Any, path: str, body: Any) -> Any:
+async def postRaw(host: Any, path: str, body: Any, headers: dict[str, str] | None = None,
+                  **who: Any) -> Any:
     """
     POST C{body} to a live host (L{tests.support.live.LiveHost}) as its
-    person would, and read the frame: without the tests' schema check of
-    every answer, which is the client's time, not the host's.
+    person would (C{who}, with C{headers} besides the identity), and read
+    the frame: without the tests' schema check of every answer, which is
+    the client's time, not the host's.
     """
     import json
 
     from tests.support._headers import bytesNames
     from tests.support.harness import identity
 
-    headers = identity()
+    extra = headers or {}
+    headers = identity(**who)
     headers["content-type"] = "application/json"
+    headers.update(extra)
     response = await host.http.request(
         "POST", host.url + path, headers=bytesNames(headers), data=json.dumps(body).encode()
     )
     return json.loads(await response.content())
 
 
-def uncheckedWatcher(host: Any, sessionId: str) -> Any:
+def uncheckedWatcher(host: Any, sessionId: str, **who: Any) -> Any:
     """
     An SSE watcher (L{tests.support.live.SSEWatcher}, of whichever checkout
     runs the host) that does not hold each event to the schemas: the
@@ -108,6 +112,6 @@ def uncheckedWatcher(host: Any, sessionId: str) -> Any:
     from tests.support import live
 
     if "validate" in inspect.signature(live.SSEWatcher).parameters:
-        return live.SSEWatcher(host, sessionId, validate=False)
+        return live.SSEWatcher(host, sessionId, validate=False, **who)
     live.assertValidEvent = lambda case, frame: None  # type: ignore[assignment]
-    return live.SSEWatcher(host, sessionId)
+    return live.SSEWatcher(host, sessionId, **who)

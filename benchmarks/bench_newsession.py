@@ -23,8 +23,12 @@ no spare} starts the box and pi at the prompt, C{host, a spare ready} hands
 over a boxed spare made for the session's id; the peers are not run (they
 have no box), and the floors are pi's, unboxed.
 
+With C{--own-key} the sessions are a visitor's on its own key (the host in
+public mode): the spare's proxy reaches the model with the visitor's key
+once handed over; the peers are not run.
+
 Usage: .venv/bin/python benchmarks/bench_newsession.py [--runs N] [--no-peers] [--agent]
-       [--refill-ms MS]
+       [--own-key] [--refill-ms MS]
 """
 
 from __future__ import annotations
@@ -48,26 +52,37 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.task import react  # noqa: E402
 
+from attrs import evolve  # noqa: E402
+
 from benchmarks._common import BenchCase, postRaw, uncheckedWatcher  # noqa: E402
 from benchmarks.bench_delta import Direct, hostWith, startModel, waitForSpare  # noqa: E402
+from tests.support.public import SCRIPTED  # noqa: E402
 
 OPENCODE = "opencode-ai@1.18.33"
 SANDBOX_AGENT = "@sandbox-agent/cli@0.4.2"
 
 
-async def hostSample(host: Any, profile: str | None = None) -> float:
+#: A visitor on its own key (C{--own-key}): who, and the headers gardend
+#: adds for such a caller.
+VISITOR = {"principal": "anon:bench", "role": "viewer", "client": "tab-bench"}
+VISITOR_HEADERS = {"x-sophia-caller-kind": "anonymous", "x-sophia-public-graphs": "g1",
+                   "x-model-key": "sk-bench-visitor-key-0123"}
+
+
+async def hostSample(host: Any, profile: str | None = None, ownKey: bool = False) -> float:
     """
-    Create a session (of C{profile}), prompt it at once, until the first
-    delta on SSE.
+    Create a session (of C{profile}; C{ownKey}: a visitor's, on its own
+    key), prompt it at once, until the first delta on SSE.
     """
+    who: dict[str, Any] = dict(VISITOR, headers=VISITOR_HEADERS) if ownKey else {}
     start = time.perf_counter()
     created = await postRaw(host, "/sessions", {
         "requestId": "create-" + secrets.token_hex(4), **({"profile": profile} if profile else {}),
-    })
+    }, **who)
     sid = created["value"]["session"]["sessionId"]
-    watcher = await uncheckedWatcher(host, sid).start()
+    watcher = await uncheckedWatcher(host, sid, **who).start()
     await postRaw(host, f"/sessions/{sid}/commands",
-                  {"type": "prompt", "requestId": "p1", "text": "hello"})
+                  {"type": "prompt", "requestId": "p1", "text": "hello"}, **who)
     await watcher.waitFor(lambda m: m.get("event") == "message.delta")
     first = time.perf_counter()
     await watcher.waitFor(lambda m: m.get("event") == "run.settled")
@@ -223,15 +238,17 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     notes: list[str] = []
     try:
         profile = "agent" if args.agent else None
-        cold = await hostWith(case, modelUrl)
+        # A visitor's own key needs the public side (limits no run reaches).
+        public = {"public": evolve(SCRIPTED, turnsPerDay=100_000)} if args.own_key else {}
+        cold = await hostWith(case, modelUrl, **public)
         # The pool's own pause before a refill (the host's default unless
         # --refill-ms says otherwise): a refill started at the hand-off
         # boots Node beside the handed body's first run.
         refill = {} if args.refill_ms is None else {"spareRefillMs": args.refill_ms}
-        warm = await hostWith(case, modelUrl, **refill,
+        warm = await hostWith(case, modelUrl, **refill, **public,
                               **({"agentSpareBodies": 1} if args.agent else {"spareBodies": 1}))
         opencode = None
-        if not (args.no_peers or args.agent):
+        if not (args.no_peers or args.agent or args.own_key):
             try:
                 modules = install(peers / "opencode", OPENCODE)
                 opencode = OpenCode(modules, modelUrl, peers / "opencode-run")
@@ -247,13 +264,15 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
                     notes.append(f"sandbox-agent cannot run offline here: {reason}")
             except Exception as e:  # noqa: BLE001
                 notes.append(f"sandbox-agent could not be installed: {e}")
-        await hostSample(cold, profile)  # warm-ups, not counted
+        own = args.own_key
+        await hostSample(cold, profile, own)  # warm-ups, not counted
         await waitForSpare(warm, args.agent)
-        await hostSample(warm, profile)
+        await hostSample(warm, profile, own)
         for _ in range(args.runs):
-            results.setdefault("host, no spare", []).append(await hostSample(cold, profile))
+            results.setdefault("host, no spare", []).append(await hostSample(cold, profile, own))
             await waitForSpare(warm, args.agent)
-            results.setdefault("host, a spare ready", []).append(await hostSample(warm, profile))
+            results.setdefault("host, a spare ready", []).append(
+                await hostSample(warm, profile, own))
             results.setdefault("pi started alone", []).append(
                 await coldPi(reactor, cold.scriptedProvider()))
             if opencode is not None:
@@ -270,7 +289,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
         shutil.rmtree(peers, ignore_errors=True)
     after = os.getloadavg()
     floor = statistics.median(results["pi started alone"])
-    kind = "agent session (bwrap)" if args.agent else "session"
+    kind = ("agent session (bwrap)" if args.agent
+            else "visitor's session on its own key" if args.own_key else "session")
     print(f"a new {kind}: create + prompt -> first text delta; median of {args.runs} (min-max)")
     print(f"{os.cpu_count()} cores; load average {load[0]:.2f} before, {after[0]:.2f} after")
     for name in ("pi started alone", "a warm pi (a prompt)", "host, no spare",
@@ -292,6 +312,8 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--agent", action="store_true")
+    parser.add_argument("--own-key", action="store_true",
+                        help="a visitor's session on its own key (public mode)")
     parser.add_argument("--refill-ms", type=int, default=None,
                         help="the spare pool's pause before a refill (default: the host's)")
     arguments = parser.parse_args()

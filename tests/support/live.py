@@ -203,8 +203,10 @@ class SSEWatcher:
     """
 
     def __init__(self, host: LiveHost, sessionId: str, since: int = 0,
-                 lastEventId: str | None = None, validate: bool = True, **who: Any) -> None:
+                 lastEventId: str | None = None, validate: bool = True,
+                 headers: dict[str, str] | None = None, **who: Any) -> None:
         self.host = host
+        self.headers = headers or {}
         self.validate = validate
         self.sessionId = sessionId
         self.since = since
@@ -220,6 +222,7 @@ class SSEWatcher:
         from treq import collect
 
         headers = identity(**self.who)
+        headers.update(self.headers)
         headers["accept"] = "text/event-stream"
         if self.lastEventId is not None:
             headers["last-event-id"] = self.lastEventId
