@@ -527,3 +527,131 @@ class ResumeTests(_PageCase):
         page.waitOpen()
         waitUntil(lambda: page.transcript() == items, what="the same transcript after a reload")
         waitUntil(lambda: page.seqs()[: len(seen)] == seen, what="the whole log again")
+
+
+class Keys:
+    """
+    A person with a keyboard and no mouse: every key goes to whatever has
+    the focus (never to an element picked by the test), and the focus
+    moves only by Tab and Shift+Tab.
+    """
+
+    #: The most Tab presses a walk may take to reach what it looks for.
+    MOST = 60
+
+    def __init__(self, page: Page) -> None:
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.keys import Keys as Named
+
+        self.page = page
+        self.named = Named
+        self.chain = lambda: ActionChains(page.d)
+
+    def press(self, *keys: str) -> None:
+        self.chain().send_keys(*keys).perform()
+
+    def focused(self, css: str) -> bool:
+        return bool(self.page.d.execute_script(
+            "return !!document.activeElement && document.activeElement.matches(arguments[0]);", css))
+
+    def tabTo(self, css: str, back: bool = False) -> None:
+        """
+        Press Tab (Shift+Tab, C{back}) until C{css} has the focus; each
+        stop on the way is visible and shows that it has the focus.
+        """
+        for _ in range(self.MOST):
+            if self.focused(css):
+                return
+            if back:
+                self.chain().key_down(self.named.SHIFT).send_keys(self.named.TAB).key_up(
+                    self.named.SHIFT).perform()
+            else:
+                self.press(self.named.TAB)
+            shown = self.page.d.execute_script(
+                "const e = document.activeElement;"
+                "if (!e || e === document.body) return 'nothing';"
+                "const r = e.getBoundingClientRect(), s = getComputedStyle(e);"
+                "if (r.width === 0 || r.height === 0) return 'hidden: ' + e.outerHTML.slice(0, 80);"
+                "if (s.outlineStyle === 'none' && s.boxShadow === 'none')"
+                "  return 'no focus ring: ' + e.outerHTML.slice(0, 80);"
+                "return '';")
+            assert shown in ("", "nothing"), f"on the way to {css}: {shown}"
+        raise AssertionError(f"{self.MOST} presses of Tab never reached {css}")
+
+
+class KeyboardTests(_PageCase):
+    """
+    The page with the keyboard alone: sign in, start a session, talk,
+    abort, rename, move between sessions and delete, by Tab, Enter and Esc.
+    """
+
+    async def test_keyboardAlone(self) -> None:
+        run, front = await self.start()
+        key = run.masterKey()
+        driver = self.browser()
+        await inBrowser(self.steps, Page(driver), front, key)
+
+    def newSession(self, keys: Keys, title: str) -> str:
+        page = keys.page
+        before = page.data("session-id")
+        keys.tabTo("#new summary")
+        keys.press(keys.named.ENTER)
+        keys.tabTo("#new-title")
+        keys.press(title, keys.named.ENTER)
+        waitUntil(lambda: page.data("session-id") not in ("", before), what="the new session")
+        session = page.waitOpen()
+        # The new conversation's prompt box has the focus.
+        waitUntil(lambda: keys.focused("#composer-text"), what="the prompt box focused")
+        return session
+
+    def steps(self, page: Page, front: str, key: str) -> None:
+        keys = Keys(page)
+        page.d.get(front + "/")
+        waitUntil(lambda: page.find("#login").is_displayed(), what="the login form")
+        self.assertTrue(keys.focused("#login-key"))
+        keys.press(key, keys.named.ENTER)
+        waitUntil(lambda: page.find("#app").is_displayed(), what="the app")
+        # Before the key was typed, the tab asked whether it was signed in
+        # already: the one refusal the browser logs, read and let go.
+        refused = [e["message"] for e in page.d.get_log("browser") if e["level"] == "SEVERE"]
+        self.assertEqual([m.split(" - ")[0] for m in refused], [front + "/page/login"] * len(refused))
+
+        first = self.newSession(keys, "by keys")
+        keys.press("hello from the keys", keys.named.ENTER)
+        page.waitLast(("assistant", "Hello from the scripted model (you said: 'hello from the keys')"))
+
+        # Esc in the prompt box aborts a run under way.
+        keys.press("[[SLOW]] stop me", keys.named.ENTER)
+        waitUntil(lambda: page.streaming(), what="the slow reply")
+        keys.press(keys.named.ESCAPE)
+        waitUntil(lambda: page.find(".run").text.startswith("Last run aborted"), what="the abort")
+
+        # Rename: the button opens the field with the focus in it.
+        keys.tabTo("#rename", back=True)
+        keys.press(keys.named.ENTER)
+        waitUntil(lambda: keys.focused("#rename-input"), what="the title field focused")
+        keys.chain().key_down(keys.named.CONTROL).send_keys("a").key_up(keys.named.CONTROL).perform()
+        keys.press("renamed by keys", keys.named.ENTER)
+        waitUntil(lambda: page.find("#conv-title").text == "renamed by keys", what="the rename")
+
+        # A second session, then back to the first through the list.
+        second = self.newSession(keys, "second")
+        self.assertNotEqual(second, first)
+        keys.tabTo(f'#session-list button[data-session-id="{first}"]', back=True)
+        keys.press(keys.named.ENTER)
+        waitUntil(lambda: page.data("session-id") == first and page.data("stream") == "live",
+                  what="the first session again")
+        waitUntil(lambda: page.find("#conv-title").text == "renamed by keys", what="its title")
+
+        # Delete it: the confirmation takes the focus, Enter confirms.
+        keys.tabTo("#delete")
+        keys.press(keys.named.ENTER)
+        waitUntil(lambda: keys.focused("#confirm-delete"), what="the confirmation focused")
+        keys.press(keys.named.ENTER)
+        notice = waitUntil(lambda: page.find(".deleted").text, what="the deleted notice")
+        self.assertIn("trash/" + first, notice)
+        waitUntil(lambda: keys.focused(".deleted h2"), what="the notice focused")
+        waitUntil(lambda: "renamed by keys" not in page.find("#session-list").text,
+                  what="the list without it")
+        logs = [entry for entry in page.d.get_log("browser") if entry["level"] == "SEVERE"]
+        self.assertEqual(logs, [])
