@@ -20,7 +20,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from vehicle.body import ChatSpares, SpareHolds
 from vehicle.body._conductor import Conductor
 from vehicle.body._picommand import sessionFacts
-from vehicle.body._spares import HAND_OFF_COMMAND, PREPARE, Spare
+from vehicle.body._spare import HAND_OFF_COMMAND, Spare
+from vehicle.body._spares import PREPARE
 from vehicle.protocol import Answer, CommandRequest, RunBudget, SessionCreated, fromRequest, toObject
 from vehicle.session import SessionMeta, isoTimestamp
 

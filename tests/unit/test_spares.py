@@ -24,7 +24,8 @@ from vehicle.body import (
 from vehicle.body._conductor import Conductor
 from vehicle.body._rpc import PiProtocol
 from vehicle.body._sessionfile import hasConversation, newSessionFile
-from vehicle.body._spares import MAX_RETRY_SECONDS, Spare
+from vehicle.body._spare import Spare
+from vehicle.body._spares import MAX_RETRY_SECONDS
 from vehicle.body._spawner import BodyPaths
 from vehicle.box import ModelProxy, Upstream
 from vehicle.box._proxy import PRIMING_ANSWER

@@ -15,14 +15,13 @@ from vehicle.body._picommand import (
     piEnvironment,
     sessionFacts,
 )
+from vehicle.body._spare import Spare, SpareProxy
 from vehicle.body._spares import (
     PRIMING_PROMPT,
     SPARE_BUDGET,
     ChatSpares,
-    Spare,
     SpareHolds,
     SpareKind,
-    SpareProxy,
     SparePool,
     SpareSetup,
     SpareSource,
@@ -68,16 +67,17 @@ __all__ = [
     "piArgv",
     "piEnvironment",
     "sessionFacts",
+    # _spare
+    "Spare",
+    "SpareProxy",
     # _spares
     "PRIMING_PROMPT",
     "SPARE_BUDGET",
-    "Spare",
     "ChatSpares",
     "SpareKind",
     "SpareSetup",
     "SpareSource",
     "SparesUnavailable",
-    "SpareProxy",
     "SparePool",
     "SpareHolds",
     # _rpc

@@ -23,7 +23,8 @@ from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import hasConversation, newSessionFile
-from vehicle.body._spares import Spare, SpareSource
+from vehicle.body._spare import Spare
+from vehicle.body._spares import SpareSource
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, latestSessionFile
 from vehicle.protocol import BodyState, JSONObject
 from vehicle.session import Session

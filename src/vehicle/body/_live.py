@@ -14,7 +14,7 @@ from twisted.internet.interfaces import IProcessTransport
 
 from vehicle.body._picommand import sessionFacts
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher
-from vehicle.body._spares import Spare
+from vehicle.body._spare import Spare
 from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._translate import Translator
 from vehicle.protocol import Command, JSONObject, PiQueue

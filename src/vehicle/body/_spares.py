@@ -1,9 +1,10 @@
-# -*- test-case-name: tests.unit.test_spares -*-
+# -*- test-case-name: tests.unit.test_spares,tests.unit.test_preparedspares -*-
 """
 Spare bodies: warm C{pi --mode rpc} children started before anyone needs
 them, so a new or revived conversation's first word does not wait for Node.
 
-A spare (L{Spare}) is made for no one: its own folders, its own empty
+A spare (L{vehicle.body._spare.Spare}, one child and its hand-off) is made
+for no one: its own folders, its own empty
 session there, a boot config that names no session and holds no key (only
 the token of its own proxy to the model, L{SpareProxy}, which reaches no
 provider until the hand-off), and no person's data.  It is primed (one
@@ -29,7 +30,8 @@ keeps a new spare's start off the CPU the handed body's first run needs,
 and stops with the host.  The hand-off itself (the session's facts given
 by the extension's command to a spare already on the session's file, or
 pi's C{switch_session} to it, the facts asked by the extension on the way)
-is the body's life's (L{vehicle.body._life.BodyLife}).
+is the body's life's (L{vehicle.body._life.BodyLife}), with what a spare
+says and answers on the way (L{vehicle.body._spare}).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ from pathlib import Path
 from typing import Awaitable, Callable, ClassVar, Protocol
 
 from attrs import define, field, frozen
-from twisted.internet.defer import Deferred, gatherResults, succeed
-from twisted.internet.interfaces import IDelayedCall, IProcessTransport, IReactorTime
+from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -51,7 +53,8 @@ from zope.interface import implementer
 from vehicle._timers import cancelIfActive
 from vehicle.body._rpc import IBodySink, PiCommandError, PiProtocol
 from vehicle.body._sessionfile import newSessionFile
-from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, Wrapper
+from vehicle.body._spare import Spare, SpareProxy, asksForFacts, isQuestion, refuse
+from vehicle.body._spawner import BodyPaths, Launcher, Wrapper
 from vehicle.protocol import JSONObject, RunBudget
 from vehicle.session import Session
 from vehicle.store import files
@@ -65,42 +68,12 @@ SPARE_BUDGET = RunBudget(maxTurns=1, maxCostUsd=0.01)
 #: the spare's own session, which no one ever sees).
 PRIMING_PROMPT = "ready?"
 
-#: The extension's question for its session's facts, at the hand-off.
-SESSION_TITLE = "sophia.session"
-
 #: The answer to it while a spare is switched to its session's file
-#: before the hand-off: no facts yet (they come with L{HAND_OFF_COMMAND}).
+#: before the hand-off: no facts yet (they come with L{vehicle.body._spare.HAND_OFF_COMMAND}).
 PREPARE = '{"prepare":true}'
-
-#: The extension's command a spare already on its session's file is handed
-#: over with: C{/sophia-session <the session's facts>}.
-HAND_OFF_COMMAND = "/sophia-session"
 
 #: The longest pause before another try after a spare could not be made.
 MAX_RETRY_SECONDS = 60.0
-
-
-class SpareProxy(Protocol):
-    """
-    A spare's way to the model: the host's proxy, which holds the key and
-    reaches no provider until the spare is handed to a session.
-    """
-
-    #: The boot config's providers: the proxy's token and the bridge's
-    #: address, never a key.
-    providers: dict[str, JSONObject]
-    #: The rest of the boot config the proxy needs (the bridge).
-    bootExtra: JSONObject
-
-    def handTo(self, session: Session) -> None:
-        """
-        From now on reach C{session}'s provider, metered by its budget.
-        """
-
-    def close(self) -> Deferred[None]:
-        """
-        Stop listening; the proxy is gone.
-        """
 
 
 #: Opens the proxy of the spare named by the argument.
@@ -210,222 +183,6 @@ class ChatSpares:
             session=session,
             reservedDir=reservedDir,
         )
-
-
-@define(eq=False)
-class Spare:
-    """
-    One warm pi child that serves no one yet.
-
-    @ivar paths: its own folders (its session, agent dir, home, work).
-    @ivar inside: where pi sees them, when not there (see L{SpareSetup}).
-    @ivar sessionId: the session it is made to become, if reserved so.
-    @ivar ownFile: its own session's file, as pi names it (never the
-        session's: see L{vehicle.body._life.BodyLife}).
-    @ivar session: where the session it is made to become keeps its
-        conversation (see L{SpareSetup}).
-    @ivar prepared: the new file of that session pi is on (as pi names
-        it), once switched there; it is handed over without a switch.
-    @ivar claimed: a session took the folders made for it.
-    """
-
-    _log: ClassVar[Logger] = Logger()
-
-    spareId: str
-    paths: BodyPaths
-    proxy: SpareProxy
-    protocol: PiProtocol
-    transport: IProcessTransport | None = None
-    #: Waits for the priming run's end.
-    settled: Deferred[None] | None = None
-    inside: BodyPaths | None = None
-    sessionId: str | None = None
-    box: str | None = None
-    ownFile: str | None = None
-    session: BodyPaths | None = None
-    reservedDir: Path | None = None
-    prepared: Path | None = None
-    claimed: bool = False
-    #: Being switched to its session's file (the extension's question is
-    #: answered: no facts yet).
-    preparing: bool = False
-    _discarded: Deferred[None] | None = None
-
-    def preparedFor(self, sessionId: str) -> Path | None:
-        """
-        The file pi is on, when the spare was made for C{sessionId} and
-        switched to it already; L{None}: hand it over with a switch.
-        """
-        return self.prepared if sessionId == self.sessionId else None
-
-    def handOffCommand(self) -> JSONObject:
-        """
-        The command that hands a spare already on its session's file to
-        that session: the facts given to L{handingOver}.
-        """
-        sink = self.protocol.sink
-        facts = sink.facts if isinstance(sink, _HandOffSink) else "null"
-        return {"type": "prompt", "message": f"{HAND_OFF_COMMAND} {facts}"}
-
-    def handOffRefusal(self) -> str | None:
-        """
-        Why the extension refused L{handOffCommand}, if it did.
-        """
-        sink = self.protocol.sink
-        return sink.refused if isinstance(sink, _HandOffSink) else None
-
-    def letGoOfReserved(self) -> None:
-        """
-        Remove the folder made for the session the spare was made for, when
-        no session took it (the spare serves another session, or none).
-        """
-        reserved = self.reservedDir
-        if reserved is not None and not self.claimed and not (reserved / "meta.json").exists():
-            shutil.rmtree(reserved, ignore_errors=True)
-
-    def handingOver(self, facts: str) -> None:
-        """
-        The spare is being handed to a session: the extension's question
-        for the session's facts is answered with C{facts}; any other
-        question is held for the session (L{handedOver}), and nothing else
-        it says is anyone's news until the session's body hears it (its
-        end included: a hand-off that fails is let go).
-        """
-        self.protocol.sink = _HandOffSink(spare=self, facts=facts)
-
-    def handedOver(self, sink: IBodySink) -> None:
-        """
-        The switch is done: from now on C{sink} (the session's body) hears
-        the spare, starting with the questions held on the way (pi's MCP
-        client, connecting for the session's file, asks for the session's
-        delegated token before the switch is answered).
-        """
-        handOff = self.protocol.sink
-        self.protocol.sink = sink
-        if isinstance(handOff, _HandOffSink):
-            for question in handOff.held:
-                sink.piEvent(question)
-
-    def plan(self) -> BodyPlan:
-        """
-        The plan of the body this spare becomes: its providers (its proxy's
-        token) and, when that body is gone, its proxy closed and its
-        folders removed.
-        """
-        return BodyPlan(
-            providers=self.proxy.providers,
-            bootExtra=self.proxy.bootExtra,
-            box=self.box,
-            cleanup=self.discard,
-        )
-
-    def ownFileInSession(self) -> Path | None:
-        """
-        Where the host finds the spare's own session's file once the
-        spare's folders are its session's (an agent's), or L{None}.
-        """
-        if self.inside is None or self.ownFile is None:
-            return None
-        return self.inside.piDir / Path(self.ownFile).name
-
-    def forgetOwnFile(self) -> None:
-        """
-        Remove the spare's own session's file from its session's pi folder
-        (pi is off it, or gone): it is no conversation of the session's.
-        """
-        own = self.ownFileInSession()
-        if own is not None:
-            own.unlink(missing_ok=True)
-
-    def end(self, clock: IReactorTime) -> Deferred[None]:
-        """
-        Stop a spare that will not be handed over, then discard it.
-        """
-        protocol = self.protocol
-        ending: Deferred[None] = succeed(None)
-        if self.transport is not None and not protocol.hasEnded:
-            ending = protocol.terminate(clock, graceSeconds=3)
-        return ending.addBoth(lambda _: self.discard())
-
-    def discard(self) -> Deferred[None]:
-        """
-        Close its proxy and remove its own folder (its process is gone, or
-        going); once, however often it is asked.  Folders moved out of it
-        (an agent's, now its session's) are not touched.
-        """
-        if self._discarded is None:
-            shutil.rmtree(self.paths.piDir.parent, ignore_errors=True)
-            self.forgetOwnFile()
-            self.letGoOfReserved()
-            self._discarded = self.proxy.close()
-            self._discarded.addErrback(
-                lambda f: self._log.failure("The proxy of {spareId} did not close", f,
-                                            spareId=self.spareId)
-            )
-        done: Deferred[None] = Deferred()
-
-        def closed(result: None) -> None:
-            done.callback(None)
-            return result
-
-        self._discarded.addCallback(closed)
-        return done
-
-
-def _refuse(spare: Spare, event: JSONObject) -> None:
-    """
-    Answer an extension's question no (cancelled).
-    """
-    spare.protocol.send({"type": "extension_ui_response", "id": event.get("id"), "cancelled": True})
-
-
-def _isQuestion(event: JSONObject) -> bool:
-    return event.get("type") == "extension_ui_request" and event.get("method") in (
-        "input", "confirm", "select", "editor",
-    )
-
-
-def _asksForFacts(event: JSONObject) -> bool:
-    """
-    Is C{event} (a question) the extension's question for its session's
-    facts?
-    """
-    return event.get("method") == "input" and event.get("title") == SESSION_TITLE
-
-
-@implementer(IBodySink)
-@define(eq=False)
-class _HandOffSink:
-    """
-    Hears a spare while it is switched to its session: the extension asks
-    for the session's facts (L{vehicle.body._picommand.sessionFacts}), and
-    its other questions wait for the session (L{Spare.handedOver}); if the
-    hand-off fails, the spare is ended with them unanswered.
-    """
-
-    spare: Spare
-    facts: str = field(repr=False)
-    held: list[JSONObject] = field(factory=list)
-    #: Why the extension refused the hand-off command, if it did.
-    refused: str | None = None
-
-    def piEvent(self, event: JSONObject) -> None:
-        if (
-            event.get("type") == "extension_error"
-            and event.get("extensionPath") == "command:" + HAND_OFF_COMMAND.lstrip("/")
-        ):
-            self.refused = str(event.get("error"))
-        if not _isQuestion(event):
-            return
-        if _asksForFacts(event):
-            self.spare.protocol.send(
-                {"type": "extension_ui_response", "id": event.get("id"), "value": self.facts}
-            )
-        else:
-            self.held.append(event)
-
-    def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
-        pass
 
 
 @define(eq=False)
@@ -776,13 +533,13 @@ class _SpareSink:
         spare = self.spare
         if spare is None:
             return
-        if _isQuestion(event):
-            if spare.preparing and _asksForFacts(event):
+        if isQuestion(event):
+            if spare.preparing and asksForFacts(event):
                 spare.protocol.send(
                     {"type": "extension_ui_response", "id": event.get("id"), "value": PREPARE}
                 )
             else:
-                _refuse(spare, event)
+                refuse(spare, event)
         elif (
             event.get("type") == "agent_settled"
             and spare.settled is not None
