@@ -1107,8 +1107,10 @@ class ChatSpareProxyTests(SynchronousTestCase):
 class AnnotationTests(SynchronousTestCase):
     def test_annotationsResolve(self) -> None:
         """
-        Every annotation of the spares' module is a type.
+        Every annotation of the spares' modules (the pool's and one
+        spare's) is a type.
         """
-        from vehicle.body import _spares
+        from vehicle.body import _spare, _spares
 
         assertAnnotationsResolve(self, _spares)
+        assertAnnotationsResolve(self, _spare)
