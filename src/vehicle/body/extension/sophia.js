@@ -774,9 +774,6 @@ export default async function sophia(pi) {
     }
   });
 
-  // A graph tool call asks for the token first: without one no request is
-  // made and the call fails with a clear reason; with one, the call's
-  // request uses it (see tokenForRequest).
   // Every before_agent_start handler has run (pi's MCP extension waits
   // there for the servers whose tools are declared to the model): the run's
   // tools are known. The shut ones are taken out and the rest told before
@@ -793,14 +790,18 @@ export default async function sophia(pi) {
     reportTools(pi, ctx);
   });
 
+  // A graph tool call asks for the token first: without one no request is
+  // made and the call fails with a clear reason; with one, the call's
+  // request uses it (see tokenForRequest).
   pi.on("tool_call", async (event, ctx) => {
     captureUi(ctx);
     if (mcpUrl() === null || !(isGraphTool(event.toolName) || isResourceTool(event.toolName))) {
       return undefined;
     }
+    const signal = signalOf(ctx);
     // Shut tools (a reader's session and a writer's tool, a fenced one and
     // the resource tools) are refused before any request is made.
-    const shut = await shutReason(event.toolName, signalOf(ctx));
+    const shut = await shutReason(event.toolName, signal);
     if (shut !== null) {
       return { block: true, reason: shut };
     }
@@ -817,7 +818,7 @@ export default async function sophia(pi) {
         reason: `the graph ${named} is not one this conversation reads`,
       };
     }
-    const token = await askToken({ toolName: event.toolName, toolCallId: event.toolCallId }, signalOf(ctx));
+    const token = await askToken({ toolName: event.toolName, toolCallId: event.toolCallId }, signal);
     if (token === undefined) {
       return { block: true, reason: NO_TOKEN };
     }
