@@ -78,22 +78,27 @@ class ChatSpareProxy:
         )
 
     def handTo(self, session: Session) -> None:
-        baseUrl, key = self.models.endpointFor(session.meta.model)
-        upstream = Upstream(baseUrl=baseUrl, key=key)
-        if session.meta.funding == "byok":
-            # The caller's own key, never the house's (with no public side
-            # to hold it, none: the proxy refuses the body's requests).
-            upstream = (
-                self.ownKey.upstreamFor(session) if self.ownKey is not None
-                else Upstream(baseUrl=baseUrl, keySource=lambda: None, scrub=True)
-            )
         self.proxy.handTo(
-            upstream,
+            self._upstreamFor(session),
             gate=lambda: (
                 session.conductor.meterModelRequest()
                 if session.conductor is not None else "no run is under way"
             ),
         )
+
+    def _upstreamFor(self, session: Session) -> Upstream:
+        """
+        The session's provider with the house's key, or the caller's own
+        for a conversation on it (never the house's: with no public side to
+        hold the caller's, none, and the proxy refuses the body's requests).
+        """
+        if session.meta.funding != "byok":
+            baseUrl, key = self.models.endpointFor(session.meta.model)
+            return Upstream(baseUrl=baseUrl, key=key)
+        if self.ownKey is not None:
+            return self.ownKey.upstreamFor(session)
+        baseUrl, _ = self.models.endpointFor(session.meta.model)
+        return Upstream(baseUrl=baseUrl, keySource=lambda: None, scrub=True)
 
     def close(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self.proxy.close())
