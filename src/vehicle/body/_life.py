@@ -49,8 +49,6 @@ def _current(paths: BodyPaths) -> Path | None:
     file is never there by then: an agent's spare let go of it when it was
     switched to its session's file, a chat spare keeps its own elsewhere.)
     """
-    if not paths.piDir.exists():
-        return None
     return latestSessionFile(paths.piDir)
 
 
