@@ -529,7 +529,7 @@ class ResumeTests(_PageCase):
         waitUntil(lambda: page.seqs()[: len(seen)] == seen, what="the whole log again")
 
 
-class Keys:
+class Keyboard:
     """
     A person with a keyboard and no mouse: every key goes to whatever has
     the focus (never to an element picked by the test), and the focus
@@ -591,7 +591,7 @@ class KeyboardTests(_PageCase):
         driver = self.browser()
         await inBrowser(self.steps, Page(driver), front, key)
 
-    def newSession(self, keys: Keys, title: str) -> str:
+    def newSession(self, keys: Keyboard, title: str) -> str:
         page = keys.page
         before = page.data("session-id")
         keys.tabTo("#new summary")
@@ -605,7 +605,7 @@ class KeyboardTests(_PageCase):
         return session
 
     def steps(self, page: Page, front: str, key: str) -> None:
-        keys = Keys(page)
+        keys = Keyboard(page)
         page.d.get(front + "/")
         waitUntil(lambda: page.find("#login").is_displayed(), what="the login form")
         self.assertTrue(keys.focused("#login-key"))

@@ -1035,15 +1035,17 @@ class ChatSpareProxyTests(SynchronousTestCase):
 
         ownKey = OwnKeyBodies(reactor=reactor, public=Public, models=models,  # type: ignore[arg-type]
                               runDir=lambda: Path(self.mktemp()))
-        for given, expected in ((ownKey, "sk-own-2"), (None, None)):
+        for given, expected in ((ownKey, ("sk-own-1", "sk-own-2")), (None, (None, None))):
             chat = self.successResultOf(Deferred.fromCoroutine(ChatSpareProxy.open(
                 reactor, models, MODEL, Path(self.mktemp()) / "model.sock", ownKey=given)))
             chat.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
             model = chat.proxy.model
             assert model is not None
-            keys["s1"] = "sk-own-1"
-            keys["s1"] = "sk-own-2"
-            self.assertEqual((model.baseUrl, model.key, model.scrub, model.currentKey()),
+            seen = []
+            for key in ("sk-own-1", "sk-own-2"):
+                keys["s1"] = key
+                seen.append(model.currentKey())
+            self.assertEqual((model.baseUrl, model.key, model.scrub, tuple(seen)),
                              (PROVIDER["baseUrl"], None, True, expected))
             self.assertTrue(model.swapsKey)
             del keys["s1"]
