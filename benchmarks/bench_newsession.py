@@ -27,8 +27,14 @@ With C{--own-key} the sessions are a visitor's on its own key (the host in
 public mode): the spare's proxy reaches the model with the visitor's key
 once handed over; the peers are not run.
 
+With C{--revive} the sessions are dormant chat conversations (one prompt
+answered, then shut down), claimed and prompted: on a host with no spare,
+and on one with a spare ready, prompted at once after the claim (timed
+from the claim) and C{--typing-ms} after it (timed from the prompt: the
+spare was switched to the conversation's file while its driver typed).
+
 Usage: .venv/bin/python benchmarks/bench_newsession.py [--runs N] [--no-peers] [--agent]
-       [--own-key] [--refill-ms MS]
+       [--own-key] [--revive [--typing-ms MS]] [--refill-ms MS]
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from twisted.internet.defer import Deferred  # noqa: E402
-from twisted.internet.task import react  # noqa: E402
+from twisted.internet.task import deferLater, react  # noqa: E402
 
 from attrs import evolve  # noqa: E402
 
@@ -88,6 +94,72 @@ async def hostSample(host: Any, profile: str | None = None, ownKey: bool = False
     await watcher.waitFor(lambda m: m.get("event") == "run.settled")
     watcher.close()
     return first - start
+
+
+async def dormantSession(host: Any) -> str:
+    """
+    A conversation of one prompt whose body was shut down (C{--revive}):
+    dormant, its lease let go, pi's file holding its conversation.
+    """
+    created = await postRaw(host, "/sessions", {"requestId": "create-" + secrets.token_hex(4)})
+    sid = created["value"]["session"]["sessionId"]
+    watcher = await uncheckedWatcher(host, sid).start()
+    await postRaw(host, f"/sessions/{sid}/commands",
+                  {"type": "prompt", "requestId": "p1", "text": "hello"})
+    await watcher.waitFor(lambda m: m.get("event") == "run.settled")
+    await postRaw(host, f"/sessions/{sid}/commands", {"type": "shutdown", "requestId": "s1"})
+    await watcher.waitFor(lambda m: m.get("event") == "body.dormant")
+    watcher.close()
+    return sid
+
+
+async def reviveSample(reactor: Any, host: Any, sid: str, typing: float) -> float:
+    """
+    Claim the dormant C{sid} and prompt it, until the first delta on SSE:
+    from the claim when the prompt follows at once (C{typing} 0), else from
+    the prompt sent C{typing} seconds after the claim (its driver typing).
+    """
+    start = time.perf_counter()
+    claimed = await postRaw(host, f"/sessions/{sid}/claim",
+                            {"requestId": "c-" + secrets.token_hex(4)})
+    cursor = claimed["value"]["session"]["cursor"]
+    watcher = await uncheckedWatcher(host, sid, since=cursor).start()
+    if typing:
+        await deferLater(reactor, typing, lambda: None)
+        start = time.perf_counter()
+    await postRaw(host, f"/sessions/{sid}/commands",
+                  {"type": "prompt", "requestId": "p2", "text": "hello again"})
+    await watcher.waitFor(lambda m: m.get("event") == "message.delta")
+    first = time.perf_counter()
+    await watcher.waitFor(lambda m: m.get("event") == "run.settled")
+    watcher.close()
+    return first - start
+
+
+async def revive(reactor: Any, args: argparse.Namespace, cold: Any, warm: Any,
+                 results: dict[str, list[float]]) -> None:
+    """
+    C{--revive}: a dormant conversation claimed and prompted, on a host
+    with no spare and on one with a spare ready (prompted at once, and
+    after C{--typing-ms}); the floors beside them.
+    """
+    typing = args.typing_ms / 1000
+    await reviveSample(reactor, cold, await dormantSession(cold), 0)  # warm-ups
+    await waitForSpare(warm)
+    await reviveSample(reactor, warm, await dormantSession(warm), 0)
+    for _ in range(args.runs):
+        sessions = [await dormantSession(cold), await dormantSession(warm),
+                    await dormantSession(warm)]
+        results.setdefault("host, no spare", []).append(
+            await reviveSample(reactor, cold, sessions[0], 0))
+        await waitForSpare(warm)
+        results.setdefault("host, a spare, prompt at once", []).append(
+            await reviveSample(reactor, warm, sessions[1], 0))
+        await waitForSpare(warm)
+        results.setdefault(f"host, a spare, prompt {args.typing_ms} ms after", []).append(
+            await reviveSample(reactor, warm, sessions[2], typing))
+        results.setdefault("pi started alone", []).append(
+            await coldPi(reactor, cold.scriptedProvider()))
 
 
 async def coldPi(reactor: Any, provider: dict[str, Any]) -> float:
@@ -248,7 +320,7 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
         warm = await hostWith(case, modelUrl, **refill, **public,
                               **({"agentSpareBodies": 1} if args.agent else {"spareBodies": 1}))
         opencode = None
-        if not (args.no_peers or args.agent or args.own_key):
+        if not (args.no_peers or args.agent or args.own_key or args.revive):
             try:
                 modules = install(peers / "opencode", OPENCODE)
                 opencode = OpenCode(modules, modelUrl, peers / "opencode-run")
@@ -265,10 +337,13 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
             except Exception as e:  # noqa: BLE001
                 notes.append(f"sandbox-agent could not be installed: {e}")
         own = args.own_key
-        await hostSample(cold, profile, own)  # warm-ups, not counted
-        await waitForSpare(warm, args.agent)
-        await hostSample(warm, profile, own)
-        for _ in range(args.runs):
+        if args.revive:
+            await revive(reactor, args, cold, warm, results)
+        else:
+            await hostSample(cold, profile, own)  # warm-ups, not counted
+            await waitForSpare(warm, args.agent)
+            await hostSample(warm, profile, own)
+        for _ in range(0 if args.revive else args.runs):
             results.setdefault("host, no spare", []).append(await hostSample(cold, profile, own))
             await waitForSpare(warm, args.agent)
             results.setdefault("host, a spare ready", []).append(
@@ -291,10 +366,15 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     floor = statistics.median(results["pi started alone"])
     kind = ("agent session (bwrap)" if args.agent
             else "visitor's session on its own key" if args.own_key else "session")
-    print(f"a new {kind}: create + prompt -> first text delta; median of {args.runs} (min-max)")
+    if args.revive:
+        print("a dormant session revived: claim + prompt (or the prompt, sent after the "
+              f"claim) -> first text delta; median of {args.runs} (min-max)")
+    else:
+        print(f"a new {kind}: create + prompt -> first text delta; median of {args.runs} (min-max)")
     print(f"{os.cpu_count()} cores; load average {load[0]:.2f} before, {after[0]:.2f} after")
     for name in ("pi started alone", "a warm pi (a prompt)", "host, no spare",
-                 "host, a spare ready", "opencode 1.18.33"):
+                 "host, a spare ready", "host, a spare, prompt at once",
+                 f"host, a spare, prompt {args.typing_ms} ms after", "opencode 1.18.33"):
         if name in results:
             print(line(name, results[name], floor))
     for note in notes:
@@ -314,6 +394,10 @@ if __name__ == "__main__":
     parser.add_argument("--agent", action="store_true")
     parser.add_argument("--own-key", action="store_true",
                         help="a visitor's session on its own key (public mode)")
+    parser.add_argument("--revive", action="store_true",
+                        help="a dormant session claimed and prompted (chat)")
+    parser.add_argument("--typing-ms", type=int, default=300,
+                        help="with --revive: the pause between the claim and the prompt")
     parser.add_argument("--refill-ms", type=int, default=None,
                         help="the spare pool's pause before a refill (default: the host's)")
     arguments = parser.parse_args()

@@ -182,6 +182,65 @@ class HandOffTests(TestCase):
         self.assertIn("second words", texts)
         self.assertNotIn(PRIMING_PROMPT, texts)
 
+    async def test_claimedSessionIsSwitchedAhead(self) -> None:
+        """
+        A dormant conversation claimed takes the ready spare at once, and
+        pi is switched to the conversation's file before any command: the
+        prompt then hands the spare over with the session's facts, no switch
+        on its way, and pi resumes the conversation with the graph's tools
+        as a body of its own would have them.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=0, bodyIdleMs=500).start()
+        await readySpare(host)
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="first words")
+        first = await host.waitFor(sid, settledEvent)
+        await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        spare = await readySpare(host)
+        session = host.registry().sessions[sid]
+        piFile = latestSessionFile(session.directory / "pi")
+        assert piFile is not None
+        since = len(host.events(sid))
+        code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        self.assertEqual(frame["value"]["session"]["body"], "dormant")
+        await waitUntil(lambda: spare.prepared == piFile and spare.sessionId == sid)
+        self.assertEqual(pool(host).ready, [])
+        # Switched, and still nobody's body: nothing told but the claim,
+        # nothing asked of the model.
+        self.assertEqual([e["type"] for e in host.events(sid)[since:]], ["lease.renewed"])
+        asked = len(host.model.requests)
+        self.assertEqual(session.conductor.bodyState(), "dormant")
+        sent: list[str] = []
+        request = spare.protocol.request
+
+        def recorded(command: dict[str, object], *args: object, **kwargs: object) -> object:
+            sent.append(str(command["type"]))
+            return request(command, *args, **kwargs)
+
+        spare.protocol.request = recorded  # type: ignore[method-assign]
+        code, frame = await host.command(sid, "prompt", "p2", text="second words")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, settledEvent, since=since)
+        self.assertEqual(sent[:3], ["prompt", "get_state", "prompt"])
+        self.assertNotIn("switch_session", sent)
+        materialized = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized[0]["data"]["pid"], spare.transport.pid)
+        revived = [e for e in events if e["type"] == "session.revived"]
+        self.assertEqual(len(revived), 1)
+        self.assertGreater(revived[0]["data"]["messageCount"], 0)
+        tools = [e["data"]["tools"] for e in first + events if e["type"] == "run.started"]
+        self.assertEqual(tools[1], tools[0])
+        self.assertEqual(len(host.model.requests), asked + 1)
+        _, body = host.model.requests[-1]
+        texts = json.dumps(body["messages"])
+        self.assertIn("first words", texts)
+        self.assertIn("second words", texts)
+        self.assertNotIn(PRIMING_PROMPT, texts)
+        self.assertEqual(latestSessionFile(session.directory / "pi"), piFile)
+        self.assertFalse((host.root / "sessions" / spare.sessionId).exists()
+                         and spare.sessionId != sid)
+
     async def test_theSessionsBudgetRules(self) -> None:
         """
         The spare's own budget (one turn, for its priming) is not the

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
@@ -20,9 +21,14 @@ from twisted.trial.unittest import SynchronousTestCase
 from vehicle.body import ChatSpares, SpareHolds
 from vehicle.body._conductor import Conductor
 from vehicle.body._picommand import sessionFacts
+from vehicle.body._sessionfile import newSessionFile
+from vehicle.body._spawner import BodyPaths
 from vehicle.body._spare import HAND_OFF_COMMAND, Spare
 from vehicle.body._spares import PREPARE
-from vehicle.protocol import Answer, CommandRequest, RunBudget, SessionCreated, fromRequest, toObject
+from vehicle.protocol import (
+    Answer, ClaimRequest, CommandRequest, RunBudget, SessionCreated, fromRequest, toObject,
+)
+from vehicle.errors import VehicleError
 from vehicle.session import SessionMeta, isoTimestamp
 
 from tests.support.crashdriver import sendCut
@@ -492,6 +498,223 @@ class HandOffTests(ReservingTestCase):
         answer(self.spareTransport, "get_state", {**STATE, "sessionFile": "/elsewhere.jsonl"})
         self.assertIn(0, self.spareTransport.closed)
         self.assertEqual(len(self.launcher.spawned), 2)
+
+
+class AheadTests(ReservingTestCase):
+    """
+    A dormant session claimed takes a ready spare at once, switched to its
+    conversation's file while its driver types (L{BodyLife.ahead}): the
+    next command hands it over with the session's facts, no switch on its
+    way.
+    """
+
+    idle = 300.0
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.pool.start()
+        self.spareTransport, self.spare = self.prepared()
+        self.sessionUnderTest = self.made(self.newId())
+        self.conductor = Conductor(session=self.sessionUnderTest, launcher=self.launcher,
+                                   clock=self.clock, spares=self.holds, idleSeconds=self.idle)
+        self.sessionUnderTest.conductor = self.conductor
+        self.seen: list[dict[str, Any]] = []
+        self.sessionUnderTest.feed.subscribe(lambda e: self.seen.append(toObject(e)))
+        self.requests = 0
+
+    def conversation(self) -> Path:
+        """
+        pi's file of an earlier body: its header and one message.
+        """
+        paths = BodyPaths.forSession(self.sessionUnderTest.directory)
+        paths.prepareConversation()
+        made = newSessionFile(paths.piDir, sessionId="pi-1",
+                              now=datetime.fromtimestamp(self.clock.seconds(), timezone.utc),
+                              cwd=paths.workDir)
+        with made.open("ab") as f:
+            f.write(b'{"type":"message","id":"m1","message":{"role":"user","content":"hi"}}\n')
+        return made
+
+    def claim(self) -> dict[str, Any]:
+        self.requests += 1
+        sent = self.successResultOf(self.sessionUnderTest.claim(
+            ALICE, fromRequest({"requestId": f"c{self.requests}"}, ClaimRequest), 3_600_000,
+        ))
+        return sent
+
+    def prompt(self) -> None:
+        self.sessionUnderTest.command(
+            ALICE, fromRequest({"type": "prompt", "requestId": "p1", "text": "hello"},
+                               CommandRequest)
+        )
+
+    def switches(self) -> list[dict[str, Any]]:
+        return [r for r in self.spareTransport.written if r["type"] == "switch_session"]
+
+    def test_switchedAheadThenHanded(self) -> None:
+        """
+        The claim's answer goes out at once; the spare is switched to the
+        conversation's file (the extension told no facts yet), and the
+        prompt hands it over with the facts command alone; the session is
+        revived from that file, on the spare's process.
+        """
+        conversation = self.conversation()
+        before = len(self.switches())
+        self.assertEqual(self.claim()["type"], "driver.claimed")
+        self.assertEqual(self.pool.ready, [])
+        [switch] = self.switches()[before:]
+        self.assertEqual(switch["sessionPath"], str(conversation))
+        record(self.spareTransport, {"type": "extension_ui_request", "id": "q1",
+                                     "method": "input", "title": "sophia.session"})
+        self.assertEqual(self.spareTransport.written[-1]["value"], PREPARE)
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        # Nothing told: the body is the command's to materialize.
+        self.assertNotIn("body.materialized", [e["type"] for e in self.seen])
+        self.assertEqual(self.conductor.state, "dormant")
+
+        self.prompt()
+        self.assertEqual(len(self.switches()), before + 1)
+        sent = self.spareTransport.written[-1]
+        self.assertEqual(sent["message"].split(" ", 1)[0], HAND_OFF_COMMAND)
+        self.assertEqual(self.proxies[0].handed, [self.sessionUnderTest])
+        answer(self.spareTransport, "prompt", {"disposition": "handled"})
+        answer(self.spareTransport, "get_state",
+               {**STATE, "sessionFile": str(conversation), "messageCount": 1})
+        self.assertEqual(self.spareTransport.written[-1]["message"], "hello")
+        self.assertEqual(self.conductor.state, "live")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        types = [e["type"] for e in self.seen]
+        self.assertEqual(types.count("body.materialized"), 1)
+        [revived] = [e for e in self.seen if e["type"] == "session.revived"]
+        self.assertEqual(revived["data"], {"messageCount": 1})
+        # The folder made for the session the spare was first made for goes.
+        self.assertEqual(sorted(p.name for p in self.dataDir.sessionDir(self.ids[0]).parent.iterdir()),
+                         [self.sessionUnderTest.sessionId])
+
+    def test_promptWhileSwitching(self) -> None:
+        """
+        A command that comes before the switch is answered waits for it,
+        and switches no more.
+        """
+        conversation = self.conversation()
+        before = len(self.switches())
+        self.claim()
+        self.prompt()
+        self.assertEqual(kinds(self.spareTransport)[-1], "switch_session")
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        self.assertEqual(len(self.switches()), before + 1)
+        self.assertEqual(self.spareTransport.written[-1]["message"].split(" ", 1)[0],
+                         HAND_OFF_COMMAND)
+        answer(self.spareTransport, "prompt", {"disposition": "handled"})
+        answer(self.spareTransport, "get_state", {**STATE, "sessionFile": str(conversation)})
+        self.assertEqual(self.spareTransport.written[-1]["message"], "hello")
+        self.assertEqual(self.conductor.state, "live")
+
+    def test_nothingToRevive(self) -> None:
+        """
+        A session with no conversation yet takes no spare at its claim
+        (its first command does, as before).
+        """
+        self.claim()
+        self.assertEqual(self.pool.ready, [self.spare])
+        BodyPaths.forSession(self.sessionUnderTest.directory).prepareConversation()
+        newSessionFile(BodyPaths.forSession(self.sessionUnderTest.directory).piDir,
+                       sessionId="pi-0", now=datetime.now(timezone.utc),
+                       cwd=self.sessionUnderTest.directory)
+        self.claim()
+        self.assertEqual(self.pool.ready, [self.spare])
+
+    def test_onceAClaim(self) -> None:
+        """
+        A claim renewed while a spare waits takes no other, nor does one
+        while the body is live.
+        """
+        self.conversation()
+        self.claim()
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        self.clock.advance(self.pool.refillSeconds)
+        self.prepared()
+        self.claim()
+        self.assertEqual(len(self.pool.ready), 1)
+        self.prompt()
+        answer(self.spareTransport, "prompt", {"disposition": "handled"})
+        answer(self.spareTransport, "get_state", {**STATE, "sessionFile": str(self.spare.prepared)})
+        self.assertEqual(self.conductor.state, "live")
+        self.claim()
+        self.assertEqual(len(self.pool.ready), 1)
+
+    def test_notTakenInTime(self) -> None:
+        """
+        A spare no command took within a body's idle time ends (it holds
+        the session's conversation: never returned); the next command
+        starts its body as if there had been none.
+        """
+        self.conversation()
+        self.claim()
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        self.clock.advance(self.idle - 1)
+        self.assertFalse(self.spareTransport.closed)
+        self.clock.advance(1)
+        self.assertIn(0, self.spareTransport.closed)
+        exited(self.spareTransport, 0)
+        self.assertFalse(self.spare.paths.piDir.parent.exists())
+        written = len(self.spareTransport.written)
+        self.prompt()
+        # A body started for it (the next spare is not ready yet).
+        self.assertEqual(len(self.launcher.spawned), 3)
+        self.assertEqual(kinds(self.launcher.spawned[-1]), ["get_state"])
+        self.assertEqual(len(self.spareTransport.written), written)
+
+    def test_endedWhileWaiting(self) -> None:
+        """
+        A spare that ended while it waited is let go at the command, which
+        takes another way.
+        """
+        self.conversation()
+        self.claim()
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        exited(self.spareTransport, 1)
+        self.prompt()
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertNotIn(HAND_OFF_COMMAND, json.dumps(self.launcher.spawned[-1].written))
+
+    def test_switchRefused(self) -> None:
+        """
+        A spare that refuses the file ends; nothing waits for it.
+        """
+        self.conversation()
+        self.claim()
+        answer(self.spareTransport, "switch_session", {"cancelled": True})
+        self.assertIn(0, self.spareTransport.closed)
+        self.prompt()
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_disposed(self) -> None:
+        """
+        A shutdown (or a delete) while a spare waits ends it, even one still
+        being switched.
+        """
+        self.conversation()
+        self.claim()
+        self.successResultOf(self.conductor.dispose("shutdown"))
+        self.assertFalse(self.spareTransport.closed)
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        self.assertIn(0, self.spareTransport.closed)
+        self.clock.advance(self.idle)
+
+    def test_noKeyNoSpare(self) -> None:
+        """
+        A spare source that refuses the session now (a visitor's key not
+        held) leaves the claim as it was.
+        """
+        async def refusing(session: Any) -> Any:
+            raise VehicleError("model_key_required", "send your key")
+
+        self.conductor.life.spares = cast(Any, type("Refusing", (), {"spareFor": staticmethod(refusing)})())
+        self.conversation()
+        self.assertEqual(self.claim()["type"], "driver.claimed")
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.assertEqual(self.pool.ready, [self.spare])
 
 
 def readyChatSpare(host: Harness) -> Spare:

@@ -141,6 +141,9 @@ class Conductor:
     def commandAccepted(self, command: Command) -> None:
         self.delivery.accept(command)
 
+    def claimed(self) -> None:
+        self.life.ahead()
+
     def snapshot(self) -> Deferred[BodyView]:
         return Deferred.fromCoroutine(self._snapshot())
 

@@ -15,10 +15,11 @@ from typing import Awaitable, Callable, ClassVar
 
 from attrs import define
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from vehicle._timers import cancelIfActive
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
@@ -26,6 +27,7 @@ from vehicle.body._sessionfile import hasConversation, newSessionFile
 from vehicle.body._spare import Spare
 from vehicle.body._spares import SpareSource
 from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, latestSessionFile
+from vehicle.errors import VehicleError
 from vehicle.protocol import BodyState, JSONObject
 from vehicle.session import Session
 
@@ -86,6 +88,10 @@ class BodyLife:
     _stopping: Deferred[None] | None = None
     #: The host is stopping: deliver nothing more, start no body.
     closing: bool = False
+    #: A spare taken when the dormant session was claimed, being switched
+    #: (or switched) to its conversation's file: its next body (L{ahead}).
+    _ahead: Deferred[Spare | None] | None = None
+    _aheadTimer: IDelayedCall | None = None
 
     def live(self) -> LiveBody | None:
         """
@@ -135,7 +141,7 @@ class BodyLife:
         self.state = "starting"
         started = None
         try:
-            spare = await self.spares.spareFor(self.session) if self.spares is not None else None
+            spare = await self._spare()
         except BaseException:
             self.state = "dormant"
             raise
@@ -158,6 +164,94 @@ class BodyLife:
         if revived:
             self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
         return body
+
+    async def _spare(self) -> Spare | None:
+        """
+        The spare to hand over: the one switched ahead (L{ahead}), else one
+        from the spares, else L{None}.
+        """
+        ahead = self._takeAhead()
+        if ahead is not None:
+            spare = await ahead
+            if spare is not None and not spare.protocol.hasEnded:
+                return spare
+            if spare is not None:
+                spare.end(self.clock).addErrback(self.logFailure)
+        return await self.spares.spareFor(self.session) if self.spares is not None else None
+
+    def ahead(self) -> None:
+        """
+        The session was claimed: its driver is likely to send a command
+        soon.  When it is dormant with a conversation to revive and a spare
+        is ready, the spare is taken now and switched to the conversation's
+        file (pi rebuilds its runtime for a switch: 40-90 ms) while the
+        person types, so that the command finds it on the file and hands it
+        over with the session's facts alone.  Nothing is told: the body is
+        materialized by the command, as without it.  A spare no command
+        took within the idle time a body has ends (it holds the session's
+        conversation now: it is never returned).
+        """
+        if (
+            self.state != "dormant"
+            or self.spares is None
+            or self._ahead is not None
+            or self.closing
+            or self.session.deleted
+            or self.session.closed
+        ):
+            return
+        target = _current(BodyPaths.forSession(self.session.directory))
+        if not _resumes(target):
+            return
+        assert target is not None
+        self._ahead = Deferred.fromCoroutine(self._switchedAhead(self.spares, target))
+        self._aheadTimer = self.clock.callLater(self.pump.idleSeconds, self._letGoOfAhead)
+
+    async def _switchedAhead(self, spares: SpareSource, target: Path) -> Spare | None:
+        """
+        A spare taken for the session and switched to C{target}, or
+        L{None} (none ready, or it refused or ended: let go).
+        """
+        sessionId = self.session.sessionId
+        try:
+            spare = await spares.spareFor(self.session)
+        except VehicleError:
+            return None  # none for it now (a visitor's key not held): the command says why
+        except Exception:
+            self._log.failure("No spare could be taken ahead for {sessionId}", sessionId=sessionId)
+            return None
+        if spare is None or spare.inside is not None or spare.preparedFor(sessionId) is not None:
+            # None ready; an agent's (its box binds its own session's
+            # folders: it is never switched); or made for this very session.
+            return spare
+        try:
+            await spare.switchTo(target, sessionId)
+        except (PiCommandError, BodyExited) as e:
+            self._log.warn(
+                "Spare {spareId} could not be switched ahead to {sessionId} ({error})",
+                spareId=spare.spareId, sessionId=sessionId, error=str(e),
+            )
+            spare.end(self.clock).addErrback(self.logFailure)
+            return None
+        spare.revives = True
+        return spare
+
+    def _takeAhead(self) -> Deferred[Spare | None] | None:
+        ahead, self._ahead = self._ahead, None
+        cancelIfActive(self._aheadTimer)
+        self._aheadTimer = None
+        return ahead
+
+    def _letGoOfAhead(self) -> None:
+        """
+        The spare switched ahead will not be handed over (no command came
+        in time, or the session is disposed of): it ends.
+        """
+        ahead = self._takeAhead()
+        if ahead is not None:
+            ahead.addCallback(
+                lambda spare: spare.end(self.clock) if spare is not None else None
+            ).addErrback(self.logFailure)
 
     async def _planned(self) -> tuple[LiveBody, bool, JSONObject]:
         """
@@ -216,9 +310,10 @@ class BodyLife:
         """
         paths = spare.inside or BodyPaths.forSession(self.session.directory)
         paths.prepareConversation()
-        # A spare made for this session is on its new file already.
+        # A spare made for this session is on its new file already; one
+        # switched ahead (L{ahead}), on the conversation it revives.
         target = spare.preparedFor(self.session.sessionId)
-        revived = False
+        revived = target is not None and spare.revives
         if target is None:
             existing = _current(paths)
             revived = _resumes(existing)
@@ -286,6 +381,7 @@ class BodyLife:
         """
         Stop the body (if any) and mark the session dormant.
         """
+        self._letGoOfAhead()
         self.pump.cancelIdle()
         if self.state == "dormant":
             return succeed(None)

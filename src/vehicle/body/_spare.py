@@ -25,7 +25,7 @@ from twisted.internet.interfaces import IProcessTransport, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from vehicle.body._rpc import IBodySink, PiProtocol
+from vehicle.body._rpc import IBodySink, PiCommandError, PiProtocol
 from vehicle.body._spawner import BodyPaths, BodyPlan
 from vehicle.protocol import JSONObject
 from vehicle.session import Session
@@ -77,6 +77,8 @@ class Spare:
     @ivar prepared: the new file of that session pi is on (as pi names
         it), once switched there; it is handed over without a switch.
     @ivar claimed: a session took the folders made for it.
+    @ivar revives: the file it was switched to holds a conversation (a
+        dormant session's, switched to ahead of its next command).
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -96,10 +98,32 @@ class Spare:
     reservedDir: Path | None = None
     prepared: Path | None = None
     claimed: bool = False
+    revives: bool = False
     #: Being switched to its session's file (the extension's question is
     #: answered: no facts yet).
     preparing: bool = False
     _discarded: Deferred[None] | None = None
+
+    async def switchTo(self, target: Path, sessionId: str) -> None:
+        """
+        Switch pi to C{target} (a file of session C{sessionId}, as pi names
+        it) while the spare waits, the extension told no facts yet (they
+        come with L{handOffCommand}); from then on it is handed to that
+        session without a switch.
+
+        @raise PiCommandError: pi refused the file.
+        """
+        self.preparing = True
+        try:
+            switched = await self.protocol.request(
+                {"type": "switch_session", "sessionPath": str(target)}
+            )
+        finally:
+            self.preparing = False
+        if switched.get("cancelled") is not False:
+            raise PiCommandError("switch_session", "the spare refused its session's file")
+        self.prepared = target
+        self.sessionId = sessionId
 
     def preparedFor(self, sessionId: str) -> Path | None:
         """

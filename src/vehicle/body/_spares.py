@@ -51,7 +51,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from vehicle._timers import cancelIfActive
-from vehicle.body._rpc import IBodySink, PiCommandError, PiProtocol
+from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._sessionfile import newSessionFile
 from vehicle.body._spare import Spare, SpareProxy, asksForFacts, isQuestion, refuse
 from vehicle.body._spawner import BodyPaths, Launcher, Wrapper
@@ -363,17 +363,8 @@ class SparePool:
             now=datetime.fromtimestamp(self.clock.seconds(), timezone.utc),
             cwd=seen.workDir,
         )
-        target = seen.piDir / made.name
-        spare.preparing = True
-        try:
-            switched = await spare.protocol.request(
-                {"type": "switch_session", "sessionPath": str(target)}
-            )
-        finally:
-            spare.preparing = False
-        if switched.get("cancelled") is not False:
-            raise PiCommandError("switch_session", "the spare refused its session's file")
-        spare.prepared = target
+        assert spare.sessionId is not None
+        await spare.switchTo(seen.piDir / made.name, spare.sessionId)
         if spare.ownFile is not None and Path(spare.ownFile).parent == seen.piDir:
             # Its priming, kept where its session's conversation will be.
             (session.piDir / Path(spare.ownFile).name).unlink(missing_ok=True)

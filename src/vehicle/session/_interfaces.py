@@ -39,6 +39,12 @@ class IConductor(Interface):
         A command was accepted and logged; deliver it.
         """
 
+    def claimed() -> None:
+        """
+        The session's lease was taken (or renewed): its driver is likely to
+        send a command soon.
+        """
+
     def running() -> bool:
         """
         Is a run under way?

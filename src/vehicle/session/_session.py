@@ -508,7 +508,8 @@ class Session:
     ) -> Deferred[JSONObject]:
         """
         Take the lease: free, ours already (renewed), or the same
-        person's with C{takeover}.
+        person's with C{takeover}.  Once it is durable the conductor hears
+        of it (a command is likely soon).
         """
         self.wake()
         self.meta.checkDriver(caller)
@@ -518,7 +519,14 @@ class Session:
             lease=claimed.lease, tookOverFrom=claimed.tookOverFrom,
             session=self.summary(ahead=len(effects)),
         ))
-        return self._commit("claim", caller, request.requestId, request.raw, answer, effects)
+        return self._commit(
+            "claim", caller, request.requestId, request.raw, answer, effects
+        ).addCallback(self._claimed)
+
+    def _claimed(self, sent: JSONObject) -> JSONObject:
+        if self.conductor is not None:
+            self.conductor.claimed()
+        return sent
 
     def takeLease(self, caller: Caller, ttlMs: int) -> None:
         """
