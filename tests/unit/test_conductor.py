@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body._conductor import Conductor, TranscriptReader
+from vehicle.body._life import HostClosing
+from vehicle.body._spawner import BodyPaths
 from vehicle.protocol import CommandRequest, fromRequest, toJSON, toObject
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
@@ -763,6 +766,104 @@ class ScrubTests(ConductorTestCase):
         [exited] = self.data("body.exited")
         self.assertNotIn("secret-token-value", exited["stderrTail"])
         self.assertIn("[redacted]", exited["stderrTail"])
+
+
+class LifeTests(ConductorTestCase):
+    """
+    The body's life at its edges: a source or a launcher that fails, a
+    session going, what counts as under way, where its bodies keep things.
+    """
+
+    def test_refusedWhenClosed(self) -> None:
+        """
+        A session closed (the host stopping) starts no body.
+        """
+        self.session._journal.closed = True
+        life = self.conductor.life
+        self.failureResultOf(Deferred.fromCoroutine(life.ensure()), HostClosing)
+        self.assertEqual(life.state, "dormant")
+        self.assertEqual(self.launcher.spawned, [])
+
+    def test_spareSourceFails(self) -> None:
+        """
+        A spare source that fails fails the start, and the body is dormant
+        again.
+        """
+        async def failing(session: Any) -> Any:
+            raise RuntimeError("no spares today")
+
+        life = self.conductor.life
+        life.spares = cast(Any, type("Failing", (), {"spareFor": staticmethod(failing)})())
+        self.failureResultOf(Deferred.fromCoroutine(life.ensure()), RuntimeError)
+        self.assertEqual(life.state, "dormant")
+
+    def test_spawnFails(self) -> None:
+        """
+        A body whose process could not be started is nothing to stop: the
+        start fails and the session is dormant.
+        """
+        def refuse(protocol: Any, **kw: Any) -> Any:
+            raise OSError("no such file")
+
+        self.launcher.spawn = refuse  # type: ignore[method-assign]
+        life = self.conductor.life
+        self.failureResultOf(Deferred.fromCoroutine(life.ensure()), OSError)
+        self.assertEqual((life.state, life.body), ("dormant", None))
+
+    def test_queuedIsUnderWay(self) -> None:
+        """
+        A command in pi's queue alone (no run, nothing waiting) is under
+        way.
+        """
+        self.running()
+        life = self.conductor.life
+        body = life.body
+        assert body is not None
+        body.run = None
+        self.assertFalse(life.running())
+        body.queued.append(self.session.findCommand("p1"))
+        self.assertTrue(life.running())
+
+    def test_noIdleTimerWhenDormant(self) -> None:
+        """
+        Only a live body is given an idle timer.
+        """
+        life = self.conductor.life
+        life.armIdle()
+        self.assertIsNone(self.conductor.pump._idle)
+
+    def test_pathsKept(self) -> None:
+        """
+        The newest body's paths are the session's until another body's.
+        """
+        life = self.conductor.life
+        first = life.sessionPaths()
+        self.assertEqual(first, BodyPaths.forSession(self.session.directory))
+        other = BodyPaths.forSession(Path(self.mktemp()))
+        life.paths = other
+        self.assertIs(life.sessionPaths(), other)
+
+    def test_scrubbedFromEightCharacters(self) -> None:
+        """
+        A secret of eight characters or more is redacted; a shorter one
+        (which could be any word) is not.
+        """
+        life = self.conductor.life
+        self.session.delegatedToken = "abcdefgh"
+        self.assertEqual(life.scrub("x abcdefgh y"), "x [redacted] y")
+        self.session.delegatedToken = "abcdefg"
+        self.assertEqual(life.scrub("x abcdefg y"), "x abcdefg y")
+
+    def test_logFailure(self) -> None:
+        """
+        A failure handed to the life's logger is logged (and consumed);
+        anything else is not.
+        """
+        life = self.conductor.life
+        self.assertIsNone(life.logFailure(Failure(RuntimeError("lost"))))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertIsNone(life.logFailure(None))
+        self.assertEqual(self.flushLoggedErrors(), [])
 
 
 class SettledObserver:

@@ -696,11 +696,48 @@ class AheadTests(ReservingTestCase):
         """
         self.conversation()
         self.claim()
-        self.successResultOf(self.conductor.dispose("shutdown"))
+        disposed = self.conductor.dispose("shutdown")
         self.assertFalse(self.spareTransport.closed)
         answer(self.spareTransport, "switch_session", {"cancelled": False})
         self.assertIn(0, self.spareTransport.closed)
+        # Disposed once the spare is gone (the host's stop waits for it).
+        self.assertNoResult(disposed)
+        exited(self.spareTransport, 0)
+        self.successResultOf(disposed)
         self.clock.advance(self.idle)
+
+    def test_notWhenGoing(self) -> None:
+        """
+        A session closed (the host stopping), closing or deleted takes no
+        spare when told it was claimed.
+        """
+        self.conversation()
+        life = self.conductor.life
+        for going in ("closed", "closing", "deleted"):
+            if going == "closed":
+                self.sessionUnderTest._journal.closed = True
+            elif going == "closing":
+                life.closing = True
+            else:
+                self.sessionUnderTest.deleted = True
+            self.conductor.claimed()
+            self.assertEqual(self.pool.ready, [self.spare], going)
+            self.sessionUnderTest._journal.closed = life.closing = False
+            self.sessionUnderTest.deleted = False
+        self.conductor.claimed()
+        self.assertEqual(self.pool.ready, [])
+
+    def test_sourceFails(self) -> None:
+        """
+        A spare source that fails is logged, and the claim stands.
+        """
+        async def failing(session: Any) -> Any:
+            raise RuntimeError("the pool broke")
+
+        self.conductor.life.spares = cast(Any, type("Failing", (), {"spareFor": staticmethod(failing)})())
+        self.conversation()
+        self.assertEqual(self.claim()["type"], "driver.claimed")
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     def test_noKeyNoSpare(self) -> None:
         """

@@ -1110,9 +1110,11 @@ class AnnotationTests(SynchronousTestCase):
     def test_annotationsResolve(self) -> None:
         """
         Every annotation of the spares' modules (the pool's and one
-        spare's) is a type.
+        spare's) and of the body's life (where a spare is handed over) is
+        a type.
         """
-        from vehicle.body import _spare, _spares
+        from vehicle.body import _life, _spare, _spares
 
         assertAnnotationsResolve(self, _spares)
         assertAnnotationsResolve(self, _spare)
+        assertAnnotationsResolve(self, _life)

@@ -220,10 +220,8 @@ class BodyLife:
         except Exception:
             self._log.failure("No spare could be taken ahead for {sessionId}", sessionId=sessionId)
             return None
-        if spare is None or spare.inside is not None or spare.preparedFor(sessionId) is not None:
-            # None ready; an agent's (its box binds its own session's
-            # folders: it is never switched); or made for this very session.
-            return spare
+        if spare is None or spare.preparedFor(sessionId) is not None:
+            return spare  # none ready, or one made for this very session
         try:
             await spare.switchTo(target, sessionId)
         except (PiCommandError, BodyExited) as e:
@@ -242,16 +240,18 @@ class BodyLife:
         self._aheadTimer = None
         return ahead
 
-    def _letGoOfAhead(self) -> None:
+    def _letGoOfAhead(self) -> Deferred[None]:
         """
         The spare switched ahead will not be handed over (no command came
-        in time, or the session is disposed of): it ends.
+        in time, or the session is disposed of): it ends (fires then).
         """
         ahead = self._takeAhead()
-        if ahead is not None:
-            ahead.addCallback(
-                lambda spare: spare.end(self.clock) if spare is not None else None
-            ).addErrback(self.logFailure)
+        if ahead is None:
+            return succeed(None)
+        ended: Deferred[None] = ahead.addCallback(
+            lambda spare: spare.end(self.clock) if spare is not None else None
+        )
+        return ended.addErrback(self.logFailure)
 
     async def _planned(self) -> tuple[LiveBody, bool, JSONObject]:
         """
@@ -381,10 +381,10 @@ class BodyLife:
         """
         Stop the body (if any) and mark the session dormant.
         """
-        self._letGoOfAhead()
+        aheadEnded = self._letGoOfAhead()
         self.pump.cancelIdle()
         if self.state == "dormant":
-            return succeed(None)
+            return aheadEnded
         if self._stopping is not None:
             return self._stopping
         body = self.body
