@@ -341,3 +341,30 @@ class NothingOfAnyoneTests(TestCase):
         for pid, folder in spares:
             self.assertFalse(alive(pid))
             self.assertFalse(folder.exists())
+
+    async def test_aSpareSwitchedAheadStopsWithTheHost(self) -> None:
+        """
+        A spare switched to a dormant conversation's file at its claim, and
+        never handed over, ends with the host: its process by the time the
+        host has stopped, its folders with it; the conversation's file is
+        as pi left it.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=0).start()
+        await readySpare(host)
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="words to keep")
+        await host.waitFor(sid, settledEvent)
+        await host.command(sid, "shutdown", "s1")
+        await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        spare = await readySpare(host)
+        piFile = latestSessionFile(host.registry().sessions[sid].directory / "pi")
+        assert piFile is not None
+        before = piFile.read_bytes()
+        code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        await waitUntil(lambda: spare.prepared == piFile)
+        pid, folder = spare.transport.pid, spare.paths.piDir.parent
+        await host.stop()
+        self.assertFalse(alive(pid))
+        self.assertFalse(folder.exists())
+        self.assertEqual(piFile.read_bytes(), before)
