@@ -13,12 +13,13 @@ from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import globalLogPublisher
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.body._conductor import Conductor, TranscriptReader
 from vehicle.body._life import HostClosing
-from vehicle.body._spawner import BodyPaths
+from vehicle.body._spawner import BodyPaths, BodyPlan
 from vehicle.protocol import CommandRequest, fromRequest, toJSON, toObject
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
@@ -634,7 +635,9 @@ class IdleTests(ConductorTestCase):
         self.running()
         self.pi.settle()
         self.clock.advance(60)
-        self.clock.advance(3)
+        self.clock.advance(2.9)
+        self.assertEqual(self.pi.transport.signals, [])
+        self.clock.advance(0.1)
         self.assertEqual(self.pi.transport.signals, ["TERM"])
         self.assertEqual(self.data("body.dormant"), [{"reason": "idle"}])
 
@@ -783,6 +786,54 @@ class LifeTests(ConductorTestCase):
         self.failureResultOf(Deferred.fromCoroutine(life.ensure()), HostClosing)
         self.assertEqual(life.state, "dormant")
         self.assertEqual(self.launcher.spawned, [])
+
+    def test_refusedWhenClosing(self) -> None:
+        """
+        A host stopping (its conductors closing) starts no body.
+        """
+        life = self.conductor.life
+        life.closing = True
+        self.failureResultOf(Deferred.fromCoroutine(life.ensure()), HostClosing)
+        self.assertEqual(self.launcher.spawned, [])
+
+    def test_plannerFails(self) -> None:
+        """
+        A plan that cannot be made fails the start, and the body is dormant
+        again.
+        """
+        async def refuse(session: Any) -> Any:
+            raise RuntimeError("no box here")
+
+        life = self.conductor.life
+        life.planner = refuse
+        self.failureResultOf(Deferred.fromCoroutine(life.ensure()), RuntimeError)
+        self.assertEqual(life.state, "dormant")
+        self.assertEqual(self.launcher.spawned, [])
+
+    def test_stateRefused(self) -> None:
+        """
+        A body that will not tell its state is ended, and the start fails.
+        """
+        life = self.conductor.life
+        started = Deferred.fromCoroutine(life.ensure())
+        self.pi.answer("get_state", success=False, error="no state")
+        self.failureResultOf(started)
+        self.assertIn(0, self.pi.transport.closed)
+        self.assertEqual((life.state, life.body), ("dormant", None))
+
+    def test_cleanUpFailureLogged(self) -> None:
+        """
+        A plan's clean-up that fails later is logged as the conductor's.
+        """
+        events: list[dict[str, Any]] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        failed: Deferred[None] = Deferred()
+        self.conductor.life._cleanUp(BodyPlan(cleanup=lambda: failed))
+        failed.errback(RuntimeError("the proxy would not close"))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertIn("The conductor of {sessionId} failed",
+                      [e.get("log_format") for e in events])
 
     def test_spareSourceFails(self) -> None:
         """

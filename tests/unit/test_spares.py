@@ -835,6 +835,25 @@ class HandOffTests(PoolTestCase):
         self.assertEqual(len(self.launcher.spawned), 1)
         self.assertEqual(self.conductor.state, "dormant")
 
+    def test_disposedOnTheWayThenRefused(self) -> None:
+        """
+        A spare that refuses its switch after its body began to be let go
+        (a shutdown on the way) starts nothing in its place.
+        """
+        self.prompt()
+        self.conductor.dispose("shutdown")
+        answer(self.spareTransport, "switch_session", {"cancelled": True})
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+    def test_onlyFalseIsASwitch(self) -> None:
+        """
+        A switch answered with anything but C{cancelled: false} (here a 0)
+        is a refusal: the spare is let go.
+        """
+        self.prompt()
+        answer(self.spareTransport, "switch_session", {"cancelled": 0})
+        self.assertStartedAfresh()
+
     def test_theBodyEndsTheSpare(self) -> None:
         """
         When the body a spare became is gone, the spare is discarded.
