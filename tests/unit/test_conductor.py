@@ -816,10 +816,46 @@ class LifeTests(ConductorTestCase):
         """
         life = self.conductor.life
         started = Deferred.fromCoroutine(life.ensure())
+        self.assertIsNone(life.live())  # starting: not live yet
         self.pi.answer("get_state", success=False, error="no state")
         self.failureResultOf(started)
         self.assertIn(0, self.pi.transport.closed)
         self.assertEqual((life.state, life.body), ("dormant", None))
+        # TERM a second after its stdin closed, not before.
+        self.clock.advance(0.9)
+        self.assertEqual(self.pi.transport.signals, [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.pi.transport.signals, ["TERM"])
+
+    def test_closedWhilePlanned(self) -> None:
+        """
+        A host that began to stop while a body's plan was being made
+        starts no body, and undoes what the plan set up.
+        """
+        planned: Deferred[BodyPlan] = Deferred()
+        cleaned: list[bool] = []
+
+        async def plan(session: Any) -> BodyPlan:
+            return await planned
+
+        life = self.conductor.life
+        life.planner = plan
+        started = Deferred.fromCoroutine(life.ensure())
+        self.conductor.close()
+        planned.callback(BodyPlan(cleanup=lambda: cleaned.append(True)))
+        self.failureResultOf(started, HostClosing)
+        self.assertEqual(cleaned, [True])
+        self.assertEqual(self.launcher.spawned, [])
+        self.assertEqual(life.state, "dormant")
+
+    def test_longestSecretFirst(self) -> None:
+        """
+        A secret that holds another is redacted whole.
+        """
+        life = self.conductor.life
+        self.session.delegatedToken = "token-abcdefgh"
+        self.launcher.secrets = lambda: ["token-abcdefgh-and-more"]  # type: ignore[method-assign]
+        self.assertEqual(life.scrub("x token-abcdefgh-and-more y"), "x [redacted] y")
 
     def test_cleanUpFailureLogged(self) -> None:
         """
@@ -875,11 +911,16 @@ class LifeTests(ConductorTestCase):
         body.queued.append(self.session.findCommand("p1"))
         self.assertTrue(life.running())
 
-    def test_noIdleTimerWhenDormant(self) -> None:
+    def test_noIdleTimerUnlessLive(self) -> None:
         """
-        Only a live body is given an idle timer.
+        Only a live body is given an idle timer (not a dormant one, nor one
+        starting).
         """
         life = self.conductor.life
+        life.armIdle()
+        self.assertIsNone(self.conductor.pump._idle)
+        Deferred.fromCoroutine(life.ensure())
+        self.assertEqual(life.state, "starting")
         life.armIdle()
         self.assertIsNone(self.conductor.pump._idle)
 

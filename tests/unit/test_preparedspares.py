@@ -739,6 +739,33 @@ class AheadTests(ReservingTestCase):
         self.assertEqual(self.claim()["type"], "driver.claimed")
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
+    def test_noneReady(self) -> None:
+        """
+        A claim when no spare is ready takes none; the command starts the
+        body as before, and nothing is logged.
+        """
+        self.conversation()
+        self.assertIsNotNone(self.holds.reserve(MODEL))  # the only spare, taken
+        self.claim()
+        self.prompt()
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertEqual(kinds(self.launcher.spawned[-1]), ["get_state"])
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_closingWhileSwitching(self) -> None:
+        """
+        A spare switched ahead that a command waits for, when the host
+        began to stop meanwhile, ends instead of being handed over.
+        """
+        self.conversation()
+        self.claim()
+        self.prompt()
+        self.conductor.close()
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        self.assertIn(0, self.spareTransport.closed)
+        self.assertNotIn(HAND_OFF_COMMAND, json.dumps(self.spareTransport.written))
+        self.assertEqual(self.conductor.state, "dormant")
+
     def test_noKeyNoSpare(self) -> None:
         """
         A spare source that refuses the session now (a visitor's key not

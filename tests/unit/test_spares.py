@@ -835,6 +835,31 @@ class HandOffTests(PoolTestCase):
         self.assertEqual(len(self.launcher.spawned), 1)
         self.assertEqual(self.conductor.state, "dormant")
 
+    def test_aFileAfterTheSessions(self) -> None:
+        """
+        pi on any other file than the session's is let go, whichever way
+        the names sort.
+        """
+        self.prompt()
+        request = [r for r in self.spareTransport.written if r["type"] == "switch_session"][-1]
+        answer(self.spareTransport, "switch_session", {"cancelled": False})
+        answer(self.spareTransport, "get_state",
+               {**STATE, "sessionFile": request["sessionPath"] + "x"})
+        self.assertStartedAfresh()
+
+    def test_aRefusedSpareIsGivenASecond(self) -> None:
+        """
+        A spare let go at its hand-off is sent C{TERM} a second after its
+        stdin closed, not before.
+        """
+        self.prompt()
+        answer(self.spareTransport, "switch_session", {"cancelled": True})
+        self.assertIn(0, self.spareTransport.closed)
+        self.clock.advance(0.9)
+        self.assertEqual(self.spareTransport.signals, [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.spareTransport.signals, ["TERM"])
+
     def test_disposedOnTheWayThenRefused(self) -> None:
         """
         A spare that refuses its switch after its body began to be let go
