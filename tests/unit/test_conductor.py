@@ -641,6 +641,17 @@ class IdleTests(ConductorTestCase):
         self.assertEqual(self.pi.transport.signals, ["TERM"])
         self.assertEqual(self.data("body.dormant"), [{"reason": "idle"}])
 
+    def test_anExitTakesTheTimer(self) -> None:
+        """
+        A body that ends by itself while idle takes its idle timer with it.
+        """
+        self.running()
+        self.pi.settle()
+        self.assertIsNotNone(self.conductor.pump._idle)
+        self.pi.exit(exitCode=1)
+        self.assertEqual(self.conductor.bodyState(), "dormant")
+        self.assertIsNone(self.conductor.pump._idle)
+
     def test_activityRearmsTheTimer(self) -> None:
         """
         A new command before the idle time ends keeps the body; the timer

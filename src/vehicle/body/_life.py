@@ -408,8 +408,10 @@ class BodyLife:
 
     def gone(self) -> None:
         """
-        The body is gone: everything that lived with it goes at once.
+        The body is gone: everything that lived with it goes at once (its
+        idle timer too).
         """
+        self.pump.cancelIdle()
         body, self.body = self.body, None
         if body is not None:
             self._cleanUp(body.plan)
