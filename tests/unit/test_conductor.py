@@ -641,6 +641,20 @@ class IdleTests(ConductorTestCase):
         self.assertEqual(self.pi.transport.signals, ["TERM"])
         self.assertEqual(self.data("body.dormant"), [{"reason": "idle"}])
 
+    def test_aPromptJustBeforeTheIdleTime(self) -> None:
+        """
+        A prompt given to pi just before the idle time, not yet answered
+        when the time comes, keeps the body.
+        """
+        self.running()
+        self.pi.settle()
+        self.clock.advance(59.9)
+        self.submit("prompt", "p2", text="again")
+        self.assertEqual(self.pi.pending("prompt")["message"], "again")
+        self.clock.advance(0.2)
+        self.assertEqual(self.conductor.bodyState(), "live")
+        self.assertNotIn(0, self.pi.transport.closed)
+
     def test_anExitTakesTheTimer(self) -> None:
         """
         A body that ends by itself while idle takes its idle timer with it.
