@@ -34,6 +34,19 @@ PROVIDER = {
 MCP_URL = "http://127.0.0.1:7/mcp"
 
 
+class RefusingSource:
+    """
+    A spare source (L{vehicle.body.SpareSource}) that raises C{error} when
+    asked for a spare.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def spareFor(self, session: Any) -> Any:
+        raise self.error
+
+
 class FakeProxy:
     """
     A spare's proxy: its token in the providers, what it was handed, and

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.testing import MemoryReactorClock
@@ -28,6 +28,7 @@ from tests.support.fakepi import STATE, USAGE, FakePi
 from tests.support.harness import FakeLauncher, newSession
 from tests.support.pifiles import HEADER, assistant, encode, user, writePiFile
 from tests.support.schemas import assertValidEvent
+from tests.support.sparepool import RefusingSource
 
 
 ALICE = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
@@ -901,11 +902,8 @@ class LifeTests(ConductorTestCase):
         A spare source that fails fails the start, and the body is dormant
         again.
         """
-        async def failing(session: Any) -> Any:
-            raise RuntimeError("no spares today")
-
         life = self.conductor.life
-        life.spares = cast(Any, type("Failing", (), {"spareFor": staticmethod(failing)})())
+        life.spares = RefusingSource(RuntimeError("no spares today"))
         self.failureResultOf(Deferred.fromCoroutine(life.ensure()), RuntimeError)
         self.assertEqual(life.state, "dormant")
 

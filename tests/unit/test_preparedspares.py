@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from datetime import datetime, timezone
-from typing import Any, cast
+from pathlib import Path
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
@@ -22,20 +22,20 @@ from vehicle.body import ChatSpares, SpareHolds
 from vehicle.body._conductor import Conductor
 from vehicle.body._picommand import sessionFacts
 from vehicle.body._sessionfile import newSessionFile
-from vehicle.body._spawner import BodyPaths
 from vehicle.body._spare import HAND_OFF_COMMAND, Spare
 from vehicle.body._spares import PREPARE
+from vehicle.body._spawner import BodyPaths
+from vehicle.errors import VehicleError
 from vehicle.protocol import (
     Answer, ClaimRequest, CommandRequest, RunBudget, SessionCreated, fromRequest, toObject,
 )
-from vehicle.errors import VehicleError
 from vehicle.session import SessionMeta, isoTimestamp
 
 from tests.support.crashdriver import sendCut
 from tests.support.fakepi import STATE
 from tests.support.harness import FakePiTransport, Harness
 from tests.support.pirecords import answer, exited, kinds, record
-from tests.support.sparepool import ALICE, MODEL, PoolTestCase
+from tests.support.sparepool import ALICE, MODEL, PoolTestCase, RefusingSource
 
 
 class ReservingTestCase(PoolTestCase):
@@ -731,10 +731,7 @@ class AheadTests(ReservingTestCase):
         """
         A spare source that fails is logged, and the claim stands.
         """
-        async def failing(session: Any) -> Any:
-            raise RuntimeError("the pool broke")
-
-        self.conductor.life.spares = cast(Any, type("Failing", (), {"spareFor": staticmethod(failing)})())
+        self.conductor.life.spares = RefusingSource(RuntimeError("the pool broke"))
         self.conversation()
         self.assertEqual(self.claim()["type"], "driver.claimed")
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
@@ -771,10 +768,9 @@ class AheadTests(ReservingTestCase):
         A spare source that refuses the session now (a visitor's key not
         held) leaves the claim as it was.
         """
-        async def refusing(session: Any) -> Any:
-            raise VehicleError("model_key_required", "send your key")
-
-        self.conductor.life.spares = cast(Any, type("Refusing", (), {"spareFor": staticmethod(refusing)})())
+        self.conductor.life.spares = RefusingSource(
+            VehicleError("model_key_required", "send your key")
+        )
         self.conversation()
         self.assertEqual(self.claim()["type"], "driver.claimed")
         self.assertEqual(self.flushLoggedErrors(), [])
