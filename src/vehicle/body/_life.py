@@ -220,8 +220,8 @@ class BodyLife:
         except Exception:
             self._log.failure("No spare could be taken ahead for {sessionId}", sessionId=sessionId)
             return None
-        if spare is None or spare.preparedFor(sessionId) is not None:
-            return spare  # none ready, or one made for this very session
+        if spare is None:
+            return None
         try:
             await spare.switchTo(target, sessionId)
         except (PiCommandError, BodyExited) as e:
