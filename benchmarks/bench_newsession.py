@@ -87,13 +87,22 @@ async def hostSample(host: Any, profile: str | None = None, ownKey: bool = False
     }, **who)
     sid = created["value"]["session"]["sessionId"]
     watcher = await uncheckedWatcher(host, sid, **who).start()
+    return await firstDelta(host, sid, watcher, "p1", "hello", **who) - start
+
+
+async def firstDelta(host: Any, sid: str, watcher: Any, requestId: str, text: str,
+                     **who: Any) -> float:
+    """
+    Prompt C{sid} with C{text}: when C{watcher} had its first delta (once
+    the run settled, and the watcher closed).
+    """
     await postRaw(host, f"/sessions/{sid}/commands",
-                  {"type": "prompt", "requestId": "p1", "text": "hello"}, **who)
+                  {"type": "prompt", "requestId": requestId, "text": text}, **who)
     await watcher.waitFor(lambda m: m.get("event") == "message.delta")
     first = time.perf_counter()
     await watcher.waitFor(lambda m: m.get("event") == "run.settled")
     watcher.close()
-    return first - start
+    return first
 
 
 async def dormantSession(host: Any) -> str:
@@ -127,13 +136,7 @@ async def reviveSample(reactor: Any, host: Any, sid: str, typing: float) -> floa
     if typing:
         await deferLater(reactor, typing, lambda: None)
         start = time.perf_counter()
-    await postRaw(host, f"/sessions/{sid}/commands",
-                  {"type": "prompt", "requestId": "p2", "text": "hello again"})
-    await watcher.waitFor(lambda m: m.get("event") == "message.delta")
-    first = time.perf_counter()
-    await watcher.waitFor(lambda m: m.get("event") == "run.settled")
-    watcher.close()
-    return first - start
+    return await firstDelta(host, sid, watcher, "p2", "hello again") - start
 
 
 async def revive(reactor: Any, args: argparse.Namespace, cold: Any, warm: Any,
