@@ -16,6 +16,7 @@ from attrs import define
 from vehicle.body._life import BodyLife
 from vehicle.body._live import LiveBody
 from vehicle.body._pimessage import PiMessage
+from vehicle.body._questions import answerFor
 from vehicle.protocol import Command, CommandStatus, JSONObject, numberOf, objectOf
 from vehicle.session import RunSettled, Session
 
@@ -122,18 +123,7 @@ class Settlement:
         body = self.life.body
         if body is None:
             return
-        answer: JSONObject = {"type": "extension_ui_response", "id": request.get("id")}
-        if request.get("method") == "input" and request.get("title") == "sophia.delegated-token":
-            token = self.session.delegatedToken
-            if token:
-                answer["value"] = token
-            else:
-                answer["cancelled"] = True
-        elif request.get("method") == "confirm":
-            answer["confirmed"] = False
-        else:
-            answer["cancelled"] = True
-        body.protocol.send(answer)
+        body.protocol.send(answerFor(request, self.session.delegatedToken))
 
     def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
         body = self.life.body

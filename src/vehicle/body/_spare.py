@@ -25,14 +25,12 @@ from twisted.internet.interfaces import IProcessTransport, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from vehicle.body._questions import asksForFacts, isQuestion
 from vehicle.body._rpc import IBodySink, PiCommandError, PiProtocol
 from vehicle.body._spawner import BodyPaths, BodyPlan
 from vehicle.protocol import JSONObject
 from vehicle.session import Session
 
-
-#: The extension's question for its session's facts, at the hand-off.
-SESSION_TITLE = "sophia.session"
 
 #: The extension's command a spare already on its session's file is handed
 #: over with: C{/sophia-session <the session's facts>}.
@@ -244,27 +242,6 @@ class Spare:
 
         self._discarded.addCallback(closed)
         return done
-
-
-def refuse(spare: Spare, event: JSONObject) -> None:
-    """
-    Answer an extension's question no (cancelled).
-    """
-    spare.protocol.send({"type": "extension_ui_response", "id": event.get("id"), "cancelled": True})
-
-
-def isQuestion(event: JSONObject) -> bool:
-    return event.get("type") == "extension_ui_request" and event.get("method") in (
-        "input", "confirm", "select", "editor",
-    )
-
-
-def asksForFacts(event: JSONObject) -> bool:
-    """
-    Is C{event} (a question) the extension's question for its session's
-    facts?
-    """
-    return event.get("method") == "input" and event.get("title") == SESSION_TITLE
 
 
 @implementer(IBodySink)

@@ -53,7 +53,8 @@ from zope.interface import implementer
 from vehicle._timers import cancelIfActive
 from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._sessionfile import newSessionFile
-from vehicle.body._spare import Spare, SpareProxy, asksForFacts, isQuestion, refuse
+from vehicle.body._questions import asksForFacts, isQuestion, refusal
+from vehicle.body._spare import Spare, SpareProxy
 from vehicle.body._spawner import BodyPaths, Launcher, Wrapper
 from vehicle.protocol import JSONObject, RunBudget
 from vehicle.session import Session
@@ -530,7 +531,7 @@ class _SpareSink:
                     {"type": "extension_ui_response", "id": event.get("id"), "value": PREPARE}
                 )
             else:
-                refuse(spare, event)
+                spare.protocol.send(refusal(event))
         elif (
             event.get("type") == "agent_settled"
             and spare.settled is not None
