@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.agent import BRIDGE_PORT
@@ -315,6 +316,27 @@ class DrivingTests(SynchronousTestCase):
         self.host.launcher.spawned[-1].signalProcess("KILL")
         self.assertNotIn(self.sessionId, self.host.agent.proxies)
         self.assertTrue(port.stopped)
+
+    def test_lateCleanUpSparesTheNewest(self) -> None:
+        """
+        A body's plan undone after a newer body's proxy opened (a body
+        started at a claim, ended late) closes its own proxy only: the
+        newer stays the session's, open.
+        """
+        agent = self.host.agent
+        session = self.host.api.registry.sessions[self.sessionId]
+        first = self.successResultOf(Deferred.fromCoroutine(agent.plan(session)))
+        older = agent.proxies[self.sessionId]
+        second = self.successResultOf(Deferred.fromCoroutine(agent.plan(session)))
+        newest = agent.proxies[self.sessionId]
+        self.assertIsNot(newest, older)
+        assert first.cleanup is not None and second.cleanup is not None
+        first.cleanup()
+        self.assertIs(agent.proxies[self.sessionId], newest)
+        self.assertEqual((older.state, newest.state), ("closed", "open"))
+        second.cleanup()
+        self.assertNotIn(self.sessionId, agent.proxies)
+        self.assertEqual(newest.state, "closed")
 
     def assertRefused(self, requestId: str, status: int, code: str) -> dict[str, Any]:
         """

@@ -368,7 +368,7 @@ class AgentProfile:
             bootExtra=self.bridgeFor(proxy, port),
             box=tier,
             mcpUrl=self.mcpFor(proxy, port),
-            cleanup=lambda: Deferred.fromCoroutine(self.closeProxy(session)),
+            cleanup=lambda: Deferred.fromCoroutine(self.closeProxy(session, proxy)),
         )
 
     async def openProxy(self, session: Session) -> ModelProxy:
@@ -409,10 +409,19 @@ class AgentProfile:
             lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
 
-    async def closeProxy(self, session: Session) -> None:
-        proxy = self.proxies.pop(session.sessionId, None)
-        if proxy is not None:
-            await proxy.close()
+    async def closeProxy(self, session: Session, proxy: ModelProxy | None = None) -> None:
+        """
+        Close C{proxy} (a body's, gone), or the session's newest; the
+        session's newest is forgotten only if it is the one closed (a body
+        ended late does not take a newer body's proxy with it).
+        """
+        if proxy is None:
+            proxy = self.proxies.get(session.sessionId)
+        if proxy is None:
+            return
+        if self.proxies.get(session.sessionId) is proxy:
+            del self.proxies[session.sessionId]
+        await proxy.close()
 
     def providersFor(
         self, model: str, proxy: ModelProxy, port: int = BRIDGE_PORT
