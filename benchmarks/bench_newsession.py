@@ -105,12 +105,15 @@ async def firstDelta(host: Any, sid: str, watcher: Any, requestId: str, text: st
     return first
 
 
-async def dormantSession(host: Any) -> str:
+async def dormantSession(host: Any, profile: str | None = None) -> str:
     """
-    A conversation of one prompt whose body was shut down (C{--revive}):
-    dormant, its lease let go, pi's file holding its conversation.
+    A conversation of one prompt (of C{profile}) whose body was shut down
+    (C{--revive}): dormant, its lease let go, pi's file holding its
+    conversation.
     """
-    created = await postRaw(host, "/sessions", {"requestId": "create-" + secrets.token_hex(4)})
+    created = await postRaw(host, "/sessions", {
+        "requestId": "create-" + secrets.token_hex(4), **({"profile": profile} if profile else {}),
+    })
     sid = created["value"]["session"]["sessionId"]
     watcher = await uncheckedWatcher(host, sid).start()
     await postRaw(host, f"/sessions/{sid}/commands",
@@ -144,21 +147,24 @@ async def revive(reactor: Any, args: argparse.Namespace, cold: Any, warm: Any,
     """
     C{--revive}: a dormant conversation claimed and prompted, on a host
     with no spare and on one with a spare ready (prompted at once, and
-    after C{--typing-ms}); the floors beside them.
+    after C{--typing-ms}); the floors beside them.  With C{--agent} no
+    spare serves it (an agent spare serves a new session only): a host
+    that keeps agent spares starts the session's own body at the claim.
     """
     typing = args.typing_ms / 1000
-    await reviveSample(reactor, cold, await dormantSession(cold), 0)  # warm-ups
-    await waitForSpare(warm)
-    await reviveSample(reactor, warm, await dormantSession(warm), 0)
+    profile = "agent" if args.agent else None
+    await reviveSample(reactor, cold, await dormantSession(cold, profile), 0)  # warm-ups
+    await waitForSpare(warm, args.agent)
+    await reviveSample(reactor, warm, await dormantSession(warm, profile), 0)
     for _ in range(args.runs):
-        sessions = [await dormantSession(cold), await dormantSession(warm),
-                    await dormantSession(warm)]
+        sessions = [await dormantSession(cold, profile), await dormantSession(warm, profile),
+                    await dormantSession(warm, profile)]
         results.setdefault("host, no spare", []).append(
             await reviveSample(reactor, cold, sessions[0], 0))
-        await waitForSpare(warm)
+        await waitForSpare(warm, args.agent)
         results.setdefault("host, a spare, prompt at once", []).append(
             await reviveSample(reactor, warm, sessions[1], 0))
-        await waitForSpare(warm)
+        await waitForSpare(warm, args.agent)
         results.setdefault(f"host, a spare, prompt {args.typing_ms} ms after", []).append(
             await reviveSample(reactor, warm, sessions[2], typing))
         results.setdefault("pi started alone", []).append(
@@ -370,7 +376,7 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     kind = ("agent session (bwrap)" if args.agent
             else "visitor's session on its own key" if args.own_key else "session")
     if args.revive:
-        print("a dormant session revived: claim + prompt (or the prompt, sent after the "
+        print(f"a dormant {kind} revived: claim + prompt (or the prompt, sent after the "
               f"claim) -> first text delta; median of {args.runs} (min-max)")
     else:
         print(f"a new {kind}: create + prompt -> first text delta; median of {args.runs} (min-max)")
@@ -398,7 +404,7 @@ if __name__ == "__main__":
     parser.add_argument("--own-key", action="store_true",
                         help="a visitor's session on its own key (public mode)")
     parser.add_argument("--revive", action="store_true",
-                        help="a dormant session claimed and prompted (chat)")
+                        help="a dormant session claimed and prompted (with --agent: an agent's)")
     parser.add_argument("--typing-ms", type=int, default=300,
                         help="with --revive: the pause between the claim and the prompt")
     parser.add_argument("--refill-ms", type=int, default=None,

@@ -166,6 +166,60 @@ class HandOffTests(TestCase):
         self.assertIn("make it", json.dumps(host.model.requests[-1][1]["messages"]))
 
 
+    async def test_revivedAgentStartsAtTheClaim(self) -> None:
+        """
+        A dormant agent conversation claimed has its own body started at
+        the claim, in a box on its own folders, heard by no one: the
+        command then runs on that very process (no other started), pi
+        resumes the conversation with the same tools, and its tools see
+        the workspace of the first run.
+        """
+        host = await LiveHost(self, agentSpareBodies=1, spareRefillMs=60000).start()
+        await readyAgentSpare(host)
+        sid = await host.create(profile="agent")
+        await host.command(sid, "prompt", "p1",
+                           text="make it " + writeMarker("made.txt", "made in the box"))
+        first = await host.waitFor(sid, settledEvent)
+        self.assertFalse(first[-1]["data"]["aborted"], first[-1])
+        session = host.registry().sessions[sid]
+        await session.conductor.dispose("shutdown")
+        await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        since = len(host.events(sid))
+        spawned = len(host.model.requests)
+        code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        self.assertEqual(frame["value"]["session"]["body"], "dormant")
+        life = session.conductor.life
+        ahead = life._ahead
+        self.assertIsNotNone(ahead)
+        await waitUntil(lambda: ahead.called)
+        early = ahead.result
+        self.assertIsNotNone(early, "no body was started at the claim")
+        pid = early.body.transport.pid
+        self.assertTrue(piInBox(pid))
+        # Started, and still nobody's: nothing told but the claim, nothing
+        # asked of the model.
+        self.assertEqual([e["type"] for e in host.events(sid)[since:]], ["lease.renewed"])
+        self.assertEqual(session.conductor.bodyState(), "dormant")
+        self.assertEqual(len(host.model.requests), spawned)
+        await host.command(sid, "prompt", "p2",
+                           text="again " + bashMarker("cat made.txt > seen.txt"))
+        events = await host.waitFor(sid, settledEvent, since=since)
+        self.assertFalse(events[-1]["data"]["aborted"], events[-1])
+        [materialized] = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized["data"]["pid"], pid)
+        self.assertEqual(materialized["data"]["box"], "bwrap")
+        self.assertEqual(len([e for e in events if e["type"] == "session.revived"]), 1)
+        tools = [e["data"]["tools"] for e in first + events if e["type"] == "run.started"]
+        self.assertEqual(tools[1], tools[0])
+        self.assertEqual((host.root / "workspaces" / sid / "seen.txt").read_text(),
+                         "made in the box")
+        _, body = host.model.requests[spawned]
+        texts = json.dumps(body["messages"])
+        self.assertIn("make it", texts)
+        self.assertIn("again", texts)
+
+
 class NothingOfAnyoneTests(TestCase):
     """
     An agent spare shows nothing of anyone: before its hand-off its box

@@ -241,6 +241,49 @@ class HandOffTests(TestCase):
         self.assertFalse((host.root / "sessions" / spare.sessionId).exists()
                          and spare.sessionId != sid)
 
+    async def test_noSpareReadyTheBodyStartsAtTheClaim(self) -> None:
+        """
+        A dormant conversation claimed when no spare is ready has its own
+        body started at the claim, heard by no one; the prompt then runs on
+        that very process, which resumes the conversation with the same
+        tools (the graph's, connected with the token the host answered
+        while it waited).
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=600000).start()
+        await readySpare(host)
+        sid = await host.create()
+        await host.command(sid, "prompt", "p1", text="first words")
+        first = await host.waitFor(sid, settledEvent)
+        session = host.registry().sessions[sid]
+        await session.conductor.dispose("shutdown")
+        await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
+        self.assertEqual(pool(host).ready, [])
+        since = len(host.events(sid))
+        asked = len(host.model.requests)
+        code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        ahead = session.conductor.life._ahead
+        self.assertIsNotNone(ahead)
+        await waitUntil(lambda: ahead.called)
+        early = ahead.result
+        self.assertIsNotNone(early, "no body was started at the claim")
+        pid = early.body.transport.pid
+        self.assertTrue(alive(pid))
+        self.assertEqual([e["type"] for e in host.events(sid)[since:]], ["lease.renewed"])
+        self.assertEqual(session.conductor.bodyState(), "dormant")
+        code, frame = await host.command(sid, "prompt", "p2", text="second words")
+        self.assertEqual(code, 202, frame)
+        events = await host.waitFor(sid, settledEvent, since=since)
+        [materialized] = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized["data"]["pid"], pid)
+        self.assertEqual(len([e for e in events if e["type"] == "session.revived"]), 1)
+        tools = [e["data"]["tools"] for e in first + events if e["type"] == "run.started"]
+        self.assertEqual(tools[1], tools[0])
+        self.assertEqual(len(host.model.requests), asked + 1)
+        texts = json.dumps(host.model.requests[-1][1]["messages"])
+        self.assertIn("first words", texts)
+        self.assertIn("second words", texts)
+
     async def test_theSessionsBudgetRules(self) -> None:
         """
         The spare's own budget (one turn, for its priming) is not the

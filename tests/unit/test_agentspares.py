@@ -217,6 +217,24 @@ class NoSparesTests(SynchronousTestCase):
         self.assertIsNone(host.agent.spares)
         self.assertEqual(host.launcher.spawned, [])
 
+    def test_noneStartedAtAClaim(self) -> None:
+        """
+        With no agent spares kept, a claim of a dormant agent conversation
+        starts nothing (its command starts its body, as before).
+        """
+        host = SpareHarness(self)
+        self.addCleanup(host.stop)
+        code, frame = host.createAgent("create-agent")
+        self.assertEqual(code, 201, frame)
+        session = host.api.registry.sessions[frame["value"]["session"]["sessionId"]]
+        (session.directory / "pi" / "conversation.jsonl").write_text(
+            '{"type":"session","id":"x"}\n{"type":"message","id":"m1"}\n'
+        )
+        code, frame = host.call("POST", f"/sessions/{session.sessionId}/claim",
+                                {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        self.assertEqual(host.launcher.spawned, [])
+
     def test_noBwrapNoSpares(self) -> None:
         """
         With agent bodies unboxed (the operator's choice) the pool stops
@@ -433,6 +451,66 @@ class HandOffTests(HarnessTestCase):
         cold = self.host.launcher.kwargs[-1]
         self.assertIsNone(cold.get("inside"))
         self.assertEqual(cold["paths"].workDir, self.data / "workspaces" / self.sessionId)
+
+    def claimedAfterItsEnd(self) -> Path:
+        """
+        The body the spare became is gone, with a conversation in pi's file;
+        then its driver claims the session again: its file.
+        """
+        self.handOver()
+        sessionFile = Path(self.switchRequest()["sessionPath"])
+        with sessionFile.open("a") as f:
+            f.write('{"type":"message","id":"m1","message":{"role":"user","content":"hi"}}\n')
+        self.transport.signalProcess("KILL")
+        code, frame = self.host.call("POST", f"/sessions/{self.sessionId}/claim",
+                                     {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        return sessionFile
+
+    def test_revivedStartsAtTheClaim(self) -> None:
+        """
+        A dormant agent conversation claimed, which no spare can serve (a
+        box's binds are fixed when it starts), has its own body started
+        in a box on its own folders at the claim, unannounced; its command
+        is sent to that body, and no other starts.
+        """
+        sessionFile = self.claimedAfterItsEnd()
+        self.assertEqual(len(self.host.launcher.spawned), 2)
+        early = self.host.launcher.kwargs[-1]
+        self.assertIsNone(early.get("inside"))
+        self.assertEqual(early["profile"], "agent")
+        self.assertEqual(early["paths"].piDir, self.piDir)
+        self.assertEqual(early["paths"].workDir, self.data / "workspaces" / self.sessionId)
+        self.assertIsNotNone(early["wrap"])
+        transport = self.host.launcher.spawned[-1]
+        answer(transport, "get_state", {**STATE, "sessionFile": str(sessionFile),
+                                        "messageCount": 1})
+        self.assertEqual(self.session.conductor.bodyState(), "dormant")
+        # Its box runs already: the command probes none.
+        probes = len(self.host.spawner.calls)
+        self.prompt("p2")
+        self.assertEqual(len(self.host.spawner.calls), probes)
+        self.assertEqual(len(self.host.launcher.spawned), 2)
+        self.assertEqual(kinds(transport), ["get_state", "prompt"])
+        events = self.host.events(self.sessionId)
+        revived = [e for e in events if e["type"] == "session.revived"]
+        self.assertEqual(revived[-1]["data"], {"messageCount": 1})
+        materialized = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized[-1]["data"]["box"], "bwrap")
+
+    def test_aProbeWhenTheEarlyBodyIsGone(self) -> None:
+        """
+        A body started at the claim that ended before the command is no
+        box: the command probes before the body it starts.
+        """
+        self.claimedAfterItsEnd()
+        transport = self.host.launcher.spawned[-1]
+        answer(transport, "get_state", STATE)
+        exited(transport, 1)
+        probes = len(self.host.spawner.calls)
+        self.prompt("p2")
+        self.assertGreater(len(self.host.spawner.calls), probes)
+        self.assertEqual(len(self.host.launcher.spawned), 3)
 
     def assertColdStart(self) -> None:
         """

@@ -571,6 +571,7 @@ class AheadTests(ReservingTestCase):
         # Nothing told: the body is the command's to materialize.
         self.assertNotIn("body.materialized", [e["type"] for e in self.seen])
         self.assertEqual(self.conductor.state, "dormant")
+        self.assertTrue(self.conductor.startedAhead())
 
         self.prompt()
         self.assertEqual(len(self.switches()), before + 1)
@@ -686,6 +687,7 @@ class AheadTests(ReservingTestCase):
         self.claim()
         answer(self.spareTransport, "switch_session", {"cancelled": True})
         self.assertIn(0, self.spareTransport.closed)
+        self.assertFalse(self.conductor.startedAhead())
         self.prompt()
         self.assertEqual(len(self.launcher.spawned), 2)
 

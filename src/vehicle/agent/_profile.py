@@ -328,9 +328,13 @@ class AgentProfile:
         if session.meta.profile != "agent":
             return
         spare = self.reserved.get(session.sessionId)
+        conductor = session.conductor
         try:
-            if spare is None or spare.protocol.hasEnded:
-                # A body would be made (a box started): probe first.
+            if (spare is None or spare.protocol.hasEnded) and not (
+                conductor is not None and conductor.startedAhead()
+            ):
+                # A body would be made (a box started): probe first.  (Not
+                # for a body started at the claim: its box runs already.)
                 await self.decide()
             self.checkFolders(session)
         except VehicleError:

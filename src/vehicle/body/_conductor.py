@@ -92,6 +92,9 @@ class Conductor:
     planner: Planner | None = None
     #: Where a warm spare is taken from (the chat pool; an agent's own).
     spares: SpareSource | None = None
+    #: Start the session's body at a claim when no spare can serve it
+    #: (L{BodyLife.ahead}).
+    startAhead: bool = False
     #: Reads the transcript for a snapshot.
     transcripts: TranscriptReader = field(factory=TranscriptReader)
     pump: Pump = field(init=False)
@@ -109,6 +112,7 @@ class Conductor:
             pump=self.pump,
             planner=self.planner,
             spares=self.spares,
+            startAhead=self.startAhead,
         )
         self.delivery = Delivery(session=self.session, life=self.life, clock=self.clock)
         self.settlement = Settlement(session=self.session, life=self.life, delivery=self.delivery)
@@ -143,6 +147,9 @@ class Conductor:
 
     def claimed(self) -> None:
         self.life.ahead()
+
+    def startedAhead(self) -> bool:
+        return self.life.madeAhead()
 
     def snapshot(self) -> Deferred[BodyView]:
         return Deferred.fromCoroutine(self._snapshot())

@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from vehicle._timers import cancelIfActive
+from vehicle.body._early import Early
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
@@ -88,9 +89,13 @@ class BodyLife:
     _stopping: Deferred[None] | None = None
     #: The host is stopping: deliver nothing more, start no body.
     closing: bool = False
-    #: A spare taken when the dormant session was claimed, being switched
-    #: (or switched) to its conversation's file: its next body (L{ahead}).
-    _ahead: Deferred[Spare | None] | None = None
+    #: Start the session's own body at a claim when no spare can be
+    #: switched to its conversation (L{ahead}).
+    startAhead: bool = False
+    #: What was made for the session's next body when it was claimed
+    #: (L{ahead}): a spare switched to its conversation's file, or its own
+    #: body started early.
+    _ahead: Deferred[Spare | Early | None] | None = None
     _aheadTimer: IDelayedCall | None = None
 
     def live(self) -> LiveBody | None:
@@ -141,18 +146,18 @@ class BodyLife:
         self.state = "starting"
         started = None
         try:
-            spare = await self._spare()
+            made = await self._taken()
         except BaseException:
             self.state = "dormant"
             raise
-        if spare is not None:
+        if made is not None:
             try:
                 self._refuseIfClosing()
             except HostClosing:
                 self.state = "dormant"
-                spare.end(self.clock).addErrback(self.logFailure)
+                self._endMade(made)
                 raise
-            started = await self._handOff(spare)
+            started = self._adopt(made) if isinstance(made, Early) else await self._handOff(made)
         if started is None:
             started = await self._planned()
         body, revived, state = started
@@ -165,19 +170,28 @@ class BodyLife:
             self.session.emit("session.revived", {"messageCount": state.get("messageCount")})
         return body
 
-    async def _spare(self) -> Spare | None:
+    async def _taken(self) -> Spare | Early | None:
         """
-        The spare to hand over: the one switched ahead (L{ahead}), else one
-        from the spares, else L{None}.
+        What the next body is made of: what was made ahead (L{ahead}), else
+        a spare from the spares, else L{None} (start one).
         """
         ahead = self._takeAhead()
         if ahead is not None:
-            spare = await ahead
-            if spare is not None and not spare.protocol.hasEnded:
-                return spare
-            if spare is not None:
-                spare.end(self.clock).addErrback(self.logFailure)
+            made = await ahead
+            if made is not None and not made.protocol.hasEnded:
+                return made
+            if made is not None:
+                self._endMade(made)
         return await self.spares.spareFor(self.session) if self.spares is not None else None
+
+    def _adopt(self, early: Early) -> tuple[LiveBody, bool, JSONObject]:
+        """
+        The session's body started early is its body now.
+        """
+        self.paths = early.body.paths
+        self.body = early.body
+        early.adopt(self.sink)
+        return early.body, early.revived, early.state
 
     def ahead(self) -> None:
         """
@@ -186,26 +200,71 @@ class BodyLife:
         is ready, the spare is taken now and switched to the conversation's
         file (pi rebuilds its runtime for a switch: 40-90 ms) while the
         person types, so that the command finds it on the file and hands it
-        over with the session's facts alone.  Nothing is told: the body is
-        materialized by the command, as without it.  A spare no command
-        took within the idle time a body has ends (it holds the session's
-        conversation now: it is never returned).
+        over with the session's facts alone.  When no spare can serve it
+        and L{startAhead} is set, the session's own body is started now
+        (L{Early}: Node boots while the person types).  Nothing is told:
+        the body is materialized by the command, as without it.  What no
+        command took within the idle time a body has ends (it holds the
+        session's conversation now: it is never returned).
         """
         if (
             self.state != "dormant"
-            or self.spares is None
+            or (self.spares is None and not self.startAhead)
             or self._ahead is not None
-            or self.closing
-            or self.session.deleted
-            or self.session.closed
+            or self._going()
         ):
             return
         target = _current(BodyPaths.forSession(self.session.directory))
         if not _resumes(target):
             return
         assert target is not None
-        self._ahead = Deferred.fromCoroutine(self._switchedAhead(self.spares, target))
+        self._ahead = Deferred.fromCoroutine(self._madeAhead(target))
         self._aheadTimer = self.clock.callLater(self.pump.idleSeconds, self._letGoOfAhead)
+
+    async def _madeAhead(self, target: Path) -> Spare | Early | None:
+        """
+        A spare switched to C{target}, else (L{startAhead}) the session's
+        own body started, else L{None}.
+        """
+        if self.spares is not None:
+            spare = await self._switchedAhead(self.spares, target)
+            if spare is not None:
+                return spare
+        if not self.startAhead:
+            return None
+        return await self._startedAhead()
+
+    async def _startedAhead(self) -> Early | None:
+        """
+        The session's own body, planned and started as its command would
+        start it, waiting for that command; L{None} if it may not start
+        now (the command says why) or did not start.
+        """
+        sessionId = self.session.sessionId
+        try:
+            plan = BodyPlan()
+            if self.planner is not None:
+                plan = await self.planner(self.session)
+        except VehicleError:
+            return None  # no body may start now: the command says why
+        except Exception:
+            self._log.failure("No body could be planned ahead for {sessionId}", sessionId=sessionId)
+            return None
+        if self._going():
+            self._cleanUp(plan)
+            return None
+        early = Early.prepare(
+            self.session, plan,
+            revived=_resumes(_current(BodyPaths.forSession(self.session.directory))),
+        )
+        try:
+            await early.start(self.launcher, self.session)
+        except Exception as e:
+            self._log.warn("A body started ahead for {sessionId} did not start ({error})",
+                           sessionId=sessionId, error=self.scrub(str(e)))
+            self._endMade(early)
+            return None
+        return early
 
     async def _switchedAhead(self, spares: SpareSource, target: Path) -> Spare | None:
         """
@@ -234,7 +293,20 @@ class BodyLife:
         spare.revives = True
         return spare
 
-    def _takeAhead(self) -> Deferred[Spare | None] | None:
+    def madeAhead(self) -> bool:
+        """
+        Is something made (or being made) at the claim for the next body,
+        and not ended?
+        """
+        ahead = self._ahead
+        if ahead is None:
+            return False
+        if not ahead.called:
+            return True
+        made = ahead.result
+        return isinstance(made, (Spare, Early)) and not made.protocol.hasEnded
+
+    def _takeAhead(self) -> Deferred[Spare | Early | None] | None:
         ahead, self._ahead = self._ahead, None
         cancelIfActive(self._aheadTimer)
         self._aheadTimer = None
@@ -249,9 +321,20 @@ class BodyLife:
         if ahead is None:
             return succeed(None)
         ended: Deferred[None] = ahead.addCallback(
-            lambda spare: spare.end(self.clock) if spare is not None else None
+            lambda made: self._ending(made) if made is not None else None
         )
         return ended.addErrback(self.logFailure)
+
+    def _ending(self, made: Spare | Early) -> Deferred[None]:
+        """
+        End what was made for a next body that will not be its body.
+        """
+        if isinstance(made, Early):
+            return made.end(self.clock, self._cleanUp)
+        return made.end(self.clock)
+
+    def _endMade(self, made: Spare | Early) -> None:
+        self._ending(made).addErrback(self.logFailure)
 
     async def _planned(self) -> tuple[LiveBody, bool, JSONObject]:
         """
@@ -362,8 +445,14 @@ class BodyLife:
         spare.handedOver(self.sink)
         return body, revived, state
 
+    def _going(self) -> bool:
+        """
+        Is the host stopping, or the session gone?
+        """
+        return self.closing or self.session.deleted or self.session.closed
+
     def _refuseIfClosing(self) -> None:
-        if self.closing or self.session.deleted or self.session.closed:
+        if self._going():
             raise HostClosing()
 
     # -- letting go -----------------------------------------------------------

@@ -201,9 +201,13 @@ class Bodies:
     def created(self, session: Session) -> None:
         planner: Planner | None = None
         spares: SpareSource | None = self.holds or self.spares
+        # Where warm bodies are kept for its kind, a claim starts its body
+        # when no spare can serve it.
+        startAhead = self.spares is not None
         if session.meta.profile == "agent" and self.agent is not None:
             # An agent's spare is the one reserved for it at its creation.
             planner, spares = self.agent.plan, self.agent
+            startAhead = self.agent.spares is not None
         if session.meta.funding == "byok" and self.ownKey is not None:
             planner = self.ownKey.plan
             spares = OwnKeySpares(self.ownKey, spares) if spares is not None else None
@@ -214,6 +218,7 @@ class Bodies:
             idleSeconds=self.idleSeconds,
             planner=planner,
             spares=spares,
+            startAhead=startAhead,
             transcripts=TranscriptReader(runInThread=self.runInThread),
         )
         session.conductor = conductor

@@ -45,6 +45,13 @@ class IConductor(Interface):
         send a command soon.
         """
 
+    def startedAhead() -> bool:
+        """
+        Was a body made at the claim for the session's next command (a
+        spare switched to its file, or its own body started), and is it
+        still there (or still being made)?
+        """
+
     def running() -> bool:
         """
         Is a run under way?

@@ -1,0 +1,469 @@
+"""
+Tests for a session's own body started at its driver's claim when no spare
+can serve it (L{vehicle.body._early.Early}, L{vehicle.body._life.BodyLife.ahead}
+with C{startAhead}): pi boots while the person types, heard by no one until
+the command adopts it, and ends if none comes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import globalLogPublisher
+from twisted.trial.unittest import SynchronousTestCase
+
+from vehicle.body._early import HELD_RECORDS
+from vehicle.body._life import HostClosing
+from vehicle.body._spawner import BodyPlan
+from vehicle.errors import VehicleError
+from vehicle.protocol import ClaimRequest, fromRequest
+
+from tests.support._hints import assertAnnotationsResolve
+from tests.support.conductor import ALICE, ConductorTestCase
+from tests.support.fakepi import STATE
+from tests.support.pifiles import HEADER, user, writePiFile
+from tests.support.pirecords import exited
+from tests.support.sparepool import RefusingSource
+
+
+class EmptySource:
+    """
+    A spare source with no spare for anyone (none ready, another model).
+    """
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def spareFor(self, session: Any) -> None:
+        self.asked += 1
+        return None
+
+
+class EarlyTestCase(ConductorTestCase):
+    """
+    A session with a conversation pi kept, whose conductor starts its body
+    at a claim; its plan's clean-ups counted.
+    """
+
+    idleSeconds = 300.0
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.life = self.conductor.life
+        self.life.startAhead = True
+        self.cleaned: list[BodyPlan] = []
+        self.plans: list[BodyPlan] = []
+        self.life.planner = self.plan
+        (self.session.directory / "pi").mkdir(exist_ok=True)
+        writePiFile(self.session.directory, [HEADER, user("u1", None, 1, "hi")])
+        self.claims = 0
+
+    async def plan(self, session: Any) -> BodyPlan:
+        plan = BodyPlan(box="test", cleanup=lambda: self.cleaned.append(plan))
+        self.plans.append(plan)
+        return plan
+
+    def claim(self) -> dict[str, Any]:
+        self.claims += 1
+        sent = self.successResultOf(self.session.claim(
+            ALICE, fromRequest({"requestId": f"c{self.claims}"}, ClaimRequest), 3_600_000,
+        ))
+        self.assertEqual(sent["type"], "driver.claimed")
+        return sent
+
+    def types(self) -> list[str]:
+        return [e["type"] for e in self.seen]
+
+    def started(self) -> None:
+        """
+        Claimed, and the body started for it has told its state.
+        """
+        self.claim()
+        self.pi.answer("get_state", {**STATE, "messageCount": 1})
+
+
+class StartedTests(EarlyTestCase):
+    """
+    A claim of a dormant conversation starts its body; the command adopts
+    it.
+    """
+
+    def test_startedAtTheClaim(self) -> None:
+        """
+        The claim starts the session's body from its plan, and nothing is
+        told: the session is dormant until its command, which adopts the
+        body (no other is spawned) and is sent to it at once;
+        C{body.materialized} and C{session.revived} then, with pi's state
+        from the start.
+        """
+        self.started()
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.pi.kinds(), ["get_state"])
+        self.assertEqual(self.conductor.state, "dormant")
+        self.assertNotIn("body.materialized", self.types())
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt"])
+        self.assertEqual(self.conductor.state, "live")
+        [materialized] = self.data("body.materialized")
+        self.assertEqual(materialized["pid"], self.pi.transport.pid)
+        self.assertEqual(materialized["box"], "test")
+        self.assertEqual(self.data("session.revived"), [{"messageCount": 1}])
+        self.assertLess(self.types().index("body.materialized"),
+                        self.types().index("session.revived"))
+        self.assertEqual(self.cleaned, [])
+        self.assertIs(self.life.sessionPaths(), self.life.body.paths)
+
+    def test_commandWhileStarting(self) -> None:
+        """
+        A command that comes before the body told its state waits for it,
+        and starts no other.
+        """
+        self.claim()
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(self.pi.kinds(), ["get_state"])
+        self.pi.answer("get_state", STATE)
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt"])
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+    def test_onceAClaim(self) -> None:
+        """
+        A claim renewed while the body waits starts no other, nor does one
+        while the body is live.
+        """
+        self.started()
+        self.claim()
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.submit("prompt", "p1", text="hello")
+        self.claim()
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+    def test_afterTheSpares(self) -> None:
+        """
+        The spares are asked first; only when they have none is the body
+        started.
+        """
+        source = EmptySource()
+        self.life.spares = source
+        self.claim()
+        self.assertEqual(source.asked, 1)
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+    def test_notWithoutTheSetting(self) -> None:
+        """
+        Without C{startAhead} a claim starts nothing (with no spares, nor
+        when they have none).
+        """
+        self.life.startAhead = False
+        self.claim()
+        self.life.spares = EmptySource()
+        self.claim()
+        self.assertEqual(self.launcher.spawned, [])
+        self.assertEqual(self.plans, [])
+
+    def test_nothingToRevive(self) -> None:
+        """
+        A session with no conversation yet starts nothing at its claim.
+        """
+        for path in (self.session.directory / "pi").iterdir():
+            path.unlink()
+        self.claim()
+        self.assertEqual(self.launcher.spawned, [])
+
+    def test_notWhenGoing(self) -> None:
+        """
+        A session closed, closing or deleted starts nothing when claimed.
+        """
+        for going in ("closed", "closing", "deleted"):
+            if going == "closed":
+                self.session._journal.closed = True
+            elif going == "closing":
+                self.life.closing = True
+            else:
+                self.session.deleted = True
+            self.conductor.claimed()
+            self.assertEqual(self.launcher.spawned, [], going)
+            self.session._journal.closed = self.life.closing = False
+            self.session.deleted = False
+        self.conductor.claimed()
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+
+class MadeAheadTests(EarlyTestCase):
+    """
+    Whether a body made at the claim waits for the next command
+    (L{Conductor.startedAhead}: a route need not probe a box for it).
+    """
+
+    def test_whileStartingAndStarted(self) -> None:
+        self.assertFalse(self.conductor.startedAhead())
+        self.claim()
+        self.assertTrue(self.conductor.startedAhead())
+        self.pi.answer("get_state", STATE)
+        self.assertTrue(self.conductor.startedAhead())
+
+    def test_notOnceEnded(self) -> None:
+        self.started()
+        exited(self.pi.transport, 1)
+        self.assertFalse(self.conductor.startedAhead())
+
+    def test_notWhenNoneStarted(self) -> None:
+        async def refuse(session: Any) -> BodyPlan:
+            raise VehicleError("body_tampered", "not the folder the host made")
+
+        self.life.planner = refuse
+        self.claim()
+        self.assertFalse(self.conductor.startedAhead())
+
+    def test_notOnceAdopted(self) -> None:
+        self.started()
+        self.submit("prompt", "p1", text="hello")
+        self.assertFalse(self.conductor.startedAhead())
+
+
+class WaitingTests(EarlyTestCase):
+    """
+    What an early body says before its command.
+    """
+
+    def test_questionsAnswered(self) -> None:
+        """
+        The extension's question for the delegation token (its MCP client
+        connects at start) is answered with the session's at once, as the
+        session's body answers it; any other question is answered no.
+        """
+        self.session.delegatedToken = "dt-0123456789"
+        self.claim()
+        self.pi.send({"type": "extension_ui_request", "id": "q1", "method": "input",
+                      "title": "sophia.delegated-token"})
+        self.pi.send({"type": "extension_ui_request", "id": "q2", "method": "confirm",
+                      "title": "sure?"})
+        self.assertEqual(self.pi.uiAnswers(), [
+            {"type": "extension_ui_response", "id": "q1", "value": "dt-0123456789"},
+            {"type": "extension_ui_response", "id": "q2", "confirmed": False},
+        ])
+        self.assertNotIn("ui.request", self.types())
+
+    def test_heldForTheSession(self) -> None:
+        """
+        Anything else pi says while the body waits is told once it is
+        adopted, as it would have been had the command started the body.
+        """
+        self.started()
+        self.pi.send({"type": "extension_ui_request", "id": "n1", "method": "notify",
+                      "message": "loaded", "notifyType": "info"})
+        self.assertNotIn("body.notice", self.types())
+        self.submit("prompt", "p1", text="hello")
+        [notice] = self.data("body.notice")
+        self.assertEqual(notice["message"], "loaded")
+
+    def test_heldAreCapped(self) -> None:
+        """
+        A body that says more than it should while it waits has the rest
+        dropped.
+        """
+        self.started()
+        for i in range(HELD_RECORDS + 5):
+            self.pi.send({"type": "extension_ui_request", "id": f"n{i}", "method": "notify",
+                          "message": f"note {i}", "notifyType": "info"})
+        self.submit("prompt", "p1", text="hello")
+        notices = self.data("body.notice")
+        self.assertEqual(len(notices), HELD_RECORDS)
+        self.assertEqual(notices[-1]["message"], f"note {HELD_RECORDS - 1}")
+
+
+class LettingGoTests(EarlyTestCase):
+    """
+    An early body no command adopts ends, and its plan is undone.
+    """
+
+    def test_notAdoptedInTime(self) -> None:
+        """
+        A body no command took within the idle time is ended (its stdin
+        closed), its plan undone once it exited; nothing is told; the next
+        command starts another.
+        """
+        self.started()
+        self.clock.advance(self.idleSeconds - 1)
+        self.assertFalse(self.pi.transport.closed)
+        self.clock.advance(1)
+        self.assertIn(0, self.pi.transport.closed)
+        self.assertEqual(self.cleaned, [])
+        exited(self.pi.transport, 0)
+        self.assertEqual(self.cleaned, self.plans)
+        self.assertEqual(self.types(), ["lease.renewed"])
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertEqual(self.pi.kinds(), ["get_state"])
+
+    def test_adoptedTakesTheTimer(self) -> None:
+        """
+        A body adopted is not ended by the timer that would have let it go.
+        """
+        self.started()
+        self.submit("prompt", "p1", text="hello")
+        first = self.pi.transport
+        self.clock.advance(self.idleSeconds)
+        self.assertFalse(first.closed)
+
+    def test_endedWhileWaiting(self) -> None:
+        """
+        A body that exited while it waited is no news: the command finds it
+        ended, undoes its plan and starts another.
+        """
+        self.started()
+        exited(self.pi.transport, 1)
+        self.assertNotIn("body.exited", self.types())
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(self.cleaned, self.plans[:1])
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertEqual(self.conductor.state, "starting")
+
+    def test_disposedWhileStarting(self) -> None:
+        """
+        A shutdown (or a delete) while the body starts ends it once it
+        started, and is done when it exited (the host's stop waits for it).
+        """
+        self.claim()
+        disposed = self.conductor.dispose("shutdown")
+        self.assertFalse(self.pi.transport.closed)
+        self.pi.answer("get_state", STATE)
+        self.assertIn(0, self.pi.transport.closed)
+        self.assertNoResult(disposed)
+        exited(self.pi.transport, 0)
+        self.successResultOf(disposed)
+        self.assertEqual(self.cleaned, self.plans)
+        self.assertNotIn("body.dormant", self.types())
+
+    def test_closingWhileACommandWaits(self) -> None:
+        """
+        A body a command waits for, when the host began to stop meanwhile,
+        is ended instead of adopted.
+        """
+        self.claim()
+        self.submit("prompt", "p1", text="hello")
+        self.conductor.close()
+        self.pi.answer("get_state", STATE)
+        self.assertIn(0, self.pi.transport.closed)
+        self.assertEqual(self.pi.kinds(), ["get_state"])
+        self.assertEqual(self.conductor.state, "dormant")
+        self.assertNotIn("body.materialized", self.types())
+
+    def test_closingWhilePlanned(self) -> None:
+        """
+        A host that began to stop while the body's plan was made starts no
+        body, and undoes the plan.
+        """
+        planned: Deferred[BodyPlan] = Deferred()
+
+        async def plan(session: Any) -> BodyPlan:
+            return await planned
+
+        self.life.planner = plan
+        self.claim()
+        self.life.closing = True
+        made = BodyPlan(cleanup=lambda: self.cleaned.append(made))
+        planned.callback(made)
+        self.assertEqual(self.launcher.spawned, [])
+        self.assertEqual(self.cleaned, [made])
+
+
+class RefusedTests(EarlyTestCase):
+    """
+    A body that may not, or could not, start at the claim leaves the claim
+    as it was; its command takes its own way.
+    """
+
+    def test_planRefused(self) -> None:
+        """
+        A plan refused for a reason the command will give (a tampered
+        folder, a visitor's key not held) starts nothing, quietly.
+        """
+        async def refuse(session: Any) -> BodyPlan:
+            raise VehicleError("body_tampered", "not the folder the host made")
+
+        self.life.planner = refuse
+        self.claim()
+        self.assertEqual(self.launcher.spawned, [])
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_planFails(self) -> None:
+        """
+        A plan that fails otherwise is logged, and the claim stands.
+        """
+        async def fail(session: Any) -> BodyPlan:
+            raise RuntimeError("the box broke")
+
+        self.life.planner = fail
+        self.claim()
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual(self.launcher.spawned, [])
+
+    def test_spareSourceFails(self) -> None:
+        """
+        A spare source that fails is logged, and the body is started.
+        """
+        self.life.spares = RefusingSource(RuntimeError("the pool broke"))
+        self.claim()
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+    def test_spawnFails(self) -> None:
+        """
+        A process that could not be started is warned of (no secret in the
+        words) and its plan undone.
+        """
+        events: list[dict[str, Any]] = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        self.session.delegatedToken = "dt-secret-0123456789"
+
+        def refuse(protocol: Any, **kw: Any) -> Any:
+            raise OSError("no such file near dt-secret-0123456789")
+
+        self.launcher.spawn = refuse  # type: ignore[method-assign]
+        self.claim()
+        self.assertEqual(self.cleaned, self.plans)
+        [warned] = [e for e in events if "did not start" in e.get("log_format", "")]
+        self.assertEqual(warned["error"], "no such file near [redacted]")
+
+    def test_stateRefused(self) -> None:
+        """
+        A body that will not tell its state is ended and its plan undone;
+        the command starts another.
+        """
+        self.claim()
+        self.pi.answer("get_state", success=False, error="no state")
+        self.assertIn(0, self.pi.transport.closed)
+        exited(self.pi.transport, 0)
+        self.assertEqual(self.cleaned, self.plans)
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_hostStops(self) -> None:
+        """
+        The host's stop ends a body waiting for its command, and is done
+        once it exited.
+        """
+        self.started()
+        closed = self.conductor.close()
+        self.assertIn(0, self.pi.transport.closed)
+        self.assertNoResult(closed)
+        exited(self.pi.transport, 0)
+        self.successResultOf(closed)
+        self.assertEqual(self.cleaned, self.plans)
+        self.failureResultOf(Deferred.fromCoroutine(self.life.ensure()), HostClosing)
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_annotationsResolve(self) -> None:
+        """
+        Every annotation of an early body's module and of the questions'
+        is a type (mutation testing reads them so).
+        """
+        from vehicle.body import _early, _questions
+
+        assertAnnotationsResolve(self, _early)
+        assertAnnotationsResolve(self, _questions)
