@@ -18,7 +18,7 @@ from twisted.trial.unittest import TestCase
 from vehicle.body import PRIMING_PROMPT
 from vehicle.body._spawner import latestSessionFile
 
-from tests.support.live import LiveHost, settledEvent, waitUntil
+from tests.support.live import LiveHost, settledEvent, startedAtTheClaim, waitUntil
 from tests.support.scripted import bashMarker
 
 
@@ -189,13 +189,7 @@ class HandOffTests(TestCase):
         code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
         self.assertEqual(code, 200, frame)
         self.assertEqual(frame["value"]["session"]["body"], "dormant")
-        life = session.conductor.life
-        ahead = life._ahead
-        self.assertIsNotNone(ahead)
-        await waitUntil(lambda: ahead.called)
-        early = ahead.result
-        self.assertIsNotNone(early, "no body was started at the claim")
-        pid = early.body.transport.pid
+        pid = await startedAtTheClaim(session)
         self.assertTrue(piInBox(pid))
         # Started, and still nobody's: nothing told but the claim, nothing
         # asked of the model.

@@ -17,7 +17,9 @@ from twisted.trial.unittest import TestCase
 from vehicle.body import PRIMING_PROMPT
 from vehicle.body._spawner import latestSessionFile
 
-from tests.support.live import LiveHost, pool, readySpare, settledEvent, waitUntil
+from tests.support.live import (
+    LiveHost, pool, readySpare, settledEvent, startedAtTheClaim, waitUntil,
+)
 
 
 def filesUnder(folder: Path) -> dict[Path, bytes]:
@@ -262,12 +264,7 @@ class HandOffTests(TestCase):
         asked = len(host.model.requests)
         code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
         self.assertEqual(code, 200, frame)
-        ahead = session.conductor.life._ahead
-        self.assertIsNotNone(ahead)
-        await waitUntil(lambda: ahead.called)
-        early = ahead.result
-        self.assertIsNotNone(early, "no body was started at the claim")
-        pid = early.body.transport.pid
+        pid = await startedAtTheClaim(session)
         self.assertTrue(alive(pid))
         self.assertEqual([e["type"] for e in host.events(sid)[since:]], ["lease.renewed"])
         self.assertEqual(session.conductor.bodyState(), "dormant")

@@ -414,3 +414,16 @@ async def readySpare(host: LiveHost) -> Any:
     """
     await waitUntil(lambda: bool(pool(host).ready))
     return pool(host).ready[0]
+
+
+async def startedAtTheClaim(session: Any) -> int:
+    """
+    The pid of the body started for C{session} at its claim (waiting for
+    it to tell its state); fails if none was.
+    """
+    ahead = session.conductor.life._ahead
+    assert ahead is not None, "nothing was made at the claim"
+    await waitUntil(lambda: ahead.called)
+    early = ahead.result
+    assert early is not None, "no body was started at the claim"
+    return int(early.body.transport.pid)
