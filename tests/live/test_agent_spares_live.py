@@ -15,6 +15,7 @@ from typing import Any
 
 from twisted.trial.unittest import TestCase
 
+from vehicle.agent._profile import PRIMING_FOLDER
 from vehicle.body import PRIMING_PROMPT
 from vehicle.body._spawner import latestSessionFile
 
@@ -169,10 +170,12 @@ class HandOffTests(TestCase):
     async def test_revivedAgentStartsAtTheClaim(self) -> None:
         """
         A dormant agent conversation claimed has its own body started at
-        the claim, in a box on its own folders, heard by no one: the
-        command then runs on that very process (no other started), pi
-        resumes the conversation with the same tools, and its tools see
-        the workspace of the first run.
+        the claim, in a box on its own folders, heard by no one, primed in
+        a session of its own (its proxy answering; the folder gone once pi
+        is switched to the conversation): the command then runs on that
+        very process (no other started), pi resumes the conversation with
+        the same tools, its tools see the workspace of the first run, and
+        neither the model nor the conversation sees the priming.
         """
         host = await LiveHost(self, agentSpareBodies=1, spareRefillMs=60000).start()
         await readyAgentSpare(host)
@@ -182,6 +185,7 @@ class HandOffTests(TestCase):
         first = await host.waitFor(sid, settledEvent)
         self.assertFalse(first[-1]["data"]["aborted"], first[-1])
         session = host.registry().sessions[sid]
+        piFile = latestSessionFile(session.directory / "pi")
         await session.conductor.dispose("shutdown")
         await host.waitFor(sid, lambda e: e["type"] == "body.dormant")
         since = len(host.events(sid))
@@ -191,6 +195,9 @@ class HandOffTests(TestCase):
         self.assertEqual(frame["value"]["session"]["body"], "dormant")
         pid = await startedAtTheClaim(session)
         self.assertTrue(piInBox(pid))
+        self.assertFalse((session.directory / "pi" / PRIMING_FOLDER).exists())
+        self.assertEqual(latestSessionFile(session.directory / "pi"), piFile)
+        self.assertEqual(list((session.directory / "pi").glob("*.jsonl")), [piFile])
         # Started, and still nobody's: nothing told but the claim, nothing
         # asked of the model.
         self.assertEqual([e["type"] for e in host.events(sid)[since:]], ["lease.renewed"])
@@ -212,6 +219,8 @@ class HandOffTests(TestCase):
         texts = json.dumps(body["messages"])
         self.assertIn("make it", texts)
         self.assertIn("again", texts)
+        self.assertNotIn(PRIMING_PROMPT, texts)
+        self.assertNotIn(PRIMING_PROMPT, piFile.read_text())
 
 
 class NothingOfAnyoneTests(TestCase):

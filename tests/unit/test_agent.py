@@ -22,6 +22,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.agent import BRIDGE_PORT
+from vehicle.agent._profile import PRIMING_FOLDER
 from vehicle.box import PROBE_ARGS
 from vehicle.models import ModelCatalog
 from vehicle.settings import SettingsError
@@ -316,6 +317,46 @@ class DrivingTests(SynchronousTestCase):
         self.host.launcher.spawned[-1].signalProcess("KILL")
         self.assertNotIn(self.sessionId, self.host.agent.proxies)
         self.assertTrue(port.stopped)
+
+    def test_planAhead(self) -> None:
+        """
+        The plan of a body started at a claim: the session's box and
+        folders, pi started fresh in the pi folder's own C{.priming} (what
+        a killed host left there gone; a link a body put there removed,
+        its target untouched), and a proxy that reaches no provider until
+        the body is adopted, then the session's, with the key.
+        """
+        agent = self.host.agent
+        session = self.host.api.registry.sessions[self.sessionId]
+        priming = self.piDir / PRIMING_FOLDER
+        priming.mkdir()
+        (priming / "left.jsonl").write_text("{}\n")
+        plan = self.successResultOf(Deferred.fromCoroutine(agent.planAhead(session)))
+        self.assertEqual(plan.primingDir, priming)
+        self.assertEqual(list(priming.iterdir()), [])
+        self.assertEqual(os.stat(priming).st_mode & 0o777, 0o700)
+        self.assertEqual(plan.workDir, self.workspace)
+        self.assertEqual(plan.box, "bwrap")
+        proxy = agent.proxies[self.sessionId]
+        self.assertIsNone(proxy.model)
+        assert plan.onAdopt is not None
+        plan.onAdopt()
+        assert proxy.model is not None
+        self.assertEqual(proxy.model.key, MODELS["providers"]["scripted"]["apiKey"])
+        elsewhere = Path(self.mktemp())
+        elsewhere.mkdir()
+        (elsewhere / "keep").write_text("kept")
+        shutil.rmtree(priming)
+        priming.symlink_to(elsewhere)
+        plan = self.successResultOf(Deferred.fromCoroutine(agent.planAhead(session)))
+        self.assertFalse(priming.is_symlink())
+        self.assertTrue(priming.is_dir())
+        self.assertEqual((elsewhere / "keep").read_text(), "kept")
+        # The command's own plan is not primed.
+        plan = self.successResultOf(Deferred.fromCoroutine(agent.plan(session)))
+        self.assertIsNone(plan.primingDir)
+        self.assertIsNone(plan.onAdopt)
+        self.assertIsNotNone(agent.proxies[self.sessionId].model)
 
     def test_lateCleanUpSparesTheNewest(self) -> None:
         """

@@ -23,7 +23,8 @@ from twisted.internet.error import CannotListenError
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.agent import SECCOMP_FD, AgentSpareProxy, AgentSpares
-from vehicle.body import SPARE_BUDGET, Spare
+from vehicle.agent._profile import PRIMING_FOLDER
+from vehicle.body import PRIMING_PROMPT, SPARE_BUDGET, Spare
 from vehicle.body._spawner import BodyPaths, Launcher
 from vehicle.box import BoxSpec, BoxSpecError, bwrapArgv, canonicalSpec
 from vehicle.models import ModelCatalog
@@ -470,9 +471,12 @@ class HandOffTests(HarnessTestCase):
     def test_revivedStartsAtTheClaim(self) -> None:
         """
         A dormant agent conversation claimed, which no spare can serve (a
-        box's binds are fixed when it starts), has its own body started
-        in a box on its own folders at the claim, unannounced; its command
-        is sent to that body, and no other starts.
+        box's binds are fixed when it starts), has its own body started in
+        a box on its own folders at the claim, unannounced: pi starts a
+        session of its own in the pi folder's C{.priming}, is primed there
+        (its proxy reaching no provider) and switched to the conversation,
+        and the folder goes.  Its command is sent to that body, whose proxy
+        then reaches the session's provider, and no other starts.
         """
         sessionFile = self.claimedAfterItsEnd()
         self.assertEqual(len(self.host.launcher.spawned), 2)
@@ -482,21 +486,41 @@ class HandOffTests(HarnessTestCase):
         self.assertEqual(early["paths"].piDir, self.piDir)
         self.assertEqual(early["paths"].workDir, self.data / "workspaces" / self.sessionId)
         self.assertIsNotNone(early["wrap"])
+        priming = self.piDir / PRIMING_FOLDER
+        self.assertEqual(early["freshIn"], priming)
+        self.assertTrue(priming.is_dir())
+        proxy = self.host.agent.proxies[self.sessionId]
+        self.assertIsNone(proxy.model)
         transport = self.host.launcher.spawned[-1]
+        answer(transport, "get_state", STATE)
+        self.assertEqual(transport.written[-1]["message"], PRIMING_PROMPT)
+        answer(transport, "prompt", {"disposition": "started"})
+        record(transport, {"type": "agent_start"})
+        record(transport, {"type": "agent_settled", "aborted": False})
+        self.assertEqual(transport.written[-1]["type"], "switch_session")
+        self.assertEqual(transport.written[-1]["sessionPath"], str(sessionFile))
+        answer(transport, "switch_session", {"cancelled": False})
         answer(transport, "get_state", {**STATE, "sessionFile": str(sessionFile),
                                         "messageCount": 1})
+        self.assertFalse(priming.exists())
         self.assertEqual(self.session.conductor.bodyState(), "dormant")
+        self.assertIsNone(proxy.model)
         # Its box runs already: the command probes none.
         probes = len(self.host.spawner.calls)
         self.prompt("p2")
         self.assertEqual(len(self.host.spawner.calls), probes)
         self.assertEqual(len(self.host.launcher.spawned), 2)
-        self.assertEqual(kinds(transport), ["get_state", "prompt"])
+        self.assertEqual(kinds(transport),
+                         ["get_state", "prompt", "switch_session", "get_state", "prompt"])
+        self.assertIs(self.host.agent.proxies[self.sessionId], proxy)
+        assert proxy.model is not None
+        self.assertEqual(proxy.model.key, KEY)
         events = self.host.events(self.sessionId)
         revived = [e for e in events if e["type"] == "session.revived"]
         self.assertEqual(revived[-1]["data"], {"messageCount": 1})
         materialized = [e for e in events if e["type"] == "body.materialized"]
         self.assertEqual(materialized[-1]["data"]["box"], "bwrap")
+        self.assertNotIn(PRIMING_PROMPT, json.dumps(events))
 
     def test_aProbeWhenTheEarlyBodyIsGone(self) -> None:
         """

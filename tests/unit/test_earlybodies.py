@@ -7,21 +7,29 @@ the command adopts it, and ends if none comes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
 
-from vehicle.body._early import HELD_RECORDS
+from vehicle.body._early import HELD_RECORDS, Early
+from vehicle.body._rpc import IBodySink
+from vehicle.body._spares import PRIMING_PROMPT
 from vehicle.body._life import HostClosing
 from vehicle.body._spawner import BodyPlan
 from vehicle.errors import VehicleError
 from vehicle.protocol import ClaimRequest, fromRequest
+from vehicle.session import Registry
+from vehicle.store import DataDir
 
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.conductor import ALICE, ConductorTestCase
 from tests.support.fakepi import STATE
+from tests.support.harness import newSession
 from tests.support.pifiles import HEADER, user, writePiFile
 from tests.support.pirecords import exited
 from tests.support.sparepool import RefusingSource
@@ -260,17 +268,148 @@ class WaitingTests(EarlyTestCase):
 
     def test_heldAreCapped(self) -> None:
         """
-        A body that says more than it should while it waits has the rest
-        dropped.
+        A body that says more than it should while it waits (more than 200
+        records) has the rest dropped.
         """
         self.started()
-        for i in range(HELD_RECORDS + 5):
+        for i in range(205):
             self.pi.send({"type": "extension_ui_request", "id": f"n{i}", "method": "notify",
                           "message": f"note {i}", "notifyType": "info"})
         self.submit("prompt", "p1", text="hello")
         notices = self.data("body.notice")
-        self.assertEqual(len(notices), HELD_RECORDS)
-        self.assertEqual(notices[-1]["message"], f"note {HELD_RECORDS - 1}")
+        self.assertEqual((len(notices), HELD_RECORDS), (200, 200))
+        self.assertEqual(notices[-1]["message"], "note 199")
+
+
+class PrimedTests(EarlyTestCase):
+    """
+    A plan with a priming folder: pi starts a session of its own there, is
+    primed, and is switched to the conversation before any command.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.priming = self.session.directory / "pi" / ".priming"
+        self.adopted: list[bool] = []
+        [self.conversation] = (self.session.directory / "pi").glob("*.jsonl")
+
+    async def plan(self, session: Any) -> BodyPlan:
+        self.priming.mkdir(exist_ok=True)
+        plan = BodyPlan(box="test", cleanup=lambda: self.cleaned.append(plan),
+                        primingDir=self.priming, onAdopt=lambda: self.adopted.append(True))
+        self.plans.append(plan)
+        return plan
+
+    def primed(self) -> None:
+        """
+        Claimed; the body told its state and settled its priming run.
+        """
+        self.claim()
+        self.pi.answer("get_state", STATE)
+        self.assertEqual(self.pi.pending("prompt")["message"], PRIMING_PROMPT)
+        self.pi.answer("prompt", {"disposition": "started"})
+        self.pi.agentStart()
+        self.pi.send({"type": "extension_ui_request", "id": "n1", "method": "notify",
+                      "message": "primed", "notifyType": "info"})
+        self.pi.assistant("Ready.")
+        self.pi.send({"type": "agent_settled", "aborted": False})
+
+    def test_primedThenSwitched(self) -> None:
+        """
+        pi is started fresh in the priming folder, primed, and switched to
+        the conversation; the folder goes once pi is on it; nothing of the
+        priming is told, at the claim or when the command adopts the body,
+        and the plan's adoption is run then, once.
+        """
+        self.primed()
+        self.assertEqual(self.launcher.kwargs[-1]["freshIn"], self.priming)
+        self.assertEqual(self.pi.pending("switch_session")["sessionPath"],
+                         str(self.conversation))
+        self.pi.answer("switch_session", {"cancelled": False})
+        self.pi.answer("get_state", {**STATE, "sessionFile": str(self.conversation),
+                                     "messageCount": 1})
+        self.assertFalse(self.priming.exists())
+        self.assertEqual(self.adopted, [])
+        self.assertEqual(self.types(), ["lease.renewed"])
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(self.adopted, [True])
+        self.assertEqual(self.pi.kinds()[-1], "prompt")
+        self.assertEqual(self.pi.requests()[-1]["message"], "hello")
+        self.assertEqual(self.data("session.revived"), [{"messageCount": 1}])
+        self.assertNotIn("body.notice", self.types())
+        self.assertNotIn("message.completed", self.types())
+
+    def test_questionsWhilePriming(self) -> None:
+        """
+        The extension's questions are answered while pi is primed too.
+        """
+        self.session.delegatedToken = "dt-0123456789"
+        self.claim()
+        self.pi.answer("get_state", STATE)
+        self.pi.send({"type": "extension_ui_request", "id": "q1", "method": "input",
+                      "title": "sophia.delegated-token"})
+        self.assertEqual(self.pi.uiAnswers()[-1]["value"], "dt-0123456789")
+
+    def test_commandWhilePriming(self) -> None:
+        """
+        A command that comes while pi is primed waits for the switch.
+        """
+        self.claim()
+        self.pi.answer("get_state", STATE)
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(self.pi.kinds(), ["get_state", "prompt"])
+        self.pi.answer("prompt", {"disposition": "started"})
+        self.pi.send({"type": "agent_settled", "aborted": False})
+        self.pi.answer("switch_session", {"cancelled": False})
+        self.pi.answer("get_state", {**STATE, "sessionFile": str(self.conversation)})
+        self.assertEqual(self.pi.requests()[-1]["message"], "hello")
+        self.assertEqual(len(self.launcher.spawned), 1)
+
+    def assertLetGo(self) -> None:
+        """
+        The body was ended, its plan undone and its priming folder gone; a
+        command starts another.
+        """
+        self.assertIn(0, self.pi.transport.closed)
+        exited(self.pi.transport, 0)
+        self.assertEqual(self.cleaned, self.plans)
+        self.assertFalse(self.priming.exists())
+        self.assertFalse(self.conductor.startedAhead())
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_switchRefused(self) -> None:
+        self.primed()
+        self.pi.answer("switch_session", {"cancelled": True})
+        self.assertLetGo()
+
+    def test_notOnItsConversation(self) -> None:
+        """
+        A body that says it is on another file after the switch is let go.
+        """
+        self.primed()
+        self.pi.answer("switch_session", {"cancelled": False})
+        self.pi.answer("get_state", {**STATE, "sessionFile": str(self.priming / "x.jsonl")})
+        self.assertLetGo()
+
+    def test_primingRefused(self) -> None:
+        self.claim()
+        self.pi.answer("get_state", STATE)
+        self.pi.answer("prompt", success=False, error="no model")
+        self.assertLetGo()
+
+    def test_exitWhilePriming(self) -> None:
+        """
+        A body that exits while it is primed is let go (its folder too),
+        and nothing waits for its priming any more.
+        """
+        self.claim()
+        self.pi.answer("get_state", STATE)
+        self.pi.answer("prompt", {"disposition": "started"})
+        exited(self.pi.transport, 1)
+        self.assertEqual(self.cleaned, self.plans)
+        self.assertFalse(self.priming.exists())
+        self.assertEqual(self.flushLoggedErrors(), [])
 
 
 class LettingGoTests(EarlyTestCase):
@@ -290,6 +429,11 @@ class LettingGoTests(EarlyTestCase):
         self.clock.advance(1)
         self.assertIn(0, self.pi.transport.closed)
         self.assertEqual(self.cleaned, [])
+        # TERM a second after its stdin closed, not before.
+        self.clock.advance(0.9)
+        self.assertEqual(self.pi.transport.signals, [])
+        self.clock.advance(0.1)
+        self.assertEqual(self.pi.transport.signals, ["TERM"])
         exited(self.pi.transport, 0)
         self.assertEqual(self.cleaned, self.plans)
         self.assertEqual(self.types(), ["lease.renewed"])
@@ -467,3 +611,17 @@ class AnnotationTests(SynchronousTestCase):
 
         assertAnnotationsResolve(self, _early)
         assertAnnotationsResolve(self, _questions)
+
+    def test_heardAsABody(self) -> None:
+        """
+        What hears an early body before its command is a body's sink.
+        """
+        early = Early.prepare(newSession(self.registry(), ALICE), BodyPlan(), revived=False)
+        verifyObject(IBodySink, early.protocol.sink)
+
+    def registry(self) -> Registry:
+        dataDir = DataDir(Path(self.mktemp()))
+        dataDir.ensure()
+        registry = Registry(dataDir=dataDir, clock=MemoryReactorClock())
+        self.addCleanup(registry.close)
+        return registry

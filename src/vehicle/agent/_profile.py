@@ -52,6 +52,11 @@ BRIDGE_PORT = 18080
 #: The child fd bwrap reads the box's seccomp program from.
 SECCOMP_FD = 4
 
+#: Where, in an agent session's pi folder, a body started at its driver's
+#: claim keeps the session of its own it is primed in (never a conversation:
+#: the host reads only the pi folder's own files); gone once it is switched.
+PRIMING_FOLDER = ".priming"
+
 
 @define(eq=False)
 class AgentProfile:
@@ -347,6 +352,21 @@ class AgentProfile:
         Before each agent body: probe the box, check the folders, open the
         body's proxy to the model, and say how to box it.
         """
+        return await self._plan(session, primed=False)
+
+    async def planAhead(self, session: Session) -> BodyPlan:
+        """
+        The plan of a body started at its driver's claim, before any
+        command (L{vehicle.body.BodyLife.ahead}): as L{plan}, and in a box
+        primed before it is switched to the conversation (pi starts a new
+        session of its own in the session's pi folder's C{.priming}, which
+        its box shows, and its proxy answers that one priming prompt
+        itself); the proxy reaches the session's provider once a command
+        adopts the body.
+        """
+        return await self._plan(session, primed=True)
+
+    async def _plan(self, session: Session, primed: bool) -> BodyPlan:
         tier = await self.decide()
         self.checkFolders(session)
         workDir = self.workDir(session)
@@ -354,13 +374,24 @@ class AgentProfile:
             # The operator's choice: no box, so the body holds its key as a
             # chat body does (there is no box to keep it out of).
             return BodyPlan(workDir=workDir, box="none")
-        proxy = await self.openProxy(session)
+        proxy = await self.openProxy(session, primed=primed)
         # A bwrap box has a loopback of its own; a seatbelt box shares the
         # host's, so its bridge takes any free port (the extension puts it
         # in place of the 0).
         port = BRIDGE_PORT if tier == "bwrap" else 0
         program = seccompProgram() if tier == "bwrap" else None
+        primingDir: Path | None = None
+        if primed:
+            primingDir = BodyPaths.forSession(session.directory).piDir / PRIMING_FOLDER
+            # What a killed host left there goes; a link or a file a body
+            # put in its place is removed, never followed.
+            if primingDir.is_symlink() or primingDir.is_file():
+                primingDir.unlink()
+            shutil.rmtree(primingDir, ignore_errors=True)
+            primingDir.mkdir(mode=0o700)
         return BodyPlan(
+            primingDir=primingDir,
+            onAdopt=(lambda: proxy.handTo(*self.upstreamFor(session))) if primed else None,
             workDir=workDir,
             providers=self.providersFor(session.meta.model, proxy, port),
             wrap=(
@@ -375,13 +406,17 @@ class AgentProfile:
             cleanup=lambda: Deferred.fromCoroutine(self.closeProxy(session, proxy)),
         )
 
-    async def openProxy(self, session: Session) -> ModelProxy:
+    async def openProxy(self, session: Session, primed: bool = False) -> ModelProxy:
         """
         The body's proxy to the model (and to MCP): a fresh token each body.
+        C{primed}: it reaches no provider until handed to the session (it
+        answers one priming prompt itself, as a spare's).
         """
         await self.closeProxy(session)
-        model, gate = self.upstreamFor(session)
-        proxy = self.newProxy(session.sessionId, model, gate)
+        if primed:
+            proxy = self.newProxy(session.sessionId, None)
+        else:
+            proxy = self.newProxy(session.sessionId, *self.upstreamFor(session))
         await proxy.listen()
         self.proxies[session.sessionId] = proxy
         return proxy

@@ -95,6 +95,8 @@ class Conductor:
     #: Start the session's body at a claim when no spare can serve it
     #: (L{BodyLife.ahead}).
     startAhead: bool = False
+    #: The plan of a body started at a claim, if not L{planner}'s.
+    aheadPlanner: Planner | None = None
     #: Reads the transcript for a snapshot.
     transcripts: TranscriptReader = field(factory=TranscriptReader)
     pump: Pump = field(init=False)
@@ -113,6 +115,7 @@ class Conductor:
             planner=self.planner,
             spares=self.spares,
             startAhead=self.startAhead,
+            aheadPlanner=self.aheadPlanner,
         )
         self.delivery = Delivery(session=self.session, life=self.life, clock=self.clock)
         self.settlement = Settlement(session=self.session, life=self.life, delivery=self.delivery)

@@ -15,10 +15,19 @@ answered as the session's body answers them (its MCP client, connecting at
 start, asks for the session's delegation token), and whatever else pi says
 is held for the session and told when the body is adopted; its exit is no
 one's news (the command finds it ended and starts another).
+
+A plan with a priming folder (an agent's in a box, whose proxy answers one
+priming prompt itself until the body is adopted) is primed too: pi starts a
+new session of its own there, is prompted once (what pi loads for its first
+prompt, ~66-240 ms, is paid then, not by the person's), and is then switched
+to the session's conversation; the folder goes.  Nothing of the priming is
+told, and the conversation never holds it.
 """
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Callable
 
 from attrs import define, field
@@ -28,7 +37,8 @@ from zope.interface import implementer
 
 from vehicle.body._live import LiveBody
 from vehicle.body._questions import answerFor, isQuestion
-from vehicle.body._rpc import IBodySink, PiProtocol
+from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol
+from vehicle.body._spares import PRIMING_PROMPT
 from vehicle.body._spawner import BodyPlan, Launcher
 from vehicle.protocol import JSONObject
 from vehicle.session import Session
@@ -51,16 +61,24 @@ class _Waiting:
     session: Session
     protocol: PiProtocol | None = None
     held: list[JSONObject] = field(factory=list)
+    #: Fires when the priming run settles; while set, nothing pi says is
+    #: held (the priming is no one's).
+    priming: Deferred[None] | None = None
 
     def piEvent(self, event: JSONObject) -> None:
         if isQuestion(event):
             if self.protocol is not None:
                 self.protocol.send(answerFor(event, self.session.delegatedToken))
+        elif self.priming is not None:
+            if event.get("type") == "agent_settled" and not self.priming.called:
+                self.priming.callback(None)
         elif len(self.held) < HELD_RECORDS:
             self.held.append(event)
 
     def bodyExited(self, exitCode: int | None, signal: int | None, stderrTail: str) -> None:
-        pass
+        if self.priming is not None and not self.priming.called:
+            # Nothing else would end the wait for its priming run.
+            self.priming.errback(BodyExited(exitCode, signal, stderrTail))
 
 
 @define(eq=False)
@@ -90,15 +108,43 @@ class Early:
     def protocol(self) -> PiProtocol:
         return self.body.protocol
 
-    async def start(self, launcher: Launcher, session: Session) -> None:
+    async def start(self, launcher: Launcher, session: Session, conversation: Path) -> None:
         """
-        Spawn pi and wait for its state.
+        Spawn pi and wait for its state; with a priming folder, prime it
+        there and switch it to C{conversation} (the session's file, as pi
+        sees it) first.
 
-        @raise Exception: the process could not be started, or pi did not
-            answer (it is ended: see L{end}).
+        @raise Exception: the process could not be started, pi did not
+            answer, or refused the conversation (it is to be ended: see
+            L{end}).
         """
         self.body.spawn(launcher, session.meta)
         self.state = await self.protocol.request({"type": "get_state"})
+        primingDir = self.body.plan.primingDir
+        if primingDir is None:
+            return
+        waiting = self.protocol.sink
+        assert isinstance(waiting, _Waiting)
+        settled: Deferred[None] = Deferred()
+        waiting.priming = settled
+        try:
+            await self.protocol.request({"type": "prompt", "message": PRIMING_PROMPT})
+            await settled
+            switched = await self.protocol.request(
+                {"type": "switch_session", "sessionPath": str(conversation)}
+            )
+            if switched.get("cancelled") is not False:
+                raise PiCommandError("switch_session", "the body refused its conversation")
+            self.state = await self.protocol.request({"type": "get_state"})
+        finally:
+            waiting.priming = None
+            # Nobody waits for the priming run any more (its end may be an
+            # exit that failed the request first).
+            settled.addErrback(lambda _: None)
+        if self.state.get("sessionFile") != str(conversation):
+            raise PiCommandError("switch_session", "the body is not on its conversation")
+        # pi is off its own session: nothing of the priming stays.
+        shutil.rmtree(primingDir, ignore_errors=True)
 
     def adopt(self, sink: IBodySink) -> None:
         """
@@ -108,6 +154,8 @@ class Early:
         """
         waiting = self.protocol.sink
         self.protocol.sink = sink
+        if self.body.plan.onAdopt is not None:
+            self.body.plan.onAdopt()
         if isinstance(waiting, _Waiting):
             for record in waiting.held:
                 sink.piEvent(record)
@@ -122,4 +170,11 @@ class Early:
         if body.transport is not None and not body.protocol.hasEnded:
             body.expectingExit()
             ending = body.protocol.terminate(clock, graceSeconds=1)
-        return ending.addBoth(lambda _: cleanUp(body.plan)).addCallback(lambda _: None)
+        primingDir = body.plan.primingDir
+
+        def ended(_: object) -> None:
+            if primingDir is not None:
+                shutil.rmtree(primingDir, ignore_errors=True)
+            cleanUp(body.plan)
+
+        return ending.addBoth(ended)

@@ -92,6 +92,9 @@ class BodyLife:
     #: Start the session's own body at a claim when no spare can be
     #: switched to its conversation (L{ahead}).
     startAhead: bool = False
+    #: The plan of a body started at a claim, if not L{planner}'s (an
+    #: agent's: primed before it is switched to its conversation).
+    aheadPlanner: Planner | None = None
     #: What was made for the session's next body when it was claimed
     #: (L{ahead}): a spare switched to its conversation's file, or its own
     #: body started early.
@@ -232,9 +235,9 @@ class BodyLife:
                 return spare
         if not self.startAhead:
             return None
-        return await self._startedAhead()
+        return await self._startedAhead(target)
 
-    async def _startedAhead(self) -> Early | None:
+    async def _startedAhead(self, target: Path) -> Early | None:
         """
         The session's own body, planned and started as its command would
         start it, waiting for that command; L{None} if it may not start
@@ -243,8 +246,9 @@ class BodyLife:
         sessionId = self.session.sessionId
         try:
             plan = BodyPlan()
-            if self.planner is not None:
-                plan = await self.planner(self.session)
+            planner = self.aheadPlanner or self.planner
+            if planner is not None:
+                plan = await planner(self.session)
         except VehicleError:
             return None  # no body may start now: the command says why
         except Exception:
@@ -258,7 +262,7 @@ class BodyLife:
             revived=_resumes(_current(BodyPaths.forSession(self.session.directory))),
         )
         try:
-            await early.start(self.launcher, self.session)
+            await early.start(self.launcher, self.session, target)
         except Exception as e:
             self._log.warn("A body started ahead for {sessionId} did not start ({error})",
                            sessionId=sessionId, error=self.scrub(str(e)))

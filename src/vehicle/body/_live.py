@@ -145,6 +145,7 @@ class LiveBody:
             bootExtra=bootExtra(meta, plan, mcpUrl),
             mcpUrl=mcpUrl,
             extraFDs=plan.extraFDs,
+            freshIn=plan.primingDir,
         )
         self.translator.setTools(toolsFor(meta))
 

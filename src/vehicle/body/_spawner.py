@@ -169,6 +169,14 @@ class BodyPlan:
     #: More of the child's fds, each written once then closed (the box's
     #: seccomp program).
     extraFDs: dict[int, bytes] | None = None
+    #: A body started ahead of its command and primed: pi starts a new
+    #: session of its own in this folder (inside its pi folder, so its box
+    #: shows it; never the conversation pi resumes), where it is primed
+    #: before it is switched to the session's conversation.
+    primingDir: Path | None = None
+    #: Called when the session's command takes the body (its proxy opens
+    #: to the session's provider).
+    onAdopt: Callable[[], None] | None = None
 
 
 @define(eq=False)
@@ -214,6 +222,7 @@ class Launcher:
         mcpUrl: str | None = None,
         extraFDs: dict[int, bytes] | None = None,
         inside: BodyPaths | None = None,
+        freshIn: Path | None = None,
     ) -> IProcessTransport:
         """
         Spawn C{pi --mode rpc} for a session and hand it its boot config.
@@ -221,10 +230,12 @@ class Launcher:
         @param inside: where pi sees C{paths}, when its box binds them
             elsewhere (an agent's spare, at the session's future paths);
             C{wrap} is given C{paths}, and must bind them there.
+        @param freshIn: start a new session of pi's own in this folder (as
+            pi sees it) instead of resuming the session's conversation.
         """
         paths.prepare()
         argv, env = self._command(
-            paths, inside, model=model, profile=profile, mcp=mcpUrl is not None
+            paths, inside, model=model, profile=profile, mcp=mcpUrl is not None, freshIn=freshIn
         )
         if wrap is not None:
             argv, env = wrap(argv, env, paths)
@@ -249,19 +260,21 @@ class Launcher:
         return transport
 
     def _command(
-        self, paths: BodyPaths, inside: BodyPaths | None, *, model: str, profile: str, mcp: bool
+        self, paths: BodyPaths, inside: BodyPaths | None, *, model: str, profile: str, mcp: bool,
+        freshIn: Path | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """
         The argv and whole environment of a pi child, before any box: it
-        resumes the conversation pi keeps in C{paths.piDir}, if any, each
-        path named as pi sees it (C{inside}, when given).
+        resumes the conversation pi keeps in C{paths.piDir}, if any (a new
+        one in C{freshIn}, when given), each path named as pi sees it
+        (C{inside}, when given).
         """
         pi = self.pi()
         seen = inside or paths
-        current = latestSessionFile(paths.piDir)
+        current = latestSessionFile(paths.piDir) if freshIn is None else None
         argv = piArgv(
             pi,
-            sessionDir=seen.piDir,
+            sessionDir=seen.piDir if freshIn is None else freshIn,
             sessionFile=seen.piDir / current.name if current is not None else None,
             extension=self.extension,
             model=model,

@@ -204,12 +204,14 @@ class Bodies:
         # Where warm bodies are kept for its kind, a claim starts its body
         # when no spare can serve it.
         startAhead = self.spares is not None
+        aheadPlanner: Planner | None = None
         if session.meta.profile == "agent" and self.agent is not None:
             # An agent's spare is the one reserved for it at its creation.
             planner, spares = self.agent.plan, self.agent
             startAhead = self.agent.spares is not None
+            aheadPlanner = self.agent.planAhead
         if session.meta.funding == "byok" and self.ownKey is not None:
-            planner = self.ownKey.plan
+            planner, aheadPlanner = self.ownKey.plan, None
             spares = OwnKeySpares(self.ownKey, spares) if spares is not None else None
         conductor = Conductor(
             session=session,
@@ -219,6 +221,7 @@ class Bodies:
             planner=planner,
             spares=spares,
             startAhead=startAhead,
+            aheadPlanner=aheadPlanner,
             transcripts=TranscriptReader(runInThread=self.runInThread),
         )
         session.conductor = conductor
