@@ -149,22 +149,30 @@ async def revive(reactor: Any, args: argparse.Namespace, cold: Any, warm: Any,
     with no spare and on one with a spare ready (prompted at once, and
     after C{--typing-ms}); the floors beside them.  With C{--agent} no
     spare serves it (an agent spare serves a new session only): a host
-    that keeps agent spares starts the session's own body at the claim.
+    that keeps agent spares starts the session's own body at the claim,
+    as a chat host does with C{--none-ready}.
     """
     typing = args.typing_ms / 1000
+
+    async def ready(host: Any) -> None:
+        # With --none-ready the warm host's one spare was taken by the first
+        # session made, and none is made again: each claim starts the body.
+        if not args.none_ready:
+            await waitForSpare(host, args.agent)
+
     profile = "agent" if args.agent else None
     await reviveSample(reactor, cold, await dormantSession(cold, profile), 0)  # warm-ups
-    await waitForSpare(warm, args.agent)
+    await waitForSpare(warm, args.agent)  # the first session made takes it
     await reviveSample(reactor, warm, await dormantSession(warm, profile), 0)
     for _ in range(args.runs):
         sessions = [await dormantSession(cold, profile), await dormantSession(warm, profile),
                     await dormantSession(warm, profile)]
         results.setdefault("host, no spare", []).append(
             await reviveSample(reactor, cold, sessions[0], 0))
-        await waitForSpare(warm, args.agent)
+        await ready(warm)
         results.setdefault("host, a spare, prompt at once", []).append(
             await reviveSample(reactor, warm, sessions[1], 0))
-        await waitForSpare(warm, args.agent)
+        await ready(warm)
         results.setdefault(f"host, a spare, prompt {args.typing_ms} ms after", []).append(
             await reviveSample(reactor, warm, sessions[2], typing))
         results.setdefault("pi started alone", []).append(
@@ -326,6 +334,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
         # --refill-ms says otherwise): a refill started at the hand-off
         # boots Node beside the handed body's first run.
         refill = {} if args.refill_ms is None else {"spareRefillMs": args.refill_ms}
+        if args.none_ready:
+            refill = {"spareRefillMs": 3_600_000}
         warm = await hostWith(case, modelUrl, **refill, **public,
                               **({"agentSpareBodies": 1} if args.agent else {"spareBodies": 1}))
         opencode = None
@@ -407,6 +417,9 @@ if __name__ == "__main__":
                         help="a dormant session claimed and prompted (with --agent: an agent's)")
     parser.add_argument("--typing-ms", type=int, default=300,
                         help="with --revive: the pause between the claim and the prompt")
+    parser.add_argument("--none-ready", action="store_true",
+                        help="with --revive: no spare is ready at the claims (the first session"
+                             " takes the only one): the body is started at each claim")
     parser.add_argument("--refill-ms", type=int, default=None,
                         help="the spare pool's pause before a refill (default: the host's)")
     arguments = parser.parse_args()

@@ -26,7 +26,9 @@ from vehicle._threads import threadRunner
 from vehicle.agent import AgentProfile, agentSpares
 from vehicle.body import EXTENSION, Launcher, RunInThread, SpareHolds
 from vehicle._http import httpClient
-from vehicle.host import Bodies, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares
+from vehicle.host import (
+    Bodies, ChatAhead, Drive, HostBodyRules, HostService, MirrorFollower, chatSpares,
+)
 from vehicle.metrics import Metrics, metricsSite
 from vehicle.mirror import Mirror
 from vehicle.public import OwnKeyBodies, Public, openLedger
@@ -185,6 +187,11 @@ def _bodies(
         spares=spares,
         holds=(
             SpareHolds(pool=spares, clock=reactor, holdSeconds=settings.bodyIdleMs / 1000.0)
+            if spares is not None else None
+        ),
+        chatAhead=(
+            ChatAhead(reactor=reactor, models=models, runDir=agent.runDir,
+                      http=httpClient(reactor, pool=proxyConnections))
             if spares is not None else None
         ),
         proxyConnections=proxyConnections,

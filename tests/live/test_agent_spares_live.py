@@ -15,7 +15,7 @@ from typing import Any
 
 from twisted.trial.unittest import TestCase
 
-from vehicle.agent._profile import PRIMING_FOLDER
+from vehicle.body import PRIMING_FOLDER
 from vehicle.body import PRIMING_PROMPT
 from vehicle.body._spawner import latestSessionFile
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from twisted.trial.unittest import TestCase
 
-from vehicle.body import PRIMING_PROMPT
+from vehicle.body import PRIMING_FOLDER, PRIMING_PROMPT
 from vehicle.body._spawner import latestSessionFile
 
 from tests.support.live import (
@@ -246,10 +246,11 @@ class HandOffTests(TestCase):
     async def test_noSpareReadyTheBodyStartsAtTheClaim(self) -> None:
         """
         A dormant conversation claimed when no spare is ready has its own
-        body started at the claim, heard by no one; the prompt then runs on
-        that very process, which resumes the conversation with the same
-        tools (the graph's, connected with the token the host answered
-        while it waited).
+        body started at the claim, heard by no one, primed in a session of
+        its own (its proxy answering: the model never sees it, nor does the
+        conversation); the prompt then runs on that very process, which
+        resumes the conversation with the same tools (the graph's,
+        connected with the token the host answered while it waited).
         """
         host = await LiveHost(self, spareBodies=1, spareRefillMs=600000).start()
         await readySpare(host)
@@ -264,8 +265,12 @@ class HandOffTests(TestCase):
         asked = len(host.model.requests)
         code, frame = await host.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
         self.assertEqual(code, 200, frame)
+        piFile = latestSessionFile(session.directory / "pi")
+        assert piFile is not None
         pid = await startedAtTheClaim(session)
         self.assertTrue(alive(pid))
+        self.assertFalse((session.directory / "pi" / PRIMING_FOLDER).exists())
+        self.assertEqual(list((session.directory / "pi").glob("*.jsonl")), [piFile])
         self.assertEqual([e["type"] for e in host.events(sid)[since:]], ["lease.renewed"])
         self.assertEqual(session.conductor.bodyState(), "dormant")
         code, frame = await host.command(sid, "prompt", "p2", text="second words")
@@ -280,6 +285,8 @@ class HandOffTests(TestCase):
         texts = json.dumps(host.model.requests[-1][1]["messages"])
         self.assertIn("first words", texts)
         self.assertIn("second words", texts)
+        self.assertNotIn(PRIMING_PROMPT, texts)
+        self.assertNotIn(PRIMING_PROMPT, piFile.read_text())
 
     async def test_theSessionsBudgetRules(self) -> None:
         """

@@ -22,7 +22,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.agent import BRIDGE_PORT
-from vehicle.agent._profile import PRIMING_FOLDER
+from vehicle.body import PRIMING_FOLDER
 from vehicle.box import PROBE_ARGS
 from vehicle.models import ModelCatalog
 from vehicle.settings import SettingsError

@@ -23,7 +23,7 @@ from twisted.internet.error import CannotListenError
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.agent import SECCOMP_FD, AgentSpareProxy, AgentSpares
-from vehicle.agent._profile import PRIMING_FOLDER
+from vehicle.body import PRIMING_FOLDER
 from vehicle.body import PRIMING_PROMPT, SPARE_BUDGET, Spare
 from vehicle.body._spawner import BodyPaths, Launcher
 from vehicle.box import BoxSpec, BoxSpecError, bwrapArgv, canonicalSpec

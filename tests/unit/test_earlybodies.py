@@ -312,6 +312,9 @@ class PrimedTests(EarlyTestCase):
         self.pi.send({"type": "extension_ui_request", "id": "n1", "method": "notify",
                       "message": "primed", "notifyType": "info"})
         self.pi.assistant("Ready.")
+        self.pi.send({"type": "agent_end", "messages": []})
+        # Switched once the priming run settled, not before.
+        self.assertNotIn("switch_session", self.pi.kinds())
         self.pi.send({"type": "agent_settled", "aborted": False})
 
     def test_primedThenSwitched(self) -> None:
@@ -383,6 +386,29 @@ class PrimedTests(EarlyTestCase):
         self.pi.answer("switch_session", {"cancelled": True})
         self.assertLetGo()
 
+    def test_anythingButFalseIsARefusal(self) -> None:
+        """
+        A switch's answer is taken only when it says C{cancelled} is false
+        (not 0, not missing).
+        """
+        self.primed()
+        self.pi.answer("switch_session", {"cancelled": 0})
+        self.assertLetGo()
+
+    def test_primingFolderGoneMeanwhile(self) -> None:
+        """
+        A priming folder already gone when pi is switched (or when the body
+        ends) is nothing to fail for.
+        """
+        self.primed()
+        self.priming.rmdir()
+        self.pi.answer("switch_session", {"cancelled": False})
+        self.pi.answer("get_state", {**STATE, "sessionFile": str(self.conversation)})
+        self.assertTrue(self.conductor.startedAhead())
+        self.conductor.dispose("shutdown")
+        exited(self.pi.transport, 0)
+        self.assertEqual(self.cleaned, self.plans)
+
     def test_notOnItsConversation(self) -> None:
         """
         A body that says it is on another file after the switch is let go.
@@ -390,6 +416,15 @@ class PrimedTests(EarlyTestCase):
         self.primed()
         self.pi.answer("switch_session", {"cancelled": False})
         self.pi.answer("get_state", {**STATE, "sessionFile": str(self.priming / "x.jsonl")})
+        self.assertLetGo()
+
+    def test_onAnotherFileAfterIt(self) -> None:
+        """
+        Whatever other file it names (one named after the conversation's).
+        """
+        self.primed()
+        self.pi.answer("switch_session", {"cancelled": False})
+        self.pi.answer("get_state", {**STATE, "sessionFile": str(self.conversation) + "x"})
         self.assertLetGo()
 
     def test_primingRefused(self) -> None:

@@ -18,13 +18,14 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle.body import ChatSpares, SpareHolds
+from vehicle.body import PRIMING_FOLDER, PRIMING_PROMPT, ChatSpares, SpareHolds
 from vehicle.body._conductor import Conductor
 from vehicle.body._picommand import sessionFacts
 from vehicle.body._sessionfile import newSessionFile
 from vehicle.body._spare import HAND_OFF_COMMAND, Spare
 from vehicle.body._spares import PREPARE
 from vehicle.body._spawner import BodyPaths
+from vehicle.box._proxy import _PROXIES
 from vehicle.errors import VehicleError
 from vehicle.protocol import (
     Answer, ClaimRequest, CommandRequest, RunBudget, SessionCreated, fromRequest, toObject,
@@ -33,7 +34,7 @@ from vehicle.session import SessionMeta, isoTimestamp
 
 from tests.support.crashdriver import sendCut
 from tests.support.fakepi import STATE
-from tests.support.harness import FakePiTransport, Harness
+from tests.support.harness import MODELS, FakePiTransport, Harness
 from tests.support.pirecords import answer, exited, kinds, record
 from tests.support.sparepool import ALICE, MODEL, PoolTestCase, RefusingSource
 
@@ -792,6 +793,58 @@ def readyChatSpare(host: Harness) -> Spare:
     assert pool is not None
     [spare] = pool.ready
     return spare
+
+
+class ChatAheadTests(SynchronousTestCase):
+    """
+    A dormant chat conversation claimed when no spare is ready has its own
+    body started at the claim, primed in a session of its own through a
+    proxy of its own (the key never in its boot config), and switched to
+    the conversation (L{vehicle.host.ChatAhead}).
+    """
+
+    def test_primedThroughItsProxy(self) -> None:
+        root = Path(self.mktemp()).absolute()
+        h = Harness(self, root, spareBodies=1, spareRefillMs=60000)
+        self.addCleanup(h.stop)
+        # The spare is still being made: the session is made without it.
+        code, frame = h.call("POST", "/sessions", {"requestId": "c1"})
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        session = h.api.registry.sessions[sid]
+        paths = BodyPaths.forSession(session.directory)
+        paths.prepareConversation()
+        conversation = newSessionFile(paths.piDir, sessionId="pi-1",
+                                      now=datetime.now(timezone.utc), cwd=paths.workDir)
+        with conversation.open("ab") as f:
+            f.write(b'{"type":"message","id":"m1","message":{"role":"user","content":"hi"}}\n')
+        spawned = len(h.launcher.spawned)
+        code, frame = h.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
+        self.assertEqual(code, 200, frame)
+        self.assertEqual(len(h.launcher.spawned), spawned + 1)
+        asked = h.launcher.kwargs[-1]
+        self.assertEqual(asked["freshIn"], paths.piDir / PRIMING_FOLDER)
+        [provider] = asked["providers"].values()
+        self.assertNotEqual(provider["apiKey"], MODELS["providers"]["scripted"]["apiKey"])
+        self.assertEqual(asked["bootExtra"]["bridge"]["port"], 0)
+        [proxy] = [p for p in _PROXIES if p.token == provider["apiKey"]]
+        self.assertIsNone(proxy.model)
+        transport = h.launcher.spawned[-1]
+        answer(transport, "get_state", STATE)
+        self.assertEqual(transport.written[-1]["message"], PRIMING_PROMPT)
+        answer(transport, "prompt", {"disposition": "started"})
+        record(transport, {"type": "agent_settled", "aborted": False})
+        self.assertEqual(transport.written[-1]["sessionPath"], str(conversation))
+        answer(transport, "switch_session", {"cancelled": False})
+        answer(transport, "get_state", {**STATE, "sessionFile": str(conversation)})
+        self.assertFalse((paths.piDir / PRIMING_FOLDER).exists())
+        self.assertIsNone(proxy.model)
+        code, frame = h.call("POST", f"/sessions/{sid}/commands",
+                             {"type": "prompt", "requestId": "p1", "text": "hello"})
+        self.assertEqual(code, 202, frame)
+        self.assertEqual(transport.written[-1]["message"], "hello")
+        assert proxy.model is not None
+        self.assertEqual(proxy.model.key, MODELS["providers"]["scripted"]["apiKey"])
 
 
 class BranchTests(SynchronousTestCase):

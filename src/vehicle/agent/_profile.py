@@ -22,7 +22,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from vehicle._reactors import IHostReactor
-from vehicle.body import BodyPaths, BodyPlan, Spare, SpareHolds, SparePool, Wrapper
+from vehicle.body import (
+    BodyPaths, BodyPlan, Spare, SpareHolds, SparePool, Wrapper, primingFolder,
+)
 from vehicle.box import (
     BoxSpec,
     SeatbeltSpec,
@@ -52,10 +54,6 @@ BRIDGE_PORT = 18080
 #: The child fd bwrap reads the box's seccomp program from.
 SECCOMP_FD = 4
 
-#: Where, in an agent session's pi folder, a body started at its driver's
-#: claim keeps the session of its own it is primed in (never a conversation:
-#: the host reads only the pi folder's own files); gone once it is switched.
-PRIMING_FOLDER = ".priming"
 
 
 @define(eq=False)
@@ -359,9 +357,9 @@ class AgentProfile:
         The plan of a body started at its driver's claim, before any
         command (L{vehicle.body.BodyLife.ahead}): as L{plan}, and in a box
         primed before it is switched to the conversation (pi starts a new
-        session of its own in the session's pi folder's C{.priming}, which
-        its box shows, and its proxy answers that one priming prompt
-        itself); the proxy reaches the session's provider once a command
+        session of its own in the session's pi folder's
+        L{vehicle.body.PRIMING_FOLDER}, which its box shows, and its proxy
+        answers that one priming prompt itself); the proxy reaches the session's provider once a command
         adopts the body.
         """
         return await self._plan(session, primed=True)
@@ -382,13 +380,7 @@ class AgentProfile:
         program = seccompProgram() if tier == "bwrap" else None
         primingDir: Path | None = None
         if primed:
-            primingDir = BodyPaths.forSession(session.directory).piDir / PRIMING_FOLDER
-            # What a killed host left there goes; a link or a file a body
-            # put in its place is removed, never followed.
-            if primingDir.is_symlink() or primingDir.is_file():
-                primingDir.unlink()
-            shutil.rmtree(primingDir, ignore_errors=True)
-            primingDir.mkdir(mode=0o700)
+            primingDir = primingFolder(BodyPaths.forSession(session.directory).piDir)
         return BodyPlan(
             primingDir=primingDir,
             onAdopt=(lambda: proxy.handTo(*self.upstreamFor(session))) if primed else None,

@@ -44,6 +44,26 @@ from vehicle.protocol import JSONObject
 from vehicle.session import Session
 
 
+#: Where, in a session's pi folder, a body started at its driver's claim
+#: keeps the session of its own it is primed in (never a conversation: the
+#: host reads only the pi folder's own files); gone once it is switched.
+PRIMING_FOLDER = ".priming"
+
+
+def primingFolder(piDir: Path) -> Path:
+    """
+    A new empty folder in C{piDir} for a body to be primed in (what a
+    killed host left there goes; a link or a file a body put in its place
+    is removed, never followed).
+    """
+    folder = piDir / PRIMING_FOLDER
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700, parents=True)
+    return folder
+
+
 #: The most of pi's records an early body holds for its session (pi says
 #: little before its first command; a body that says more is not one to
 #: trust with it).

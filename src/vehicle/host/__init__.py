@@ -5,7 +5,7 @@ every session joined to its body (L{Bodies}), and the service that loads
 and stops them (L{HostService}).
 """
 
-from vehicle.host._bodies import Bodies, ChatSpareProxy, chatSpares
+from vehicle.host._bodies import Bodies, ChatAhead, ChatSpareProxy, chatSpares
 from vehicle.host._drive import AgentRules, BodyRules, Drive, PublicTurns, Replayed, refuseIfRunning
 from vehicle.host._service import HostBodyRules, HostService, MirrorFollower
 
@@ -14,6 +14,7 @@ __all__ = [
     "AgentRules",
     "Bodies",
     "BodyRules",
+    "ChatAhead",
     "ChatSpareProxy",
     "chatSpares",
     "Drive",

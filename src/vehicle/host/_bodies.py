@@ -11,6 +11,7 @@ tap only builds the parts and hands them here.
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +24,8 @@ from twisted.web.client import HTTPConnectionPool
 from vehicle._reactors import IHostReactor
 from vehicle.agent import AgentProfile
 from vehicle.body import (
+    BodyPaths,
+    BodyPlan,
     ChatSpares,
     Conductor,
     Launcher,
@@ -34,6 +37,7 @@ from vehicle.body import (
     SparePool,
     SpareSource,
     TranscriptReader,
+    primingFolder,
 )
 from vehicle.box import ModelProxy, Upstream, proxiesClosed
 from vehicle.mirror import Mirror
@@ -102,6 +106,37 @@ class ChatSpareProxy:
 
     def close(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self.proxy.close())
+
+
+@define(eq=False)
+class ChatAhead:
+    """
+    The plan of a chat body started at its driver's claim
+    (L{vehicle.body.BodyLife.ahead}), on the house's key: primed in a
+    session of its own before it is switched to its conversation, so it
+    reaches its model as a spare does, through a proxy of its own (the key
+    never in its boot config) that answers the priming itself and reaches
+    the session's provider once a command adopts the body.
+    """
+
+    reactor: IHostReactor
+    models: ModelCatalog
+    #: Where the proxies' sockets are (the host's private run folder).
+    runDir: Callable[[], Path]
+    http: HTTPClient | None = None
+
+    async def plan(self, session: Session) -> BodyPlan:
+        proxy = await ChatSpareProxy.open(
+            self.reactor, self.models, session.meta.model,
+            self.runDir() / ("ahead-" + secrets.token_hex(8)) / "model.sock", self.http,
+        )
+        return BodyPlan(
+            providers=proxy.providers,
+            bootExtra=proxy.bootExtra,
+            cleanup=proxy.close,
+            primingDir=primingFolder(BodyPaths.forSession(session.directory).piDir),
+            onAdopt=lambda: proxy.handTo(session),
+        )
 
 
 @define
@@ -181,6 +216,9 @@ class Bodies:
     spares: SparePool | None = None
     #: The chat spares held for the new sessions made with them.
     holds: SpareHolds | None = None
+    #: The plan of a chat body started at a claim (primed), if spares are
+    #: kept.
+    chatAhead: ChatAhead | None = None
     #: The connections the proxies keep open to the providers (closed once
     #: every proxy is).
     proxyConnections: HTTPConnectionPool | None = None
@@ -204,7 +242,7 @@ class Bodies:
         # Where warm bodies are kept for its kind, a claim starts its body
         # when no spare can serve it.
         startAhead = self.spares is not None
-        aheadPlanner: Planner | None = None
+        aheadPlanner: Planner | None = self.chatAhead.plan if self.chatAhead else None
         if session.meta.profile == "agent" and self.agent is not None:
             # An agent's spare is the one reserved for it at its creation.
             planner, spares = self.agent.plan, self.agent
