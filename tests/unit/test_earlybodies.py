@@ -7,6 +7,7 @@ the command adopts it, and ends if none comes.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from vehicle.body._early import HELD_RECORDS, Early
+from vehicle.body._early import HELD_RECORDS, Early, primingFolder
 from vehicle.body._rpc import IBodySink
 from vehicle.body._spares import PRIMING_PROMPT
 from vehicle.body._life import HostClosing
@@ -634,6 +635,46 @@ class RefusedTests(EarlyTestCase):
         self.assertEqual(self.cleaned, self.plans)
         self.failureResultOf(Deferred.fromCoroutine(self.life.ensure()), HostClosing)
         self.assertEqual(len(self.launcher.spawned), 1)
+
+
+class PrimingFolderTests(SynchronousTestCase):
+    """
+    L{primingFolder}: a new, empty, private folder, whatever was there.
+    """
+
+    def setUp(self) -> None:
+        self.piDir = Path(self.mktemp()) / "pi"
+
+    def assertFresh(self, folder: Path) -> None:
+        self.assertEqual(folder, self.piDir / ".priming")
+        self.assertTrue(folder.is_dir() and not folder.is_symlink())
+        self.assertEqual(list(folder.iterdir()), [])
+        self.assertEqual(os.stat(folder).st_mode & 0o777, 0o700)
+
+    def test_made(self) -> None:
+        """
+        Made with its pi folder, if that is not there yet.
+        """
+        self.assertFresh(primingFolder(self.piDir))
+
+    def test_leftoversGo(self) -> None:
+        folder = primingFolder(self.piDir)
+        (folder / "left.jsonl").write_text("{}\n")
+        self.assertFresh(primingFolder(self.piDir))
+
+    def test_aLinkIsRemovedNotFollowed(self) -> None:
+        elsewhere = Path(self.mktemp())
+        elsewhere.mkdir()
+        (elsewhere / "keep").write_text("kept")
+        self.piDir.mkdir(parents=True)
+        (self.piDir / ".priming").symlink_to(elsewhere)
+        self.assertFresh(primingFolder(self.piDir))
+        self.assertEqual((elsewhere / "keep").read_text(), "kept")
+
+    def test_aFileIsRemoved(self) -> None:
+        self.piDir.mkdir(parents=True)
+        (self.piDir / ".priming").write_text("not a folder")
+        self.assertFresh(primingFolder(self.piDir))
 
 
 class AnnotationTests(SynchronousTestCase):
