@@ -543,10 +543,13 @@ class LettingGoTests(EarlyTestCase):
         self.life.planner = plan
         self.claim()
         self.life.closing = True
-        made = BodyPlan(cleanup=lambda: self.cleaned.append(made))
+        priming = self.session.directory / "pi" / ".priming"
+        priming.mkdir()
+        made = BodyPlan(cleanup=lambda: self.cleaned.append(made), primingDir=priming)
         planned.callback(made)
         self.assertEqual(self.launcher.spawned, [])
         self.assertEqual(self.cleaned, [made])
+        self.assertFalse(priming.exists())
 
 
 class RefusedTests(EarlyTestCase):

@@ -254,13 +254,13 @@ class BodyLife:
         except Exception:
             self._log.failure("No body could be planned ahead for {sessionId}", sessionId=sessionId)
             return None
-        if self._going():
-            self._cleanUp(plan)
-            return None
         early = Early.prepare(
             self.session, plan,
             revived=_resumes(_current(BodyPaths.forSession(self.session.directory))),
         )
+        if self._going():
+            self._endMade(early)  # nothing started: its plan undone, its folder gone
+            return None
         try:
             await early.start(self.launcher, self.session, target)
         except Exception as e:
