@@ -92,8 +92,8 @@ class BodyLife:
     #: Start the session's own body at a claim when no spare can be
     #: switched to its conversation (L{ahead}).
     startAhead: bool = False
-    #: The plan of a body started at a claim, if not L{planner}'s (an
-    #: agent's: primed before it is switched to its conversation).
+    #: The plan of a body started at a claim, if not L{planner}'s (one
+    #: whose proxy answers its priming: L{Early}).
     aheadPlanner: Planner | None = None
     #: What was made for the session's next body when it was claimed
     #: (L{ahead}): a spare switched to its conversation's file, or its own
@@ -205,7 +205,8 @@ class BodyLife:
         person types, so that the command finds it on the file and hands it
         over with the session's facts alone.  When no spare can serve it
         and L{startAhead} is set, the session's own body is started now
-        (L{Early}: Node boots while the person types).  Nothing is told:
+        (L{Early}: Node boots while the person types, and with a plan that
+        allows it pi is primed then switched to the conversation).  Nothing is told:
         the body is materialized by the command, as without it.  What no
         command took within the idle time a body has ends (it holds the
         session's conversation now: it is never returned).
