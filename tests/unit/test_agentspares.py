@@ -480,6 +480,8 @@ class HandOffTests(HarnessTestCase):
         """
         sessionFile = self.claimedAfterItsEnd()
         self.assertEqual(len(self.host.launcher.spawned), 2)
+        self.assertEqual(self.session.conductor.life.places.limit, 1)
+        self.assertEqual(self.session.conductor.life.places.taken, 1)
         early = self.host.launcher.kwargs[-1]
         self.assertIsNone(early.get("inside"))
         self.assertEqual(early["profile"], "agent")

@@ -17,7 +17,8 @@ from twisted.logger import globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from vehicle.body._early import HELD_RECORDS, Early, primingFolder
+from vehicle.body._conductor import Conductor
+from vehicle.body._early import HELD_RECORDS, Early, Places, primingFolder
 from vehicle.body._rpc import IBodySink
 from vehicle.body._spares import PRIMING_PROMPT
 from vehicle.body._life import HostClosing
@@ -229,6 +230,81 @@ class MadeAheadTests(EarlyTestCase):
         self.started()
         self.submit("prompt", "p1", text="hello")
         self.assertFalse(self.conductor.startedAhead())
+
+
+class PlacesTests(EarlyTestCase):
+    """
+    Bodies started at claims hold places shared by one kind's sessions:
+    no more wait at once than there are places.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.places = Places(limit=1)
+        self.life.places = self.places
+        self.other = newSession(self.registry, ALICE)
+        (self.other.directory / "pi").mkdir(exist_ok=True)
+        writePiFile(self.other.directory, [HEADER, user("u1", None, 1, "hi")])
+        self.otherConductor = Conductor(session=self.other, launcher=self.launcher,
+                                        clock=self.clock, idleSeconds=self.idleSeconds,
+                                        startAhead=True, places=self.places)
+        self.other.conductor = self.otherConductor
+
+    def claimOther(self) -> None:
+        self.successResultOf(self.other.claim(
+            ALICE, fromRequest({"requestId": "o1"}, ClaimRequest), 3_600_000,
+        ))
+
+    def test_noMoreThanThePlaces(self) -> None:
+        """
+        A claim when every place is held starts nothing; the command
+        starts its body as before.
+        """
+        self.started()
+        self.claimOther()
+        self.assertEqual(len(self.launcher.spawned), 1)
+        self.assertEqual(self.places.taken, 1)
+        self.assertFalse(self.otherConductor.startedAhead())
+
+    def test_freeOnceAdopted(self) -> None:
+        self.started()
+        self.submit("prompt", "p1", text="hello")
+        self.assertEqual(self.places.taken, 0)
+        self.claimOther()
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_freeOnceEnded(self) -> None:
+        self.started()
+        self.clock.advance(self.idleSeconds)
+        self.assertEqual(self.places.taken, 0)
+        self.claimOther()
+        self.assertEqual(len(self.launcher.spawned), 2)
+
+    def test_freeWhenNoneStarted(self) -> None:
+        """
+        A plan refused, or one that failed, holds no place.
+        """
+        async def refuse(session: Any) -> BodyPlan:
+            raise VehicleError("body_tampered", "not the folder the host made")
+
+        self.life.planner = refuse
+        self.claim()
+        self.assertEqual(self.places.taken, 0)
+
+        async def fail(session: Any) -> BodyPlan:
+            raise RuntimeError("the box broke")
+
+        self.life.planner = fail
+        self.life._ahead = None
+        self.claim()
+        self.assertEqual(self.places.taken, 0)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    def test_takeAndGive(self) -> None:
+        places = Places(limit=2)
+        self.assertEqual((places.take(), places.take(), places.take()), (True, True, False))
+        places.give()
+        self.assertEqual((places.taken, places.take(), places.take()), (1, True, False))
 
 
 class WaitingTests(EarlyTestCase):

@@ -818,6 +818,13 @@ class ChatAheadTests(SynchronousTestCase):
                                       now=datetime.now(timezone.utc), cwd=paths.workDir)
         with conversation.open("ab") as f:
             f.write(b'{"type":"message","id":"m1","message":{"role":"user","content":"hi"}}\n')
+        # As many may wait at once as the host keeps chat spares, whichever
+        # session's.
+        places = session.conductor.life.places
+        self.assertEqual(places.limit, 1)
+        code, frame = h.call("POST", "/sessions", {"requestId": "c3"})
+        other = h.api.registry.sessions[frame["value"]["session"]["sessionId"]]
+        self.assertIs(other.conductor.life.places, places)
         spawned = len(h.launcher.spawned)
         code, frame = h.call("POST", f"/sessions/{sid}/claim", {"requestId": "c2"})
         self.assertEqual(code, 200, frame)

@@ -5,7 +5,7 @@ and the reader of its session files (transcript, active branch, fork/clone).
 
 from vehicle.body._branching import RunInThread, branch, inline
 from vehicle.body._conductor import Conductor, TranscriptReader
-from vehicle.body._early import PRIMING_FOLDER, primingFolder
+from vehicle.body._early import PRIMING_FOLDER, Places, primingFolder
 from vehicle.body._life import Planner
 from vehicle.body._modeltext import stripContextNote
 from vehicle.body._picommand import (
@@ -63,6 +63,7 @@ from vehicle.body._translate import HostEvent, Translator
 
 __all__ = [
     "PRIMING_FOLDER",
+    "Places",
     "primingFolder",
     "agentSettings",
     "bootConfig",

@@ -22,6 +22,7 @@ from twisted.internet.interfaces import IProcessTransport, IReactorTime
 from zope.interface import implementer
 
 from vehicle.body._delivery import Delivery
+from vehicle.body._early import Places
 from vehicle.body._life import BodyLife, Planner
 from vehicle.body._live import LiveBody
 from vehicle.body._branching import RunInThread
@@ -97,6 +98,8 @@ class Conductor:
     startAhead: bool = False
     #: The plan of a body started at a claim, if not L{planner}'s.
     aheadPlanner: Planner | None = None
+    #: The places of bodies started at claims, shared by one kind's sessions.
+    places: Places | None = None
     #: Reads the transcript for a snapshot.
     transcripts: TranscriptReader = field(factory=TranscriptReader)
     pump: Pump = field(init=False)
@@ -116,6 +119,7 @@ class Conductor:
             spares=self.spares,
             startAhead=self.startAhead,
             aheadPlanner=self.aheadPlanner,
+            places=self.places,
         )
         self.delivery = Delivery(session=self.session, life=self.life, clock=self.clock)
         self.settlement = Settlement(session=self.session, life=self.life, delivery=self.delivery)

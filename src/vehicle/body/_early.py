@@ -102,27 +102,67 @@ class _Waiting:
 
 
 @define(eq=False)
+class Places:
+    """
+    How many bodies started at claims may wait for their commands at once
+    (each is a process, and a claim costs its caller nothing): for one kind
+    of body, host-wide, as many as the spares it keeps.
+    """
+
+    limit: int
+    taken: int = 0
+
+    def take(self) -> bool:
+        """
+        Take a place, if one is free.
+        """
+        if self.taken >= self.limit:
+            return False
+        self.taken += 1
+        return True
+
+    def give(self) -> None:
+        """
+        A place taken is free again.
+        """
+        self.taken -= 1
+
+
+@define(eq=False)
 class Early:
     """
     One session's body started before its command.
 
     @ivar revived: it resumes the conversation pi kept for the session.
     @ivar state: pi's answer to C{get_state}, once started.
+    @ivar places: the places it holds one of until it is adopted or ends.
     """
 
     body: LiveBody
     revived: bool
     state: JSONObject = field(factory=dict)
+    places: Places | None = None
 
     @classmethod
-    def prepare(cls, session: Session, plan: BodyPlan, revived: bool) -> "Early":
+    def prepare(
+        cls, session: Session, plan: BodyPlan, revived: bool, places: Places | None = None,
+    ) -> "Early":
         """
-        The body C{plan} makes for C{session}, heard by no one yet.
+        The body C{plan} makes for C{session}, heard by no one yet (holding
+        a place of C{places}, taken already).
         """
         waiting = _Waiting(session=session)
         body = LiveBody.prepare(session, plan, waiting)
         waiting.protocol = body.protocol
-        return cls(body=body, revived=revived)
+        return cls(body=body, revived=revived, places=places)
+
+    def _leave(self) -> None:
+        """
+        Give its place back, once.
+        """
+        places, self.places = self.places, None
+        if places is not None:
+            places.give()
 
     @property
     def protocol(self) -> PiProtocol:
@@ -172,6 +212,7 @@ class Early:
         now): from now on C{sink} hears it, starting with what pi said
         while it waited.
         """
+        self._leave()
         waiting = self.protocol.sink
         self.protocol.sink = sink
         if self.body.plan.onAdopt is not None:
@@ -185,6 +226,7 @@ class Early:
         Stop a body no command adopted, then undo its plan (C{cleanUp}:
         its proxy closed).
         """
+        self._leave()
         body = self.body
         ending: Deferred[None] = succeed(None)
         if body.transport is not None and not body.protocol.hasEnded:

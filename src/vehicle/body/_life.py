@@ -20,7 +20,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from vehicle._timers import cancelIfActive
-from vehicle.body._early import Early
+from vehicle.body._early import Early, Places
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
@@ -95,6 +95,9 @@ class BodyLife:
     #: The plan of a body started at a claim, if not L{planner}'s (one
     #: whose proxy answers its priming: L{Early}).
     aheadPlanner: Planner | None = None
+    #: The places of bodies started at claims, shared by the sessions of
+    #: one kind (L{None}: as many as are claimed).
+    places: Places | None = None
     #: What was made for the session's next body when it was claimed
     #: (L{ahead}): a spare switched to its conversation's file, or its own
     #: body started early.
@@ -245,19 +248,25 @@ class BodyLife:
         now (the command says why) or did not start.
         """
         sessionId = self.session.sessionId
+        places = self.places
+        if places is not None and not places.take():
+            return None  # as many wait as may: the command starts its own
         try:
             plan = BodyPlan()
             planner = self.aheadPlanner or self.planner
             if planner is not None:
                 plan = await planner(self.session)
-        except VehicleError:
-            return None  # no body may start now: the command says why
-        except Exception:
-            self._log.failure("No body could be planned ahead for {sessionId}", sessionId=sessionId)
+        except Exception as e:
+            if places is not None:
+                places.give()
+            if not isinstance(e, VehicleError):  # else the command says why
+                self._log.failure("No body could be planned ahead for {sessionId}",
+                                  sessionId=sessionId)
             return None
         early = Early.prepare(
             self.session, plan,
             revived=_resumes(_current(BodyPaths.forSession(self.session.directory))),
+            places=places,
         )
         if self._going():
             self._endMade(early)  # nothing started: its plan undone, its folder gone

@@ -29,6 +29,7 @@ from vehicle.body import (
     ChatSpares,
     Conductor,
     Launcher,
+    Places,
     Planner,
     RunInThread,
     Spare,
@@ -226,6 +227,9 @@ class Bodies:
     #: thread); here, at once, when L{None}.
     runInThread: RunInThread | None = None
     conductors: dict[str, Conductor] = field(factory=dict)
+    #: The places of bodies started at claims, one set for each kind of
+    #: body (as many as its spares).
+    _places: dict[str, Places] = field(factory=dict)
 
     def start(self) -> None:
         """
@@ -243,11 +247,13 @@ class Bodies:
         # when no spare can serve it.
         startAhead = self.spares is not None
         aheadPlanner: Planner | None = self.chatAhead.plan if self.chatAhead else None
+        places = self._placesFor("chat", self.spares)
         if session.meta.profile == "agent" and self.agent is not None:
             # An agent's spare is the one reserved for it at its creation.
             planner, spares = self.agent.plan, self.agent
             startAhead = self.agent.spares is not None
             aheadPlanner = self.agent.planAhead
+            places = self._placesFor("agent", self.agent.spares)
         if session.meta.funding == "byok" and self.ownKey is not None:
             planner, aheadPlanner = self.ownKey.plan, None
             spares = OwnKeySpares(self.ownKey, spares) if spares is not None else None
@@ -260,10 +266,20 @@ class Bodies:
             spares=spares,
             startAhead=startAhead,
             aheadPlanner=aheadPlanner,
+            places=places,
             transcripts=TranscriptReader(runInThread=self.runInThread),
         )
         session.conductor = conductor
         self.conductors[session.sessionId] = conductor
+
+    def _placesFor(self, kind: str, pool: SparePool | None) -> Places | None:
+        """
+        The places of bodies of C{kind} started at claims: as many as its
+        spares (L{None} with no spares: none is started at a claim).
+        """
+        if pool is None:
+            return None
+        return self._places.setdefault(kind, Places(limit=pool.size))
 
     def renamed(self, session: Session) -> None:
         pass
