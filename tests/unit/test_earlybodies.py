@@ -306,6 +306,14 @@ class PlacesTests(EarlyTestCase):
         places.give()
         self.assertEqual((places.taken, places.take(), places.take()), (1, True, False))
 
+    def test_manyPlaces(self) -> None:
+        """
+        A limit is a number, however large (not an object compared by
+        identity).
+        """
+        places = Places(limit=300)
+        self.assertEqual([places.take() for _ in range(301)], [True] * 300 + [False])
+
 
 class WaitingTests(EarlyTestCase):
     """
