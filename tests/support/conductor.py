@@ -20,7 +20,7 @@ from vehicle.store import DataDir
 
 from tests.support.fakepi import STATE, FakePi
 from tests.support.harness import FakeLauncher, newSession
-from tests.support.schemas import assertValidEvent
+from tests.support.schemas import validEvents
 
 
 ALICE = Caller(principal="alice", clientId="tab-1", role="owner", graphId="g1")
@@ -48,14 +48,7 @@ class ConductorTestCase(SynchronousTestCase):
         )
         self.session.conductor = self.conductor
         self.pi = FakePi(self.launcher)
-        self.seen: list[dict[str, Any]] = []
-
-        def check(event: Any) -> None:
-            event = toObject(event)
-            assertValidEvent(self, event)
-            self.seen.append(event)
-
-        self.session.feed.subscribe(check)
+        self.seen = validEvents(self, self.session)
 
     # -- driving ------------------------------------------------------------
 

@@ -17,6 +17,8 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from vehicle.protocol import toObject
+
 
 SCHEMAS = Path(__file__).parent.parent.parent / "protocol" / "schemas"
 PROTOCOL = "sophia.vehicle-ride.v2"
@@ -109,3 +111,19 @@ def assertValidRequest(testCase: Any, name: str, body: Any) -> None:
     C{name} (C{"command.request"}, ...).
     """
     _check(testCase, name, body, f"request {name}")
+
+
+def validEvents(testCase: Any, session: Any) -> list[dict[str, Any]]:
+    """
+    The events C{session}'s feed tells from now on (as objects), each held
+    to C{event.schema.json} as it comes.
+    """
+    seen: list[dict[str, Any]] = []
+
+    def check(event: Any) -> None:
+        event = toObject(event)
+        assertValidEvent(testCase, event)
+        seen.append(event)
+
+    session.feed.subscribe(check)
+    return seen

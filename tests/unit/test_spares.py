@@ -33,14 +33,14 @@ from vehicle.errors import VehicleError
 from vehicle.host import ChatSpareProxy, chatSpares
 from vehicle.host._bodies import OwnKeySpares
 from vehicle.models import ModelCatalog
-from vehicle.protocol import CommandRequest, RunBudget, fromRequest, toObject
+from vehicle.protocol import CommandRequest, RunBudget, fromRequest
 from vehicle.public import OwnKeyBodies
 
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.fakepi import STATE
 from tests.support.harness import FakeLauncher
 from tests.support.pirecords import answer, exited, kinds, record
-from tests.support.schemas import assertValidEvent
+from tests.support.schemas import validEvents
 from tests.support.sparepool import (
     ALICE, KEY, MCP_URL, MODEL, PROVIDER, FakeProxy, PoolTestCase,
 )
@@ -608,14 +608,7 @@ class HandOffTests(PoolTestCase):
         self.conductor = Conductor(session=self.sessionUnderTest, launcher=self.launcher,
                                    clock=self.clock, spares=self.pool)
         self.sessionUnderTest.conductor = self.conductor
-        self.seen: list[dict[str, Any]] = []
-
-        def check(event: Any) -> None:
-            event = toObject(event)
-            assertValidEvent(self, event)
-            self.seen.append(event)
-
-        self.sessionUnderTest.feed.subscribe(check)
+        self.seen = validEvents(self, self.sessionUnderTest)
 
     def prompt(self, text: str = "hello") -> None:
         self.sessionUnderTest.command(
