@@ -1,7 +1,7 @@
 """
 Tests for a session's own body started at its driver's claim when no spare
 can serve it (L{vehicle.body._early.Early}, L{vehicle.body._life.BodyLife.ahead}
-with C{startAhead}): pi boots while the person types, heard by no one until
+with C{places}): pi boots while the person types, heard by no one until
 the command adopts it, and ends if none comes.
 """
 
@@ -61,7 +61,7 @@ class EarlyTestCase(ConductorTestCase):
     def setUp(self) -> None:
         super().setUp()
         self.life = self.conductor.life
-        self.life.startAhead = True
+        self.life.places = Places(limit=10)
         self.cleaned: list[BodyPlan] = []
         self.plans: list[BodyPlan] = []
         self.life.planner = self.plan
@@ -162,10 +162,10 @@ class StartedTests(EarlyTestCase):
 
     def test_notWithoutTheSetting(self) -> None:
         """
-        Without C{startAhead} a claim starts nothing (with no spares, nor
+        Without places a claim starts nothing (with no spares, nor
         when they have none).
         """
-        self.life.startAhead = False
+        self.life.places = None
         self.claim()
         self.life.spares = EmptySource()
         self.claim()
@@ -247,7 +247,7 @@ class PlacesTests(EarlyTestCase):
         writePiFile(self.other.directory, [HEADER, user("u1", None, 1, "hi")])
         self.otherConductor = Conductor(session=self.other, launcher=self.launcher,
                                         clock=self.clock, idleSeconds=self.idleSeconds,
-                                        startAhead=True, places=self.places)
+                                        places=self.places)
         self.other.conductor = self.otherConductor
 
     def claimOther(self) -> None:

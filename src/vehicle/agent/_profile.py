@@ -55,7 +55,6 @@ BRIDGE_PORT = 18080
 SECCOMP_FD = 4
 
 
-
 @define(eq=False)
 class AgentProfile:
     """
@@ -359,8 +358,8 @@ class AgentProfile:
         primed before it is switched to the conversation (pi starts a new
         session of its own in the session's pi folder's
         L{vehicle.body.PRIMING_FOLDER}, which its box shows, and its proxy
-        answers that one priming prompt itself); the proxy reaches the session's provider once a command
-        adopts the body.
+        answers that one priming prompt itself); the proxy reaches the
+        session's provider once a command adopts the body.
         """
         return await self._plan(session, primed=True)
 

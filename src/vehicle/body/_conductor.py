@@ -93,12 +93,10 @@ class Conductor:
     planner: Planner | None = None
     #: Where a warm spare is taken from (the chat pool; an agent's own).
     spares: SpareSource | None = None
-    #: Start the session's body at a claim when no spare can serve it
-    #: (L{BodyLife.ahead}).
-    startAhead: bool = False
     #: The plan of a body started at a claim, if not L{planner}'s.
     aheadPlanner: Planner | None = None
-    #: The places of bodies started at claims, shared by one kind's sessions.
+    #: The places of bodies started at claims, shared by one kind's
+    #: sessions; L{None}: none is started at a claim (L{BodyLife.ahead}).
     places: Places | None = None
     #: Reads the transcript for a snapshot.
     transcripts: TranscriptReader = field(factory=TranscriptReader)
@@ -117,7 +115,6 @@ class Conductor:
             pump=self.pump,
             planner=self.planner,
             spares=self.spares,
-            startAhead=self.startAhead,
             aheadPlanner=self.aheadPlanner,
             places=self.places,
         )

@@ -89,14 +89,12 @@ class BodyLife:
     _stopping: Deferred[None] | None = None
     #: The host is stopping: deliver nothing more, start no body.
     closing: bool = False
-    #: Start the session's own body at a claim when no spare can be
-    #: switched to its conversation (L{ahead}).
-    startAhead: bool = False
     #: The plan of a body started at a claim, if not L{planner}'s (one
     #: whose proxy answers its priming: L{Early}).
     aheadPlanner: Planner | None = None
     #: The places of bodies started at claims, shared by the sessions of
-    #: one kind (L{None}: as many as are claimed).
+    #: one kind; L{None}: the session's own body is never started at a
+    #: claim (no spare can serve it: L{ahead}).
     places: Places | None = None
     #: What was made for the session's next body when it was claimed
     #: (L{ahead}): a spare switched to its conversation's file, or its own
@@ -207,16 +205,17 @@ class BodyLife:
         file (pi rebuilds its runtime for a switch: 40-90 ms) while the
         person types, so that the command finds it on the file and hands it
         over with the session's facts alone.  When no spare can serve it
-        and L{startAhead} is set, the session's own body is started now
-        (L{Early}: Node boots while the person types, and with a plan that
-        allows it pi is primed then switched to the conversation).  Nothing is told:
-        the body is materialized by the command, as without it.  What no
+        and a place of L{places} is free, the session's own body is started
+        now (L{Early}: Node boots while the person types, and with a plan
+        that allows it pi is primed, then switched to the conversation).
+        Nothing is told: the body is materialized by the command, as
+        without it.  What no
         command took within the idle time a body has ends (it holds the
         session's conversation now: it is never returned).
         """
         if (
             self.state != "dormant"
-            or (self.spares is None and not self.startAhead)
+            or (self.spares is None and self.places is None)
             or self._ahead is not None
             or self._going()
         ):
@@ -230,26 +229,26 @@ class BodyLife:
 
     async def _madeAhead(self, target: Path) -> Spare | Early | None:
         """
-        A spare switched to C{target}, else (L{startAhead}) the session's
+        A spare switched to C{target}, else (with L{places}) the session's
         own body started, else L{None}.
         """
         if self.spares is not None:
             spare = await self._switchedAhead(self.spares, target)
             if spare is not None:
                 return spare
-        if not self.startAhead:
+        if self.places is None:
             return None
-        return await self._startedAhead(target)
+        return await self._startedAhead(target, self.places)
 
-    async def _startedAhead(self, target: Path) -> Early | None:
+    async def _startedAhead(self, target: Path, places: Places) -> Early | None:
         """
         The session's own body, planned and started as its command would
-        start it, waiting for that command; L{None} if it may not start
-        now (the command says why) or did not start.
+        start it, waiting for that command and holding a place of
+        C{places}; L{None} if none is free, it may not start now (the
+        command says why) or it did not start.
         """
         sessionId = self.session.sessionId
-        places = self.places
-        if places is not None and not places.take():
+        if not places.take():
             return None  # as many wait as may: the command starts its own
         try:
             plan = BodyPlan()
@@ -257,8 +256,7 @@ class BodyLife:
             if planner is not None:
                 plan = await planner(self.session)
         except Exception as e:
-            if places is not None:
-                places.give()
+            places.give()
             if not isinstance(e, VehicleError):  # else the command says why
                 self._log.failure("No body could be planned ahead for {sessionId}",
                                   sessionId=sessionId)

@@ -244,14 +244,12 @@ class Bodies:
         planner: Planner | None = None
         spares: SpareSource | None = self.holds or self.spares
         # Where warm bodies are kept for its kind, a claim starts its body
-        # when no spare can serve it.
-        startAhead = self.spares is not None
+        # when no spare can serve it (in one of that kind's places).
         aheadPlanner: Planner | None = self.chatAhead.plan if self.chatAhead else None
         places = self._placesFor("chat", self.spares)
         if session.meta.profile == "agent" and self.agent is not None:
             # An agent's spare is the one reserved for it at its creation.
             planner, spares = self.agent.plan, self.agent
-            startAhead = self.agent.spares is not None
             aheadPlanner = self.agent.planAhead
             places = self._placesFor("agent", self.agent.spares)
         if session.meta.funding == "byok" and self.ownKey is not None:
@@ -264,7 +262,6 @@ class Bodies:
             idleSeconds=self.idleSeconds,
             planner=planner,
             spares=spares,
-            startAhead=startAhead,
             aheadPlanner=aheadPlanner,
             places=places,
             transcripts=TranscriptReader(runInThread=self.runInThread),
