@@ -8,7 +8,7 @@ else (the host has no person at a prompt).
 
 from __future__ import annotations
 
-from vehicle.protocol import JSONObject
+from vehicle.protocol import JSON, JSONObject
 
 
 #: The extension's question for its session's facts, at a spare's hand-off.
@@ -36,11 +36,22 @@ def asksForFacts(event: JSONObject) -> bool:
     return event.get("method") == "input" and event.get("title") == SESSION_TITLE
 
 
+def _answer(event: JSONObject, **fields: JSON) -> JSONObject:
+    return {"type": "extension_ui_response", "id": event.get("id"), **fields}
+
+
+def answered(event: JSONObject, value: str) -> JSONObject:
+    """
+    The answer C{value} to C{event} (an C{input}).
+    """
+    return _answer(event, value=value)
+
+
 def refusal(event: JSONObject) -> JSONObject:
     """
     The answer no (cancelled) to C{event}.
     """
-    return {"type": "extension_ui_response", "id": event.get("id"), "cancelled": True}
+    return _answer(event, cancelled=True)
 
 
 def answerFor(request: JSONObject, token: str | None) -> JSONObject:
@@ -49,14 +60,8 @@ def answerFor(request: JSONObject, token: str | None) -> JSONObject:
     session holds now (C{token}), if asked for and held; no to anything
     else (a C{confirm} is not confirmed).
     """
-    answer: JSONObject = {"type": "extension_ui_response", "id": request.get("id")}
-    if request.get("method") == "input" and request.get("title") == TOKEN_TITLE:
-        if token:
-            answer["value"] = token
-        else:
-            answer["cancelled"] = True
-    elif request.get("method") == "confirm":
-        answer["confirmed"] = False
-    else:
-        answer["cancelled"] = True
-    return answer
+    if request.get("method") == "input" and request.get("title") == TOKEN_TITLE and token:
+        return answered(request, token)
+    if request.get("method") == "confirm":
+        return _answer(request, confirmed=False)
+    return refusal(request)

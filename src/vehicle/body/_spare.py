@@ -25,7 +25,7 @@ from twisted.internet.interfaces import IProcessTransport, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from vehicle.body._questions import asksForFacts, isQuestion
+from vehicle.body._questions import answered, asksForFacts, isQuestion
 from vehicle.body._rpc import IBodySink, PiCommandError, PiProtocol
 from vehicle.body._spawner import BodyPaths, BodyPlan
 from vehicle.protocol import JSONObject
@@ -269,9 +269,7 @@ class _HandOffSink:
         if not isQuestion(event):
             return
         if asksForFacts(event):
-            self.spare.protocol.send(
-                {"type": "extension_ui_response", "id": event.get("id"), "value": self.facts}
-            )
+            self.spare.protocol.send(answered(event, self.facts))
         else:
             self.held.append(event)
 

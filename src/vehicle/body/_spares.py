@@ -53,7 +53,7 @@ from zope.interface import implementer
 from vehicle._timers import cancelIfActive
 from vehicle.body._rpc import IBodySink, PiProtocol
 from vehicle.body._sessionfile import newSessionFile
-from vehicle.body._questions import asksForFacts, isQuestion, refusal
+from vehicle.body._questions import answered, asksForFacts, isQuestion, refusal
 from vehicle.body._spare import Spare, SpareProxy
 from vehicle.body._spawner import BodyPaths, Launcher, Wrapper
 from vehicle.protocol import JSONObject, RunBudget
@@ -527,9 +527,7 @@ class _SpareSink:
             return
         if isQuestion(event):
             if spare.preparing and asksForFacts(event):
-                spare.protocol.send(
-                    {"type": "extension_ui_response", "id": event.get("id"), "value": PREPARE}
-                )
+                spare.protocol.send(answered(event, PREPARE))
             else:
                 spare.protocol.send(refusal(event))
         elif (
