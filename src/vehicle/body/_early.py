@@ -37,7 +37,7 @@ from zope.interface import implementer
 
 from vehicle.body._live import LiveBody
 from vehicle.body._questions import answerFor, isQuestion
-from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, PiProtocol
+from vehicle.body._rpc import BodyExited, IBodySink, PiProtocol, stateOn, switchSession
 from vehicle.body._spares import PRIMING_PROMPT
 from vehicle.body._spawner import BodyPlan, Launcher
 from vehicle.protocol import JSONObject
@@ -190,19 +190,15 @@ class Early:
         try:
             await self.protocol.request({"type": "prompt", "message": PRIMING_PROMPT})
             await settled
-            switched = await self.protocol.request(
-                {"type": "switch_session", "sessionPath": str(conversation)}
+            await switchSession(self.protocol, conversation, "the body refused its conversation")
+            self.state = await stateOn(
+                self.protocol, conversation, "the body is not on its conversation"
             )
-            if switched.get("cancelled") is not False:
-                raise PiCommandError("switch_session", "the body refused its conversation")
-            self.state = await self.protocol.request({"type": "get_state"})
         finally:
             waiting.priming = None
             # Nobody waits for the priming run any more (its end may be an
             # exit that failed the request first).
             settled.addErrback(lambda _: None)
-        if self.state.get("sessionFile") != str(conversation):
-            raise PiCommandError("switch_session", "the body is not on its conversation")
         # pi is off its own session: nothing of the priming stays.
         shutil.rmtree(primingDir, ignore_errors=True)
 

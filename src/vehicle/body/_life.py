@@ -23,7 +23,7 @@ from vehicle._timers import cancelIfActive
 from vehicle.body._early import Early, Places
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
-from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
+from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, stateOn, switchSession
 from vehicle.body._sessionfile import hasConversation, newSessionFile
 from vehicle.body._spare import Spare
 from vehicle.body._spares import SpareSource
@@ -429,14 +429,8 @@ class BodyLife:
                 if refusal is not None:
                     raise PiCommandError("prompt", refusal)
             else:
-                switched = await body.protocol.request(
-                    {"type": "switch_session", "sessionPath": str(target)}
-                )
-                if switched.get("cancelled") is not False:
-                    raise PiCommandError("switch_session", "the spare refused the session")
-            state = await body.protocol.request({"type": "get_state"})
-            if state.get("sessionFile") != str(target):
-                raise PiCommandError("switch_session", "the spare is not on the session's file")
+                await switchSession(body.protocol, target, "the spare refused the session")
+            state = await stateOn(body.protocol, target, "the spare is not on the session's file")
         except (PiCommandError, BodyExited) as e:
             if self.body is not body or self.state != "starting":
                 raise  # let go meanwhile (a delete, the host's stop)

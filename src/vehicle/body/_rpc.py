@@ -10,6 +10,7 @@ L{IBodySink}.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import ClassVar
 
 from attrs import frozen
@@ -360,3 +361,27 @@ class PiProtocol(ProcessProtocol):
         self._timers.append(clock.callLater(graceSeconds, self._signal, "TERM"))
         self._timers.append(clock.callLater(2 * graceSeconds, self._signal, "KILL"))
         return d
+
+
+async def switchSession(protocol: PiProtocol, path: Path, refused: str) -> None:
+    """
+    Switch pi to the session file C{path} (as pi names it).
+
+    @raise PiCommandError: C{refused}, unless pi says the switch was not
+        cancelled (an extension may cancel it; only C{false} is a yes).
+    """
+    switched = await protocol.request({"type": "switch_session", "sessionPath": str(path)})
+    if switched.get("cancelled") is not False:
+        raise PiCommandError("switch_session", refused)
+
+
+async def stateOn(protocol: PiProtocol, path: Path, elsewhere: str) -> JSONObject:
+    """
+    pi's state, once it says it is on the session file C{path}.
+
+    @raise PiCommandError: C{elsewhere}, when it is on another file.
+    """
+    state = await protocol.request({"type": "get_state"})
+    if state.get("sessionFile") != str(path):
+        raise PiCommandError("switch_session", elsewhere)
+    return state

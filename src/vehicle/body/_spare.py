@@ -26,7 +26,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from vehicle.body._questions import answered, asksForFacts, isQuestion
-from vehicle.body._rpc import IBodySink, PiCommandError, PiProtocol
+from vehicle.body._rpc import IBodySink, PiProtocol, switchSession
 from vehicle.body._spawner import BodyPaths, BodyPlan
 from vehicle.protocol import JSONObject
 from vehicle.session import Session
@@ -113,13 +113,9 @@ class Spare:
         """
         self.preparing = True
         try:
-            switched = await self.protocol.request(
-                {"type": "switch_session", "sessionPath": str(target)}
-            )
+            await switchSession(self.protocol, target, "the spare refused its session's file")
         finally:
             self.preparing = False
-        if switched.get("cancelled") is not False:
-            raise PiCommandError("switch_session", "the spare refused its session's file")
         self.prepared = target
         self.sessionId = sessionId
 
