@@ -127,6 +127,19 @@ class ModelCatalog:
         spec = {k: v for k, v in self.providers[provider].items() if not k.startswith("_")}
         return provider, spec
 
+    def throughProxy(self, baseUrl: str, token: str) -> dict[str, JSONObject]:
+        """
+        Every provider as a body that reaches its models through a proxy
+        sees them: each at C{baseUrl} with C{token} for its key (never the
+        real key or URL), its models as they are.  A body booted with these
+        can be set to any model of the catalogue (pi's C{set_model}), and
+        the proxy decides where its requests go.
+        """
+        return {
+            name: {**self.providerFor(name + "/")[1], "baseUrl": baseUrl, "apiKey": token}
+            for name in self.providers
+        }
+
     def endpointFor(self, model: str) -> tuple[str, str]:
         """
         Where the provider of C{model} is reached, and with which key: its

@@ -167,6 +167,32 @@ class HandOffTests(TestCase):
         self.assertIn("make it", json.dumps(host.model.requests[-1][1]["messages"]))
 
 
+    async def test_anotherModelTakesTheSpare(self) -> None:
+        """
+        A new agent session on another model of the host (another provider,
+        its own key) takes the spare started on the default: its box's pi is
+        set to the session's model, whose requests go through the spare's
+        proxy with that provider's key, and its tools work in the session's
+        workspace.
+        """
+        host = await LiveHost(self, agentSpareBodies=1, spareRefillMs=60000,
+                              otherProvider=True).start()
+        spare = await readyAgentSpare(host)
+        sid = await host.create(profile="agent", model="other/other-1")
+        self.assertEqual(sid, spare.sessionId)
+        await host.command(sid, "prompt", "p1",
+                           text="make it " + writeMarker("made.txt", "made on the other"))
+        events = await host.waitFor(sid, settledEvent)
+        self.assertFalse(events[-1]["data"]["aborted"], events[-1])
+        materialized = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized[0]["data"]["pid"], spare.transport.pid)
+        self.assertEqual((host.root / "workspaces" / sid / "made.txt").read_text(),
+                         "made on the other")
+        self.assertTrue(host.model.requests)
+        for headers, body in host.model.requests:
+            self.assertEqual(body["model"], "other-1")
+            self.assertEqual(headers["authorization"], "Bearer " + host.otherKey)
+
     async def test_revivedAgentStartsAtTheClaim(self) -> None:
         """
         A dormant agent conversation claimed has its own body started at

@@ -106,6 +106,40 @@ class HandOffTests(TestCase):
         self.assertEqual(sorted(p.name for p in (session.directory / "pi").glob("*.jsonl")),
                          [prepared.name])
 
+    async def test_aSessionOnAnotherModelTakesTheSpare(self) -> None:
+        """
+        A new conversation on another model of the host (another provider,
+        reached with its own key) is handed the spare, started on the
+        default: pi is set to the session's model, which the model request
+        names, through the spare's proxy with that provider's key; the
+        conversation's file says so.
+        """
+        host = await LiveHost(self, spareBodies=1, spareRefillMs=60000, otherProvider=True).start()
+        spare = await readySpare(host)
+        sid = await host.create(model="other/other-1")
+        self.assertEqual(sid, spare.sessionId)
+        await host.command(sid, "prompt", "p1", text="hello other")
+        events = await host.waitFor(sid, settledEvent)
+        materialized = [e for e in events if e["type"] == "body.materialized"]
+        self.assertEqual(materialized[0]["data"]["pid"], spare.transport.pid)
+        self.assertEqual(len(host.model.requests), 1)
+        headers, body = host.model.requests[0]
+        self.assertEqual(body["model"], "other-1")
+        self.assertEqual(headers["authorization"], "Bearer " + host.otherKey)
+        self.assertEqual([m["role"] for m in body["messages"]], ["system", "user"])
+        completed = [e for e in events if e["type"] == "message.completed"]
+        self.assertIn("hello other", json.dumps(completed[-1]))
+        piFile = latestSessionFile(host.registry().sessions[sid].directory / "pi")
+        assert piFile is not None
+        changes = [(r["provider"], r["modelId"])
+                   for r in map(json.loads, piFile.read_text().splitlines())
+                   if r["type"] == "model_change"]
+        self.assertEqual(changes[-1], ("other", "other-1"))
+        # Its next turn stays on it.
+        await host.command(sid, "prompt", "p2", text="and again")
+        await host.waitFor(sid, settledEvent, since=events[-1]["seq"])
+        self.assertEqual(host.model.requests[-1][1]["model"], "other-1")
+
     async def test_aSpareMadeForASessionIsNoSessionYet(self) -> None:
         """
         While a spare waits, the folder made for its session is nobody's:

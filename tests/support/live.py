@@ -49,8 +49,12 @@ class LiveHost:
     def __init__(self, testCase: TestCase, root: Path | None = None, **overrides: Any) -> None:
         self.testCase = testCase
         self.root = root or Path(testCase.mktemp()).absolute()
+        #: A second provider in the catalogue (C{other/other-1}, the same
+        #: scripted model reached with L{otherKey}).
+        self.otherProvider = bool(overrides.pop("otherProvider", False))
         self.overrides = overrides
         self.key = "sk-live-" + secrets.token_hex(16)
+        self.otherKey = "sk-other-" + secrets.token_hex(16)
         self.model = ScriptedModel(reactor=reactor, slowDeltas=12, slowDelayMs=150)
         self.pool = HTTPConnectionPool(reactor, persistent=False)
         self.http = HTTPClient(Agent(reactor, pool=self.pool))
@@ -98,7 +102,13 @@ class LiveHost:
         }
 
     async def _startHost(self) -> None:
-        catalog = ModelCatalog({"scripted": self.scriptedProvider()}, "scripted/echo-1")
+        providers = {"scripted": self.scriptedProvider()}
+        if self.otherProvider:
+            other = self.scriptedProvider()
+            other["apiKey"] = self.otherKey
+            other["models"] = [{**other["models"][0], "id": "other-1", "name": "Other"}]
+            providers["other"] = other
+        catalog = ModelCatalog(providers, "scripted/echo-1")
         settings = Settings(
             secret=SECRET,
             dataDir=self.root,

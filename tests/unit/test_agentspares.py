@@ -313,15 +313,27 @@ class ReservationTests(HarnessTestCase):
         self.assertEqual(self.host.agent.reserved, {})
         self.assertTrue((self.data / "workspaces" / sessionId).is_dir())
 
-    def test_chatAndOtherModelsTakeNone(self) -> None:
+    def test_chatTakesNone(self) -> None:
         """
-        A chat session, and an agent on another model, leave the spare.
+        A chat session leaves the spare.
         """
         spare = self.host.ready()
         self.host.create("chat-1")
-        other = self.createAgent("other-1", model="scripted/echo-2")
-        self.assertNotEqual(other, spare.sessionId)
         self.assertEqual(self.pool.ready, [spare])
+
+    def test_anotherModelTakesIt(self) -> None:
+        """
+        An agent on another model of the host takes the spare, whose boot
+        config lists every provider of the host through its proxy (the
+        token, the bridge's address; never a key).
+        """
+        spare = self.host.ready()
+        self.assertEqual(self.createAgent("other-1", model="scripted/echo-2"), spare.sessionId)
+        providers = self.host.launcher.kwargs[-1]["providers"]
+        self.assertEqual(sorted(providers), ["scripted"])
+        self.assertEqual([m["id"] for m in providers["scripted"]["models"]], ["echo-1", "echo-2"])
+        self.assertNotIn(KEY, json.dumps(providers))
+        self.assertEqual(providers["scripted"]["apiKey"], spare.proxy.proxy.token)  # type: ignore[attr-defined]
 
     def test_aFailedCreateLeavesNothing(self) -> None:
         """
@@ -406,6 +418,31 @@ class HandOffTests(HarnessTestCase):
         events = self.host.events(self.sessionId)
         materialized = [e for e in events if e["type"] == "body.materialized"]
         self.assertEqual(materialized[0]["data"]["box"], "bwrap")
+
+    def test_setToItsModel(self) -> None:
+        """
+        A session on another model than the spare's is handed the spare,
+        set to its own model once pi is on its file; one on the spare's
+        own model is not set.
+        """
+        self.handOver()
+        self.assertNotIn("set_model", kinds(self.transport))
+        self.host.clock.advance(60)
+        transport = self.host.spareTransport(-1)
+        self.assertIsNot(transport, self.transport)
+        self.host.ready()
+        other = self.createAgent("other-1", model="scripted/echo-2")
+        self.assertEqual(self.host.api.registry.sessions[other].meta.model, "scripted/echo-2")
+        code, frame = self.host.prompt(other, "p1")
+        self.assertEqual(code, 202, frame)
+        target = next(r for r in transport.written if r["type"] == "switch_session")["sessionPath"]
+        answer(transport, "prompt", {"disposition": "handled"})
+        answer(transport, "get_state", {**STATE, "sessionFile": target})
+        self.assertEqual(kinds(transport)[-1], "set_model")
+        self.assertEqual((transport.written[-1]["provider"], transport.written[-1]["modelId"]),
+                         ("scripted", "echo-2"))
+        answer(transport, "set_model", {"provider": "scripted", "id": "echo-2"})
+        self.assertEqual(kinds(transport)[-1], "prompt")
 
     def test_noProbeToHandOver(self) -> None:
         """
@@ -773,7 +810,7 @@ class SetUpFailureTests(SynchronousTestCase):
 
         profile.reactor.listenUNIX = refuse  # type: ignore[method-assign]
         setUp = Deferred.fromCoroutine(
-            AgentSpares(profile=profile, model=MODEL, newSessionId=lambda: "s" + "0" * 32)
+            AgentSpares(profile=profile, newSessionId=lambda: "s" + "0" * 32)
             .setUp("spare-1"))
         self.failureResultOf(setUp, CannotListenError)
         self.assertEqual(os.listdir(host.root / "spares"), [])

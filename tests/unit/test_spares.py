@@ -38,7 +38,7 @@ from vehicle.public import OwnKeyBodies
 
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.fakepi import STATE
-from tests.support.harness import FakeLauncher
+from tests.support.harness import FakeLauncher, FakePiTransport
 from tests.support.pirecords import answer, exited, kinds, record
 from tests.support.schemas import validEvents
 from tests.support.sparepool import (
@@ -242,6 +242,20 @@ class TakingTests(PoolTestCase):
         same = "".join(["scripted/", MODEL.split("/", 1)[1]])
         self.assertIsNot(same, MODEL)
         self.assertIsNotNone(self.pool.take(same))
+
+    def test_theModelsItServes(self) -> None:
+        """
+        A pool that serves other models than its spares' own hands a spare
+        to a session on any of them, and to none on a model it does not
+        serve.
+        """
+        pool = self.makePool(serves=frozenset([MODEL, "other/o-1"]))
+        pool.start()
+        self.readyOne()
+        self.assertIsNone(pool.take("scripted/a-0"))
+        self.assertIsNone(pool.take("other/o-2"))
+        self.assertEqual(pool.take("".join(["other/", "o-1"])).model, MODEL)  # type: ignore[union-attr]
+        self.assertEqual(pool.ready, [])
 
     def test_oldestFirst(self) -> None:
         """
@@ -787,6 +801,68 @@ class HandOffTests(PoolTestCase):
         self.assertEqual(kinds(fresh), ["get_state", "prompt"])
         self.assertIs(self.conductor.body.protocol.transport, fresh)  # type: ignore[union-attr]
 
+    def onAnotherModel(self, model: str = "scripted/echo-2") -> FakePiTransport:
+        """
+        A pool that serves C{model} too, a session on it, and its spare
+        switched to the session's file; the spare's transport.
+        """
+        self.pool = self.makePool(serves=frozenset([MODEL, model]))
+        self.pool.start()
+        transport = self.spareTransport = self.readyOne()
+        self.sessionUnderTest = self.session(model=model)
+        self.conductor = Conductor(session=self.sessionUnderTest, launcher=self.launcher,
+                                   clock=self.clock, spares=self.pool)
+        self.sessionUnderTest.conductor = self.conductor
+        self.seen = validEvents(self, self.sessionUnderTest)
+        self.prompt()
+        self.switched()
+        return transport
+
+    def test_anotherModelIsSetAtTheHandOff(self) -> None:
+        """
+        A session on another model than the spare was started on is
+        handed the spare, and pi is set to the session's model (provider
+        and id) on its file before the prompt goes.
+        """
+        transport = self.onAnotherModel()
+        self.assertEqual(kinds(transport)[-1], "set_model")
+        self.assertEqual(
+            {k: v for k, v in transport.written[-1].items() if k != "id"},
+            {"type": "set_model", "provider": "scripted", "modelId": "echo-2"},
+        )
+        self.assertNotIn("prompt", kinds(transport)[kinds(transport).index("switch_session"):])
+        answer(transport, "set_model", {"provider": "scripted", "id": "echo-2"})
+        self.assertEqual(kinds(transport)[-1], "prompt")
+        # No body started for it (the first pool's spare, then this one's).
+        self.assertEqual(self.launcher.spawned[-1], transport)
+        self.assertEqual(len(self.launcher.spawned), 2)
+        self.assertEqual(self.proxies[-1].handed, [self.sessionUnderTest])
+        self.assertIs(self.conductor.body.protocol.transport, transport)  # type: ignore[union-attr]
+
+    def test_theSparesOwnModelIsNotSet(self) -> None:
+        """
+        A session on the model the spare was started on is not set to it.
+        """
+        self.prompt()
+        self.switched()
+        self.assertNotIn("set_model", kinds(self.spareTransport))
+        self.assertEqual(kinds(self.spareTransport)[-1], "prompt")
+
+    def test_aRefusedModel(self) -> None:
+        """
+        A spare that has no such model (pi refuses the C{set_model}) is
+        let go, and a body is started on the session's model.
+        """
+        transport = self.onAnotherModel()
+        answer(transport, "set_model", success=False)
+        self.assertIn(0, transport.closed)
+        fresh = self.launcher.spawned[-1]
+        self.assertIsNot(fresh, transport)
+        self.assertEqual(self.launcher.kwargs[-1]["model"], "scripted/echo-2")
+        answer(fresh, "get_state", STATE)
+        self.assertEqual(kinds(fresh), ["get_state", "prompt"])
+        self.assertIs(self.conductor.body.protocol.transport, fresh)  # type: ignore[union-attr]
+
     def test_aRefusingSpare(self) -> None:
         """
         A spare that refuses the switch is let go; a body is started.
@@ -1013,15 +1089,22 @@ class ChatSpareProxyTests(SynchronousTestCase):
 
     def test_openAndHandOver(self) -> None:
         reactor = MemoryReactorClock()
-        models = ModelCatalog({"scripted": dict(PROVIDER)}, MODEL)
+        other = {"baseUrl": "http://127.0.0.1:8/v1", "api": "openai-completions",
+                 "apiKey": "sk-other-key", "models": [{"id": "o-1"}], "_keyVariable": "OTHER"}
+        models = ModelCatalog({"scripted": dict(PROVIDER), "other": other}, MODEL)
         folder = Path(self.mktemp())
         chat = self.successResultOf(Deferred.fromCoroutine(
-            ChatSpareProxy.open(reactor, models, MODEL, folder / "s1" / "model.sock")
+            ChatSpareProxy.open(reactor, models, folder / "s1" / "model.sock")
         ))
         token = chat.proxy.token
-        self.assertEqual(chat.providers, {"scripted": {
-            **PROVIDER, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": token,
-        }})
+        # Every provider of the host, through the proxy: a spare may be set
+        # to any model; no key, no provider's address, nothing of the
+        # host's own notes.
+        self.assertEqual(chat.providers, {
+            "scripted": {**PROVIDER, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": token},
+            "other": {"api": "openai-completions", "models": [{"id": "o-1"}],
+                      "baseUrl": "http://127.0.0.1:0/v1", "apiKey": token},
+        })
         self.assertEqual(chat.bootExtra, {"bridge": {"socket": str(folder / "s1" / "model.sock"),
                                                      "port": 0}})
         self.assertIsNone(chat.proxy.model)
@@ -1044,6 +1127,10 @@ class ChatSpareProxyTests(SynchronousTestCase):
         self.assertEqual(chat.proxy.gate(), "metered")
         Session.conductor = None  # type: ignore[assignment]  # the session let go of its body
         self.assertEqual(chat.proxy.gate(), "no run is under way")
+        Session.meta.model = "other/o-1"
+        chat.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
+        model = chat.proxy.model
+        self.assertEqual((model.baseUrl, model.key), (other["baseUrl"], "sk-other-key"))
 
     def test_ownKeyHandOver(self) -> None:
         """
@@ -1074,7 +1161,7 @@ class ChatSpareProxyTests(SynchronousTestCase):
                               runDir=lambda: Path(self.mktemp()))
         for given, expected in ((ownKey, ("sk-own-1", "sk-own-2")), (None, (None, None))):
             chat = self.successResultOf(Deferred.fromCoroutine(ChatSpareProxy.open(
-                reactor, models, MODEL, Path(self.mktemp()) / "model.sock", ownKey=given)))
+                reactor, models, Path(self.mktemp()) / "model.sock", ownKey=given)))
             chat.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
             model = chat.proxy.model
             assert model is not None

@@ -460,14 +460,17 @@ class AgentProfile:
         The boot config's providers for a boxed body on C{model}: the
         token, and the bridge's loopback address, never the real key or URL.
         """
-        name, spec = self.models.providerFor(model)
-        return {
-            name: {
-                **spec,
-                "baseUrl": f"http://127.0.0.1:{port}/v1",
-                "apiKey": proxy.token,
-            }
-        }
+        name, _ = self.models.providerFor(model)
+        return {name: self.everyProviderFor(proxy, port)[name]}
+
+    def everyProviderFor(
+        self, proxy: ModelProxy, port: int = BRIDGE_PORT
+    ) -> dict[str, JSONObject]:
+        """
+        The boot config's providers for a boxed body that may be set to any
+        model of the host (a spare): each as L{providersFor} gives it.
+        """
+        return self.models.throughProxy(f"http://127.0.0.1:{port}/v1", proxy.token)
 
     @staticmethod
     def bridgeFor(proxy: ModelProxy, port: int = BRIDGE_PORT) -> JSONObject:

@@ -78,7 +78,6 @@ class AgentSpares:
     """
 
     profile: AgentProfile
-    model: str
     #: Makes a session id as the registry does.
     newSessionId: Callable[[], str]
 
@@ -116,7 +115,9 @@ class AgentSpares:
                 profile=profile,
                 proxy=proxy,
                 sessionId=sessionId,
-                providers=profile.providersFor(self.model, proxy),
+                # Every model of the host: pi is set to its session's at
+                # the hand-off.
+                providers=profile.everyProviderFor(proxy),
                 bootExtra=profile.bridgeFor(proxy),
             ),
             profile="agent",
@@ -142,7 +143,8 @@ def agentSpares(
     newSessionId: Callable[[], str],
 ) -> SparePool | None:
     """
-    The pool of agent spares for C{model} (the catalogue's default), or
+    The pool of agent spares, started on C{model} (the catalogue's
+    default) and serving a session on any model of the catalogue, or
     L{None} when there are to be none (size 0, no model).
     """
     if size < 1 or model is None:
@@ -152,6 +154,7 @@ def agentSpares(
         clock=profile.reactor,
         size=size,
         model=model,
-        kind=AgentSpares(profile=profile, model=model, newSessionId=newSessionId),
+        serves=frozenset(profile.models.names()),
+        kind=AgentSpares(profile=profile, newSessionId=newSessionId),
         refillSeconds=refillSeconds,
     )

@@ -23,7 +23,9 @@ from vehicle._timers import cancelIfActive
 from vehicle.body._early import Early, Places
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
-from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError, stateOn, switchSession
+from vehicle.body._rpc import (
+    BodyExited, IBodySink, PiCommandError, setModel, stateOn, switchSession,
+)
 from vehicle.body._sessionfile import hasConversation, newSessionFile
 from vehicle.body._spare import Spare
 from vehicle.body._spares import SpareSource
@@ -395,7 +397,9 @@ class BodyLife:
         (a new one holding only its header, with the session's working
         folder as its cwd, when it has none yet), its extension asking for
         the session's facts on the way.  Either way its proxy opens to the
-        session's provider.  L{None} when the spare refused or ended: it
+        session's provider, and pi is set to the session's model when it
+        was started on another (a spare's boot config lists every model of
+        the host, each through its proxy).  L{None} when the spare refused or ended: it
         is let go, and a body is started as if there had been no spare.
 
         An agent's spare was made for this session (its box binds its
@@ -431,6 +435,8 @@ class BodyLife:
             else:
                 await switchSession(body.protocol, target, "the spare refused the session")
             state = await stateOn(body.protocol, target, "the spare is not on the session's file")
+            if spare.model is not None and spare.model != self.session.meta.model:
+                await setModel(body.protocol, self.session.meta.model)
         except (PiCommandError, BodyExited) as e:
             if self.body is not body or self.state != "starting":
                 raise  # let go meanwhile (a delete, the host's stop)

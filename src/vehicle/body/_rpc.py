@@ -375,6 +375,18 @@ async def switchSession(protocol: PiProtocol, path: Path, refused: str) -> None:
         raise PiCommandError("switch_session", refused)
 
 
+async def setModel(protocol: PiProtocol, model: str) -> None:
+    """
+    Put pi on C{model} (C{provider/id}) from its next model request on.
+    pi keeps the change in the session's file (its C{model_change}), as
+    it does the model it started a session on.
+
+    @raise PiCommandError: pi has no such model.
+    """
+    provider, _, modelId = model.partition("/")
+    await protocol.request({"type": "set_model", "provider": provider, "modelId": modelId})
+
+
 async def stateOn(protocol: PiProtocol, path: Path, elsewhere: str) -> JSONObject:
     """
     pi's state, once it says it is on the session file C{path}.

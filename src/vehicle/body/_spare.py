@@ -77,6 +77,8 @@ class Spare:
     @ivar claimed: a session took the folders made for it.
     @ivar revives: the file it was switched to holds a conversation (a
         dormant session's, switched to ahead of its next command).
+    @ivar model: the model pi was started on (C{provider/id}); a session
+        on another is set to its own at the hand-off.
     """
 
     _log: ClassVar[Logger] = Logger()
@@ -86,6 +88,7 @@ class Spare:
     proxy: SpareProxy
     protocol: PiProtocol
     transport: IProcessTransport | None = None
+    model: str | None = None
     #: Waits for the priming run's end.
     settled: Deferred[None] | None = None
     inside: BodyPaths | None = None

@@ -43,7 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Awaitable, Callable, ClassVar, Protocol
 
-from attrs import define, field, frozen
+from attrs import Factory, define, field, frozen
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -201,7 +201,7 @@ class SparePool:
     launcher: Launcher
     clock: IReactorTime
     size: int
-    #: The model the spares are started with: only its sessions take one.
+    #: The model the spares are started with.
     model: str
     #: How a spare of the pool's kind is set up.
     kind: SpareKind
@@ -209,6 +209,12 @@ class SparePool:
     refillSeconds: float = 2.0
     #: Prime each spare (one prompt its proxy answers) before it is ready.
     prime: bool = True
+    #: The models a session of which takes a spare: the spares' own, and
+    #: any other their boot config lists (through their proxy), which pi
+    #: is set to at the hand-off.
+    serves: frozenset[str] = field(
+        default=Factory(lambda self: frozenset([self.model]), takes_self=True)
+    )
     ready: list[Spare] = field(factory=list)
     making: list[Spare] = field(factory=list)
     stopped: bool = False
@@ -227,9 +233,10 @@ class SparePool:
         """
         A ready spare for a session on C{model}, now its own (the pool
         forgets it), or L{None}: none is ready, the pool is stopped, or the
-        model is not the spares'.  The pool refills after L{refillSeconds}.
+        spares do not serve the model.  The pool refills after
+        L{refillSeconds}.
         """
-        if self.stopped or model != self.model or not self.ready:
+        if self.stopped or model not in self.serves or not self.ready:
             return None
         spare = self.ready.pop(0)
         self._scheduleFill(self.refillSeconds)
@@ -301,6 +308,7 @@ class SparePool:
             paths=setup.paths,
             proxy=proxy,
             protocol=PiProtocol(sink),
+            model=self.model,
             inside=setup.inside,
             sessionId=setup.sessionId,
             box=setup.box,

@@ -53,10 +53,10 @@ class ChatSpareProxy:
     """
     A chat spare's way to the model (L{SpareProxy}): the host's proxy on a
     socket of its own, which the extension's bridge reaches on a free port
-    of the loopback.  The spare's boot config holds the proxy's token only;
-    the proxy holds the key, and reaches the session's provider once the
-    spare is handed over: with the house's key, or with the caller's own
-    for a conversation on it.
+    of the loopback.  The spare's boot config lists every provider of the
+    host, each with the proxy's token for its key; the proxy holds the key,
+    and reaches the session's provider once the spare is handed over: with
+    the house's key, or with the caller's own for a conversation on it.
     """
 
     proxy: ModelProxy
@@ -67,17 +67,16 @@ class ChatSpareProxy:
 
     @classmethod
     async def open(
-        cls, reactor: IHostReactor, models: ModelCatalog, model: str, socketPath: Path,
+        cls, reactor: IHostReactor, models: ModelCatalog, socketPath: Path,
         http: HTTPClient | None = None, ownKey: OwnKeyBodies | None = None,
     ) -> "ChatSpareProxy":
         proxy = ModelProxy(reactor=reactor, socketPath=socketPath, model=None, http=http)
         await proxy.listen()
-        name, spec = models.providerFor(model)
         return cls(
             proxy=proxy,
             models=models,
             # The bridge picks a free port and puts it in place of the 0.
-            providers={name: {**spec, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": proxy.token}},
+            providers=models.throughProxy("http://127.0.0.1:0/v1", proxy.token),
             bootExtra={"bridge": {"socket": str(socketPath), "port": 0}},
             ownKey=ownKey,
         )
@@ -128,7 +127,7 @@ class ChatAhead:
 
     async def plan(self, session: Session) -> BodyPlan:
         proxy = await ChatSpareProxy.open(
-            self.reactor, self.models, session.meta.model,
+            self.reactor, self.models,
             self.runDir() / ("ahead-" + secrets.token_hex(8)) / "model.sock", self.http,
         )
         return BodyPlan(
@@ -169,8 +168,9 @@ def chatSpares(
     ownKey: OwnKeyBodies | None = None,
 ) -> SparePool | None:
     """
-    The pool of chat spares for the catalogue's default model, or L{None}
-    when there are to be none (size 0, no model).  With C{reserve} (a
+    The pool of chat spares, started on the catalogue's default model and
+    serving a session on any of its models, or L{None} when there are to
+    be none (size 0, no model).  With C{reserve} (a
     session id's maker, and its folder's namer) each spare is made for a
     new session (L{vehicle.body.ChatSpares}); with C{ownKey}, a spare may
     serve a conversation on the caller's own key.
@@ -181,7 +181,7 @@ def chatSpares(
 
     async def openProxy(spareId: str) -> SpareProxy:
         return await ChatSpareProxy.open(
-            reactor, models, model, runDir() / spareId / "model.sock", http, ownKey
+            reactor, models, runDir() / spareId / "model.sock", http, ownKey
         )
 
     return SparePool(
@@ -189,6 +189,7 @@ def chatSpares(
         clock=reactor,
         size=size,
         model=model,
+        serves=frozenset(models.names()),
         kind=ChatSpares(
             root=runDir, openProxy=openProxy, mcpUrl=launcher.mcpUrl, reserve=reserve
         ),
