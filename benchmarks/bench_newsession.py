@@ -27,6 +27,11 @@ With C{--own-key} the sessions are a visitor's on its own key (the host in
 public mode): the spare's proxy reaches the model with the visitor's key
 once handed over; the peers are not run.
 
+With C{--other-model} the hosts' catalogue has a second provider (the same
+scripted model, its own key) and the sessions are on its model,
+C{other/other-1}: a spare is started on the default and set to the
+session's model at the hand-off.
+
 With C{--revive} the sessions are dormant chat conversations (one prompt
 answered, then shut down), claimed and prompted: on a host with no spare,
 and on one with a spare ready, prompted at once after the claim (timed
@@ -34,7 +39,7 @@ from the claim) and C{--typing-ms} after it (timed from the prompt: the
 spare was switched to the conversation's file while its driver typed).
 
 Usage: .venv/bin/python benchmarks/bench_newsession.py [--runs N] [--no-peers] [--agent]
-       [--own-key] [--revive [--typing-ms MS]] [--refill-ms MS]
+       [--own-key] [--other-model] [--revive [--typing-ms MS]] [--refill-ms MS]
 """
 
 from __future__ import annotations
@@ -75,6 +80,11 @@ VISITOR_HEADERS = {"x-sophia-caller-kind": "anonymous", "x-sophia-public-graphs"
                    "x-model-key": "sk-bench-visitor-key-0123"}
 
 
+#: The model of the sessions with C{--other-model} (L{OTHER}), else the default.
+MODEL: dict[str, str] = {}
+OTHER = "other/other-1"
+
+
 async def hostSample(host: Any, profile: str | None = None, ownKey: bool = False) -> float:
     """
     Create a session (of C{profile}; C{ownKey}: a visitor's, on its own
@@ -84,6 +94,7 @@ async def hostSample(host: Any, profile: str | None = None, ownKey: bool = False
     start = time.perf_counter()
     created = await postRaw(host, "/sessions", {
         "requestId": "create-" + secrets.token_hex(4), **({"profile": profile} if profile else {}),
+        **MODEL,
     }, **who)
     sid = created["value"]["session"]["sessionId"]
     watcher = await uncheckedWatcher(host, sid, **who).start()
@@ -113,6 +124,7 @@ async def dormantSession(host: Any, profile: str | None = None) -> str:
     """
     created = await postRaw(host, "/sessions", {
         "requestId": "create-" + secrets.token_hex(4), **({"profile": profile} if profile else {}),
+        **MODEL,
     })
     sid = created["value"]["session"]["sessionId"]
     watcher = await uncheckedWatcher(host, sid).start()
@@ -328,7 +340,11 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     try:
         profile = "agent" if args.agent else None
         # A visitor's own key needs the public side (limits no run reaches).
-        public = {"public": evolve(SCRIPTED, turnsPerDay=100_000)} if args.own_key else {}
+        public: dict[str, Any] = (
+            {"public": evolve(SCRIPTED, turnsPerDay=100_000)} if args.own_key else {})
+        if args.other_model:
+            MODEL["model"] = OTHER
+            public["otherProvider"] = True
         cold = await hostWith(case, modelUrl, **public)
         # The pool's own pause before a refill (the host's default unless
         # --refill-ms says otherwise): a refill started at the hand-off
@@ -385,6 +401,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     floor = statistics.median(results["pi started alone"])
     kind = ("agent session (bwrap)" if args.agent
             else "visitor's session on its own key" if args.own_key else "session")
+    if args.other_model:
+        kind += f" on {OTHER} (spares started on the default)"
     if args.revive:
         print(f"a dormant {kind} revived: claim + prompt (or the prompt, sent after the "
               f"claim) -> first text delta; median of {args.runs} (min-max)")
@@ -413,6 +431,8 @@ if __name__ == "__main__":
     parser.add_argument("--agent", action="store_true")
     parser.add_argument("--own-key", action="store_true",
                         help="a visitor's session on its own key (public mode)")
+    parser.add_argument("--other-model", action="store_true",
+                        help=f"sessions on {OTHER}, a second provider's model")
     parser.add_argument("--revive", action="store_true",
                         help="a dormant session claimed and prompted (with --agent: an agent's)")
     parser.add_argument("--typing-ms", type=int, default=300,
