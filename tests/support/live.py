@@ -431,7 +431,7 @@ async def startedAtTheClaim(session: Any) -> int:
     The pid of the body started for C{session} at its claim (waiting for
     it to tell its state); fails if none was.
     """
-    ahead = session.conductor.life._ahead
+    ahead = session.conductor.life.claim.making
     assert ahead is not None, "nothing was made at the claim"
     await waitUntil(lambda: ahead.called)
     early = ahead.result

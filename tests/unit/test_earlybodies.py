@@ -295,7 +295,7 @@ class PlacesTests(EarlyTestCase):
             raise RuntimeError("the box broke")
 
         self.life.planner = fail
-        self.life._ahead = None
+        self.life.claim.take()
         self.claim()
         self.assertEqual(self.places.taken, 0)
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)

@@ -3,10 +3,10 @@ The pi child: its RPC wire, the translation of its events into the host's,
 and the reader of its session files (transcript, active branch, fork/clone).
 """
 
+from vehicle.body._ahead import Planner
 from vehicle.body._branching import RunInThread, branch, inline
 from vehicle.body._conductor import Conductor, TranscriptReader
 from vehicle.body._early import PRIMING_FOLDER, Places, primingFolder
-from vehicle.body._life import Planner
 from vehicle.body._modeltext import stripContextNote
 from vehicle.body._picommand import (
     agentSettings,

@@ -23,7 +23,8 @@ from zope.interface import implementer
 
 from vehicle.body._delivery import Delivery
 from vehicle.body._early import Places
-from vehicle.body._life import BodyLife, Planner
+from vehicle.body._ahead import Planner
+from vehicle.body._life import BodyLife
 from vehicle.body._live import LiveBody
 from vehicle.body._branching import RunInThread
 from vehicle.body._pump import Pump

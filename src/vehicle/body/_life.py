@@ -11,50 +11,27 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Awaitable, Callable, ClassVar
+from typing import ClassVar
 
-from attrs import define
+from attrs import define, field
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from vehicle._timers import cancelIfActive
+from vehicle.body._ahead import Ahead, Planner, currentFile, resumes
 from vehicle.body._early import Early, Places
 from vehicle.body._live import LiveBody
 from vehicle.body._pump import Pump
 from vehicle.body._rpc import (
     BodyExited, IBodySink, PiCommandError, setModel, stateOn, switchSession,
 )
-from vehicle.body._sessionfile import hasConversation, newSessionFile
+from vehicle.body._sessionfile import newSessionFile
 from vehicle.body._spare import Spare
 from vehicle.body._spares import SpareSource
-from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher, latestSessionFile
-from vehicle.errors import VehicleError
+from vehicle.body._spawner import BodyPaths, BodyPlan, Launcher
 from vehicle.protocol import BodyState, JSONObject
 from vehicle.session import Session
-
-
-#: (session) -> the plan of its next body; raises a VehicleError when a
-#: body may not start now (tampering, no box).
-Planner = Callable[[Session], Awaitable[BodyPlan]]
-
-
-def _resumes(current: Path | None) -> bool:
-    """
-    Will the session's body resume the conversation pi kept in C{current}
-    (not a file holding only the header a spare's hand-off wrote)?
-    """
-    return current is not None and hasConversation(current)
-
-
-def _current(paths: BodyPaths) -> Path | None:
-    """
-    The session's file in its pi folder, if any.  (A spare's own session's
-    file is never there by then: an agent's spare let go of it when it was
-    switched to its session's file, a chat spare keeps its own elsewhere.)
-    """
-    return latestSessionFile(paths.piDir)
 
 
 class HostClosing(Exception):
@@ -98,11 +75,14 @@ class BodyLife:
     #: one kind; L{None}: the session's own body is never started at a
     #: claim (no spare can serve it: L{ahead}).
     places: Places | None = None
-    #: What was made for the session's next body when it was claimed
-    #: (L{ahead}): a spare switched to its conversation's file, or its own
-    #: body started early.
-    _ahead: Deferred[Spare | Early | None] | None = None
-    _aheadTimer: IDelayedCall | None = None
+    #: What its claims make for the session's next body (L{ahead}).
+    claim: Ahead = field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.claim = Ahead(
+            session=self.session, launcher=self.launcher, clock=self.clock,
+            going=self._going, cleanUp=self._cleanUp, scrub=self.scrub,
+        )
 
     def live(self) -> LiveBody | None:
         """
@@ -161,7 +141,7 @@ class BodyLife:
                 self._refuseIfClosing()
             except HostClosing:
                 self.state = "dormant"
-                self._endMade(made)
+                self.claim.endQuietly(made)
                 raise
             started = self._adopt(made) if isinstance(made, Early) else await self._handOff(made)
         if started is None:
@@ -181,13 +161,13 @@ class BodyLife:
         What the next body is made of: what was made ahead (L{ahead}), else
         a spare from the spares, else L{None} (start one).
         """
-        ahead = self._takeAhead()
+        ahead = self.claim.take()
         if ahead is not None:
             made = await ahead
             if made is not None and not made.protocol.hasEnded:
                 return made
             if made is not None:
-                self._endMade(made)
+                self.claim.endQuietly(made)
         return await self.spares.spareFor(self.session) if self.spares is not None else None
 
     def _adopt(self, early: Early) -> tuple[LiveBody, bool, JSONObject]:
@@ -202,153 +182,43 @@ class BodyLife:
     def ahead(self) -> None:
         """
         The session was claimed: its driver is likely to send a command
-        soon.  When it is dormant with a conversation to revive and a spare
-        is ready, the spare is taken now and switched to the conversation's
-        file (pi rebuilds its runtime for a switch: 40-90 ms) while the
-        person types, so that the command finds it on the file and hands it
-        over with the session's facts alone.  When no spare can serve it
-        and a place of L{places} is free, the session's own body is started
-        now (L{Early}: Node boots while the person types, and with a plan
-        that allows it pi is primed, then switched to the conversation).
-        Nothing is told: the body is materialized by the command, as
-        without it.  What no
-        command took within the idle time a body has ends (it holds the
-        session's conversation now: it is never returned).
+        soon.  When it is dormant with a conversation to revive, something
+        is made for its next body now (L{claim}): a ready spare switched
+        to the conversation's file (pi rebuilds its runtime for a switch:
+        40-90 ms) while the person types, so that the command finds it on
+        the file and hands it over with the session's facts alone; or,
+        when no spare can serve it and a place of L{places} is free, the
+        session's own body started (L{Early}: Node boots while the person
+        types, and with a plan that allows it pi is primed, then switched
+        to the conversation).  Nothing is told: the body is materialized by
+        the command, as without it.  What no command took within the idle
+        time a body has ends.
         """
         if (
             self.state != "dormant"
             or (self.spares is None and self.places is None)
-            or self._ahead is not None
+            or self.claim.making is not None
             or self._going()
         ):
             return
-        target = _current(BodyPaths.forSession(self.session.directory))
-        if not _resumes(target):
+        target = currentFile(BodyPaths.forSession(self.session.directory))
+        if not resumes(target):
             return
         assert target is not None
-        self._ahead = Deferred.fromCoroutine(self._madeAhead(target))
-        self._aheadTimer = self.clock.callLater(self.pump.idleSeconds, self._letGoOfAhead)
-
-    async def _madeAhead(self, target: Path) -> Spare | Early | None:
-        """
-        A spare switched to C{target}, else (with L{places}) the session's
-        own body started, else L{None}.
-        """
-        if self.spares is not None:
-            spare = await self._switchedAhead(self.spares, target)
-            if spare is not None:
-                return spare
-        if self.places is None:
-            return None
-        return await self._startedAhead(target, self.places)
-
-    async def _startedAhead(self, target: Path, places: Places) -> Early | None:
-        """
-        The session's own body, planned and started as its command would
-        start it, waiting for that command and holding a place of
-        C{places}; L{None} if none is free, it may not start now (the
-        command says why) or it did not start.
-        """
-        sessionId = self.session.sessionId
-        if not places.take():
-            return None  # as many wait as may: the command starts its own
-        try:
-            plan = BodyPlan()
-            planner = self.aheadPlanner or self.planner
-            if planner is not None:
-                plan = await planner(self.session)
-        except Exception as e:
-            places.give()
-            if not isinstance(e, VehicleError):  # else the command says why
-                self._log.failure("No body could be planned ahead for {sessionId}",
-                                  sessionId=sessionId)
-            return None
-        early = Early.prepare(
-            self.session, plan,
-            revived=_resumes(_current(BodyPaths.forSession(self.session.directory))),
-            places=places,
+        self.claim.make(
+            target,
+            spares=self.spares,
+            places=self.places,
+            planner=self.aheadPlanner or self.planner,
+            waitSeconds=self.pump.idleSeconds,
         )
-        if self._going():
-            self._endMade(early)  # nothing started: its plan undone, its folder gone
-            return None
-        try:
-            await early.start(self.launcher, self.session, target)
-        except Exception as e:
-            self._log.warn("A body started ahead for {sessionId} did not start ({error})",
-                           sessionId=sessionId, error=self.scrub(str(e)))
-            self._endMade(early)
-            return None
-        return early
-
-    async def _switchedAhead(self, spares: SpareSource, target: Path) -> Spare | None:
-        """
-        A spare taken for the session and switched to C{target}, or
-        L{None} (none ready, or it refused or ended: let go).
-        """
-        sessionId = self.session.sessionId
-        try:
-            spare = await spares.spareFor(self.session)
-        except VehicleError:
-            return None  # none for it now (a visitor's key not held): the command says why
-        except Exception:
-            self._log.failure("No spare could be taken ahead for {sessionId}", sessionId=sessionId)
-            return None
-        if spare is None:
-            return None
-        try:
-            await spare.switchTo(target, sessionId)
-        except (PiCommandError, BodyExited) as e:
-            self._log.warn(
-                "Spare {spareId} could not be switched ahead to {sessionId} ({error})",
-                spareId=spare.spareId, sessionId=sessionId, error=str(e),
-            )
-            spare.end(self.clock).addErrback(self.logFailure)
-            return None
-        spare.revives = True
-        return spare
 
     def madeAhead(self) -> bool:
         """
         Is something made (or being made) at the claim for the next body,
         and not ended?
         """
-        ahead = self._ahead
-        if ahead is None:
-            return False
-        if not ahead.called:
-            return True
-        made = ahead.result
-        return isinstance(made, (Spare, Early)) and not made.protocol.hasEnded
-
-    def _takeAhead(self) -> Deferred[Spare | Early | None] | None:
-        ahead, self._ahead = self._ahead, None
-        cancelIfActive(self._aheadTimer)
-        self._aheadTimer = None
-        return ahead
-
-    def _letGoOfAhead(self) -> Deferred[None]:
-        """
-        The spare switched ahead will not be handed over (no command came
-        in time, or the session is disposed of): it ends (fires then).
-        """
-        ahead = self._takeAhead()
-        if ahead is None:
-            return succeed(None)
-        ended: Deferred[None] = ahead.addCallback(
-            lambda made: self._ending(made) if made is not None else None
-        )
-        return ended.addErrback(self.logFailure)
-
-    def _ending(self, made: Spare | Early) -> Deferred[None]:
-        """
-        End what was made for a next body that will not be its body.
-        """
-        if isinstance(made, Early):
-            return made.end(self.clock, self._cleanUp)
-        return made.end(self.clock)
-
-    def _endMade(self, made: Spare | Early) -> None:
-        self._ending(made).addErrback(self.logFailure)
+        return self.claim.made()
 
     async def _planned(self) -> tuple[LiveBody, bool, JSONObject]:
         """
@@ -378,7 +248,7 @@ class BodyLife:
         self.paths = body.paths
         self.body = body
         try:
-            revived = _resumes(_current(body.paths))
+            revived = resumes(currentFile(body.paths))
             body.spawn(self.launcher, self.session.meta)
             state = await body.protocol.request({"type": "get_state"})
         except BaseException:
@@ -397,10 +267,9 @@ class BodyLife:
         (a new one holding only its header, with the session's working
         folder as its cwd, when it has none yet), its extension asking for
         the session's facts on the way.  Either way its proxy opens to the
-        session's provider, and pi is set to the session's model when it
-        was started on another (a spare's boot config lists every model of
-        the host, each through its proxy).  L{None} when the spare refused or ended: it
-        is let go, and a body is started as if there had been no spare.
+        session's provider (L{_putOn}).  L{None} when the spare refused or
+        ended: it is let go, and a body is started as if there had been no
+        spare.
 
         An agent's spare was made for this session (its box binds its
         folders where the session's are, and they are the session's now):
@@ -414,8 +283,8 @@ class BodyLife:
         target = spare.preparedFor(self.session.sessionId)
         revived = target is not None and spare.revives
         if target is None:
-            existing = _current(paths)
-            revived = _resumes(existing)
+            existing = currentFile(paths)
+            revived = resumes(existing)
             target = existing if existing is not None else newSessionFile(
                 paths.piDir,
                 sessionId=str(uuid.uuid4()),
@@ -427,16 +296,7 @@ class BodyLife:
         self.body = body
         spare.proxy.handTo(self.session)
         try:
-            if spare.prepared == target:
-                await body.protocol.request(spare.handOffCommand())
-                refusal = spare.handOffRefusal()
-                if refusal is not None:
-                    raise PiCommandError("prompt", refusal)
-            else:
-                await switchSession(body.protocol, target, "the spare refused the session")
-            state = await stateOn(body.protocol, target, "the spare is not on the session's file")
-            if spare.model is not None and spare.model != self.session.meta.model:
-                await setModel(body.protocol, self.session.meta.model)
+            state = await self._putOn(body, spare, target)
         except (PiCommandError, BodyExited) as e:
             if self.body is not body or self.state != "starting":
                 raise  # let go meanwhile (a delete, the host's stop)
@@ -456,6 +316,29 @@ class BodyLife:
         spare.letGoOfReserved()
         spare.handedOver(self.sink)
         return body, revived, state
+
+    async def _putOn(self, body: LiveBody, spare: Spare, target: Path) -> JSONObject:
+        """
+        Put the handed C{spare}'s pi on the session whose file is C{target}:
+        given the session's facts when it is on that file already, else
+        switched to it; then set to the session's model when it was started
+        on another (a spare's boot config lists every model of the host,
+        each through its proxy).  pi's state on the file.
+
+        @raise PiCommandError: pi refused (the facts, the file, the model).
+        @raise BodyExited: pi ended on the way.
+        """
+        if spare.prepared == target:
+            await body.protocol.request(spare.handOffCommand())
+            refusal = spare.handOffRefusal()
+            if refusal is not None:
+                raise PiCommandError("prompt", refusal)
+        else:
+            await switchSession(body.protocol, target, "the spare refused the session")
+        state = await stateOn(body.protocol, target, "the spare is not on the session's file")
+        if spare.model is not None and spare.model != self.session.meta.model:
+            await setModel(body.protocol, self.session.meta.model)
+        return state
 
     def _going(self) -> bool:
         """
@@ -482,7 +365,7 @@ class BodyLife:
         """
         Stop the body (if any) and mark the session dormant.
         """
-        aheadEnded = self._letGoOfAhead()
+        aheadEnded = self.claim.letGo()
         self.pump.cancelIdle()
         if self.state == "dormant":
             return aheadEnded
