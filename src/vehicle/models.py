@@ -124,8 +124,14 @@ class ModelCatalog:
             plan bodies read its C{baseUrl}, C{apiKey} and C{models} by key.
         """
         provider = model.split("/", 1)[0]
-        spec = {k: v for k, v in self.providers[provider].items() if not k.startswith("_")}
-        return provider, spec
+        return provider, self._spec(provider)
+
+    def _spec(self, provider: str) -> JSONObject:
+        """
+        The config of C{provider} as pi reads it (the host's own notes,
+        named with a leading C{_}, left out).
+        """
+        return {k: v for k, v in self.providers[provider].items() if not k.startswith("_")}
 
     def throughProxy(self, baseUrl: str, token: str) -> dict[str, JSONObject]:
         """
@@ -136,7 +142,7 @@ class ModelCatalog:
         the proxy decides where its requests go.
         """
         return {
-            name: {**self.providerFor(name + "/")[1], "baseUrl": baseUrl, "apiKey": token}
+            name: {**self._spec(name), "baseUrl": baseUrl, "apiKey": token}
             for name in self.providers
         }
 
