@@ -561,6 +561,21 @@ class LettingGoTests(EarlyTestCase):
         self.assertEqual(len(self.launcher.spawned), 2)
         self.assertEqual(self.pi.kinds(), ["get_state"])
 
+    def test_aFailedEndIsLogged(self) -> None:
+        """
+        An end that fails (here its plan's undoing) is logged, not lost.
+        """
+        async def breaking(session: Any) -> BodyPlan:
+            def cleanup() -> None:
+                raise RuntimeError("the proxy would not close")
+            return BodyPlan(box="test", cleanup=cleanup)
+
+        self.life.planner = breaking
+        self.started()
+        self.clock.advance(self.idleSeconds + 1)
+        exited(self.pi.transport, 0)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
     def test_adoptedTakesTheTimer(self) -> None:
         """
         A body adopted is not ended by the timer that would have let it go.
@@ -767,12 +782,13 @@ class PrimingFolderTests(SynchronousTestCase):
 class AnnotationTests(SynchronousTestCase):
     def test_annotationsResolve(self) -> None:
         """
-        Every annotation of an early body's module and of the questions'
-        is a type (mutation testing reads them so).
+        Every annotation of an early body's module, of what a claim makes
+        and of the questions' is a type (mutation testing reads them so).
         """
-        from vehicle.body import _early, _questions
+        from vehicle.body import _ahead, _early, _questions
 
         assertAnnotationsResolve(self, _early)
+        assertAnnotationsResolve(self, _ahead)
         assertAnnotationsResolve(self, _questions)
 
     def test_heardAsABody(self) -> None:
