@@ -93,7 +93,8 @@ class Ahead:
         C{target}: a spare of C{spares} switched to it, else (with
         C{places}) the session's own body planned by C{planner} and started.
         What no command takes within C{waitSeconds} ends (it holds the
-        session's conversation: it is never returned).
+        session's conversation: it is never returned).  One thing at a
+        time: while something made is not taken, this does nothing.
         """
         if self.making is not None:
             return

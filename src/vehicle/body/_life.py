@@ -197,7 +197,6 @@ class BodyLife:
         if (
             self.state != "dormant"
             or (self.spares is None and self.places is None)
-            or self.claim.making is not None
             or self._going()
         ):
             return
