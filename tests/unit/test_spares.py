@@ -839,6 +839,16 @@ class HandOffTests(PoolTestCase):
         self.assertEqual(self.proxies[-1].handed, [self.sessionUnderTest])
         self.assertIs(self.conductor.body.protocol.transport, transport)  # type: ignore[union-attr]
 
+    def test_aModelOfAnotherProvider(self) -> None:
+        """
+        A session on another provider's model (whose name sorts before the
+        spare's) is set to it the same way.
+        """
+        transport = self.onAnotherModel("other/o-1")
+        self.assertEqual(kinds(transport)[-1], "set_model")
+        self.assertEqual((transport.written[-1]["provider"], transport.written[-1]["modelId"]),
+                         ("other", "o-1"))
+
     def test_theSparesOwnModelIsNotSet(self) -> None:
         """
         A session on the model the spare was started on (the same name,
