@@ -69,6 +69,9 @@ class HostSample:
     @ivar polls: the long-polls waiting for an event.
     @ivar owed: ledger writes waiting for the ledger to answer again.
     @ivar spares: spare bodies started ahead and not yet a session's.
+    @ivar ahead: bodies made for one session before its first command: a
+        spare held for a new session, or one made at a dormant session's
+        claim (a spare switched to its file, or its own body started).
     """
 
     sessions: Mapping[str, int] = Factory(dict)
@@ -78,6 +81,7 @@ class HostSample:
     polls: int = 0
     owed: int = 0
     spares: int = 0
+    ahead: int = 0
 
 
 #: Every state a session's body may be in: each is written, zero or not.
@@ -126,6 +130,11 @@ class _Sampled:
         yield GaugeMetricFamily(
             "vehicle_bodies_spare", "Spare bodies started ahead and not yet given to a session",
             value=sample.spares)
+        yield GaugeMetricFamily(
+            "vehicle_bodies_ahead",
+            "Bodies made for a session before its first command (a spare held for a new"
+            " session, or one made at a dormant session's claim)",
+            value=sample.ahead)
 
 
 @define(eq=False)

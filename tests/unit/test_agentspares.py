@@ -303,6 +303,27 @@ class ReservationTests(HarnessTestCase):
         self.host.agent.checkFolders(self.host.api.registry.sessions[sessionId])
         self.assertEqual(len(self.host.launcher.spawned), 1)
 
+    def test_countedAsMadeAhead(self) -> None:
+        """
+        A spare held for a new session is counted among the bodies made
+        ahead of a command (no longer a ready spare, not yet a body); once
+        handed over, among the bodies.
+        """
+        self.host.ready()
+        sample = self.host.host.sample()
+        self.assertEqual((sample.spares, sample.ahead, sample.bodies), (1, 0, {}))
+        sessionId = self.createAgent()
+        sample = self.host.host.sample()
+        self.assertEqual((sample.spares, sample.ahead, sample.bodies), (0, 1, {}))
+        transport = self.host.spareTransport()
+        code, frame = self.host.prompt(sessionId, "p1")
+        self.assertEqual(code, 202, frame)
+        target = next(r for r in transport.written if r["type"] == "switch_session")["sessionPath"]
+        answer(transport, "prompt", {"disposition": "handled"})
+        answer(transport, "get_state", {**STATE, "sessionFile": target})
+        sample = self.host.host.sample()
+        self.assertEqual((sample.ahead, sample.bodies), (0, {"agent": 1}))
+
     def test_notReadyNoReservation(self) -> None:
         """
         A spare still being made is not taken: the session starts cold.
@@ -544,6 +565,9 @@ class HandOffTests(HarnessTestCase):
         self.assertFalse(priming.exists())
         self.assertEqual(self.session.conductor.bodyState(), "dormant")
         self.assertIsNone(proxy.model)
+        # A body made at the claim: counted as such, not as a session's body.
+        sample = self.host.host.sample()
+        self.assertEqual((sample.ahead, sample.bodies), (1, {}))
         # Its box runs already: the command probes none.
         probes = len(self.host.spawner.calls)
         self.prompt("p2")
@@ -560,6 +584,8 @@ class HandOffTests(HarnessTestCase):
         materialized = [e for e in events if e["type"] == "body.materialized"]
         self.assertEqual(materialized[-1]["data"]["box"], "bwrap")
         self.assertNotIn(PRIMING_PROMPT, json.dumps(events))
+        sample = self.host.host.sample()
+        self.assertEqual((sample.ahead, sample.bodies), (0, {"agent": 1}))
 
     def test_aProbeWhenTheEarlyBodyIsGone(self) -> None:
         """

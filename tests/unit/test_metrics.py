@@ -143,7 +143,7 @@ class MetricsTests(SynchronousTestCase):
         state = {"runs": 1}
         self.metrics.sample(lambda: HostSample(
             sessions={"dormant": 2, "live": 1}, bodies={"chat": 1}, runs=state["runs"],
-            streams=4, polls=5, owed=6, spares=7,
+            streams=4, polls=5, owed=6, spares=7, ahead=8,
         ))
         code, contentType, samples = scrape(self, self.metrics)
         self.assertEqual(code, 200)
@@ -157,6 +157,7 @@ class MetricsTests(SynchronousTestCase):
         self.assertEqual(samples[("vehicle_watchers", (("kind", "poll"),))], 5)
         self.assertEqual(samples[("vehicle_ledger_writes_owed", ())], 6)
         self.assertEqual(samples[("vehicle_bodies_spare", ())], 7)
+        self.assertEqual(samples[("vehicle_bodies_ahead", ())], 8)
         state["runs"] = 0
         self.assertEqual(scrape(self, self.metrics)[2][("vehicle_runs", ())], 0)
 

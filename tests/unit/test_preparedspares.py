@@ -846,12 +846,30 @@ class ChatAheadTests(SynchronousTestCase):
         answer(transport, "get_state", {**STATE, "sessionFile": str(conversation)})
         self.assertFalse((paths.piDir / PRIMING_FOLDER).exists())
         self.assertIsNone(proxy.model)
+        self.assertEqual(h.host.sample().ahead, 1)
         code, frame = h.call("POST", f"/sessions/{sid}/commands",
                              {"type": "prompt", "requestId": "p1", "text": "hello"})
         self.assertEqual(code, 202, frame)
         self.assertEqual(transport.written[-1]["message"], "hello")
         assert proxy.model is not None
         self.assertEqual(proxy.model.key, MODELS["providers"]["scripted"]["apiKey"])
+        sample = h.host.sample()
+        self.assertEqual((sample.ahead, sample.bodies), (0, {"chat": 1}))
+
+    def test_aHeldSpareIsCountedAhead(self) -> None:
+        """
+        A chat spare held for the new session made with it is counted among
+        the bodies made ahead of a command, no longer among the ready spares.
+        """
+        h = Harness(self, Path(self.mktemp()).absolute(), spareBodies=1, spareRefillMs=60000)
+        self.addCleanup(h.stop)
+        readyChatSpare(h)
+        sample = h.host.sample()
+        self.assertEqual((sample.spares, sample.ahead), (1, 0))
+        code, frame = h.call("POST", "/sessions", {"requestId": "c1"})
+        self.assertEqual(code, 201, frame)
+        sample = h.host.sample()
+        self.assertEqual((sample.spares, sample.ahead, sample.bodies), (0, 1, {}))
 
 
 class BranchTests(SynchronousTestCase):

@@ -75,25 +75,30 @@ class HostService(Service):
         The host's state for a scrape: its sessions by their body's
         state, the bodies (every session whose body is not dormant) by
         profile, the runs under way, the long-polls waiting, the ledger
-        writes owed, the spare bodies ready; C{streams} is the web
-        package's count.
+        writes owed, the spare bodies ready, the bodies made for a session
+        before its first command (held for a new one, or made at a dormant
+        one's claim); C{streams} is the web package's count.
         """
         states: Counter[str] = Counter()
         bodies: Counter[str] = Counter()
-        runs = polls = 0
+        runs = polls = ahead = 0
         for session in list(self.registry.sessions.values()):
             state = session.bodyState()
             states[state] += 1
             if state != "dormant":
                 bodies[session.meta.profile] += 1
+            elif session.conductor is not None and session.conductor.startedAhead():
+                ahead += 1
             runs += session.running()
             polls += session.feed.waiting()
         public, agent = self.bodies.public, self.bodies.agent
         pools = [self.bodies.spares, agent.spares if agent is not None else None]
+        holds = [self.bodies.holds, agent.holds if agent is not None else None]
         return HostSample(
             sessions=dict(states), bodies=dict(bodies), runs=runs, streams=streams, polls=polls,
             owed=len(public.accounting.owed) if public is not None else 0,
             spares=sum(len(pool.ready) for pool in pools if pool is not None),
+            ahead=ahead + sum(len(held.held) for held in holds if held is not None),
         )
 
     def stopService(self) -> Deferred[None]:
