@@ -154,7 +154,7 @@ class Conductor:
         self.life.ahead()
 
     def startedAhead(self) -> bool:
-        return self.life.madeAhead()
+        return self.life.claim.made()
 
     def snapshot(self) -> Deferred[BodyView]:
         return Deferred.fromCoroutine(self._snapshot())

@@ -212,13 +212,6 @@ class BodyLife:
             waitSeconds=self.pump.idleSeconds,
         )
 
-    def madeAhead(self) -> bool:
-        """
-        Is something made (or being made) at the claim for the next body,
-        and not ended?
-        """
-        return self.claim.made()
-
     async def _planned(self) -> tuple[LiveBody, bool, JSONObject]:
         """
         Plan the session's body and start it (no spare).
