@@ -95,6 +95,20 @@ class HarnessTestCase(SynchronousTestCase):
         return frame["value"]["session"]["sessionId"]
 
 
+def handOver(testCase: SynchronousTestCase, host: SpareHarness, sessionId: str,
+             transport: Any) -> None:
+    """
+    The first command of C{sessionId}, which hands over the spare on
+    C{transport}: it is given the session's facts and says it is on the
+    file it was switched to while it waited.
+    """
+    code, frame = host.prompt(sessionId, "p1")
+    testCase.assertEqual(code, 202, frame)
+    target = next(r for r in transport.written if r["type"] == "switch_session")["sessionPath"]
+    answer(transport, "prompt", {"disposition": "handled"})
+    answer(transport, "get_state", {**STATE, "sessionFile": target})
+
+
 class MakingTests(HarnessTestCase):
     """
     An agent spare is made for a session id of its own, in its own empty
@@ -315,12 +329,7 @@ class ReservationTests(HarnessTestCase):
         sessionId = self.createAgent()
         sample = self.host.host.sample()
         self.assertEqual((sample.spares, sample.ahead, sample.bodies), (0, 1, {}))
-        transport = self.host.spareTransport()
-        code, frame = self.host.prompt(sessionId, "p1")
-        self.assertEqual(code, 202, frame)
-        target = next(r for r in transport.written if r["type"] == "switch_session")["sessionPath"]
-        answer(transport, "prompt", {"disposition": "handled"})
-        answer(transport, "get_state", {**STATE, "sessionFile": target})
+        handOver(self, self.host, sessionId, self.host.spareTransport())
         sample = self.host.host.sample()
         self.assertEqual((sample.ahead, sample.bodies), (0, {"agent": 1}))
 
@@ -454,11 +463,7 @@ class HandOffTests(HarnessTestCase):
         self.host.ready()
         other = self.createAgent("other-1", model="scripted/echo-2")
         self.assertEqual(self.host.api.registry.sessions[other].meta.model, "scripted/echo-2")
-        code, frame = self.host.prompt(other, "p1")
-        self.assertEqual(code, 202, frame)
-        target = next(r for r in transport.written if r["type"] == "switch_session")["sessionPath"]
-        answer(transport, "prompt", {"disposition": "handled"})
-        answer(transport, "get_state", {**STATE, "sessionFile": target})
+        handOver(self, self.host, other, transport)
         self.assertEqual(kinds(transport)[-1], "set_model")
         self.assertEqual((transport.written[-1]["provider"], transport.written[-1]["modelId"]),
                          ("scripted", "echo-2"))
@@ -486,10 +491,7 @@ class HandOffTests(HarnessTestCase):
         self.assertEqual((code, frame["code"]), (503, "isolation_unavailable"), frame)
 
     def handOver(self) -> None:
-        self.prompt()
-        target = self.switchRequest()["sessionPath"]
-        answer(self.transport, "prompt", {"disposition": "handled"})
-        answer(self.transport, "get_state", {**STATE, "sessionFile": target})
+        handOver(self, self.host, self.sessionId, self.transport)
 
     def test_itsEndKeepsTheFolders(self) -> None:
         """

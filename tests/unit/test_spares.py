@@ -618,11 +618,17 @@ class HandOffTests(PoolTestCase):
         super().setUp()
         self.pool.start()
         self.spareTransport = self.readyOne()
-        self.sessionUnderTest = self.session(budget=RunBudget(maxTurns=5, maxCostUsd=0.5))
-        self.conductor = Conductor(session=self.sessionUnderTest, launcher=self.launcher,
+        self.conduct(self.session(budget=RunBudget(maxTurns=5, maxCostUsd=0.5)))
+
+    def conduct(self, session: Any) -> None:
+        """
+        C{session} is the one under test, its bodies taken from the pool.
+        """
+        self.sessionUnderTest = session
+        self.conductor = Conductor(session=session, launcher=self.launcher,
                                    clock=self.clock, spares=self.pool)
-        self.sessionUnderTest.conductor = self.conductor
-        self.seen = validEvents(self, self.sessionUnderTest)
+        session.conductor = self.conductor
+        self.seen = validEvents(self, session)
 
     def prompt(self, text: str = "hello") -> None:
         self.sessionUnderTest.command(
@@ -809,11 +815,7 @@ class HandOffTests(PoolTestCase):
         self.pool = self.makePool(serves=frozenset([MODEL, model]))
         self.pool.start()
         transport = self.spareTransport = self.readyOne()
-        self.sessionUnderTest = self.session(model=model)
-        self.conductor = Conductor(session=self.sessionUnderTest, launcher=self.launcher,
-                                   clock=self.clock, spares=self.pool)
-        self.sessionUnderTest.conductor = self.conductor
-        self.seen = validEvents(self, self.sessionUnderTest)
+        self.conduct(self.session(model=model))
         self.prompt()
         self.switched()
         return transport
