@@ -19,13 +19,14 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from twisted.trial.unittest import SkipTest
+
+from vehicle_local.standin import freeLoopbackPort
 
 
 def _binDir() -> Path | None:
@@ -86,12 +87,6 @@ def requirePostgres() -> None:
         raise SkipTest(reason)
 
 
-def _freePort() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Cluster:
     """
     One PostgreSQL server of the tests' own.
@@ -105,7 +100,7 @@ class Cluster:
         self.user = _runAs() or None
         self.root = Path(tempfile.mkdtemp(prefix="vehicle-pg-"))
         self.data = self.root / "data"
-        self.port = _freePort()
+        self.port = freeLoopbackPort()
         self._databases = 0
         if self.user is not None:
             entry = pwd.getpwnam(self.user)

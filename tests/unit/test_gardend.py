@@ -8,15 +8,23 @@ mode's visitors and accounts).
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from treq.testing import StubTreq
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
-from vehicle_local.standin import Config, ConfigError, DelegationRefused, Delegations, StandIn
+from vehicle_local.standin import (
+    Config,
+    ConfigError,
+    DelegationRefused,
+    Delegations,
+    StandIn,
+    freeLoopbackPort,
+)
 from vehicle_local.standin.__main__ import Options
 
 from tests.support.gardend import (
@@ -143,6 +151,99 @@ class ConfigTests(SynchronousTestCase):
         self.assertEqual(options["port"], 5)
         self.assertEqual(options["parsed"].masterKey, MASTER)
         self.assertRaises(Exception, Options().parseOptions, ["--root", "r"])
+
+
+def picks(*ports: int) -> tuple[Callable[[int, int], int], list[tuple[int, int]]]:
+    """
+    A chooser for L{freeLoopbackPort} that answers C{ports} in turn, and
+    the ranges it was asked for.
+    """
+    asked: list[tuple[int, int]] = []
+    left = list(ports)
+
+    def choose(low: int, high: int) -> int:
+        asked.append((low, high))
+        return left.pop(0)
+
+    return choose, asked
+
+
+def unclaimed() -> int:
+    """
+    A port free now that L{freeLoopbackPort} has not handed out (one the
+    kernel picks).
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class FreeLoopbackPortTests(SynchronousTestCase):
+    """
+    L{freeLoopbackPort} picks a child's port where no other process's
+    listener on port 0 can land on it.
+    """
+
+    def rangeFile(self, text: str) -> Path:
+        path = Path(self.mktemp())
+        path.write_text(text)
+        return path
+
+    def test_belowTheEphemeralRange(self) -> None:
+        """
+        The port is drawn from below the first port the kernel hands out
+        itself, as the kernel's range file names it.
+        """
+        for _ in range(20):
+            port = freeLoopbackPort(rangeFile=self.rangeFile("20000\t60999\n"))
+            self.assertTrue(10000 <= port < 20000, port)
+        choose, asked = picks(unclaimed())
+        freeLoopbackPort(choose, self.rangeFile("20000\t60999\n"))
+        self.assertEqual(asked, [(10000, 20000)])
+
+    def test_unreadableRange(self) -> None:
+        """
+        Without the kernel's range file, the range most systems use is
+        kept clear.
+        """
+        choose, asked = picks(unclaimed(), unclaimed())
+        freeLoopbackPort(choose, Path(self.mktemp()))
+        freeLoopbackPort(choose, self.rangeFile("nonsense"))
+        self.assertEqual(asked, [(10000, 49152)] * 2)
+
+    def test_aTakenPortIsPassedOver(self) -> None:
+        """
+        A port something listens on is not handed out; the next pick is.
+        """
+        free = unclaimed()
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            taken = listener.getsockname()[1]
+            choose, asked = picks(taken, free)
+            self.assertEqual(freeLoopbackPort(choose), free)
+        self.assertEqual(len(asked), 2)
+
+    def test_neverTwice(self) -> None:
+        """
+        A port handed out once is not handed out again by this process,
+        though nothing listens on it yet.
+        """
+        first, second = unclaimed(), unclaimed()
+        self.assertEqual(freeLoopbackPort(picks(first)[0]), first)
+        choose, asked = picks(first, second)
+        self.assertEqual(freeLoopbackPort(choose), second)
+        self.assertEqual(len(asked), 2)
+
+    def test_aNarrowRange(self) -> None:
+        """
+        When the kernel's range leaves too few ports below it, the kernel
+        picks (port 0).
+        """
+        choose, asked = picks()
+        port = freeLoopbackPort(choose, self.rangeFile("1024 60999"))
+        self.assertNotEqual(port, 0)
+        self.assertEqual(asked, [])
 
 
 class DelegationTests(SynchronousTestCase):

@@ -7,10 +7,11 @@ documents, offline switch, minted tokens, the headers the host was sent).
 
 from __future__ import annotations
 
+import random
 import secrets
 import socket
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from attrs import define, field
 from twisted.internet.address import IPv4Address
@@ -294,10 +295,56 @@ class _Serving(Named):
         return self.standIn.stopListening()
 
 
-def freeLoopbackPort() -> int:
+#: Where Linux says which ports it hands out itself.
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+#: The lowest port L{freeLoopbackPort} picks (above the usual services').
+_LOWEST = 10000
+
+#: Ports this process has handed out already, never handed out again.
+_handedOut: set[int] = set()
+
+
+def _ephemeralStart(rangeFile: Path) -> int:
     """
-    A loopback port free right now (gardend picks the service's port).
+    The first port of the kernel's ephemeral range: read from Linux's
+    C{rangeFile}, else the start of the range most systems use (49152).
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    try:
+        return int(rangeFile.read_text("ascii").split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+def freeLoopbackPort(
+    choose: Callable[[int, int], int] = random.SystemRandom().randrange,
+    rangeFile: Path = _EPHEMERAL,
+) -> int:
+    """
+    A loopback port free right now, for a child to listen on (gardend
+    picks the service's port; the tests pick theirs).
+
+    It is drawn at random from below the kernel's ephemeral range, never
+    from it: a port the kernel hands out (to any process's listener on
+    port 0, such as a server of a test running beside this one, or to an
+    outgoing connection) comes from that range, so between this check and
+    the child's own bind only another caller of this function could take
+    it, and within this process none does.
+
+    @param choose: picks a port in C{[low, high)}.
+    @param rangeFile: where the kernel names its ephemeral range.
+    """
+    high = _ephemeralStart(rangeFile)
+    for _ in range(200):
+        port = choose(_LOWEST, high) if high - _LOWEST >= 1000 else 0
+        if port in _handedOut:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = int(s.getsockname()[1])
+        _handedOut.add(port)
+        return port
+    raise OSError("no free loopback port below the ephemeral range")
