@@ -28,6 +28,8 @@ from vehicle.public import (
 )
 from vehicle.public import _postgres
 
+from vehicle_local.standin import freeLoopbackPort
+
 from tests.support import postgres
 
 
@@ -300,7 +302,7 @@ class PostgresLedgerContractTests(LedgerContract, SynchronousTestCase):
         and the same ledger works once it answers.
         """
         self.url = postgres.shared().url("postgres").replace(
-            str(postgres.shared().port), str(postgres._freePort()))
+            str(postgres.shared().port), str(freeLoopbackPort()))
         ledger = self.make()
         self.addCleanup(ledger.close)
         self.successResultOf(ledger.start())

@@ -17,6 +17,8 @@ from vehicle.public import InlineRunner, Ledger, PostgresLedger, TurnAsk, runImp
 from vehicle.public._import import ImportOptions
 from vehicle.store import DataDirLock
 
+from vehicle_local.standin import freeLoopbackPort
+
 from tests.support import postgres
 
 
@@ -146,7 +148,7 @@ class ImportTests(SynchronousTestCase):
         """
         self.fileLedger()
         self.env = {"VEHICLE_LEDGER_URL": postgres.shared().url().replace(
-            str(postgres.shared().port), str(postgres._freePort()))}
+            str(postgres.shared().port), str(freeLoopbackPort()))}
         code, line = self.runImport()
         self.assertEqual(code, 1)
         self.assertIn("did not answer", line)
