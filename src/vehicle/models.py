@@ -1,16 +1,17 @@
 # -*- test-case-name: tests.unit.test_agent,tests.unit.test_openapi -*-
 """
 The models this host offers: a pi-format C{models.json} named by
-C{VEHICLE_MODELS}, whose provider keys written C{"$NAME"} are read from the
-host's environment once, at start, and then removed from it.  The keys live
-in this object's memory only.
+C{VEHICLE_MODELS}, whose provider keys and header values written C{"$NAME"}
+are read from the host's environment once, at start, and then removed from
+it.  The keys (and headers) live in this object's memory only; a body that
+reaches its models through a proxy is given neither.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import MutableMapping
+from typing import Callable, MutableMapping
 
 from attrs import field, frozen
 
@@ -20,6 +21,10 @@ from vehicle.settings import SettingsError
 
 
 _REFERENCE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+
+#: A header's name (HTTP's token) and what its value may not hold.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_BREAKS = re.compile(r"[\r\n\0]")
 
 
 @frozen
@@ -44,8 +49,9 @@ class ModelCatalog:
         cls, path: Path | None, default: str | None, environ: MutableMapping[str, str]
     ) -> "ModelCatalog":
         """
-        Read C{path}; every C{"$NAME"} key is taken from C{environ} and the
-        variable removed from it, so no child ever inherits it.
+        Read C{path}; every C{"$NAME"} key or header value (a provider's or
+        a model's) is taken from C{environ} and the variable removed from
+        it, so no child ever inherits it.
 
         @raise SettingsError: for a missing file, bad JSON, a missing
             variable, or a default that is not in the file.
@@ -59,24 +65,31 @@ class ModelCatalog:
         except (OSError, ValueError) as e:
             raise SettingsError(f"VEHICLE_MODELS {str(path)!r} cannot be read: {e}")
         providers = _providers(objectOf(data).get("providers") or {}, path)
-        consumed = set()
+        taken: dict[str, str] = {}
+
+        def resolved(where: str, value: JSON) -> JSON:
+            match = _REFERENCE.match(value) if isinstance(value, str) else None
+            if match is None:
+                return value
+            variable = match.group(1)
+            if variable not in taken:
+                if variable not in environ:
+                    raise SettingsError(f"{where} from ${variable}, which is not set")
+                taken[variable] = environ[variable]
+            return taken[variable]
+
         for name, provider in providers.items():
-            key = provider.get("apiKey")
-            if isinstance(key, str):
-                match = _REFERENCE.match(key)
-                if match:
-                    variable = match.group(1)
-                    if variable not in environ and variable not in consumed:
-                        raise SettingsError(
-                            f"provider {name!r} takes its key from ${variable}, which is not set"
-                        )
-                    if variable in environ:
-                        provider["apiKey"] = environ[variable]
-                        consumed.add(variable)
-                    else:
-                        provider["apiKey"] = _resolved(providers, variable)
-                    provider["_keyVariable"] = variable
-        for variable in consumed:
+            if "apiKey" in provider:
+                provider["apiKey"] = resolved(f"provider {name!r} takes its key", provider["apiKey"])
+            _resolveHeaders(provider, f"provider {name!r}", resolved)
+            models = provider.get("models")
+            if isinstance(models, list):
+                provider["models"] = [
+                    _resolveHeaders(dict(model), f"model {name}/{model.get('id')}", resolved)
+                    if isinstance(model, dict) else model
+                    for model in models
+                ]
+        for variable in taken:
             environ.pop(variable, None)
         catalog = cls(providers, default)
         if default is None:
@@ -133,26 +146,46 @@ class ModelCatalog:
         """
         return {k: v for k, v in self.providers[provider].items() if not k.startswith("_")}
 
+    def proxied(self, provider: str, baseUrl: str, token: str) -> JSONObject:
+        """
+        C{provider} as a body that reaches its models through a proxy sees
+        it: at C{baseUrl} with C{token} for its key (never the real key or
+        URL), with none of its or its models' C{headers} (the proxy adds
+        them, L{headersFor}: a header may carry a secret as the key does).
+        """
+        spec = {k: v for k, v in self._spec(provider).items() if k != "headers"}
+        models = spec.get("models")
+        if isinstance(models, list):
+            spec["models"] = [
+                {k: v for k, v in model.items() if k != "headers"}
+                if isinstance(model, dict) else model
+                for model in models
+            ]
+        return {**spec, "baseUrl": baseUrl, "apiKey": token}
+
     def throughProxy(self, baseUrl: str, token: str) -> dict[str, JSONObject]:
         """
         Every provider as a body that reaches its models through a proxy
-        sees them: each at C{baseUrl} with C{token} for its key (never the
-        real key or URL), its models as they are.  A body booted with these
-        can be set to any model of the catalogue (pi's C{set_model}), and
-        the proxy decides where its requests go.
+        sees them (L{proxied}).  A body booted with these can be set to any
+        model of the catalogue (pi's C{set_model}), and the proxy decides
+        where its requests go.
         """
-        return {
-            name: {**self._spec(name), "baseUrl": baseUrl, "apiKey": token}
-            for name in self.providers
-        }
+        return {name: self.proxied(name, baseUrl, token) for name in self.providers}
 
-    def endpointFor(self, model: str) -> tuple[str, str]:
+    def headersFor(self, model: str) -> dict[str, str]:
         """
-        Where the provider of C{model} is reached, and with which key: its
-        C{baseUrl} and C{apiKey}, for the model proxy that holds them.
+        The headers a request for C{model} carries to its provider, as pi
+        would send them: the provider's C{headers}, then the model's own
+        over them.
         """
         _, spec = self.providerFor(model)
-        return str(spec["baseUrl"]), str(spec["apiKey"])
+        modelId = model.split("/", 1)[1]
+        headers = _headers(spec)
+        models = spec.get("models")
+        for entry in models if isinstance(models, list) else []:
+            if isinstance(entry, dict) and entry.get("id") == modelId:
+                headers.update(_headers(entry))
+        return headers
 
     def secrets(self) -> list[str]:
         """
@@ -196,8 +229,33 @@ def _modelIds(spec: JSONObject) -> list[str]:
     ]
 
 
-def _resolved(providers: dict[str, JSONObject], variable: str) -> str:
-    for provider in providers.values():
-        if provider.get("_keyVariable") == variable:
-            return str(provider["apiKey"])
-    raise SettingsError(f"${variable} is not set")
+def _resolveHeaders(
+    spec: JSONObject, where: str, resolved: Callable[[str, JSON], JSON]
+) -> JSONObject:
+    """
+    C{spec} (a provider or a model) with each value of its C{headers} that
+    is written C{"$NAME"} read through C{resolved}, as its key is.
+    """
+    headers = spec.get("headers")
+    if headers is None:
+        return spec
+    if not isinstance(headers, dict):
+        raise SettingsError(f"{where}'s headers are not an object")
+    sent: dict[str, JSON] = {}
+    for name, value in headers.items():
+        value = resolved(f"{where}'s header {name!r} takes its value", value)
+        if not _TOKEN.fullmatch(name) or not isinstance(value, str) or _BREAKS.search(value):
+            raise SettingsError(f"{where}'s header {name!r} is not a header pi can send")
+        sent[name] = value
+    spec["headers"] = sent
+    return spec
+
+
+def _headers(spec: JSONObject) -> dict[str, str]:
+    """
+    The C{headers} of a provider or model, those whose value is text.
+    """
+    headers = spec.get("headers")
+    if not isinstance(headers, dict):
+        return {}
+    return {name: value for name, value in headers.items() if isinstance(value, str)}

@@ -192,6 +192,9 @@ class HandOffTests(TestCase):
         for headers, body in host.model.requests:
             self.assertEqual(body["model"], "other-1")
             self.assertEqual(headers["authorization"], "Bearer " + host.otherKey)
+            # The provider's headers, added by the proxy: pi never had them.
+            self.assertEqual(headers["x-other-secret"], host.otherHeader)
+            self.assertEqual(headers["x-other-model"], "other-1")
 
     async def test_revivedAgentStartsAtTheClaim(self) -> None:
         """

@@ -126,8 +126,9 @@ class ProxyTests(TestCase):
         )
 
     async def ask(self, path: str, token: str | None = None, method: str = "POST",
-                  body: bytes = b'{"model":"m"}', proxyToken: str | None = None) -> tuple[int, bytes, Any]:
-        headers = {b"content-type": "application/json"}
+                  body: bytes = b'{"model":"m"}', proxyToken: str | None = None,
+                  extra: dict[bytes, str] | None = None) -> tuple[int, bytes, Any]:
+        headers = {b"content-type": "application/json", **(extra or {})}
         if token is not None:
             headers[b"authorization"] = f"Bearer {token}"
         if proxyToken is not None:
@@ -190,6 +191,30 @@ class ProxyTests(TestCase):
         self.assertEqual(seen["body"], b'{"model":"m","x":1}')
         self.assertNotIn(self.proxy.token, repr(seen))
         self.assertEqual(seen["headers"]["host"], [f"127.0.0.1:{self.upstreamPort.getHost().port}"])
+
+    async def test_theProvidersHeaders(self) -> None:
+        """
+        The provider's headers (the catalogue's, held by the host as the
+        key is) go with each model request, in place of any the body sent
+        under those names; the body's others pass; an MCP request gets none
+        of them.
+        """
+        self.proxy.model = Upstream(
+            baseUrl=self.proxy.model.baseUrl, key=REAL_KEY,
+            headers={"x-provider-secret": "hs-123", "X-Team": "garden"},
+        )
+        code, _, _ = await self.ask(
+            "/v1/chat/completions", self.proxy.token,
+            extra={b"x-team": "forged", b"x-pi-own": "kept"},
+        )
+        self.assertEqual(code, 200)
+        [seen] = self.upstream.requests
+        self.assertEqual(seen["headers"]["x-provider-secret"], ["hs-123"])
+        self.assertEqual(seen["headers"]["x-team"], ["garden"])
+        self.assertEqual(seen["headers"]["x-pi-own"], ["kept"])
+        await self.ask("/mcp", "delegated-abc", proxyToken=self.proxy.token)
+        self.assertNotIn("hs-123", repr(self.upstream.requests[-1]))
+        self.assertNotIn("x-provider-secret", self.upstream.requests[-1]["headers"])
 
     async def test_streams(self) -> None:
         """

@@ -126,6 +126,10 @@ class HandOffTests(TestCase):
         headers, body = host.model.requests[0]
         self.assertEqual(body["model"], "other-1")
         self.assertEqual(headers["authorization"], "Bearer " + host.otherKey)
+        # The provider's and its model's headers, added by the proxy (the
+        # spare was given none), as written.
+        self.assertEqual(headers["x-other-secret"], host.otherHeader)
+        self.assertEqual(headers["x-other-model"], "other-1")
         self.assertEqual([m["role"] for m in body["messages"]], ["system", "user"])
         completed = [e for e in events if e["type"] == "message.completed"]
         self.assertIn("hello other", json.dumps(completed[-1]))
@@ -139,6 +143,23 @@ class HandOffTests(TestCase):
         await host.command(sid, "prompt", "p2", text="and again")
         await host.waitFor(sid, settledEvent, since=events[-1]["seq"])
         self.assertEqual(host.model.requests[-1][1]["model"], "other-1")
+
+    async def test_aColdBodySendsTheHeadersAsWritten(self) -> None:
+        """
+        With no spare, a conversation on the other provider has a body
+        started with its key and its headers, which pi sends as they are
+        written (pi reads C{$NAME} and C{!command} in a header's value as
+        a template: the host resolved its own references already).
+        """
+        host = await LiveHost(self, spareBodies=0, otherProvider=True).start()
+        sid = await host.create(model="other/other-1")
+        await host.command(sid, "prompt", "p1", text="hello cold")
+        await host.waitFor(sid, settledEvent)
+        [(headers, body)] = host.model.requests
+        self.assertEqual(body["model"], "other-1")
+        self.assertEqual(headers["authorization"], "Bearer " + host.otherKey)
+        self.assertEqual(headers["x-other-secret"], host.otherHeader)
+        self.assertEqual(headers["x-other-model"], "other-1")
 
     async def test_aSpareMadeForASessionIsNoSessionYet(self) -> None:
         """

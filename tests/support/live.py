@@ -50,11 +50,14 @@ class LiveHost:
         self.testCase = testCase
         self.root = root or Path(testCase.mktemp()).absolute()
         #: A second provider in the catalogue (C{other/other-1}, the same
-        #: scripted model reached with L{otherKey}).
+        #: scripted model reached with L{otherKey}, and with headers of its
+        #: own: L{otherHeader}, which pi would read as a template if it
+        #: were not sent as written, and one of its model's).
         self.otherProvider = bool(overrides.pop("otherProvider", False))
         self.overrides = overrides
         self.key = "sk-live-" + secrets.token_hex(16)
         self.otherKey = "sk-other-" + secrets.token_hex(16)
+        self.otherHeader = "hs$HOME!" + secrets.token_hex(8)
         self.model = ScriptedModel(reactor=reactor, slowDeltas=12, slowDelayMs=150)
         self.pool = HTTPConnectionPool(reactor, persistent=False)
         self.http = HTTPClient(Agent(reactor, pool=self.pool))
@@ -106,7 +109,9 @@ class LiveHost:
         if self.otherProvider:
             other = self.scriptedProvider()
             other["apiKey"] = self.otherKey
-            other["models"] = [{**other["models"][0], "id": "other-1", "name": "Other"}]
+            other["headers"] = {"x-other-secret": self.otherHeader}
+            other["models"] = [{**other["models"][0], "id": "other-1", "name": "Other",
+                                "headers": {"x-other-model": "other-1"}}]
             providers["other"] = other
         catalog = ModelCatalog(providers, "scripted/echo-1")
         settings = Settings(

@@ -581,6 +581,76 @@ class ModelCatalogTests(SynchronousTestCase):
         self.assertEqual((name, spec["apiKey"]), ("scripted", "sk-scripted-secret"))
         self.assertNotIn("_keyVariable", spec)
 
+    def test_headers(self) -> None:
+        """
+        A provider's and a model's C{headers} are read as its key is (a
+        C{"$NAME"} value from the environment, which then no longer holds
+        it); a request for the model carries the provider's with the
+        model's over them, and a body that reaches its models through a
+        proxy is given none of them, nor the key.
+        """
+        environ = {"HEADER_SECRET": "h-secret-value", "OTHER": "x"}
+        path = self.write({"providers": {
+            "scripted": {
+                "baseUrl": "http://127.0.0.1:1/v1", "api": "openai-completions",
+                "apiKey": "sk-key", "headers": {"x-secret": "$HEADER_SECRET", "x-team": "a"},
+                "models": [{"id": "echo-1", "headers": {"x-team": "b", "x-model": "m"}},
+                           {"id": "echo-2"}],
+            },
+            "other": {
+                "baseUrl": "http://127.0.0.1:2/v1", "api": "openai-completions",
+                "apiKey": "sk-other", "models": [{"id": "o-1"}],
+            },
+        }})
+        catalog = ModelCatalog.load(path, None, environ)
+        self.assertEqual(environ, {"OTHER": "x"})
+        self.assertEqual(
+            catalog.headersFor("scripted/echo-1"),
+            {"x-secret": "h-secret-value", "x-team": "b", "x-model": "m"},
+        )
+        self.assertEqual(
+            catalog.headersFor("scripted/echo-2"), {"x-secret": "h-secret-value", "x-team": "a"}
+        )
+        self.assertEqual(catalog.headersFor("other/o-1"), {})
+        proxied = catalog.throughProxy("http://127.0.0.1:0/v1", "token")
+        self.assertEqual(set(proxied), {"scripted", "other"})
+        text = json.dumps(proxied)
+        for secret in ("h-secret-value", "sk-key", "sk-other", "x-team", "headers"):
+            self.assertNotIn(secret, text)
+        self.assertEqual(
+            [m["id"] for m in proxied["scripted"]["models"]], ["echo-1", "echo-2"]
+        )
+        self.assertEqual(proxied["scripted"]["apiKey"], "token")
+        # pi's own copy (a body that holds the key) keeps them as written.
+        _, spec = catalog.providerFor("scripted/echo-1")
+        self.assertEqual(spec["headers"], {"x-secret": "h-secret-value", "x-team": "a"})
+
+    def test_badHeadersRefused(self) -> None:
+        """
+        Headers pi could not send (not an object, a name that is no HTTP
+        token, a value that is not text or breaks the line, a reference to
+        an unset variable) are a L{SettingsError} naming where they are.
+        """
+        provider = {"baseUrl": "u", "api": "a", "apiKey": "k", "models": [{"id": "m"}]}
+        for headers, onModel in [
+            ("not an object", False),
+            ({"bad name": "v"}, False),
+            ({"x-n": 1}, True),
+            ({"x-n": "line\r\nx-injected: 1"}, False),
+            ({"x-n": "$UNSET_HEADER"}, True),
+            ({"x-n": "$BROKEN"}, False),
+        ]:
+            spec = dict(provider)
+            if onModel:
+                spec["models"] = [{"id": "m", "headers": headers}]
+            else:
+                spec["headers"] = headers
+            with self.assertRaises(SettingsError, msg=repr(headers)) as raised:
+                ModelCatalog.load(
+                    self.write({"providers": {"p": spec}}), None, {"BROKEN": "a\nb"}
+                )
+            self.assertIn("model p/m" if onModel else "provider 'p'", str(raised.exception))
+
     def test_unusableFileRefused(self) -> None:
         """
         No providers, a provider that is not an object, a key whose

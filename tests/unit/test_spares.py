@@ -1103,7 +1103,8 @@ class ChatSpareProxyTests(SynchronousTestCase):
     def test_openAndHandOver(self) -> None:
         reactor = MemoryReactorClock()
         other = {"baseUrl": "http://127.0.0.1:8/v1", "api": "openai-completions",
-                 "apiKey": "sk-other-key", "models": [{"id": "o-1"}], "_keyVariable": "OTHER"}
+                 "apiKey": "sk-other-key", "headers": {"x-secret": "hs-other"},
+                 "models": [{"id": "o-1", "headers": {"x-model": "o"}}], "_keyVariable": "OTHER"}
         models = ModelCatalog({"scripted": dict(PROVIDER), "other": other}, MODEL)
         folder = Path(self.mktemp())
         chat = self.successResultOf(Deferred.fromCoroutine(
@@ -1111,8 +1112,8 @@ class ChatSpareProxyTests(SynchronousTestCase):
         ))
         token = chat.proxy.token
         # Every provider of the host, through the proxy: a spare may be set
-        # to any model; no key, no provider's address, nothing of the
-        # host's own notes.
+        # to any model; no key, no header, no provider's address, nothing
+        # of the host's own notes.
         self.assertEqual(chat.providers, {
             "scripted": {**PROVIDER, "baseUrl": "http://127.0.0.1:0/v1", "apiKey": token},
             "other": {"api": "openai-completions", "models": [{"id": "o-1"}],
@@ -1144,6 +1145,7 @@ class ChatSpareProxyTests(SynchronousTestCase):
         chat.handTo(Session)  # type: ignore[arg-type]  # the parts handTo reads
         model = chat.proxy.model
         self.assertEqual((model.baseUrl, model.key), (other["baseUrl"], "sk-other-key"))
+        self.assertEqual(model.headers, {"x-secret": "hs-other", "x-model": "o"})
 
     def test_ownKeyHandOver(self) -> None:
         """

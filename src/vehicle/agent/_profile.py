@@ -433,9 +433,8 @@ class AgentProfile:
         key), and the gate its proxy asks before each request (the
         session's meter).
         """
-        baseUrl, key = self.models.endpointFor(session.meta.model)
         return (
-            Upstream(baseUrl=baseUrl, key=key),
+            Upstream.provider(self.models, session.meta.model),
             lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
 

@@ -19,7 +19,7 @@ import hmac
 import json
 import secrets
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 from attrs import define, field
 from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
@@ -37,6 +37,7 @@ from vehicle._http import httpClient
 from vehicle._relay import BodyRelay, copyAnswer, passOn, relayBody
 from vehicle._request import BoundedRequest
 from vehicle._reactors import IHostReactor
+from vehicle.models import ModelCatalog
 
 
 #: Headers never passed upstream as they came (the proxy sets its own).
@@ -138,6 +139,25 @@ class Upstream:
     keySource: Callable[[], str | None] | None = field(default=None, repr=False)
     #: Scrub the key out of error answers before the body sees them.
     scrub: bool = False
+    #: Headers the provider is sent with each model request, in place of
+    #: any the body sent under those names (the catalogue's, which the
+    #: host holds as it holds the key: L{vehicle.models.ModelCatalog.headersFor}).
+    headers: Mapping[str, str] = field(factory=dict, repr=False)
+
+    @classmethod
+    def provider(cls, models: ModelCatalog, model: str, **overrides: Any) -> "Upstream":
+        """
+        The provider of C{model} as the catalogue names it: its C{baseUrl},
+        its key and its headers (C{overrides} replace any of them).
+        """
+        _, spec = models.providerFor(model)
+        key = spec.get("apiKey")
+        return cls(**{
+            "baseUrl": str(spec["baseUrl"]),
+            "key": key if isinstance(key, str) else None,
+            "headers": models.headersFor(model),
+            **overrides,
+        })
 
     def currentKey(self) -> str | None:
         if self.keySource is not None:
@@ -382,6 +402,8 @@ class ModelProxy:
             if key is None:
                 return self._refuse(request, 401, "no model key for this body right now")
             sent = key
+            for header, value in upstream.headers.items():
+                headers.setRawHeaders(header.encode("latin-1"), [value.encode("utf-8")])
             headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])

@@ -97,12 +97,12 @@ class ChatSpareProxy:
         hold the caller's, none, and the proxy refuses the body's requests).
         """
         if session.meta.funding != "byok":
-            baseUrl, key = self.models.endpointFor(session.meta.model)
-            return Upstream(baseUrl=baseUrl, key=key)
+            return Upstream.provider(self.models, session.meta.model)
         if self.ownKey is not None:
             return self.ownKey.upstreamFor(session)
-        baseUrl, _ = self.models.endpointFor(session.meta.model)
-        return Upstream(baseUrl=baseUrl, keySource=lambda: None, scrub=True)
+        return Upstream.provider(
+            self.models, session.meta.model, key=None, keySource=lambda: None, scrub=True
+        )
 
     def close(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self.proxy.close())

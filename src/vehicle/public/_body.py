@@ -69,17 +69,17 @@ class OwnKeyBodies:
         key (asked at each request), which is scrubbed out of any answer
         before pi sees it.
         """
-        _, spec = self.models.providerFor(session.meta.model)
-        return Upstream(
-            baseUrl=str(spec["baseUrl"]),
+        return Upstream.provider(
+            self.models,
+            session.meta.model,
+            key=None,
             keySource=lambda: self.public.keyFor(session),
             scrub=True,
         )
 
     async def plan(self, session: Session) -> BodyPlan:
         self.requireKey(session)
-        provider, spec = self.models.providerFor(session.meta.model)
-        modelId = session.meta.model.split("/", 1)[1]
+        provider, modelId = session.meta.model.split("/", 1)
         proxy = ModelProxy(
             reactor=self.reactor,
             socketPath=self.runDir() / session.sessionId / "model.sock",
@@ -87,14 +87,10 @@ class OwnKeyBodies:
             gate=lambda: session.conductor.meterModelRequest() if session.conductor else None,
         )
         await proxy.listen()
+        # The bridge picks a free port and puts it in place of the 0.
+        spec = self.models.proxied(provider, "http://127.0.0.1:0/v1", proxy.token)
         providers: dict[str, JSONObject] = {
-            provider: {
-                **{k: v for k, v in spec.items() if k != "models"},
-                # The bridge picks a free port and puts it in place of the 0.
-                "baseUrl": "http://127.0.0.1:0/v1",
-                "apiKey": proxy.token,
-                "models": [self._modelEntry(spec, modelId)],
-            }
+            provider: {**spec, "models": [self._modelEntry(spec, modelId)]}
         }
         return BodyPlan(
             providers=providers,

@@ -127,6 +127,16 @@ function literalConfigValue(value) {
   return String(value).replace(/[$!]/g, (character) => "$" + character);
 }
 
+// A provider's or model's config with its header values made literal.
+function literalHeaders(config) {
+  if (config.headers !== null && typeof config.headers === "object") {
+    config.headers = Object.fromEntries(
+      Object.entries(config.headers).map(([name, value]) => [name, literalConfigValue(value)]),
+    );
+  }
+  return config;
+}
+
 function newRun() {
   return { turns: 0, costUsd: 0, stopped: false };
 }
@@ -725,6 +735,14 @@ function registerProviders(pi) {
     }
     if (typeof provider.apiKey === "string") {
       provider.apiKey = literalConfigValue(provider.apiKey);
+    }
+    // Header values are templates to pi as keys are; the host resolved
+    // every reference it takes, so what comes here is meant as written.
+    literalHeaders(provider);
+    if (Array.isArray(provider.models)) {
+      provider.models = provider.models.map((model) =>
+        model !== null && typeof model === "object" ? literalHeaders({ ...model }) : model,
+      );
     }
     pi.registerProvider(name, provider);
   }
