@@ -20,7 +20,7 @@ from vehicle.body import PRIMING_PROMPT
 from vehicle.body._spawner import latestSessionFile
 
 from tests.support.live import LiveHost, settledEvent, startedAtTheClaim, waitUntil
-from tests.support.scripted import bashMarker
+from tests.support.scripted import bashMarker, writeMarker
 
 
 def agentPool(host: LiveHost) -> Any:
@@ -35,10 +35,6 @@ async def readyAgentSpare(host: LiveHost, not_: Any = None) -> Any:
     """
     await waitUntil(lambda: any(s is not not_ for s in agentPool(host).ready))
     return next(s for s in agentPool(host).ready if s is not not_)
-
-
-def writeMarker(path: str, content: str) -> str:
-    return "[[TOOL:write " + json.dumps({"path": path, "content": content}) + "]]"
 
 
 def descendants(pid: int) -> list[int]:

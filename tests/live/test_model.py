@@ -89,6 +89,14 @@ class _Raw(Protocol):
         self.lost.callback(None)
 
 
+def _messageEvents(body: bytes) -> list[Any]:
+    """
+    The data of each event of an Anthropic messages stream.
+    """
+    return [json.loads(line[len("data: "):]) for line in body.decode().splitlines()
+            if line.startswith("data: ")]
+
+
 class ScriptedModelTests(TestCase):
     """
     The scripted model over real loopback HTTP.
@@ -390,6 +398,84 @@ class ScriptedModelTests(TestCase):
         response = await self.http.post(self.model.url + "/chat/completions", data=b"[1,")
         self.assertEqual(response.code, 400)
         self.assertIn("error", json.loads(await response.content()))
+
+    async def postMessages(self, body: Any) -> tuple[int, bytes]:
+        assert self.model.url is not None
+        response = await self.http.post(
+            self.model.url + "/messages?beta=true",
+            data=json.dumps(body).encode(),
+            headers={b"x-api-key": "sk-ant-test", b"content-type": "application/json"},
+        )
+        return response.code, await response.content()
+
+    async def test_messagesAPI(self) -> None:
+        """
+        The same script behind Anthropic's messages API: an echo streamed
+        as that API's events (the message with its input tokens, a text
+        block in deltas, the stop reason with the output tokens); a tool
+        marker as a C{tool_use} block whose input comes in pieces, and text
+        once a C{tool_result} answers it; the request recorded with its
+        headers.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        user = {"role": "user", "content": [{"type": "text", "text": "hi there"}]}
+        code, body = await self.postMessages(
+            {"model": "claude-1", "stream": True, "system": "be brief", "messages": [user]}
+        )
+        self.assertEqual(code, 200)
+        events = _messageEvents(body)
+        names = [line[len("event: "):] for line in body.decode().splitlines()
+                 if line.startswith("event: ")]
+        self.assertEqual(names, [e["type"] for e in events])
+        self.assertEqual(names[0], "message_start")
+        self.assertEqual(names[-1], "message_stop")
+        self.assertEqual(events[0]["message"]["usage"]["input_tokens"], 1000)
+        text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+        self.assertEqual(text, "Hello from the scripted model (you said: 'hi there')")
+        self.assertEqual(events[-2]["delta"]["stop_reason"], "end_turn")
+        self.assertEqual(events[-2]["usage"]["output_tokens"], 50)
+        headers, recorded = self.model.requests[-1]
+        self.assertEqual((headers["x-api-key"], recorded["system"]), ("sk-ant-test", "be brief"))
+
+        asking = {"role": "user", "content": 'do it [[TOOL:sophia_echo {"text": "yo"}]]'}
+        _, body = await self.postMessages({"model": "m", "stream": True, "messages": [asking]})
+        events = _messageEvents(body)
+        [start] = [e for e in events if e["type"] == "content_block_start"]
+        self.assertEqual(start["content_block"]["name"], "sophia_echo")
+        given = "".join(e["delta"]["partial_json"] for e in events
+                        if e["type"] == "content_block_delta")
+        self.assertEqual(json.loads(given), {"text": "yo"})
+        self.assertEqual(events[-2]["delta"]["stop_reason"], "tool_use")
+        callId = start["content_block"]["id"]
+        answered = [
+            asking,
+            {"role": "assistant", "content": [{"type": "tool_use", "id": callId,
+                                               "name": "sophia_echo", "input": {"text": "yo"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": callId,
+                                          "content": "echo:yo"}]},
+        ]
+        _, body = await self.postMessages({"model": "m", "stream": True, "messages": answered})
+        events = _messageEvents(body)
+        text = "".join(e["delta"]["text"] for e in events if e["type"] == "content_block_delta")
+        self.assertEqual(text, "The tool sophia_echo answered.")
+
+    async def test_messagesAPIRefusals(self) -> None:
+        """
+        A body that is not a conversation, a queued L{Error} and
+        C{[[ERROR]]} are answered with that API's error object.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        code, body = await self.postMessages([1])
+        self.assertEqual((code, json.loads(body)["type"]), (400, "error"))
+        code, body = await self.postMessages({"model": "m"})
+        self.assertEqual(code, 400)
+        self.model.enqueue(Error(429, "slow down"))
+        code, body = await self.postMessages({"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        self.assertEqual((code, json.loads(body)["error"]["message"]), (429, "slow down"))
+        code, body = await self.postMessages(
+            {"model": "m", "messages": [{"role": "user", "content": "[[ERROR]]"}]}
+        )
+        self.assertEqual((code, json.loads(body)["error"]["type"]), (500, "api_error"))
 
     async def test_slowMarkerIsPacedByTheReactor(self) -> None:
         """

@@ -2,8 +2,9 @@
 """
 The model proxy (L{vehicle.box._proxy.ModelProxy}) on a real Unix socket,
 in front of a real upstream on loopback: only the body's token opens the
-model route, which gets the real key instead; answers stream through as
-they come; the MCP route passes the body's own bearer; nothing else is
+model route, which gets the real key instead (in the header the body's
+client put its token in: a bearer, or Anthropic's C{x-api-key}); answers
+stream through as they come; the MCP route passes the body's own bearer; nothing else is
 routed.
 """
 
@@ -215,6 +216,36 @@ class ProxyTests(TestCase):
         await self.ask("/mcp", "delegated-abc", proxyToken=self.proxy.token)
         self.assertNotIn("hs-123", repr(self.upstream.requests[-1]))
         self.assertNotIn("x-provider-secret", self.upstream.requests[-1]["headers"])
+
+    async def test_anthropicsKeyHeader(self) -> None:
+        """
+        A body on Anthropic's API presents its token as that client puts a
+        key (C{x-api-key}) and asks for the path it adds to its base
+        (C{/v1/messages} after the proxy's C{/v1}): the provider gets that
+        path after its own base, with the key in the same header and no
+        bearer; a wrong token there is refused and reaches nobody.
+        """
+        code, _, _ = await self.ask(
+            "/v1/v1/messages?beta=true", extra={b"x-api-key": "not-the-token"}
+        )
+        self.assertEqual(code, 401)
+        self.assertEqual(self.upstream.requests, [])
+        code, _, _ = await self.ask(
+            "/v1/v1/messages?beta=true", extra={b"x-api-key": self.proxy.token}
+        )
+        self.assertEqual(code, 200)
+        [seen] = self.upstream.requests
+        self.assertEqual(seen["path"], "/api/v1/v1/messages?beta=true")
+        self.assertEqual(seen["headers"]["x-api-key"], [REAL_KEY])
+        self.assertNotIn("authorization", seen["headers"])
+        self.assertNotIn(self.proxy.token, repr(seen))
+        # A bearer body that also sends an x-api-key: the key goes in the
+        # bearer, and the other header does not pass.
+        await self.ask("/v1/chat/completions", self.proxy.token,
+                       extra={b"x-api-key": "stray"})
+        seen = self.upstream.requests[-1]
+        self.assertEqual(seen["headers"]["authorization"], [f"Bearer {REAL_KEY}"])
+        self.assertNotIn("x-api-key", seen["headers"])
 
     async def test_streams(self) -> None:
         """

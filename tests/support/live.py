@@ -54,10 +54,15 @@ class LiveHost:
         #: own: L{otherHeader}, which pi would read as a template if it
         #: were not sent as written, and one of its model's).
         self.otherProvider = bool(overrides.pop("otherProvider", False))
+        #: A provider on Anthropic's messages API (C{anth/claude-1}: the
+        #: scripted model behind that API, reached with L{anthKey}); with
+        #: C{"default"}, the host's default model.
+        self.anthropic = overrides.pop("anthropic", False)
         self.overrides = overrides
         self.key = "sk-live-" + secrets.token_hex(16)
         self.otherKey = "sk-other-" + secrets.token_hex(16)
         self.otherHeader = "hs$HOME!" + secrets.token_hex(8)
+        self.anthKey = "sk-ant-" + secrets.token_hex(16)
         self.model = ScriptedModel(reactor=reactor, slowDeltas=12, slowDelayMs=150)
         self.pool = HTTPConnectionPool(reactor, persistent=False)
         self.http = HTTPClient(Agent(reactor, pool=self.pool))
@@ -113,7 +118,16 @@ class LiveHost:
             other["models"] = [{**other["models"][0], "id": "other-1", "name": "Other",
                                 "headers": {"x-other-model": "other-1"}}]
             providers["other"] = other
-        catalog = ModelCatalog(providers, "scripted/echo-1")
+        if self.anthropic:
+            anth = self.scriptedProvider()
+            assert self.model.url is not None
+            # Its client adds /v1/messages to the host name itself.
+            anth.update(baseUrl=self.model.url.removesuffix("/v1"), api="anthropic-messages",
+                        apiKey=self.anthKey)
+            anth["models"] = [{**anth["models"][0], "id": "claude-1", "name": "Claude"}]
+            providers["anth"] = anth
+        default = "anth/claude-1" if self.anthropic == "default" else "scripted/echo-1"
+        catalog = ModelCatalog(providers, default)
         settings = Settings(
             secret=SECRET,
             dataDir=self.root,

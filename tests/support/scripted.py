@@ -14,3 +14,11 @@ def bashMarker(command: str) -> str:
     C{bash} with C{command}.
     """
     return "[[TOOL:bash " + json.dumps({"command": command}) + "]]"
+
+
+def writeMarker(path: str, content: str) -> str:
+    """
+    The marker that makes the scripted model call C{write} to put
+    C{content} at C{path}.
+    """
+    return "[[TOOL:write " + json.dumps({"path": path, "content": content}) + "]]"

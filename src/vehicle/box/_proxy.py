@@ -41,7 +41,10 @@ from vehicle.models import ModelCatalog
 
 
 #: Headers never passed upstream as they came (the proxy sets its own).
-_DROP = {b"authorization", b"host", b"content-length", b"connection", b"transfer-encoding"}
+_DROP = {
+    b"authorization", b"x-api-key", b"host", b"content-length", b"connection",
+    b"transfer-encoding",
+}
 
 #: Answer headers that are the connection's, not the answer's.
 _HOP = (b"content-length", b"transfer-encoding", b"connection")
@@ -169,8 +172,13 @@ class Upstream:
         return self.key is not None or self.keySource is not None
 
 
-#: The model routes a body may use (pi's provider APIs), POST only.
-MODEL_PATHS = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages"})
+#: The model routes a body may use (pi's provider APIs), POST only, as they
+#: follow the C{/v1} that ends the address a body is given for its proxy
+#: (and that the provider's C{baseUrl} stands in for): OpenAI's chat
+#: completions and responses, whose clients add their path to a base that
+#: ends in C{/v1}, and Anthropic's messages, whose client adds C{/v1} itself
+#: (its base is the host name alone).
+MODEL_ROUTES = frozenset({"/chat/completions", "/responses", "/messages", "/v1/messages"})
 
 #: The most a body may send through its proxy in one request (a long
 #: conversation's whole context, with tool results, fits).
@@ -192,9 +200,40 @@ PRIMING_ANSWER = b"".join(
     )
 ) + b"data: [DONE]\n\n"
 
-#: The one model path a spare's proxy answers (its priming), pi's
-#: C{openai-completions} API.
-PRIMING_PATH = "/v1/chat/completions"
+#: The same for a spare started on a model of Anthropic's messages API:
+#: the events of one message of one word.
+PRIMING_MESSAGE = b"".join(
+    b"event: " + str(event["type"]).encode("ascii") + b"\ndata: "
+    + json.dumps(event, separators=(",", ":")).encode("ascii") + b"\n\n"
+    for event in (
+        {"type": "message_start", "message": {
+            "id": "primed", "type": "message", "role": "assistant", "model": "primer",
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ready"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+         "usage": {"output_tokens": 0}},
+        {"type": "message_stop"},
+    )
+)
+
+#: The model paths a spare's proxy answers (its priming), by pi's API: its
+#: C{openai-completions} and its C{anthropic-messages}.
+PRIMING_ANSWERS = {
+    "/v1/chat/completions": PRIMING_ANSWER,
+    "/v1/v1/messages": PRIMING_MESSAGE,
+}
+
+
+def isModelPath(uri: str) -> bool:
+    """
+    Whether C{uri} (with its query) is one of the model routes
+    (L{MODEL_ROUTES}) under the proxy's C{/v1}.
+    """
+    path = uri.split("?", 1)[0]
+    return path.startswith("/v1/") and path[len("/v1"):] in MODEL_ROUTES
 
 #: The header a body's MCP requests carry to open the proxy (the bearer there
 #: is the person's delegation token, for gardend).
@@ -343,8 +382,23 @@ class ModelProxy:
             if self.mcp is None:
                 return None
             return self.mcp, self.mcp.baseUrl + text[len("/mcp"):]
-        if text.split("?", 1)[0] in MODEL_PATHS and self.model is not None:
+        if isModelPath(text) and self.model is not None:
             return self.model, self.model.baseUrl.rstrip("/") + text[len("/v1"):]
+        return None
+
+    def _presented(self, request: Request) -> bytes | None:
+        """
+        The header in which the body presented this proxy's token for a
+        model request, as its provider's client sends a key: a bearer
+        (C{authorization}) or Anthropic's C{x-api-key}; L{None} when
+        neither holds it.
+        """
+        token = self.token.encode("ascii")
+        bearer = request.getHeader(b"authorization") or b""
+        if hmac.compare_digest(bearer, b"Bearer " + token):
+            return b"authorization"
+        if hmac.compare_digest(request.getHeader(b"x-api-key") or b"", token):
+            return b"x-api-key"
         return None
 
     def _prime(self, request: Request) -> bool:
@@ -355,15 +409,13 @@ class ModelProxy:
         """
         if self.model is not None or self.primed or request.method != b"POST":
             return False
-        if request.uri.decode("latin-1").split("?", 1)[0] != PRIMING_PATH:
-            return False
-        expected = b"Bearer " + self.token.encode("ascii")
-        if not hmac.compare_digest(request.getHeader(b"authorization") or b"", expected):
+        answer = PRIMING_ANSWERS.get(request.uri.decode("latin-1").split("?", 1)[0])
+        if answer is None or self._presented(request) is None:
             return False
         self.primed = True
         request.setResponseCode(200)
         request.setHeader(b"content-type", b"text/event-stream")
-        request.write(PRIMING_ANSWER)
+        request.write(answer)
         request.finish()
         return True
 
@@ -373,7 +425,7 @@ class ModelProxy:
         route = self._route(request.uri)
         given = request.getHeader(b"authorization") or b""
         if route is None:
-            if self.model is None and request.uri.decode("latin-1").split("?", 1)[0] in MODEL_PATHS:
+            if self.model is None and isModelPath(request.uri.decode("latin-1")):
                 return self._refuse(request, 503, "this body serves no session yet")
             return self._refuse(request, 404, "no such upstream")
         upstream, url = route
@@ -391,9 +443,10 @@ class ModelProxy:
             if not hmac.compare_digest(presented, self.token.encode("ascii")):
                 return self._refuse(request, 401, "this proxy needs its body's token")
         if upstream.swapsKey:
-            # The model: only this body's token opens it.
-            expected = b"Bearer " + self.token.encode("ascii")
-            if not hmac.compare_digest(given, expected):
+            # The model: only this body's token opens it, and the key goes
+            # where the token was.
+            keyHeader = self._presented(request)
+            if keyHeader is None:
                 return self._refuse(request, 401, "this proxy needs its body's token")
             refusal = self.gate() if self.gate is not None else None
             if refusal is not None:
@@ -404,7 +457,12 @@ class ModelProxy:
             sent = key
             for header, value in upstream.headers.items():
                 headers.setRawHeaders(header.encode("latin-1"), [value.encode("utf-8")])
-            headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
+            headers.removeHeader(b"authorization")
+            headers.removeHeader(b"x-api-key")
+            if keyHeader == b"authorization":
+                headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
+            else:
+                headers.setRawHeaders(b"x-api-key", [key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
         assert self.http is not None, "the proxy forwards once it listens"

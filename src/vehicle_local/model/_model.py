@@ -1,6 +1,7 @@
 # -*- test-case-name: tests.live.test_model -*-
 """
-A scripted OpenAI-compatible chat-completions server for tests and local runs.
+A scripted OpenAI-compatible chat-completions server for tests and local runs
+(which also answers Anthropic's messages API from the same script).
 
 It owns the script (queued steps, or answers chosen by markers in the last
 user message), the SSE and JSON renderings of an answer, and a record of every
@@ -362,6 +363,47 @@ class ScriptedModel:
         step = self._script.popleft() if self._script else self._byMarker(messages)
         return self._answer(request, body, step)
 
+    @router.route("/v1/messages", methods=["POST"])
+    def messages(self, request: Request) -> bytes | Deferred[None]:
+        """
+        The same script behind Anthropic's messages API (pi's
+        C{anthropic-messages}): the request recorded as it came, its
+        conversation read for the markers, the answer streamed as that
+        API's events.
+        """
+        headers = {
+            name.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in values)
+            for name, values in request.requestHeaders.getAllRawHeaders()
+        }
+        try:
+            body = loads(cast(BinaryIO, request.content).read())
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            self.requests.append((headers, body if isinstance(body, dict) else {}))
+            return self._refuseMessage(request, 400, "messages: Field required")
+        self.requests.append((headers, body))
+        request.notifyFinish().addErrback(self._lost)
+        messages = cast(list[JSON], body["messages"])
+        step = self._script.popleft() if self._script else self._byMarker(_asChat(messages))
+        if isinstance(step, Hang):
+            return Deferred()
+        if isinstance(step, (Error, StreamedError)):
+            status = step.status if isinstance(step, Error) else 500
+            return self._refuseMessage(request, status, step.message)
+        answer = self._compose(body, step)
+        request.setHeader(b"content-type", b"text/event-stream")
+        request.setHeader(b"cache-control", b"no-cache")
+        return _Stream(request, self.reactor, answer.messageFrames()).start()
+
+    def _refuseMessage(self, request: Request, status: int, message: str) -> bytes:
+        kind = "invalid_request_error" if status < 500 else "api_error"
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(
+            {"type": "error", "error": {"type": kind, "message": message}}
+        ).encode("utf-8")
+
     def _lost(self, reason: Failure) -> None:
         self.disconnects += 1
         self._log.debug("scripted model: client went away ({reason})", reason=reason.value)
@@ -580,6 +622,83 @@ class _Answer:
             frames.append((0, self._event([], self.usageJSON())))
         frames.append((0, b"data: [DONE]\n\n"))
         return frames
+
+    def messageFrames(self) -> deque[tuple[float, bytes]]:
+        """
+        The answer as Anthropic's messages stream: the message, one block
+        for its text (its deltas C{delay} apart; its thinking is not sent)
+        or one per tool call (its input in three pieces), then the stop
+        reason and the usage.
+        """
+        frames: deque[tuple[float, bytes]] = deque()
+
+        def add(event: JSONObject, delay: float = 0) -> None:
+            frames.append((delay, _messageEvent(event)))
+
+        add({"type": "message_start", "message": {
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": self.usage.prompt, "output_tokens": 0}}})
+        if self.text is not None:
+            add({"type": "content_block_start", "index": 0,
+                 "content_block": {"type": "text", "text": ""}})
+            for piece in _split(self.text, self.chunks):
+                add({"type": "content_block_delta", "index": 0,
+                     "delta": {"type": "text_delta", "text": piece}}, self.delay)
+            add({"type": "content_block_stop", "index": 0})
+        for index, call in enumerate(self.calls):
+            add({"type": "content_block_start", "index": index, "content_block": {
+                "type": "tool_use", "id": call.id, "name": call.name, "input": {}}})
+            for piece in _split(call.arguments, 3):
+                add({"type": "content_block_delta", "index": index,
+                     "delta": {"type": "input_json_delta", "partial_json": piece}})
+            add({"type": "content_block_stop", "index": index})
+        add({"type": "message_delta",
+             "delta": {"stop_reason": _STOP_REASONS.get(self.finish, "end_turn"),
+                       "stop_sequence": None},
+             "usage": {"output_tokens": self.usage.completion}})
+        add({"type": "message_stop"})
+        return frames
+
+
+def _asChat(messages: list[JSON]) -> list[JSON]:
+    """
+    An Anthropic conversation as the chat messages the script reads: a
+    user's text as a user message, each tool result as a C{tool} message,
+    an assistant's turn as an assistant message.
+    """
+    chat: list[JSON] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        blocks: list[JSON] = (
+            content if isinstance(content, list) else [{"type": "text", "text": content}]
+        )
+        if message.get("role") != "user":
+            chat.append({"role": "assistant"})
+            continue
+        for block in blocks:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                chat.append({"role": "tool", "tool_call_id": block.get("tool_use_id")})
+        text = _textOf(blocks)
+        if text:
+            chat.append({"role": "user", "content": text})
+    return chat
+
+
+#: How a chat finish reads as an Anthropic stop reason.
+_STOP_REASONS = {
+    "stop": "end_turn", "length": "max_tokens", "content_filter": "refusal",
+    "tool_calls": "tool_use",
+}
+
+
+def _messageEvent(event: JSONObject) -> bytes:
+    return (
+        b"event: " + str(event["type"]).encode("ascii") + b"\ndata: "
+        + json.dumps(event).encode("utf-8") + b"\n\n"
+    )
 
 
 def _arguments(raw: str | None) -> JSONObject:
