@@ -78,6 +78,8 @@ class Ahead:
     scrub: Callable[[str], str]
     making: Deferred[Made] | None = None
     _timer: IDelayedCall | None = None
+    #: What L{making} fired with, once it did (until it is taken).
+    _got: Made = None
 
     def make(
         self,
@@ -98,8 +100,14 @@ class Ahead:
         """
         if self.making is not None:
             return
-        self.making = Deferred.fromCoroutine(self._made(target, spares, places, planner))
+        self.making = Deferred.fromCoroutine(
+            self._made(target, spares, places, planner)
+        ).addCallback(self._fired)
         self._timer = self.clock.callLater(waitSeconds, self.letGo)
+
+    def _fired(self, made: Made) -> Made:
+        self._got = made
+        return made
 
     def made(self) -> bool:
         """
@@ -110,7 +118,7 @@ class Ahead:
             return False
         if not making.called:
             return True
-        made = making.result
+        made = self._got
         return isinstance(made, (Spare, Early)) and not made.protocol.hasEnded
 
     def take(self) -> Deferred[Made] | None:
@@ -119,6 +127,7 @@ class Ahead:
         caller's; L{None} if nothing was.
         """
         making, self.making = self.making, None
+        self._got = None
         cancelIfActive(self._timer)
         self._timer = None
         return making
