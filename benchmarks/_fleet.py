@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,6 +26,7 @@ from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
 from vehicle.store import _jsonl
+from vehicle_local.standin import freeLoopbackPort as freePort
 
 from tests.support.harness import newSession
 
@@ -154,12 +154,6 @@ def dropDigests(dataDir: Path) -> None:
     """
     for folder in (dataDir / "sessions").iterdir():
         (folder / "digest.json").unlink(missing_ok=True)
-
-
-def freePort() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class HostFailed(Exception):

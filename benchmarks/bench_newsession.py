@@ -233,11 +233,9 @@ class OpenCode:
             }},
             "model": "scripted/echo-1", "autoupdate": False, "share": "disabled",
         }))
-        import socket
+        from vehicle_local.standin import freeLoopbackPort
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = freeLoopbackPort()
         self.process = subprocess.Popen(
             [str(binary), "serve", "--port", str(self.port), "--hostname", "127.0.0.1"],
             cwd=work, env={**os.environ, "HOME": str(home), "OPENCODE_DISABLE_AUTOUPDATE": "1"},

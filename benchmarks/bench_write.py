@@ -41,7 +41,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable
+
+from vehicle_local.standin import freeLoopbackPort as freePort
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,12 +119,6 @@ IDENTITY = {
     "x-graph-id": "bench", "x-sophia-graph-role": "owner", "x-vehicle-client-id": "bench",
     "content-type": "application/json",
 }
-
-
-def freePort() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def waitFor(url: str, headers: dict[str, str] | None = None, seconds: float = 30) -> None:
