@@ -239,13 +239,20 @@ class ProxyTests(TestCase):
         self.assertEqual(seen["headers"]["x-api-key"], [REAL_KEY])
         self.assertNotIn("authorization", seen["headers"])
         self.assertNotIn(self.proxy.token, repr(seen))
-        # A bearer body that also sends an x-api-key: the key goes in the
-        # bearer, and the other header does not pass.
+        # A bearer body that also sends another x-api-key: the key goes in
+        # the bearer, and the other header does not pass.
         await self.ask("/v1/chat/completions", self.proxy.token,
                        extra={b"x-api-key": "stray"})
         seen = self.upstream.requests[-1]
         self.assertEqual(seen["headers"]["authorization"], [f"Bearer {REAL_KEY}"])
         self.assertNotIn("x-api-key", seen["headers"])
+        # The token in both (pi's authHeader on Anthropic's API): the key in
+        # both.
+        await self.ask("/v1/v1/messages", self.proxy.token,
+                       extra={b"x-api-key": self.proxy.token})
+        seen = self.upstream.requests[-1]
+        self.assertEqual(seen["headers"]["authorization"], [f"Bearer {REAL_KEY}"])
+        self.assertEqual(seen["headers"]["x-api-key"], [REAL_KEY])
 
     async def test_streams(self) -> None:
         """

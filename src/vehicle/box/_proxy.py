@@ -386,20 +386,22 @@ class ModelProxy:
             return self.model, self.model.baseUrl.rstrip("/") + text[len("/v1"):]
         return None
 
-    def _presented(self, request: Request) -> bytes | None:
+    def _presented(self, request: Request) -> tuple[bytes, ...]:
         """
-        The header in which the body presented this proxy's token for a
+        The headers in which the body presented this proxy's token for a
         model request, as its provider's client sends a key: a bearer
-        (C{authorization}) or Anthropic's C{x-api-key}; L{None} when
-        neither holds it.
+        (C{authorization}), Anthropic's C{x-api-key}, or both (a provider
+        with pi's C{authHeader}); none when neither holds it.
         """
         token = self.token.encode("ascii")
         bearer = request.getHeader(b"authorization") or b""
-        if hmac.compare_digest(bearer, b"Bearer " + token):
-            return b"authorization"
-        if hmac.compare_digest(request.getHeader(b"x-api-key") or b"", token):
-            return b"x-api-key"
-        return None
+        apiKey = request.getHeader(b"x-api-key") or b""
+        return tuple(
+            name for name, held in (
+                (b"authorization", hmac.compare_digest(bearer, b"Bearer " + token)),
+                (b"x-api-key", hmac.compare_digest(apiKey, token)),
+            ) if held
+        )
 
     def _prime(self, request: Request) -> bool:
         """
@@ -410,7 +412,7 @@ class ModelProxy:
         if self.model is not None or self.primed or request.method != b"POST":
             return False
         answer = PRIMING_ANSWERS.get(request.uri.decode("latin-1").split("?", 1)[0])
-        if answer is None or self._presented(request) is None:
+        if answer is None or not self._presented(request):
             return False
         self.primed = True
         request.setResponseCode(200)
@@ -445,8 +447,8 @@ class ModelProxy:
         if upstream.swapsKey:
             # The model: only this body's token opens it, and the key goes
             # where the token was.
-            keyHeader = self._presented(request)
-            if keyHeader is None:
+            keyHeaders = self._presented(request)
+            if not keyHeaders:
                 return self._refuse(request, 401, "this proxy needs its body's token")
             refusal = self.gate() if self.gate is not None else None
             if refusal is not None:
@@ -459,10 +461,9 @@ class ModelProxy:
                 headers.setRawHeaders(header.encode("latin-1"), [value.encode("utf-8")])
             headers.removeHeader(b"authorization")
             headers.removeHeader(b"x-api-key")
-            if keyHeader == b"authorization":
-                headers.setRawHeaders(b"authorization", [b"Bearer " + key.encode("utf-8")])
-            else:
-                headers.setRawHeaders(b"x-api-key", [key.encode("utf-8")])
+            for keyHeader in keyHeaders:
+                prefix = b"Bearer " if keyHeader == b"authorization" else b""
+                headers.setRawHeaders(keyHeader, [prefix + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
         assert self.http is not None, "the proxy forwards once it listens"
