@@ -91,7 +91,8 @@ class _Raw(Protocol):
 
 def _messageEvents(body: bytes) -> list[Any]:
     """
-    The data of each event of an Anthropic messages stream.
+    The data of each event of an Anthropic messages stream (or of a Google
+    stream of responses).
     """
     return [json.loads(line[len("data: "):]) for line in body.decode().splitlines()
             if line.startswith("data: ")]
@@ -476,6 +477,69 @@ class ScriptedModelTests(TestCase):
             {"model": "m", "messages": [{"role": "user", "content": "[[ERROR]]"}]}
         )
         self.assertEqual((code, json.loads(body)["error"]["type"]), (500, "api_error"))
+
+    async def postGenerate(self, body: Any) -> tuple[int, list[Any]]:
+        assert self.model.url is not None
+        response = await self.http.post(
+            self.model.url + "/models/gemini-1:streamGenerateContent?alt=sse",
+            data=json.dumps(body).encode(),
+            headers={b"x-goog-api-key": "g-test", b"content-type": "application/json"},
+        )
+        content = await response.content()
+        if response.code != 200:
+            return response.code, [json.loads(content)]
+        return response.code, _messageEvents(content)
+
+    async def test_generateContentAPI(self) -> None:
+        """
+        The same script behind Google's generateContent: an echo streamed
+        as responses of text parts, the last with the finish reason and the
+        usage; a tool marker as a C{functionCall} part, and text once a
+        C{functionResponse} answers it.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        user = {"role": "user", "parts": [{"text": "hi there"}]}
+        code, responses = await self.postGenerate(
+            {"contents": [user], "systemInstruction": {"parts": [{"text": "be brief"}]}}
+        )
+        self.assertEqual(code, 200)
+        parts = [p for r in responses for p in r["candidates"][0]["content"]["parts"]]
+        self.assertEqual("".join(p["text"] for p in parts),
+                         "Hello from the scripted model (you said: 'hi there')")
+        self.assertEqual(responses[-1]["candidates"][0]["finishReason"], "STOP")
+        self.assertEqual(responses[-1]["usageMetadata"]["totalTokenCount"], 1050)
+        self.assertEqual(self.model.requests[-1][0]["x-goog-api-key"], "g-test")
+
+        asking = {"role": "user", "parts": [{"text": 'do it [[TOOL:sophia_echo {"text": "yo"}]]'}]}
+        _, responses = await self.postGenerate({"contents": [asking]})
+        [call] = [p["functionCall"] for r in responses
+                  for p in r["candidates"][0]["content"]["parts"] if "functionCall" in p]
+        self.assertEqual((call["name"], call["args"]), ("sophia_echo", {"text": "yo"}))
+        answered = [
+            asking,
+            {"role": "model", "parts": [{"functionCall": call}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "sophia_echo",
+                                                             "response": {"output": "echo:yo"}}}]},
+        ]
+        _, responses = await self.postGenerate({"contents": answered})
+        parts = [p for r in responses for p in r["candidates"][0]["content"]["parts"]]
+        self.assertEqual("".join(p["text"] for p in parts), "The tool sophia_echo answered.")
+
+    async def test_generateContentRefusals(self) -> None:
+        """
+        A body with no C{contents}, a queued L{Error} and C{[[ERROR]]} are
+        answered with Google's error object.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        code, [error] = await self.postGenerate({"model": "m"})
+        self.assertEqual((code, error["error"]["status"]), (400, "INVALID_ARGUMENT"))
+        self.model.enqueue(Error(429, "slow down"))
+        code, [error] = await self.postGenerate({"contents": [{"role": "user", "parts": []}]})
+        self.assertEqual((code, error["error"]["message"]), (429, "slow down"))
+        code, [error] = await self.postGenerate(
+            {"contents": [{"role": "user", "parts": [{"text": "[[ERROR]]"}]}]}
+        )
+        self.assertEqual((code, error["error"]["status"]), (500, "INTERNAL"))
 
     async def test_slowMarkerIsPacedByTheReactor(self) -> None:
         """

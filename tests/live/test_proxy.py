@@ -3,7 +3,8 @@
 The model proxy (L{vehicle.box._proxy.ModelProxy}) on a real Unix socket,
 in front of a real upstream on loopback: only the body's token opens the
 model route, which gets the real key instead (in the header the body's
-client put its token in: a bearer, or Anthropic's C{x-api-key}); answers
+client put its token in: a bearer, Anthropic's C{x-api-key}, Google's
+C{x-goog-api-key}); answers
 stream through as they come; the MCP route passes the body's own bearer; nothing else is
 routed.
 """
@@ -253,6 +254,26 @@ class ProxyTests(TestCase):
         seen = self.upstream.requests[-1]
         self.assertEqual(seen["headers"]["authorization"], [f"Bearer {REAL_KEY}"])
         self.assertEqual(seen["headers"]["x-api-key"], [REAL_KEY])
+
+    async def test_googlesKeyHeader(self) -> None:
+        """
+        A body on Google's API presents its token in C{x-goog-api-key} and
+        asks for one model's generateContent after the proxy's C{/v1}: the
+        provider gets it after its own base, with the key in that header;
+        another path under it reaches nobody.
+        """
+        path = "/v1/models/gemini-1:streamGenerateContent?alt=sse"
+        code, _, _ = await self.ask(path, extra={b"x-goog-api-key": self.proxy.token})
+        self.assertEqual(code, 200)
+        [seen] = self.upstream.requests
+        self.assertEqual(seen["path"], "/api/v1/models/gemini-1:streamGenerateContent?alt=sse")
+        self.assertEqual(seen["headers"]["x-goog-api-key"], [REAL_KEY])
+        self.assertNotIn("authorization", seen["headers"])
+        for elsewhere in ("/v1/models/gemini-1:countTokens", "/v1/models/a/b:generateContent",
+                          "/v1/files:upload", "/v1/models/..:generateContent/x"):
+            code, _, _ = await self.ask(elsewhere, extra={b"x-goog-api-key": self.proxy.token})
+            self.assertEqual(code, 404, elsewhere)
+        self.assertEqual(len(self.upstream.requests), 1)
 
     async def test_streams(self) -> None:
         """

@@ -54,15 +54,19 @@ class LiveHost:
         #: own: L{otherHeader}, which pi would read as a template if it
         #: were not sent as written, and one of its model's).
         self.otherProvider = bool(overrides.pop("otherProvider", False))
-        #: A provider on Anthropic's messages API (C{anth/claude-1}: the
-        #: scripted model behind that API, reached with L{anthKey}); with
-        #: C{"default"}, the host's default model.
-        self.anthropic = overrides.pop("anthropic", False)
+        #: A provider on another of pi's APIs (C{anthropic-messages} or
+        #: C{google-generative-ai}): the scripted model behind that API,
+        #: reached with L{apiKey}, its model L{apiModel}; with C{apiDefault},
+        #: the host's default.
+        self.thirdApi: str | None = overrides.pop("api", None)
+        self.apiDefault = bool(overrides.pop("apiDefault", False))
+        self.apiModel = {"anthropic-messages": "anth/claude-1",
+                         "google-generative-ai": "goog/gemini-1"}.get(self.thirdApi or "", "")
         self.overrides = overrides
         self.key = "sk-live-" + secrets.token_hex(16)
         self.otherKey = "sk-other-" + secrets.token_hex(16)
         self.otherHeader = "hs$HOME!" + secrets.token_hex(8)
-        self.anthKey = "sk-ant-" + secrets.token_hex(16)
+        self.apiKey = "sk-api-" + secrets.token_hex(16)
         self.model = ScriptedModel(reactor=reactor, slowDeltas=12, slowDelayMs=150)
         self.pool = HTTPConnectionPool(reactor, persistent=False)
         self.http = HTTPClient(Agent(reactor, pool=self.pool))
@@ -118,15 +122,17 @@ class LiveHost:
             other["models"] = [{**other["models"][0], "id": "other-1", "name": "Other",
                                 "headers": {"x-other-model": "other-1"}}]
             providers["other"] = other
-        if self.anthropic:
-            anth = self.scriptedProvider()
+        if self.thirdApi is not None:
+            third = self.scriptedProvider()
             assert self.model.url is not None
-            # Its client adds /v1/messages to the host name itself.
-            anth.update(baseUrl=self.model.url.removesuffix("/v1"), api="anthropic-messages",
-                        apiKey=self.anthKey)
-            anth["models"] = [{**anth["models"][0], "id": "claude-1", "name": "Claude"}]
-            providers["anth"] = anth
-        default = "anth/claude-1" if self.anthropic == "default" else "scripted/echo-1"
+            name, modelId = self.apiModel.split("/")
+            third.update(api=self.thirdApi, apiKey=self.apiKey)
+            if self.thirdApi == "anthropic-messages":
+                # Its client adds /v1/messages to the host name itself.
+                third["baseUrl"] = self.model.url.removesuffix("/v1")
+            third["models"] = [{**third["models"][0], "id": modelId, "name": modelId}]
+            providers[name] = third
+        default = self.apiModel if self.apiDefault else "scripted/echo-1"
         catalog = ModelCatalog(providers, default)
         settings = Settings(
             secret=SECRET,

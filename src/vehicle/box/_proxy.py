@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import secrets
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping
@@ -42,9 +43,14 @@ from vehicle.models import ModelCatalog
 
 #: Headers never passed upstream as they came (the proxy sets its own).
 _DROP = {
-    b"authorization", b"x-api-key", b"host", b"content-length", b"connection",
-    b"transfer-encoding",
+    b"authorization", b"x-api-key", b"x-goog-api-key", b"host", b"content-length",
+    b"connection", b"transfer-encoding",
 }
+
+#: Where a provider's client puts its key, and what comes before it there:
+#: a bearer (OpenAI's, and pi's C{authHeader}), Anthropic's header,
+#: Google's.
+_KEY_HEADERS = ((b"authorization", b"Bearer "), (b"x-api-key", b""), (b"x-goog-api-key", b""))
 
 #: Answer headers that are the connection's, not the answer's.
 _HOP = (b"content-length", b"transfer-encoding", b"connection")
@@ -176,9 +182,13 @@ class Upstream:
 #: follow the C{/v1} that ends the address a body is given for its proxy
 #: (and that the provider's C{baseUrl} stands in for): OpenAI's chat
 #: completions and responses, whose clients add their path to a base that
-#: ends in C{/v1}, and Anthropic's messages, whose client adds C{/v1} itself
-#: (its base is the host name alone).
+#: ends in C{/v1}, Anthropic's messages, whose client adds C{/v1} itself
+#: (its base is the host name alone), and Google's generateContent of a
+#: model (L{_GENERATE}; its base ends in its version, C{/v1beta}).
 MODEL_ROUTES = frozenset({"/chat/completions", "/responses", "/messages", "/v1/messages"})
+
+#: Google's route: one model's content generated, streamed or not.
+_GENERATE = re.compile(r"/models/[A-Za-z0-9][A-Za-z0-9._-]*:(?:stream)?[gG]enerateContent")
 
 #: The most a body may send through its proxy in one request (a long
 #: conversation's whole context, with tool results, fits).
@@ -219,12 +229,30 @@ PRIMING_MESSAGE = b"".join(
     )
 )
 
+#: The same for a spare started on a model of Google's API: one response.
+PRIMING_GENERATED = b"data: " + json.dumps({
+    "candidates": [{"content": {"parts": [{"text": "ready"}], "role": "model"},
+                    "finishReason": "STOP", "index": 0}],
+    "usageMetadata": {"promptTokenCount": 0, "candidatesTokenCount": 0, "totalTokenCount": 0},
+}, separators=(",", ":")).encode("ascii") + b"\r\n\r\n"
+
 #: The model paths a spare's proxy answers (its priming), by pi's API: its
-#: C{openai-completions} and its C{anthropic-messages}.
+#: C{openai-completions} and its C{anthropic-messages} (and Google's, whose
+#: path names the model: L{primingAnswer}).
 PRIMING_ANSWERS = {
     "/v1/chat/completions": PRIMING_ANSWER,
     "/v1/v1/messages": PRIMING_MESSAGE,
 }
+
+
+def primingAnswer(path: str) -> bytes | None:
+    """
+    What a spare's proxy answers its priming prompt with at C{path}, in
+    its API's stream; L{None} for a path no priming goes to.
+    """
+    if path.startswith("/v1/") and _GENERATE.fullmatch(path[len("/v1"):]):
+        return PRIMING_GENERATED
+    return PRIMING_ANSWERS.get(path)
 
 
 def isModelPath(uri: str) -> bool:
@@ -233,7 +261,10 @@ def isModelPath(uri: str) -> bool:
     (L{MODEL_ROUTES}) under the proxy's C{/v1}.
     """
     path = uri.split("?", 1)[0]
-    return path.startswith("/v1/") and path[len("/v1"):] in MODEL_ROUTES
+    if not path.startswith("/v1/"):
+        return False
+    route = path[len("/v1"):]
+    return route in MODEL_ROUTES or _GENERATE.fullmatch(route) is not None
 
 #: The header a body's MCP requests carry to open the proxy (the bearer there
 #: is the person's delegation token, for gardend).
@@ -394,13 +425,9 @@ class ModelProxy:
         with pi's C{authHeader}); none when neither holds it.
         """
         token = self.token.encode("ascii")
-        bearer = request.getHeader(b"authorization") or b""
-        apiKey = request.getHeader(b"x-api-key") or b""
         return tuple(
-            name for name, held in (
-                (b"authorization", hmac.compare_digest(bearer, b"Bearer " + token)),
-                (b"x-api-key", hmac.compare_digest(apiKey, token)),
-            ) if held
+            name for name, prefix in _KEY_HEADERS
+            if hmac.compare_digest(request.getHeader(name) or b"", prefix + token)
         )
 
     def _prime(self, request: Request) -> bool:
@@ -411,7 +438,7 @@ class ModelProxy:
         """
         if self.model is not None or self.primed or request.method != b"POST":
             return False
-        answer = PRIMING_ANSWERS.get(request.uri.decode("latin-1").split("?", 1)[0])
+        answer = primingAnswer(request.uri.decode("latin-1").split("?", 1)[0])
         if answer is None or not self._presented(request):
             return False
         self.primed = True
@@ -459,11 +486,10 @@ class ModelProxy:
             sent = key
             for header, value in upstream.headers.items():
                 headers.setRawHeaders(header.encode("latin-1"), [value.encode("utf-8")])
-            headers.removeHeader(b"authorization")
-            headers.removeHeader(b"x-api-key")
-            for keyHeader in keyHeaders:
-                prefix = b"Bearer " if keyHeader == b"authorization" else b""
-                headers.setRawHeaders(keyHeader, [prefix + key.encode("utf-8")])
+            for name, prefix in _KEY_HEADERS:
+                headers.removeHeader(name)
+                if name in keyHeaders:
+                    headers.setRawHeaders(name, [prefix + key.encode("utf-8")])
         elif given:
             headers.setRawHeaders(b"authorization", [given])
         assert self.http is not None, "the proxy forwards once it listens"

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.live.test_model -*-
 """
 A scripted OpenAI-compatible chat-completions server for tests and local runs
-(which also answers Anthropic's messages API from the same script).
+(which also answers Anthropic's messages API and Google's generateContent
+from the same script: L{vehicle_local.model._wire}).
 
 It owns the script (queued steps, or answers chosen by markers in the last
 user message), the SSE and JSON renderings of an answer, and a record of every
@@ -34,6 +35,7 @@ from twisted.web.server import Request, Site
 from vehicle._sockets import NoDelayHTTPChannel
 from vehicle._timers import cancelIfActive
 from vehicle.protocol import JSON, JSONObject, loads
+from vehicle_local.model._wire import ANTHROPIC, GOOGLE, Answer, Api, Call, Usage, textOf
 
 
 __all__ = [
@@ -46,22 +48,6 @@ __all__ = [
     "Step",
     "ScriptedModel",
 ]
-
-
-@frozen(kw_only=True)
-class Usage:
-    """
-    Token counts (and optionally a provider-billed cost) to report.
-
-    @ivar prompt: C{usage.prompt_tokens}.
-    @ivar completion: C{usage.completion_tokens}.
-    @ivar costUsd: when set, reported as C{usage.cost} (pi only believes it
-        for OpenRouter endpoints; otherwise it prices tokens itself).
-    """
-
-    prompt: int
-    completion: int
-    costUsd: float | None = None
 
 
 @frozen
@@ -159,23 +145,6 @@ def _errorBody(message: str, kind: str, param: str | None = None) -> bytes:
     ).encode("utf-8")
 
 
-def _textOf(content: JSON) -> str:
-    """
-    The text of a chat message's C{content} (a string or a list of parts).
-    """
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            text
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
-            for text in [part.get("text", "")]
-            if isinstance(text, str)
-        )
-    return ""
-
-
 def _checkToolResults(messages: list[JSON]) -> None:
     """
     Refuse, as real providers do, an assistant message whose C{tool_calls}
@@ -206,20 +175,6 @@ def _checkToolResults(messages: list[JSON]) -> None:
                 "invalid_request_error",
                 f"messages.[{index}].role",
             )
-
-
-def _split(text: str, count: int) -> list[str]:
-    """
-    Cut C{text} into C{count} pieces (fewer if it is shorter), in order.
-    """
-    count = max(1, min(count, len(text)))
-    size, extra = divmod(len(text), count)
-    pieces, start = [], 0
-    for index in range(count):
-        end = start + size + (1 if index < extra else 0)
-        pieces.append(text[start:end])
-        start = end
-    return pieces
 
 
 @define
@@ -367,9 +322,22 @@ class ScriptedModel:
     def messages(self, request: Request) -> bytes | Deferred[None]:
         """
         The same script behind Anthropic's messages API (pi's
-        C{anthropic-messages}): the request recorded as it came, its
-        conversation read for the markers, the answer streamed as that
-        API's events.
+        C{anthropic-messages}).
+        """
+        return self._serve(request, ANTHROPIC)
+
+    @router.route("/v1/models/<string:call>", methods=["POST"])
+    def generateContent(self, request: Request, call: str) -> bytes | Deferred[None]:
+        """
+        The same script behind Google's generateContent (pi's
+        C{google-generative-ai}, which streams: C{<model>:streamGenerateContent}).
+        """
+        return self._serve(request, GOOGLE)
+
+    def _serve(self, request: Request, api: Api) -> bytes | Deferred[None]:
+        """
+        A request of C{api} recorded as it came, its conversation read for
+        the markers, the answer streamed as that API streams one.
         """
         headers = {
             name.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in values)
@@ -379,30 +347,27 @@ class ScriptedModel:
             body = loads(cast(BinaryIO, request.content).read())
         except ValueError:
             body = None
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        conversation = api.conversation(body) if isinstance(body, dict) else None
+        if not isinstance(body, dict) or conversation is None:
             self.requests.append((headers, body if isinstance(body, dict) else {}))
-            return self._refuseMessage(request, 400, "messages: Field required")
+            return self._refuseIn(request, api, 400, api.missing)
         self.requests.append((headers, body))
         request.notifyFinish().addErrback(self._lost)
-        messages = cast(list[JSON], body["messages"])
-        step = self._script.popleft() if self._script else self._byMarker(_asChat(messages))
+        step = self._script.popleft() if self._script else self._byMarker(conversation)
         if isinstance(step, Hang):
             return Deferred()
         if isinstance(step, (Error, StreamedError)):
-            status = step.status if isinstance(step, Error) else 500
-            return self._refuseMessage(request, status, step.message)
+            return self._refuseIn(request, api, step.status if isinstance(step, Error) else 500,
+                                  step.message)
         answer = self._compose(body, step)
         request.setHeader(b"content-type", b"text/event-stream")
         request.setHeader(b"cache-control", b"no-cache")
-        return _Stream(request, self.reactor, answer.messageFrames()).start()
+        return _Stream(request, self.reactor, api.frames(answer)).start()
 
-    def _refuseMessage(self, request: Request, status: int, message: str) -> bytes:
-        kind = "invalid_request_error" if status < 500 else "api_error"
+    def _refuseIn(self, request: Request, api: Api, status: int, message: str) -> bytes:
         request.setResponseCode(status)
         request.setHeader(b"content-type", b"application/json")
-        return json.dumps(
-            {"type": "error", "error": {"type": kind, "message": message}}
-        ).encode("utf-8")
+        return api.refusal(status, message)
 
     def _lost(self, reason: Failure) -> None:
         self.disconnects += 1
@@ -417,7 +382,7 @@ class ScriptedModel:
         lastUser, text = -1, ""
         for index, message in enumerate(messages):
             if isinstance(message, dict) and message.get("role") == "user":
-                lastUser, text = index, _textOf(message.get("content"))
+                lastUser, text = index, textOf(message.get("content"))
         if "[[ERROR]]" in text:
             return Error(500, "The scripted model failed on purpose ([[ERROR]]).")
         if "[[REFUSE]]" in text:
@@ -464,7 +429,7 @@ class ScriptedModel:
         request.setHeader(b"cache-control", b"no-cache")
         return _Stream(request, self.reactor, answer.frames(withUsage)).start()
 
-    def _compose(self, body: JSONObject, step: Text | ToolCall | Sequence[ToolCall]) -> _Answer:
+    def _compose(self, body: JSONObject, step: Text | ToolCall | Sequence[ToolCall]) -> Answer:
         """
         The answer C{step} makes to the request C{body}: its text, or its
         tool calls (each given an id when the script names none).
@@ -475,7 +440,7 @@ class ScriptedModel:
             usage = next((call.usage for call in step if call.usage is not None), None)
         usage = usage or self.defaultUsage
         completionId = self._nextId("chatcmpl-")
-        parts = _Answer(
+        parts = Answer(
             id=completionId,
             model=str(body.get("model", "scripted")),
             created=int(self.reactor.seconds()),
@@ -485,7 +450,7 @@ class ScriptedModel:
             return evolve(parts, text=step.text, chunks=step.chunks, delay=step.delayMs / 1000.0,
                           thinking=step.thinking, finishReason=step.finishReason)
         return evolve(parts, calls=tuple(
-            _Call(id=call.id or self._nextId("call_"), name=call.name,
+            Call(id=call.id or self._nextId("call_"), name=call.name,
                   arguments=json.dumps(call.arguments))
             for call in ([step] if isinstance(step, ToolCall) else step)
         ))
@@ -505,200 +470,6 @@ class ScriptedModel:
         request.setHeader(b"content-type", b"text/event-stream")
         request.setHeader(b"cache-control", b"no-cache")
         return _Stream(request, self.reactor, frames).start()
-
-
-@frozen(kw_only=True)
-class _Call:
-    """
-    One tool call of an answer, its arguments as JSON text.
-    """
-
-    id: str
-    name: str
-    arguments: str
-
-    def toJSON(self) -> JSONObject:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
-
-@frozen(kw_only=True)
-class _Answer:
-    """
-    One answer, in both renderings (a JSON body, or an event stream of
-    chunks): its C{text} streamed as C{chunks} deltas C{delay} seconds
-    apart (after its C{thinking}, as reasoning), or its tool C{calls}.
-    """
-
-    id: str
-    model: str
-    created: int
-    usage: Usage
-    text: str | None = None
-    chunks: int = 1
-    delay: float = 0.0
-    calls: tuple[_Call, ...] = ()
-    thinking: str | None = None
-    finishReason: str = "stop"
-
-    @property
-    def finish(self) -> str:
-        return self.finishReason if self.text is not None else "tool_calls"
-
-    def usageJSON(self) -> JSONObject:
-        out: JSONObject = {
-            "prompt_tokens": self.usage.prompt,
-            "completion_tokens": self.usage.completion,
-            "total_tokens": self.usage.prompt + self.usage.completion,
-        }
-        if self.usage.costUsd is not None:
-            out["cost"] = self.usage.costUsd
-        return out
-
-    def completion(self) -> bytes:
-        """
-        The answer as one C{chat.completion} body.
-        """
-        message: JSONObject = {"role": "assistant", "content": self.text}
-        if self.thinking is not None:
-            message["reasoning_content"] = self.thinking
-        if self.calls:
-            message["tool_calls"] = [call.toJSON() for call in self.calls]
-        return json.dumps(
-            {
-                "id": self.id,
-                "object": "chat.completion",
-                "created": self.created,
-                "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": self.finish}],
-                "usage": self.usageJSON(),
-            }
-        ).encode("utf-8")
-
-    def _event(self, choices: list[JSON], usage: JSONObject | None = None) -> bytes:
-        record: JSONObject = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-        if usage is not None:
-            record["usage"] = usage
-        return b"data: " + json.dumps(record).encode("utf-8") + b"\n\n"
-
-    def _chunk(self, delta: JSONObject, finishReason: str | None = None) -> bytes:
-        return self._event([{"index": 0, "delta": delta, "finish_reason": finishReason}])
-
-    def frames(self, withUsage: bool) -> deque[tuple[float, bytes]]:
-        """
-        The answer as an event stream: each frame and the delay before it.
-
-        @param withUsage: end with a chunk that carries the usage.
-        """
-        frames: deque[tuple[float, bytes]] = deque()
-        frames.append((0, self._chunk({"role": "assistant", "content": ""})))
-        if self.thinking is not None:
-            for piece in _split(self.thinking, self.chunks):
-                frames.append((self.delay, self._chunk({"reasoning_content": piece})))
-        if self.text is not None:
-            for piece in _split(self.text, self.chunks):
-                frames.append((self.delay, self._chunk({"content": piece})))
-        for index, call in enumerate(self.calls):
-            opening = call.toJSON()
-            opening["function"] = {"name": call.name, "arguments": ""}
-            frames.append((0, self._chunk({"tool_calls": [{"index": index, **opening}]})))
-            for piece in _split(call.arguments, 3):
-                frames.append(
-                    (0, self._chunk(
-                        {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
-                    ))
-                )
-        frames.append((0, self._chunk({}, self.finish)))
-        if withUsage:
-            frames.append((0, self._event([], self.usageJSON())))
-        frames.append((0, b"data: [DONE]\n\n"))
-        return frames
-
-    def messageFrames(self) -> deque[tuple[float, bytes]]:
-        """
-        The answer as Anthropic's messages stream: the message, one block
-        for its text (its deltas C{delay} apart; its thinking is not sent)
-        or one per tool call (its input in three pieces), then the stop
-        reason and the usage.
-        """
-        frames: deque[tuple[float, bytes]] = deque()
-
-        def add(event: JSONObject, delay: float = 0) -> None:
-            frames.append((delay, _messageEvent(event)))
-
-        add({"type": "message_start", "message": {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
-            "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": self.usage.prompt, "output_tokens": 0}}})
-        if self.text is not None:
-            add({"type": "content_block_start", "index": 0,
-                 "content_block": {"type": "text", "text": ""}})
-            for piece in _split(self.text, self.chunks):
-                add({"type": "content_block_delta", "index": 0,
-                     "delta": {"type": "text_delta", "text": piece}}, self.delay)
-            add({"type": "content_block_stop", "index": 0})
-        for index, call in enumerate(self.calls):
-            add({"type": "content_block_start", "index": index, "content_block": {
-                "type": "tool_use", "id": call.id, "name": call.name, "input": {}}})
-            for piece in _split(call.arguments, 3):
-                add({"type": "content_block_delta", "index": index,
-                     "delta": {"type": "input_json_delta", "partial_json": piece}})
-            add({"type": "content_block_stop", "index": index})
-        add({"type": "message_delta",
-             "delta": {"stop_reason": _STOP_REASONS.get(self.finish, "end_turn"),
-                       "stop_sequence": None},
-             "usage": {"output_tokens": self.usage.completion}})
-        add({"type": "message_stop"})
-        return frames
-
-
-def _asChat(messages: list[JSON]) -> list[JSON]:
-    """
-    An Anthropic conversation as the chat messages the script reads: a
-    user's text as a user message, each tool result as a C{tool} message,
-    an assistant's turn as an assistant message.
-    """
-    chat: list[JSON] = []
-    for message in messages:
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        blocks: list[JSON] = (
-            content if isinstance(content, list) else [{"type": "text", "text": content}]
-        )
-        if message.get("role") != "user":
-            chat.append({"role": "assistant"})
-            continue
-        for block in blocks:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
-                chat.append({"role": "tool", "tool_call_id": block.get("tool_use_id")})
-        text = _textOf(blocks)
-        if text:
-            chat.append({"role": "user", "content": text})
-    return chat
-
-
-#: How a chat finish reads as an Anthropic stop reason.
-_STOP_REASONS = {
-    "stop": "end_turn", "length": "max_tokens", "content_filter": "refusal",
-    "tool_calls": "tool_use",
-}
-
-
-def _messageEvent(event: JSONObject) -> bytes:
-    return (
-        b"event: " + str(event["type"]).encode("ascii") + b"\ndata: "
-        + json.dumps(event).encode("utf-8") + b"\n\n"
-    )
 
 
 def _arguments(raw: str | None) -> JSONObject:
