@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.live.test_apis_live -*-
 """
-Providers on pi's other APIs than OpenAI's, with real pi and the scripted
-model behind each: Anthropic's messages (C{anthropic-messages}) and
+Providers on pi's other APIs than OpenAI's chat completions, with real pi
+and the scripted model behind each: OpenAI's responses
+(C{openai-responses}), Anthropic's messages (C{anthropic-messages}) and
 Google's generateContent (C{google-generative-ai}).  A body started with
 the key sends it itself, in that API's header; a spare and a boxed agent
 reach the provider through their proxy, which takes the body's token from
@@ -42,7 +43,8 @@ class _ApiTests:
         test: Any = self
         test.assertTrue(host.model.requests)
         for headers, _ in host.model.requests:
-            test.assertEqual(headers[self.keyHeader], host.apiKey)
+            bearer = "Bearer " if self.keyHeader == "authorization" else ""
+            test.assertEqual(headers[self.keyHeader], bearer + host.apiKey)
             if self.keyHeader != "authorization":
                 test.assertNotIn("authorization", headers)
             for token in tokens:
@@ -138,3 +140,13 @@ class GoogleTests(_ApiTests, TestCase):
 
     api = "google-generative-ai"
     keyHeader = "x-goog-api-key"
+
+
+class ResponsesTests(_ApiTests, TestCase):
+    """
+    OpenAI's responses API: the key as a bearer, the path C{/responses}
+    after a base that ends in C{/v1}.
+    """
+
+    api = "openai-responses"
+    keyHeader = "authorization"

@@ -541,6 +541,57 @@ class ScriptedModelTests(TestCase):
         )
         self.assertEqual((code, error["error"]["status"]), (500, "INTERNAL"))
 
+    async def test_responsesAPI(self) -> None:
+        """
+        The same script behind OpenAI's responses API: an echo as a message
+        item whose text comes in deltas, the response completed with its
+        usage; a tool marker as a function call item whose arguments come
+        in pieces, and text once its output is in the input; a cut ends
+        the response incomplete; a refusal is OpenAI's error object.
+        """
+        await self._start(ScriptedModel(reactor=reactor))
+        assert self.model.url is not None
+
+        async def post(body: Any) -> tuple[int, bytes]:
+            response = await self.http.post(
+                self.model.url + "/responses", data=json.dumps(body).encode(),
+                headers={b"authorization": "Bearer sk-r", b"content-type": "application/json"},
+            )
+            return response.code, await response.content()
+
+        user = {"role": "user", "content": [{"type": "input_text", "text": "hi there"}]}
+        code, body = await post({"model": "r-1", "stream": True, "input": [user]})
+        self.assertEqual(code, 200)
+        events = _messageEvents(body)
+        self.assertEqual(events[0]["type"], "response.created")
+        text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        self.assertEqual(text, "Hello from the scripted model (you said: 'hi there')")
+        self.assertEqual(events[-1]["type"], "response.completed")
+        self.assertEqual(events[-1]["response"]["usage"]["total_tokens"], 1050)
+
+        asking = {"role": "user", "content": 'do it [[TOOL:sophia_echo {"text": "yo"}]]'}
+        _, body = await post({"model": "r-1", "stream": True, "input": [asking]})
+        events = _messageEvents(body)
+        [item] = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+        self.assertEqual((item["type"], item["name"]), ("function_call", "sophia_echo"))
+        given = "".join(e["delta"] for e in events
+                        if e["type"] == "response.function_call_arguments.delta")
+        self.assertEqual(json.loads(given), {"text": "yo"})
+        answered = [asking, item, {"type": "function_call_output", "call_id": item["call_id"],
+                                   "output": "echo:yo"}]
+        _, body = await post({"model": "r-1", "stream": True, "input": answered})
+        text = "".join(e["delta"] for e in _messageEvents(body)
+                       if e["type"] == "response.output_text.delta")
+        self.assertEqual(text, "The tool sophia_echo answered.")
+
+        _, body = await post({"model": "r-1", "stream": True,
+                              "input": [{"role": "user", "content": "[[CUT]]"}]})
+        last = _messageEvents(body)[-1]
+        self.assertEqual((last["type"], last["response"]["incomplete_details"]["reason"]),
+                         ("response.incomplete", "max_output_tokens"))
+        code, body = await post({"model": "r-1"})
+        self.assertEqual((code, json.loads(body)["error"]["type"]), (400, "invalid_request_error"))
+
     async def test_slowMarkerIsPacedByTheReactor(self) -> None:
         """
         C{[[SLOW]]} streams C{slowDeltas} deltas C{slowDelayMs} apart on the

@@ -54,14 +54,16 @@ class LiveHost:
         #: own: L{otherHeader}, which pi would read as a template if it
         #: were not sent as written, and one of its model's).
         self.otherProvider = bool(overrides.pop("otherProvider", False))
-        #: A provider on another of pi's APIs (C{anthropic-messages} or
-        #: C{google-generative-ai}): the scripted model behind that API,
+        #: A provider on another of pi's APIs (C{openai-responses},
+        #: C{anthropic-messages} or C{google-generative-ai}): the scripted
+        #: model behind that API,
         #: reached with L{apiKey}, its model L{apiModel}; with C{apiDefault},
         #: the host's default.
         self.thirdApi: str | None = overrides.pop("api", None)
         self.apiDefault = bool(overrides.pop("apiDefault", False))
         self.apiModel = {"anthropic-messages": "anth/claude-1",
-                         "google-generative-ai": "goog/gemini-1"}.get(self.thirdApi or "", "")
+                         "google-generative-ai": "goog/gemini-1",
+                         "openai-responses": "resp/r-1"}.get(self.thirdApi or "", "")
         self.overrides = overrides
         self.key = "sk-live-" + secrets.token_hex(16)
         self.otherKey = "sk-other-" + secrets.token_hex(16)

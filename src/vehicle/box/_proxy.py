@@ -39,6 +39,7 @@ from vehicle._relay import BodyRelay, copyAnswer, passOn, relayBody
 from vehicle._request import BoundedRequest
 from vehicle._reactors import IHostReactor
 from vehicle.models import ModelCatalog
+from vehicle.protocol import JSONObject
 
 
 #: Headers never passed upstream as they came (the proxy sets its own).
@@ -210,23 +211,48 @@ PRIMING_ANSWER = b"".join(
     )
 ) + b"data: [DONE]\n\n"
 
+def _namedEvents(*events: JSONObject) -> bytes:
+    """
+    C{events} as an event stream whose every event is named by its
+    C{type} (Anthropic's, and OpenAI's responses).
+    """
+    return b"".join(
+        b"event: " + str(event["type"]).encode("ascii") + b"\ndata: "
+        + json.dumps(event, separators=(",", ":")).encode("ascii") + b"\n\n"
+        for event in events
+    )
+
+
 #: The same for a spare started on a model of Anthropic's messages API:
 #: the events of one message of one word.
-PRIMING_MESSAGE = b"".join(
-    b"event: " + str(event["type"]).encode("ascii") + b"\ndata: "
-    + json.dumps(event, separators=(",", ":")).encode("ascii") + b"\n\n"
-    for event in (
-        {"type": "message_start", "message": {
-            "id": "primed", "type": "message", "role": "assistant", "model": "primer",
-            "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ready"}},
-        {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-         "usage": {"output_tokens": 0}},
-        {"type": "message_stop"},
-    )
+PRIMING_MESSAGE = _namedEvents(
+    {"type": "message_start", "message": {
+        "id": "primed", "type": "message", "role": "assistant", "model": "primer",
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 0, "output_tokens": 0}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ready"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+     "usage": {"output_tokens": 0}},
+    {"type": "message_stop"},
+)
+
+#: The same for a spare started on a model of OpenAI's responses API: the
+#: response made, one message of one word, the response completed.
+PRIMING_RESPONSE = _namedEvents(
+    {"type": "response.created", "response": {
+        "id": "primed", "object": "response", "status": "in_progress", "output": []}},
+    {"type": "response.output_item.added", "output_index": 0, "item": {
+        "type": "message", "id": "msg_primed", "role": "assistant", "content": []}},
+    {"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
+     "item_id": "msg_primed", "delta": "ready"},
+    {"type": "response.output_item.done", "output_index": 0, "item": {
+        "type": "message", "id": "msg_primed", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": "ready", "annotations": []}]}},
+    {"type": "response.completed", "response": {
+        "id": "primed", "object": "response", "status": "completed", "output": [],
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}},
 )
 
 #: The same for a spare started on a model of Google's API: one response.
@@ -237,10 +263,11 @@ PRIMING_GENERATED = b"data: " + json.dumps({
 }, separators=(",", ":")).encode("ascii") + b"\r\n\r\n"
 
 #: The model paths a spare's proxy answers (its priming), by pi's API: its
-#: C{openai-completions} and its C{anthropic-messages} (and Google's, whose
-#: path names the model: L{primingAnswer}).
+#: C{openai-completions}, C{openai-responses} and C{anthropic-messages} (and
+#: Google's, whose path names the model: L{primingAnswer}).
 PRIMING_ANSWERS = {
     "/v1/chat/completions": PRIMING_ANSWER,
+    "/v1/responses": PRIMING_RESPONSE,
     "/v1/v1/messages": PRIMING_MESSAGE,
 }
 

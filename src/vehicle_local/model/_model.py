@@ -1,8 +1,8 @@
 # -*- test-case-name: tests.live.test_model -*-
 """
 A scripted OpenAI-compatible chat-completions server for tests and local runs
-(which also answers Anthropic's messages API and Google's generateContent
-from the same script: L{vehicle_local.model._wire}).
+(which also answers OpenAI's responses API, Anthropic's messages API and
+Google's generateContent from the same script: L{vehicle_local.model._wire}).
 
 It owns the script (queued steps, or answers chosen by markers in the last
 user message), the SSE and JSON renderings of an answer, and a record of every
@@ -35,7 +35,16 @@ from twisted.web.server import Request, Site
 from vehicle._sockets import NoDelayHTTPChannel
 from vehicle._timers import cancelIfActive
 from vehicle.protocol import JSON, JSONObject, loads
-from vehicle_local.model._wire import ANTHROPIC, GOOGLE, Answer, Api, Call, Usage, textOf
+from vehicle_local.model._wire import (
+    ANTHROPIC,
+    GOOGLE,
+    RESPONSES,
+    Answer,
+    Api,
+    Call,
+    Usage,
+    textOf,
+)
 
 
 __all__ = [
@@ -325,6 +334,14 @@ class ScriptedModel:
         C{anthropic-messages}).
         """
         return self._serve(request, ANTHROPIC)
+
+    @router.route("/v1/responses", methods=["POST"])
+    def responses(self, request: Request) -> bytes | Deferred[None]:
+        """
+        The same script behind OpenAI's responses API (pi's
+        C{openai-responses}).
+        """
+        return self._serve(request, RESPONSES)
 
     @router.route("/v1/models/<string:call>", methods=["POST"])
     def generateContent(self, request: Request, call: str) -> bytes | Deferred[None]:

@@ -6,6 +6,8 @@ and a conversation of each API read as the chat messages the script reads.
 
   - OpenAI's chat completions (pi's C{openai-completions}): one JSON body,
     or an event stream of chunks (L{Answer.completion}, L{Answer.frames});
+  - OpenAI's responses (C{openai-responses}): its event stream
+    (L{Answer.responseFrames}; L{chatFromInput});
   - Anthropic's messages (C{anthropic-messages}): its event stream
     (L{Answer.messageFrames}; L{chatFromMessages});
   - Google's generateContent (C{google-generative-ai}): its stream of
@@ -253,6 +255,58 @@ class Answer:
         add([], last=True)
         return frames
 
+    def responseFrames(self) -> deque[tuple[float, bytes]]:
+        """
+        The answer as OpenAI's responses stream: the response made, a
+        message item whose text comes in deltas (C{delay} apart) or one
+        function call item per call (its arguments in three pieces), each
+        item done, then the response completed (or incomplete, for a cut
+        or a refusal) with its usage.
+        """
+        frames: deque[tuple[float, bytes]] = deque()
+
+        def add(event: JSONObject, delay: float = 0) -> None:
+            frames.append((delay, _messageEvent(event)))
+
+        response: JSONObject = {"id": self.id, "object": "response", "model": self.model,
+                                "status": "in_progress", "output": []}
+        add({"type": "response.created", "response": response})
+        items: list[JSON] = []
+        if self.text is not None:
+            item: JSONObject = {"type": "message", "id": "msg_" + self.id, "role": "assistant",
+                                "status": "in_progress", "content": []}
+            add({"type": "response.output_item.added", "output_index": 0, "item": item})
+            for piece in split(self.text, self.chunks):
+                add({"type": "response.output_text.delta", "output_index": 0,
+                     "content_index": 0, "item_id": item["id"], "delta": piece}, self.delay)
+            text: JSON = [{"type": "output_text", "text": self.text, "annotations": []}]
+            done: JSONObject = {**item, "status": "completed", "content": text}
+            add({"type": "response.output_item.done", "output_index": 0, "item": done})
+            items.append(done)
+        for index, call in enumerate(self.calls):
+            opened: JSONObject = {"type": "function_call", "id": "fc_" + call.id,
+                                  "call_id": call.id, "name": call.name, "arguments": "",
+                                  "status": "in_progress"}
+            add({"type": "response.output_item.added", "output_index": index, "item": opened})
+            for piece in split(call.arguments, 3):
+                add({"type": "response.function_call_arguments.delta", "output_index": index,
+                     "item_id": opened["id"], "delta": piece})
+            done = {**opened, "arguments": call.arguments, "status": "completed"}
+            add({"type": "response.output_item.done", "output_index": index, "item": done})
+            items.append(done)
+        incomplete = _INCOMPLETE.get(self.finish)
+        final: JSONObject = {
+            **response, "output": items,
+            "status": "incomplete" if incomplete else "completed",
+            "usage": {"input_tokens": self.usage.prompt, "output_tokens": self.usage.completion,
+                      "total_tokens": self.usage.prompt + self.usage.completion},
+        }
+        if incomplete:
+            final["incomplete_details"] = {"reason": incomplete}
+        add({"type": "response.incomplete" if incomplete else "response.completed",
+             "response": final})
+        return frames
+
 
 def chatFromMessages(messages: list[JSON]) -> list[JSON]:
     """
@@ -328,6 +382,43 @@ def chatFromContents(contents: list[JSON]) -> list[JSON]:
     return chat
 
 
+def chatFromInput(items: list[JSON]) -> list[JSON]:
+    """
+    An OpenAI responses conversation (its C{input}) as the chat messages
+    the script reads: a user's text as a user message, each function
+    call's output as a C{tool} message, an assistant's message or call as
+    an assistant message.
+    """
+    chat: list[JSON] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call_output":
+            chat.append({"role": "tool", "tool_call_id": item.get("call_id")})
+        elif item.get("role") == "user":
+            content = item.get("content")
+            text = content if isinstance(content, str) else "".join(
+                str(part.get("text")) for part in (content if isinstance(content, list) else [])
+                if isinstance(part, dict) and part.get("type") == "input_text"
+            )
+            if text:
+                chat.append({"role": "user", "content": text})
+        elif item.get("role") == "assistant" or item.get("type") == "function_call":
+            chat.append({"role": "assistant"})
+    return chat
+
+
+#: A chat finish that ends OpenAI's response incomplete, and why.
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def _openaiRefusal(status: int, message: str) -> bytes:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    ).encode()
+
+
 def _anthropicRefusal(status: int, message: str) -> bytes:
     kind = "invalid_request_error" if status < 500 else "api_error"
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
@@ -376,4 +467,9 @@ ANTHROPIC = Api(
 GOOGLE = Api(
     _listed("contents", chatFromContents), Answer.generateFrames, _googleRefusal,
     "contents is required",
+)
+
+RESPONSES = Api(
+    _listed("input", chatFromInput), Answer.responseFrames, _openaiRefusal,
+    "Missing required parameter: 'input'.",
 )
