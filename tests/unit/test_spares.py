@@ -28,7 +28,7 @@ from vehicle.body._spare import Spare
 from vehicle.body._spares import MAX_RETRY_SECONDS
 from vehicle.body._spawner import BodyPaths
 from vehicle.box import ModelProxy, Upstream
-from vehicle.box._proxy import PRIMING_ANSWER
+from vehicle.box._apis import PRIMING_ANSWER
 from vehicle.errors import VehicleError
 from vehicle.host import ChatSpareProxy, chatSpares
 from vehicle.host._bodies import OwnKeySpares
