@@ -426,7 +426,7 @@ def profile(requests: int, rounds: int = 7, phases: bool = True) -> dict[str, An
         return made
 
     hostChannels = channels(VehicleSite(api.resource(), clock))
-    bareChannels = channels(Site(bare.resource()))
+    bareChannels = channels(Site(bare.resource(), reactor=clock))
     channel, transport = hostChannels[0]
     channel.dataReceived(raw("POST", "/sessions", b'{"requestId": "x"}'))
     writerTime = [0.0]

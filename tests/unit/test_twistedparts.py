@@ -10,6 +10,7 @@ of these fails here, not in production.
 from __future__ import annotations
 
 import inspect
+from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web import http
@@ -177,7 +178,8 @@ class StarRequestHookTests(SynchronousTestCase):
     """
 
     def serve(self, requestFactory: type[Request], data: bytes) -> bytes:
-        site = Site(Resource())
+        # Its timeout's timer on a clock of its own, not the global reactor.
+        site = Site(Resource(), reactor=Clock())
         channel = site.buildProtocol(None)
         assert channel is not None
         channel.requestFactory = requestFactory  # type: ignore[union-attr]
