@@ -172,6 +172,21 @@ class ModelCatalog:
         """
         return {name: self.proxied(name, baseUrl, token) for name in self.providers}
 
+    def apiOf(self, model: str) -> str | None:
+        """
+        The API pi speaks to C{model}'s provider for it: the model's own
+        C{api}, else its provider's.
+        """
+        _, spec = self.providerFor(model)
+        modelId = model.split("/", 1)[1]
+        models = spec.get("models")
+        for entry in models if isinstance(models, list) else []:
+            if isinstance(entry, dict) and entry.get("id") == modelId:
+                api = entry.get("api", spec.get("api"))
+                return api if isinstance(api, str) else None
+        api = spec.get("api")
+        return api if isinstance(api, str) else None
+
     def headersFor(self, model: str) -> dict[str, str]:
         """
         The headers a request for C{model} carries to its provider, as pi

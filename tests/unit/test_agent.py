@@ -625,6 +625,21 @@ class ModelCatalogTests(SynchronousTestCase):
         _, spec = catalog.providerFor("scripted/echo-1")
         self.assertEqual(spec["headers"], {"x-secret": "h-secret-value", "x-team": "a"})
 
+    def test_apiOf(self) -> None:
+        """
+        A model's API is its own C{api}, else its provider's; none when
+        neither names one.
+        """
+        catalog = ModelCatalog({
+            "p": {"baseUrl": "u", "api": "anthropic-messages",
+                  "models": [{"id": "a"}, {"id": "b", "api": "openai-responses"}]},
+            "q": {"baseUrl": "u", "models": [{"id": "c"}]},
+        }, "p/a")
+        self.assertEqual(
+            [catalog.apiOf(name) for name in ("p/a", "p/b", "q/c")],
+            ["anthropic-messages", "openai-responses", None],
+        )
+
     def test_badHeadersRefused(self) -> None:
         """
         Headers pi could not send (not an object, a name that is no HTTP

@@ -1245,6 +1245,25 @@ class ChatSpareProxyTests(SynchronousTestCase):
                          (2, MODEL, 1.5, launcher.mcpUrl))
 
 
+    def test_onlyModelsAProxyReaches(self) -> None:
+        """
+        The pool serves the catalogue's models whose API a proxy speaks (by
+        the model's own C{api}, else its provider's): a session on another
+        starts its own body, with the key, as if there were no spare.
+        """
+        launcher = FakeLauncher(mcpUrl=MCP_URL)
+        models = ModelCatalog({
+            "scripted": dict(PROVIDER),
+            "anth": {**PROVIDER, "api": "anthropic-messages", "models": [{"id": "c-1"}]},
+            "bed": {**PROVIDER, "api": "bedrock-converse-stream",
+                    "models": [{"id": "b-1"}, {"id": "b-2", "api": "openai-responses"}]},
+        }, MODEL)
+        pool = chatSpares(launcher=launcher, reactor=MemoryReactorClock(), models=models,
+                          size=1, runDir=lambda: Path("/run"), refillSeconds=1)
+        assert pool is not None
+        self.assertEqual(pool.serves, {MODEL, "anth/c-1", "bed/b-2"})
+
+
 class AnnotationTests(SynchronousTestCase):
     def test_annotationsResolve(self) -> None:
         """

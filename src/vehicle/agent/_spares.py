@@ -28,7 +28,7 @@ from attrs import define, field
 from twisted.internet.defer import Deferred
 
 from vehicle.body import BodyPaths, Launcher, SparePool, SpareSetup, SparesUnavailable
-from vehicle.box import ModelProxy, seccompProgram
+from vehicle.box import ModelProxy, seccompProgram, throughProxy
 from vehicle.errors import VehicleError
 from vehicle.protocol import JSONObject
 from vehicle.session import Session
@@ -154,7 +154,7 @@ def agentSpares(
         clock=profile.reactor,
         size=size,
         model=model,
-        serves=frozenset(profile.models.names()),
+        serves=throughProxy(profile.models),
         kind=AgentSpares(profile=profile, newSessionId=newSessionId),
         refillSeconds=refillSeconds,
     )

@@ -20,6 +20,7 @@ from vehicle.box._probe import (
     decideIsolation,
     probeBwrap,
 )
+from vehicle.box._apis import throughProxy
 from vehicle.box._proxy import ModelProxy, Upstream, proxiesClosed
 from vehicle.box._seatbelt import (
     SANDBOX_EXEC,
@@ -69,4 +70,5 @@ __all__ = [
     "Upstream",
     "proxiesClosed",
     "seccompProgram",
+    "throughProxy",
 ]

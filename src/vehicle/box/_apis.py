@@ -12,7 +12,23 @@ from __future__ import annotations
 import json
 import re
 
+from vehicle.models import ModelCatalog
 from vehicle.protocol import JSONObject
+
+
+#: pi's APIs a proxy speaks (the others' clients ask for routes it does not
+#: pass, or sign their requests with the key).
+PROXIED_APIS = frozenset(
+    {"openai-completions", "openai-responses", "anthropic-messages", "google-generative-ai"}
+)
+
+
+def throughProxy(models: ModelCatalog) -> frozenset[str]:
+    """
+    The models of C{models} a body can reach through its proxy (a spare
+    serves these, and only these).
+    """
+    return frozenset(name for name in models.names() if models.apiOf(name) in PROXIED_APIS)
 
 
 #: Where a provider's client puts its key, and what comes before it there:

@@ -40,7 +40,7 @@ from vehicle.body import (
     TranscriptReader,
     primingFolder,
 )
-from vehicle.box import ModelProxy, Upstream, proxiesClosed
+from vehicle.box import ModelProxy, Upstream, proxiesClosed, throughProxy
 from vehicle.mirror import Mirror
 from vehicle.models import ModelCatalog
 from vehicle.public import OwnKeyBodies, Public
@@ -169,8 +169,9 @@ def chatSpares(
 ) -> SparePool | None:
     """
     The pool of chat spares, started on the catalogue's default model and
-    serving a session on any of its models, or L{None} when there are to
-    be none (size 0, no model).  With C{reserve} (a
+    serving a session on any of its models a proxy reaches (not one on an
+    API it does not speak: L{vehicle.box.throughProxy}), or L{None} when
+    there are to be none (size 0, no model).  With C{reserve} (a
     session id's maker, and its folder's namer) each spare is made for a
     new session (L{vehicle.body.ChatSpares}); with C{ownKey}, a spare may
     serve a conversation on the caller's own key.
@@ -189,7 +190,7 @@ def chatSpares(
         clock=reactor,
         size=size,
         model=model,
-        serves=frozenset(models.names()),
+        serves=throughProxy(models),
         kind=ChatSpares(
             root=runDir, openProxy=openProxy, mcpUrl=launcher.mcpUrl, reserve=reserve
         ),
