@@ -102,7 +102,12 @@ class AgentHarness(Harness):
     L{ProbeSpawner}.
     """
 
+    #: More providers for the host's catalogue, beside the scripted one
+    #: (never changed in place).
+    providers: Mapping[str, Any] = {}
+
     def __init__(self, testCase: SynchronousTestCase, **settings: Any) -> None:
+        self.providers = settings.pop("providers", {})
         self.spawner = ProbeSpawner()
         # Absolute, as Settings.fromEnvironment makes it: the box refuses
         # relative paths.
@@ -116,7 +121,9 @@ class AgentHarness(Harness):
         settings = Settings(
             secret=SECRET, dataDir=self.root, listen="tcp:0:interface=127.0.0.1", **self.overrides
         )
-        models = ModelCatalog(json.loads(json.dumps(MODELS["providers"])), "scripted/echo-1")
+        models = ModelCatalog(
+            json.loads(json.dumps({**MODELS["providers"], **self.providers})), "scripted/echo-1"
+        )
         self.launcher = FakeLauncher()
         self.api, self.host = buildHost(settings, models, self.clock, launcher=self.launcher)
         # buildHost wires one AgentProfile: the bodies' (HostService.host).

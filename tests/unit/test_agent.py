@@ -166,6 +166,29 @@ class CreationTests(SynchronousTestCase):
         self.assertEqual(frame["value"]["session"]["isolation"], "none")
         self.assertEqual(host.spawner.calls, [])
 
+    def test_aModelNoProxyReaches(self) -> None:
+        """
+        A boxed agent on a model whose API its proxy does not speak is
+        refused with C{model_unavailable}, naming the API and the models it
+        may use; nothing is made.  A chat session on that model, and an
+        agent that is not boxed (it holds the key), are made.
+        """
+        bedrock = {"bed": {"baseUrl": "http://127.0.0.1:9", "api": "bedrock-converse-stream",
+                           "models": [{"id": "b-1"}]}}
+        host = AgentHarness(self, providers=bedrock)
+        self.addCleanup(host.stop)
+        frame = self.assertError(host.createAgent(model="bed/b-1"), 400, "model_unavailable")
+        self.assertIn("bedrock-converse-stream", frame["message"])
+        self.assertEqual(frame["details"]["models"], ["scripted/echo-1", "scripted/echo-2"])
+        self.assertEqual(host.call("GET", "/sessions")[1]["value"]["sessions"], [])
+        self.assertEqual(host.create(model="bed/b-1")["profile"], "chat")
+        code, _ = host.createAgent("on-echo", model="scripted/echo-2")
+        self.assertEqual(code, 201)
+        unboxed = AgentHarness(self, providers=bedrock, isolation="none", agentUnisolated=True)
+        self.addCleanup(unboxed.stop)
+        code, frame = unboxed.createAgent(model="bed/b-1")
+        self.assertEqual(code, 201, frame)
+
     def test_seatbeltOffMac(self) -> None:
         """
         C{seatbelt} on Linux is refused: it needs macOS.

@@ -39,11 +39,12 @@ from vehicle.box import (
     decideIsolation,
     seccompProgram,
     systemRoots,
+    throughProxy,
 )
 from vehicle.errors import VehicleError
 from vehicle.metrics import Metrics, unserved
 from vehicle.models import ModelCatalog
-from vehicle.protocol import CreateRequest, JSONObject
+from vehicle.protocol import JSON, CreateRequest, JSONObject
 from vehicle.session import Caller, FolderRecord, Session
 from vehicle.store import DataDir, files, fsyncDirectory
 
@@ -129,8 +130,25 @@ class AgentProfile:
             )
         return decision.tier
 
-    async def checkCreate(self, caller: Caller, request: CreateRequest) -> str:
-        return await self.decide()
+    async def checkCreate(self, caller: Caller, request: CreateRequest, model: str) -> str:
+        """
+        The isolation tier a new agent session on C{model} gets (L{decide}).
+
+        @raise VehicleError: C{model_unavailable} when its body would be
+            boxed and C{model}'s API is not one its proxy speaks (every
+            request would be refused).
+        """
+        tier = await self.decide()
+        reachable = throughProxy(self.models)
+        if tier != "none" and model not in reachable:
+            usable: list[JSON] = [name for name in sorted(reachable)]
+            raise VehicleError(
+                "model_unavailable",
+                f"a boxed agent cannot use {model!r}: its API ({self.models.apiOf(model)}) "
+                "is not one an agent's model proxy speaks",
+                {"models": usable},
+            )
+        return tier
 
     def runDir(self) -> Path:
         """

@@ -82,7 +82,7 @@ class AgentRules(Protocol):
     What the agent profile says in a request (L{vehicle.agent.AgentProfile}).
     """
 
-    async def checkCreate(self, caller: Caller, request: CreateRequest) -> str: ...
+    async def checkCreate(self, caller: Caller, request: CreateRequest, model: str) -> str: ...
 
     def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]: ...
 
@@ -185,7 +185,7 @@ class Drive:
                     "only the graph's owner may create an agent session",
                     {"role": caller.role},
                 )
-            isolation = await self.agent.checkCreate(caller, request)
+            isolation = await self.agent.checkCreate(caller, request, model)
             # The world may have changed while the box was probed.
             self._replayCreation(caller, request)
         # A warm body is made for a session id of its own: the session
