@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
+from vehicle.models import ModelCatalog
 from vehicle.store import OsFiles, useFiles
 
 from tests.support.public import (
@@ -63,6 +64,24 @@ class PublicTests(RouteTestCase):
         """
         self.refused("model_not_allowed", "POST", "/sessions",
                      {"requestId": "c1", "model": "other/model"}, headers=visitor(KEY), **VISITOR)
+
+    def test_ownKeyOnAnApiNoProxySpeaks(self) -> None:
+        """
+        An own key is only ever held by a body's proxy: a model of the
+        public provider on an API the proxy does not speak is refused
+        (C{model_unavailable} 503, naming the API), and nothing is made.
+        """
+        public = self.h.api.public
+        assert public is not None
+        providers = dict(public.models.providers)
+        provider = PUBLIC.provider
+        providers[provider] = {**providers[provider], "api": "bedrock-converse-stream"}
+        public.models = ModelCatalog(providers, public.models.default)
+        code, frame = self.h.call("POST", "/sessions", {"requestId": "c1"},
+                                  headers=visitor(KEY), **VISITOR)
+        self.assertEqual((code, frame["code"]), (503, "model_unavailable"), frame)
+        self.assertIn("bedrock-converse-stream", frame["message"])
+        self.assertEqual(self.h.call("GET", "/sessions", **VISITOR)[1]["value"]["sessions"], [])
 
     def test_invalidModelKey(self) -> None:
         """

@@ -20,7 +20,7 @@ from vehicle.box._probe import (
     decideIsolation,
     probeBwrap,
 )
-from vehicle.box._apis import throughProxy
+from vehicle.box._apis import PROXIED_APIS, throughProxy
 from vehicle.box._proxy import ModelProxy, Upstream, proxiesClosed
 from vehicle.box._seatbelt import (
     SANDBOX_EXEC,
@@ -71,4 +71,5 @@ __all__ = [
     "proxiesClosed",
     "seccompProgram",
     "throughProxy",
+    "PROXIED_APIS",
 ]

@@ -15,6 +15,7 @@ from typing import Awaitable, TypeVar
 from attrs import define, field, frozen
 from twisted.internet.interfaces import IReactorTime
 
+from vehicle.box import PROXIED_APIS
 from vehicle.errors import VehicleError
 from vehicle.metrics import Metrics, unserved
 from vehicle.models import ModelCatalog
@@ -155,6 +156,14 @@ class Public:
             if self.settings.provider not in self.models.providers:
                 raise VehicleError(
                     "model_unavailable", "this host cannot reach the public provider", status=503
+                )
+            if self.models.apiOf(model) not in PROXIED_APIS:
+                # An own key is only ever held by a body's proxy.
+                raise VehicleError(
+                    "model_unavailable",
+                    f"this host cannot reach {model!r} with your key: its API "
+                    f"({self.models.apiOf(model)}) is not one its model proxy speaks",
+                    status=503,
                 )
             return Door(model=model, funding="byok", budget=budget)
         if caller.kind != "account":
