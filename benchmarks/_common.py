@@ -1,11 +1,15 @@
 """
 What the benchmarks share: a stand-in for the trial TestCase that
-L{tests.support.live.LiveHost} wants, and a process's resident memory.
+L{tests.support.live.LiveHost} wants, a process's resident memory, and wrk.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -115,3 +119,25 @@ def uncheckedWatcher(host: Any, sessionId: str, **who: Any) -> Any:
         return live.SSEWatcher(host, sessionId, validate=False, **who)
     live.assertValidEvent = lambda case, frame: None  # type: ignore[assignment]
     return live.SSEWatcher(host, sessionId, **who)
+
+
+def requireWrk() -> None:
+    """
+    Make sure wrk (Debian's package) is on the PATH, installing it on
+    demand as the project's setup installs its own packages (as root, with
+    apt-get): the tests never need it, so setup does not install it.
+
+    @raise SystemExit: it is missing and cannot be installed here.
+    """
+    if shutil.which("wrk") is not None:
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get") is not None:
+        print("installing wrk (Debian's package) for this benchmark", file=sys.stderr)
+        environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], env=environment, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], env=environment,
+                       check=False, stdout=subprocess.DEVNULL)
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not on the PATH and could not be installed "
+                         "(Debian: apt-get install wrk)")

@@ -28,7 +28,6 @@ import argparse
 import json
 import re
 import selectors
-import shutil
 import socket
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from typing import Callable, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._common import requireWrk  # noqa: E402
 from benchmarks._fleet import IDENTITY, HostProcess, freePort, machine  # noqa: E402
 
 
@@ -276,8 +276,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--src", type=Path, default=None)
     args = parser.parse_args(argv)
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk is not on the PATH (Debian: apt-get install wrk)")
+    requireWrk()
     counts = [int(n) for n in args.watchers.split(",")]
     rows: dict[str, list[Result]] = {}
     with tempfile.TemporaryDirectory(prefix="vehicle-bench-fanout-") as scratch:

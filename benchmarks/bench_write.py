@@ -54,6 +54,10 @@ from vehicle_local.standin import freeLoopbackPort as freePort
 
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._common import requireWrk  # noqa: E402
 PYTHON = ROOT / ".venv" / "bin" / "python"
 TWISTD = ROOT / ".venv" / "bin" / "twistd"
 SECRET = "bench-" + secrets.token_hex(8)
@@ -242,8 +246,7 @@ def loadavg() -> str:
 
 
 def measureAll(args: argparse.Namespace) -> None:
-    if shutil.which("wrk") is None:
-        raise SystemExit("wrk is not on the PATH (Debian: apt-get install wrk)")
+    requireWrk()
     workdir = Path(tempfile.mkdtemp(prefix="vehicle-bench-write-"))
     hosts: list[tuple[str, subprocess.Popen[bytes], int]] = []
     floor, floorPort = startFloor(workdir)
