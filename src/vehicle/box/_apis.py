@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.live.test_proxy,tests.unit.test_spares,tests.live.test_apis_live -*-
+# -*- test-case-name: tests.unit.test_providerapis,tests.live.test_proxy,tests.live.test_apis_live -*-
 """
 The provider APIs a body's model proxy speaks (pi's C{openai-completions},
 C{openai-responses}, C{anthropic-messages} and C{google-generative-ai}):
