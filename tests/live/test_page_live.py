@@ -317,7 +317,10 @@ class ConversationTests(_PageCase):
         # A reload shows the same transcript, and this tab still drives.
         page.d.refresh()
         page.waitOpen()
-        waitUntil(lambda: page.transcript() == before, what="the same transcript after a reload")
+        try:
+            waitUntil(lambda: page.transcript() == before, what="the same transcript after a reload")
+        except AssertionError:
+            self.fail(f"after a reload {page.transcript()!r}, before it {before!r}")
         self.assertEqual(page.data("lease"), "mine")
         self.assertEqual(page.seqs(), list(range(1, len(page.seqs()) + 1)))
 

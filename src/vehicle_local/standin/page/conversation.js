@@ -270,8 +270,9 @@ export class Conversation {
   renderTranscript() {
     // The snapshot's messages, the messages since its cursor and the notes
     // the event log makes (aborts, interruptions, chimes...), in time order.
+    const shown = this.transcript.slice(0, this.transcript.length - this.broughtAgain());
     const items = [
-      ...this.transcript.map((item) => ({at: item.timestamp, node: this.transcriptItem(item)})),
+      ...shown.map((item) => ({at: item.timestamp, node: this.transcriptItem(item)})),
       ...this.tail, ...this.notes,
     ];
     let last = 0;
@@ -286,6 +287,23 @@ export class Conversation {
     if (!items.length && !this.streaming) {
       this.parts.transcript.append(el("li", {class: "empty"}, "Nothing said yet."));
     }
+  }
+
+  /**
+   * How many of the snapshot's last messages the watch has brought again.
+   * The snapshot's transcript is pi's file, read as its cursor is taken: a
+   * message pi has written whose event is not recorded yet is in the
+   * transcript and comes after the cursor too. The watch's copy is shown.
+   */
+  broughtAgain() {
+    const brought = this.tail.filter((item) => item.message).map((item) => item.message);
+    for (let k = Math.min(this.transcript.length, brought.length); k > 0; k--) {
+      const last = this.transcript.slice(this.transcript.length - k);
+      if (last.every((m, i) => m.role === brought[i].role && (m.text || "") === (brought[i].text || ""))) {
+        return k;
+      }
+    }
+    return 0;
   }
 
   transcriptItem(item) {
@@ -440,8 +458,8 @@ export class Conversation {
     this.streaming = null;
   }
 
-  addTail(frame, node) {
-    this.tail.push({seq: frame.seq, at: frame.timestamp, node});
+  addTail(frame, node, message) {
+    this.tail.push({seq: frame.seq, at: frame.timestamp, node, message});
     const empty = this.parts.transcript.querySelector("li.empty");
     if (empty) empty.remove();
     if (this.streaming) this.parts.transcript.insertBefore(node, this.streaming.node);
@@ -457,11 +475,13 @@ export class Conversation {
         this.addTail(frame, this.transcriptItem({
           role: data.role, text: data.text, thinking: data.thinking, toolCalls: data.toolCalls,
           timestamp: frame.timestamp,
-        }));
+        }), {role: data.role, text: data.text});
         if (data.role === "user") {
           // A fork point once the snapshot names its entry.
           this.tail[this.tail.length - 1].node.querySelector("button.fork").remove();
         }
+        // The snapshot had it already (read ahead of its cursor): one copy.
+        if (this.broughtAgain()) this.renderTranscript();
         break;
       case "tool.started": {
         const node = el("li", {class: "msg tool running"},
