@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, MutableMapping
+from typing import Callable, Mapping, MutableMapping
 
 from attrs import field, frozen
 
@@ -178,13 +178,8 @@ class ModelCatalog:
         C{api}, else its provider's.
         """
         _, spec = self.providerFor(model)
-        modelId = model.split("/", 1)[1]
-        models = spec.get("models")
-        for entry in models if isinstance(models, list) else []:
-            if isinstance(entry, dict) and entry.get("id") == modelId:
-                api = entry.get("api", spec.get("api"))
-                return api if isinstance(api, str) else None
-        api = spec.get("api")
+        entry = modelEntry(spec, model.split("/", 1)[1]) or {}
+        api = entry.get("api", spec.get("api"))
         return api if isinstance(api, str) else None
 
     def headersFor(self, model: str) -> dict[str, str]:
@@ -194,13 +189,7 @@ class ModelCatalog:
         over them.
         """
         _, spec = self.providerFor(model)
-        modelId = model.split("/", 1)[1]
-        headers = _headers(spec)
-        models = spec.get("models")
-        for entry in models if isinstance(models, list) else []:
-            if isinstance(entry, dict) and entry.get("id") == modelId:
-                headers.update(_headers(entry))
-        return headers
+        return {**_headers(spec), **_headers(modelEntry(spec, model.split("/", 1)[1]) or {})}
 
     def secrets(self) -> list[str]:
         """
@@ -244,6 +233,18 @@ def _modelIds(spec: JSONObject) -> list[str]:
     ]
 
 
+def modelEntry(spec: Mapping[str, JSON], modelId: str) -> JSONObject | None:
+    """
+    The entry of model C{modelId} in a provider's C{spec} (pi's C{models}
+    list), or L{None} when it lists no such model.
+    """
+    models = spec.get("models")
+    for entry in models if isinstance(models, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == modelId:
+            return entry
+    return None
+
+
 def _resolveHeaders(
     spec: JSONObject, where: str, resolved: Callable[[str, JSON], JSON]
 ) -> JSONObject:
@@ -266,7 +267,7 @@ def _resolveHeaders(
     return spec
 
 
-def _headers(spec: JSONObject) -> dict[str, str]:
+def _headers(spec: Mapping[str, JSON]) -> dict[str, str]:
     """
     The C{headers} of a provider or model, those whose value is text.
     """

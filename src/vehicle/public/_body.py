@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred
 from vehicle.body import BodyPlan
 from vehicle.box import ModelProxy, Upstream
 from vehicle.errors import VehicleError
-from vehicle.models import ModelCatalog
+from vehicle.models import ModelCatalog, modelEntry
 from vehicle.protocol import JSON, JSONObject
 from vehicle.public._public import Public
 from vehicle.session import Session
@@ -41,10 +41,9 @@ class OwnKeyBodies:
         it, else a plain one.  pi needs C{cost} to account a run, so an
         unknown model costs what the provider reports (zero rates here).
         """
-        models = spec.get("models")
-        for model in models if isinstance(models, list) else []:
-            if isinstance(model, dict) and model.get("id") == modelId:
-                return dict(model)
+        listed = modelEntry(spec, modelId)
+        if listed is not None:
+            return dict(listed)
         return {
             "id": modelId, "name": modelId, "reasoning": False, "input": ["text"],
             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
