@@ -38,6 +38,7 @@ from vehicle.box import (
     canonicalSpec,
     decideIsolation,
     seccompProgram,
+    reachesThroughProxy,
     systemRoots,
     throughProxy,
 )
@@ -139,9 +140,8 @@ class AgentProfile:
             request would be refused).
         """
         tier = await self.decide()
-        reachable = throughProxy(self.models)
-        if tier != "none" and model not in reachable:
-            usable: list[JSON] = [name for name in sorted(reachable)]
+        if tier != "none" and not reachesThroughProxy(self.models, model):
+            usable: list[JSON] = [name for name in sorted(throughProxy(self.models))]
             raise VehicleError(
                 "model_unavailable",
                 f"a boxed agent cannot use {model!r}: its API ({self.models.apiOf(model)}) "

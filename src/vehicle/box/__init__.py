@@ -20,7 +20,7 @@ from vehicle.box._probe import (
     decideIsolation,
     probeBwrap,
 )
-from vehicle.box._apis import PROXIED_APIS, throughProxy
+from vehicle.box._apis import reachesThroughProxy, throughProxy
 from vehicle.box._proxy import ModelProxy, Upstream, proxiesClosed
 from vehicle.box._seatbelt import (
     SANDBOX_EXEC,
@@ -70,6 +70,6 @@ __all__ = [
     "Upstream",
     "proxiesClosed",
     "seccompProgram",
+    "reachesThroughProxy",
     "throughProxy",
-    "PROXIED_APIS",
 ]

@@ -23,12 +23,20 @@ PROXIED_APIS = frozenset(
 )
 
 
+def reachesThroughProxy(models: ModelCatalog, model: str) -> bool:
+    """
+    Can a body reach C{model} (of C{models}) through its proxy: is its API
+    one the proxy speaks?
+    """
+    return models.apiOf(model) in PROXIED_APIS
+
+
 def throughProxy(models: ModelCatalog) -> frozenset[str]:
     """
     The models of C{models} a body can reach through its proxy (a spare
     serves these, and only these).
     """
-    return frozenset(name for name in models.names() if models.apiOf(name) in PROXIED_APIS)
+    return frozenset(name for name in models.names() if reachesThroughProxy(models, name))
 
 
 #: Where a provider's client puts its key, and what comes before it there:

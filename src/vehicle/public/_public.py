@@ -15,7 +15,7 @@ from typing import Awaitable, TypeVar
 from attrs import define, field, frozen
 from twisted.internet.interfaces import IReactorTime
 
-from vehicle.box import PROXIED_APIS
+from vehicle.box import reachesThroughProxy
 from vehicle.errors import VehicleError
 from vehicle.metrics import Metrics, unserved
 from vehicle.models import ModelCatalog
@@ -157,7 +157,7 @@ class Public:
                 raise VehicleError(
                     "model_unavailable", "this host cannot reach the public provider", status=503
                 )
-            if self.models.apiOf(model) not in PROXIED_APIS:
+            if not reachesThroughProxy(self.models, model):
                 # An own key is only ever held by a body's proxy.
                 raise VehicleError(
                     "model_unavailable",
