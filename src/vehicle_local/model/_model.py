@@ -299,21 +299,11 @@ class ScriptedModel:
         """
         Record the request, then answer it from the script.
         """
-        headers = {
-            name.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in values)
-            for name, values in request.requestHeaders.getAllRawHeaders()
-        }
-        raw = cast(BinaryIO, request.content).read()
-        try:
-            body = loads(raw)
-            if not isinstance(body, dict):
-                raise ValueError("not an object")
-        except ValueError:
-            self.requests.append((headers, {}))
+        body = self._received(request)
+        if body is None:
             return self._refuse(
                 request, _Refused(400, "We could not parse the JSON body of your request.", "invalid_request_error")
             )
-        self.requests.append((headers, body))
         request.notifyFinish().addErrback(self._lost)
         messages = body.get("messages")
         if not isinstance(messages, list):
@@ -356,19 +346,10 @@ class ScriptedModel:
         A request of C{api} recorded as it came, its conversation read for
         the markers, the answer streamed as that API streams one.
         """
-        headers = {
-            name.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in values)
-            for name, values in request.requestHeaders.getAllRawHeaders()
-        }
-        try:
-            body = loads(cast(BinaryIO, request.content).read())
-        except ValueError:
-            body = None
-        conversation = api.conversation(body) if isinstance(body, dict) else None
-        if not isinstance(body, dict) or conversation is None:
-            self.requests.append((headers, body if isinstance(body, dict) else {}))
+        body = self._received(request)
+        conversation = api.conversation(body) if body is not None else None
+        if body is None or conversation is None:
             return self._refuseIn(request, api, 400, api.missing)
-        self.requests.append((headers, body))
         request.notifyFinish().addErrback(self._lost)
         step = self._script.popleft() if self._script else self._byMarker(conversation)
         if isinstance(step, Hang):
@@ -380,6 +361,23 @@ class ScriptedModel:
         request.setHeader(b"content-type", b"text/event-stream")
         request.setHeader(b"cache-control", b"no-cache")
         return _Stream(request, self.reactor, api.frames(answer)).start()
+
+    def _received(self, request: Request) -> JSONObject | None:
+        """
+        Record C{request} (its headers, its body when that is a JSON object,
+        else C{{}}) and give its body, or L{None} when it is not an object.
+        """
+        headers = {
+            name.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in values)
+            for name, values in request.requestHeaders.getAllRawHeaders()
+        }
+        try:
+            body = loads(cast(BinaryIO, request.content).read())
+        except ValueError:
+            body = None
+        received = body if isinstance(body, dict) else None
+        self.requests.append((headers, received if received is not None else {}))
+        return received
 
     def _refuseIn(self, request: Request, api: Api, status: int, message: str) -> bytes:
         request.setResponseCode(status)
