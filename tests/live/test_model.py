@@ -400,14 +400,20 @@ class ScriptedModelTests(TestCase):
         self.assertEqual(response.code, 400)
         self.assertIn("error", json.loads(await response.content()))
 
-    async def postMessages(self, body: Any) -> tuple[int, bytes]:
+    async def postTo(self, path: str, body: Any, key: dict[bytes, str]) -> tuple[int, bytes]:
+        """
+        POST C{body} as JSON to C{path} under the model's C{/v1}, with the
+        C{key} header its API's client sends.
+        """
         assert self.model.url is not None
         response = await self.http.post(
-            self.model.url + "/messages?beta=true",
-            data=json.dumps(body).encode(),
-            headers={b"x-api-key": "sk-ant-test", b"content-type": "application/json"},
+            self.model.url + path, data=json.dumps(body).encode(),
+            headers={**key, b"content-type": "application/json"},
         )
         return response.code, await response.content()
+
+    async def postMessages(self, body: Any) -> tuple[int, bytes]:
+        return await self.postTo("/messages?beta=true", body, {b"x-api-key": "sk-ant-test"})
 
     async def test_messagesAPI(self) -> None:
         """
@@ -479,16 +485,12 @@ class ScriptedModelTests(TestCase):
         self.assertEqual((code, json.loads(body)["error"]["type"]), (500, "api_error"))
 
     async def postGenerate(self, body: Any) -> tuple[int, list[Any]]:
-        assert self.model.url is not None
-        response = await self.http.post(
-            self.model.url + "/models/gemini-1:streamGenerateContent?alt=sse",
-            data=json.dumps(body).encode(),
-            headers={b"x-goog-api-key": "g-test", b"content-type": "application/json"},
+        code, content = await self.postTo(
+            "/models/gemini-1:streamGenerateContent?alt=sse", body, {b"x-goog-api-key": "g-test"}
         )
-        content = await response.content()
-        if response.code != 200:
-            return response.code, [json.loads(content)]
-        return response.code, _messageEvents(content)
+        if code != 200:
+            return code, [json.loads(content)]
+        return code, _messageEvents(content)
 
     async def test_generateContentAPI(self) -> None:
         """
@@ -550,14 +552,9 @@ class ScriptedModelTests(TestCase):
         the response incomplete; a refusal is OpenAI's error object.
         """
         await self._start(ScriptedModel(reactor=reactor))
-        assert self.model.url is not None
 
         async def post(body: Any) -> tuple[int, bytes]:
-            response = await self.http.post(
-                self.model.url + "/responses", data=json.dumps(body).encode(),
-                headers={b"authorization": "Bearer sk-r", b"content-type": "application/json"},
-            )
-            return response.code, await response.content()
+            return await self.postTo("/responses", body, {b"authorization": "Bearer sk-r"})
 
         user = {"role": "user", "content": [{"type": "input_text", "text": "hi there"}]}
         code, body = await post({"model": "r-1", "stream": True, "input": [user]})
