@@ -1,143 +1,360 @@
 """
-The router's remembered matches (L{vehicle.web._routing}): the app's
-routes answer every method and path as werkzeug's own matcher does, asked
-once or again; what is kept is bounded and let go when a rule is added.
+The app's router the short way (L{vehicle.web._routing.RouterResource}):
+every method and path is answered as Klein's own resource answers it, the
+first time and again (the route kept); a route's answer, failure and
+cancellation go as Klein's do; nothing of a request is left to the
+collector; what is kept is bounded.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import gc
+import json
+import weakref
+from typing import Any, Callable
+from urllib.parse import quote
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from klein import Klein
+from klein._resource import KleinResource
+from treq.testing import StubTreq
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.error import ConnectionDone
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
-from werkzeug.routing import Map, Rule
-from werkzeug.routing.exceptions import RequestRedirect
+from twisted.web.resource import IResource
+from twisted.web.server import Request, Site
+from twisted.web.test.requesthelper import DummyChannel
 
 from vehicle.web import VehicleAPI
-from vehicle.web._routing import KEPT, LONGEST_KEPT, RememberingMatcher, remembering
+from vehicle.web._routing import KEPT, LONGEST_KEPT, RouterResource
 
 
-def answer(routes: Map, method: str, path: str) -> tuple[Any, ...]:
+def ask(resource: IResource, method: str, path: str) -> tuple[Any, ...]:
     """
-    What C{routes} answers C{method} on C{path}: the rule's pattern and
-    values, or the refusal (its kind, the methods it allows, where it
-    redirects).
+    What C{resource} answers C{method} on C{path} (already quoted): its
+    status, the headers a route or a refusal sets, its body.
     """
-    try:
-        rule, values = routes.bind("host").match(path, method=method, return_rule=True)
-    except RequestRedirect as e:
-        return ("redirect", e.new_url)
-    except MethodNotAllowed as e:
-        return ("not allowed", sorted(e.valid_methods or ()))
-    except HTTPException as e:
-        return (type(e).__name__,)
-    return (rule.rule, dict(values))
+    stub = StubTreq(resource)
+    d = stub.request(method, "http://host" + path)
+    stub.flush()
+    response = SynchronousTestCase().successResultOf(d)
+    body = SynchronousTestCase().successResultOf(response.content())
+    headers = {name: response.headers.getRawHeaders(name)
+               for name in (b"content-type", b"allow", b"location", b"x-route")
+               if response.headers.hasHeader(name)}
+    return response.code, headers, body
 
 
-def plainCopy(routes: Map) -> Map:
+def copyOfTheAppsRoutes() -> Klein:
     """
-    The same routes in a map of werkzeug's own matcher.
+    A Klein app with the host's route table (every pattern, method and
+    endpoint), each route answering its endpoint and the values it read.
     """
-    return Map([rule.empty() for rule in routes.iter_rules()],
-               merge_slashes=routes.merge_slashes)
+    app = Klein()
+    app.url_map.merge_slashes = VehicleAPI.router.url_map.merge_slashes
+    for rule in VehicleAPI.router.url_map.iter_rules():
+        def answer(request: Request, endpoint: str = rule.endpoint, **values: Any) -> bytes:
+            return json.dumps([endpoint, values, b"/".join(request.prepath).decode(),
+                               b"/".join(request.postpath).decode()]).encode()
+
+        app.route(rule.rule, methods=sorted(rule.methods or ()), endpoint=rule.endpoint)(answer)
+    return app
 
 
 SEGMENTS = st.sampled_from(["sessions", "account", "grants", "commands", "events", "claim",
                             "release", "chimes", "capsule", "health", "", "s0123abcd", "%2F",
-                            "é", "sessions ", "a.b", "..", "SESSIONS"])
+                            quote("é"), "a.b", "..", "SESSIONS", "metrics"])
 METHODS = st.sampled_from(["GET", "HEAD", "POST", "PATCH", "DELETE", "OPTIONS", "PUT", "BREW"])
 
 
-class RememberedTests(SynchronousTestCase):
+class TheAppsRoutesTests(SynchronousTestCase):
     """
-    The app's router with its matches remembered answers as werkzeug's.
+    The host's route table answers every method and path the short way as
+    Klein's own resource does, asked once (found) and again (kept).
     """
 
     def setUp(self) -> None:
-        self.routes = VehicleAPI.router.url_map
-        self.plain = plainCopy(self.routes)
+        self.short = RouterResource(copyOfTheAppsRoutes())
+        self.klein = KleinResource(copyOfTheAppsRoutes())
 
-    def test_theAppsRouterRemembers(self) -> None:
-        self.assertIsInstance(self.routes._matcher, RememberingMatcher)
-        self.assertFalse(self.routes.merge_slashes)
+    def asKleinAnswers(self, method: str, path: str) -> tuple[Any, ...]:
+        expected = ask(self.klein, method, path)
+        self.assertEqual(ask(self.short, method, path), expected, (method, path))
+        self.assertEqual(ask(self.short, method, path), expected, (method, path))
+        return expected
 
     @settings(max_examples=500, deadline=None, derandomize=True)
     @given(METHODS, st.lists(SEGMENTS, min_size=0, max_size=4), st.booleans())
-    def test_asWerkzeugAnswers(self, method: str, segments: list[str], slash: bool) -> None:
-        """
-        Every method and path, asked once and then again (remembered), is
-        answered as werkzeug's own matcher answers it.
-        """
+    def test_asKleinAnswers(self, method: str, segments: list[str], slash: bool) -> None:
         path = "/" + "/".join(segments) + ("/" if slash else "")
-        expected = answer(self.plain, method, path)
-        self.assertEqual(answer(self.routes, method, path), expected, (method, path))
-        self.assertEqual(answer(self.routes, method, path), expected, (method, path))
+        code, _, _ = self.asKleinAnswers(method, path)
+        kept = (method.encode(), path.encode()) in self.short.taken
+        self.assertEqual(kept, code == 200 and "%" not in path, (method, path, code))
 
     def test_everyRouteTwice(self) -> None:
         """
-        Every route with each of its methods, asked twice.
+        Every route with each of its methods, the short way the second time.
         """
-        for rule in self.plain.iter_rules():
+        for rule in VehicleAPI.router.url_map.iter_rules():
             path = rule.rule.replace("<sessionId>", "s0123")
             for method in sorted(rule.methods or ()):
-                for _ in range(2):
-                    self.assertEqual(answer(self.routes, method, path), (rule.rule, (
-                        {"sessionId": "s0123"} if "<sessionId>" in rule.rule else {})))
+                code, _, body = self.asKleinAnswers(method, path)
+                self.assertEqual(code, 200, (method, path))
+                self.assertIn((method.encode(), path.encode()), self.short.taken)
+                if method != "HEAD":
+                    self.assertEqual(json.loads(body)[:2], [rule.endpoint, (
+                        {"sessionId": "s0123"} if "<sessionId>" in rule.rule else {})])
+
+
+class Refused(Exception):
+    pass
+
+
+def specialRoutes() -> Klein:
+    """
+    A Klein app whose routes answer in every way a route can, with error
+    handlers that answer, fail, and leave a failure to Klein.
+    """
+    app = Klein()
+
+    def answering(path: str, **kw: Any) -> Callable[[Callable[..., Any]], Any]:
+        return app.route(path, **kw)
+
+    @answering("/bytes")
+    def bytesAnswer(request: Request) -> bytes:
+        request.setHeader(b"x-route", b"bytes")
+        return b"bytes"
+
+    @answering("/text")
+    def text(request: Request) -> str:
+        return "text \N{LATIN SMALL LETTER E WITH ACUTE}"
+
+    @answering("/written")
+    def written(request: Request) -> None:
+        request.write(b"written")
+        request.finish()
+
+    @answering("/later")
+    def later(request: Request) -> Deferred[bytes]:
+        return succeed(b"later")
+
+    @answering("/async")
+    async def asynchronous(request: Request) -> bytes:
+        return await succeed(b"async")
+
+    @answering("/things/<name>/<int:count>")
+    def things(request: Request, name: str, count: int) -> bytes:
+        return json.dumps([name, count, b"/".join(request.prepath).decode(),
+                           b"/".join(request.postpath).decode()]).encode()
+
+    @answering("/branch/", branch=True)
+    def branch(request: Request) -> bytes:
+        return b"/".join(request.prepath) + b"|" + b"/".join(request.postpath)
+
+    @answering("/raises")
+    def raises(request: Request) -> bytes:
+        raise Refused("no")
+
+    @answering("/fails")
+    def fails(request: Request) -> Deferred[bytes]:
+        return fail(KeyError("gone"))
+
+    @answering("/handlerFails")
+    def handlerFails(request: Request) -> bytes:
+        raise LookupError("first")
+
+    @answering("/unhandled")
+    def unhandled(request: Request) -> bytes:
+        raise ZeroDivisionError("nobody takes it")
+
+    @app.handle_errors(Refused)
+    def refused(request: Request, failure: Failure) -> bytes:
+        request.setResponseCode(409)
+        return b"refused: " + str(failure.value).encode()
+
+    @app.handle_errors(KeyError)
+    def keyError(request: Request, failure: Failure) -> Deferred[bytes]:
+        request.setResponseCode(410)
+        return succeed(b"key error, later")
+
+    @app.handle_errors(LookupError)
+    def lookupError(request: Request, failure: Failure) -> bytes:
+        raise RuntimeError("the handler failed too")
+
+    @app.handle_errors(RuntimeError)
+    def runtimeError(request: Request, failure: Failure) -> bytes:
+        request.setResponseCode(503)
+        return b"the next handler: " + str(failure.value).encode()
+
+    return app
+
+
+class ShortWayTests(SynchronousTestCase):
+    """
+    A route's answer and failure, the short way, as Klein's own.
+    """
+
+    def setUp(self) -> None:
+        self.short = RouterResource(specialRoutes())
+        self.klein = KleinResource(specialRoutes())
+
+    def test_asKleinAnswers(self) -> None:
+        for path in ["/bytes", "/text", "/written", "/later", "/async", "/things/a/3",
+                     "/branch/x/y", "/branch/", "/raises", "/fails", "/handlerFails",
+                     "/unhandled", "/nowhere", "/things/a/b"]:
+            expected = ask(self.klein, "GET", path)
+            self.assertEqual(ask(self.short, "GET", path), expected, path)
+            self.assertEqual(ask(self.short, "GET", path), expected, path)
+        self.flushLoggedErrors(ZeroDivisionError)
+        self.assertEqual(ask(self.short, "GET", "/things/a/3")[2], b'["a", 3, "things/a/3", ""]')
+        self.assertEqual(ask(self.short, "GET", "/handlerFails")[:3:2],
+                         (503, b"the next handler: the handler failed too"))
+        self.assertEqual(sorted(path for _, path in self.short.taken),
+                         [b"/async", b"/branch/", b"/branch/x/y", b"/bytes", b"/fails",
+                          b"/handlerFails", b"/later", b"/raises", b"/text", b"/things/a/3",
+                          b"/unhandled", b"/written"])
+
+    def test_anythingElseIsTheRoutesFailure(self) -> None:
+        """
+        A route that answers what is neither bytes, text nor L{None} (which
+        Klein would render, or drop) fails: its error handler answers.
+        """
+        app = Klein()
+
+        @app.route("/number")
+        def number(request: Request) -> int:
+            return 42
+
+        @app.handle_errors(TypeError)
+        def typeError(request: Request, failure: Failure) -> bytes:
+            request.setResponseCode(500)
+            return str(failure.value).encode()
+
+        resource = RouterResource(app)
+        for _ in range(2):
+            self.assertEqual(ask(resource, "GET", "/number")[::2],
+                             (500, b"a route of this app answered a int"))
+
+
+def requestTo(resource: IResource, path: bytes) -> tuple[Request, DummyChannel.TCP]:
+    """
+    A request for C{path} made to C{resource} (a site's own request on a
+    channel of no connection), and the transport it writes to.
+    """
+    channel = DummyChannel()
+    channel.site = Site(resource)
+    request = Request(channel, False)
+    request.gotLength(0)
+    request.requestReceived(b"GET", path, b"HTTP/1.1")
+    return request, channel.transport
+
+
+class ClientGoneTests(SynchronousTestCase):
+    """
+    When the client goes away before its answer, the route's L{Deferred}
+    is cancelled and nothing is written, as Klein does.
+    """
+
+    def awaitForever(self, make: Callable[[Klein], IResource]) -> list[str]:
+        app = Klein()
+        cancelled: list[str] = []
+
+        @app.route("/forever")
+        def forever(request: Request) -> Deferred[bytes]:
+            return Deferred(lambda d: cancelled.append("cancelled"))
+
+        resource = make(app)
+        written = []
+        for _ in range(2):
+            request, transport = requestTo(resource, b"/forever")
+            request.connectionLost(Failure(ConnectionDone()))
+            written.append(transport.written.getvalue())
+        self.assertEqual(written, [b"", b""])
+        return cancelled
+
+    def test_cancelled(self) -> None:
+        self.assertEqual(self.awaitForever(KleinResource), ["cancelled"] * 2)
+        self.assertEqual(self.awaitForever(RouterResource), ["cancelled"] * 2)
+
+
+class CollectedTests(SynchronousTestCase):
+    """
+    A request answered the short way is let go at once; Klein's way leaves
+    it to the collector (a closure of its own that refers to itself).
+    """
+
+    def setUp(self) -> None:
+        gc.collect()
+        gc.disable()
+        self.addCleanup(gc.enable)
+
+    def leftBehind(self, resource: IResource) -> bool:
+        request, transport = requestTo(resource, b"/bytes")
+        self.assertTrue(request.finished)
+        self.assertIn(b"bytes", transport.written.getvalue())
+        gone = weakref.ref(request)
+        del request
+        return gone() is not None
+
+    def test_letGo(self) -> None:
+        self.assertTrue(self.leftBehind(KleinResource(specialRoutes())))
+        short = RouterResource(specialRoutes())
+        self.assertFalse(self.leftBehind(short))
+        self.assertFalse(self.leftBehind(short))
 
 
 class KeptTests(SynchronousTestCase):
     """
-    What a remembering matcher keeps.
+    What the short way keeps, and when it lets it go.
     """
 
     def setUp(self) -> None:
-        self.routes = remembering(Map())
-        self.routes.add(Rule("/sessions/<sessionId>", methods=["GET"], endpoint="inspect"))
-        self.matcher = self.routes._matcher
-        assert isinstance(self.matcher, RememberingMatcher)
+        self.app = Klein()
 
-    def test_ownValues(self) -> None:
-        """
-        Each match hands values of its own: changing them changes no later
-        match.
-        """
-        adapter = self.routes.bind("host")
-        _, values = adapter.match("/sessions/s1", method="GET")
-        values["sessionId"] = "changed"
-        self.assertEqual(adapter.match("/sessions/s1", method="GET")[1], {"sessionId": "s1"})
+        @self.app.route("/sessions/<sessionId>", methods=["GET"])
+        def inspect(request: Request, sessionId: str) -> str:
+            return sessionId
 
-    def test_onlyMatchesKept(self) -> None:
-        """
-        A refusal is not kept, nor a path longer than L{LONGEST_KEPT}.
-        """
-        adapter = self.routes.bind("host")
-        self.assertEqual(answer(self.routes, "POST", "/sessions/s1")[0], "not allowed")
-        self.assertEqual(answer(self.routes, "GET", "/nowhere")[0], "NotFound")
-        adapter.match("/sessions/" + "s" * LONGEST_KEPT, method="GET")
-        self.assertEqual(self.matcher.matched, {})
-        adapter.match("/sessions/s1", method="GET")
-        self.assertEqual(len(self.matcher.matched), 1)
+        self.resource = RouterResource(self.app)
 
-    def test_bounded(self) -> None:
+    def test_onlyWhatARouteTook(self) -> None:
         """
-        Past L{KEPT} matches, those kept are let go together.
+        A refusal is not kept, nor a path with C{%}, nor one longer than
+        L{LONGEST_KEPT}; a path a route took is.
         """
-        adapter = self.routes.bind("host")
+        ask(self.resource, "POST", "/sessions/s1")
+        ask(self.resource, "GET", "/nowhere")
+        ask(self.resource, "GET", "/sessions/s%31")
+        self.assertEqual(ask(self.resource, "GET", "/sessions/" + "s" * LONGEST_KEPT)[0], 200)
+        self.assertEqual(self.resource.taken, {})
+        self.assertEqual(ask(self.resource, "GET", "/sessions/s1")[2], b"s1")
+        self.assertEqual(list(self.resource.taken), [(b"GET", b"/sessions/s1")])
+
+    def test_boundedAndLetGo(self) -> None:
+        """
+        At most L{KEPT}, then all let go together; a rule added lets every
+        one go.
+        """
         for n in range(KEPT):
-            adapter.match(f"/sessions/s{n}", method="GET")
-        self.assertEqual(len(self.matcher.matched), KEPT)
-        adapter.match("/sessions/one-more", method="GET")
-        self.assertEqual(len(self.matcher.matched), 1)
+            ask(self.resource, "GET", f"/sessions/s{n}")
+        self.assertEqual(len(self.resource.taken), KEPT)
+        ask(self.resource, "GET", "/sessions/more")
+        self.assertEqual(list(self.resource.taken), [(b"GET", b"/sessions/more")])
 
-    def test_ruleAddedLetsGo(self) -> None:
+        @self.app.route("/sessions/<sessionId>", methods=["DELETE"])
+        def delete(request: Request, sessionId: str) -> str:
+            return "deleted " + sessionId
+
+        self.assertEqual(ask(self.resource, "DELETE", "/sessions/more")[2], b"deleted more")
+        self.assertEqual(list(self.resource.taken), [(b"DELETE", b"/sessions/more")])
+
+    def test_hostsMatched(self) -> None:
         """
-        A rule added after matches were kept lets them go: the new rule
-        takes what it should.
+        A router that matches hosts (whose match depends on each request's
+        Host) is refused.
         """
-        self.assertEqual(answer(self.routes, "GET", "/sessions/events"),
-                         ("/sessions/<sessionId>", {"sessionId": "events"}))
-        self.routes.add(Rule("/sessions/events", methods=["GET"], endpoint="all"))
-        self.assertEqual(answer(self.routes, "GET", "/sessions/events"),
-                         ("/sessions/events", {}))
+        app = Klein()
+        app.url_map.host_matching = True
+        self.assertRaises(ValueError, RouterResource, app)

@@ -47,7 +47,7 @@ from vehicle.public import Public
 from vehicle.session import Caller, Registry, Session, makeCapsule
 from vehicle.web._frames import encodedFrame, frame, parsePayload, validate
 from vehicle.web._metered import MeteredResource, routeTaken
-from vehicle.web._routing import remembering
+from vehicle.web._routing import RouterResource
 from vehicle.web._trust import GuardedResource, authenticate, checkSecret
 from vehicle.web._watch import (
     STALL_SECONDS,
@@ -97,11 +97,11 @@ def answered(
     return respond
 
 
-#: The app's router (L{VehicleAPI.router}): its matches remembered
-#: (L{remembering}).  A path is matched as it was sent: never redirected
-#: (in HTML) to another spelling of it.
+#: The app's router (L{VehicleAPI.router}), served by L{RouterResource}.  A
+#: path is matched as it was sent: never redirected (in HTML) to another
+#: spelling of it.
 _router = Klein()
-remembering(_router.url_map).merge_slashes = False
+_router.url_map.merge_slashes = False
 
 
 def route(
@@ -159,7 +159,7 @@ class VehicleAPI:
         return self.drive.registry
 
     def resource(self) -> IResource:
-        guarded = GuardedResource(self.router.resource(), self.secret)
+        guarded = GuardedResource(RouterResource(self.router), self.secret)
         return MeteredResource(guarded, self.metrics, self.clock)
 
     # -- trust, parse, answer ----------------------------------------------

@@ -1,78 +1,208 @@
 # -*- test-case-name: tests.unit.test_routing -*-
 """
-The router's match, remembered: werkzeug's matcher (a state machine over
-the route table) is asked once for each method and path it takes, and the
-route and values it found are kept for the next request on that path (a
-client asks the same few paths of its session again and again).
+The app's router, the short way: L{RouterResource} is Klein's resource for
+the app, except that a request whose method and path a route took before
+is handed to that route at once, with the values the router read then.
 
-Only a match is kept; a path no route takes (not found, a method the route
-does not take, a redirect werkzeug would make) goes to werkzeug's matcher
-every time, and so does a path longer than L{LONGEST_KEPT}.  At most
-L{KEPT} matches are kept; past that they are let go together.  Every
-other step of the router (Klein's binding, werkzeug's redirects and
-defaults) is as it was: this stands in for the matcher alone.
+Klein's own way (L{KleinResource.render}) binds werkzeug's map to every
+request (a new adapter), runs werkzeug's matcher (a state machine over the
+route table), adapts the request to L{IKleinRequest} to give it the
+adapter, and makes six closures a request, one of which refers to itself:
+every request it answered waited for the collector.  That was about a
+sixth of the reactor's time on the cheapest routes.  The short way keeps
+the answer as Klein gives it (the route's result written, a failure handed
+to the app's error handlers in their order, the route's L{Deferred}
+cancelled when its client goes away) and leaves nothing of a request once
+it is answered.
+
+Only what a route took is kept: a request the router refuses (not found, a
+method the route does not take, a redirect werkzeug would make), a path
+with C{%} or not in ASCII, and a path longer than L{LONGEST_KEPT} go
+Klein's way every time.  At most L{KEPT} are kept, then let go together,
+and all of them when a rule is added.  The routes of this app never ask
+for the adapter (C{IKleinRequest(request).mapper}), which the short way
+does not give.
 """
 
 from __future__ import annotations
 
-from typing import Any, MutableMapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
-from werkzeug.routing import Map, Rule
-from werkzeug.routing.matcher import StateMachineMatcher
+from attrs import frozen
+from klein import Klein
+from klein._resource import KleinResource, extractURLparts, route_metadata
+from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.iweb import IRequest
+from twisted.web.server import NOT_DONE_YET, Request
 
 
-#: The most matches kept, and the longest path kept (a path of a session id
-#: is ~40 characters; a long one is matched again rather than kept).
+if TYPE_CHECKING:
+    from klein._app import ErrorMethods
+
+T = TypeVar("T")
+
+
+#: The most routes taken that are kept, and the longest path kept (a path
+#: of a session id is ~40 characters; a longer one goes Klein's way).
 KEPT = 1024
 LONGEST_KEPT = 200
 
 
-class RememberingMatcher(StateMachineMatcher):
+@frozen
+class Taken:
     """
-    werkzeug's matcher, with the matches it made kept by domain, path,
-    method and websocket (everything its answer depends on; a rule added
-    lets all of them go).
+    What the router found for a method and path: the route's endpoint, how
+    many segments of the path it takes, and the values it read from them.
     """
 
-    def __init__(self, merge_slashes: bool) -> None:
-        StateMachineMatcher.__init__(self, merge_slashes)
-        # The values are werkzeug's (its converters' outputs), typed as its
-        # own signature types them: the one Any the house keeps.
-        self.matched: dict[tuple[str, str, str, bool], tuple[Rule, dict[str, Any]]] = {}
-
-    def add(self, rule: Rule) -> None:
-        self.matched.clear()
-        StateMachineMatcher.add(self, rule)
-
-    def update(self) -> None:
-        self.matched.clear()
-        StateMachineMatcher.update(self)
-
-    def match(
-        self, domain: str, path: str, method: str, websocket: bool
-    ) -> tuple[Rule, MutableMapping[str, Any]]:
-        key = (domain, path, method, websocket)
-        found = self.matched.get(key)
-        if found is None:
-            # Raises when no route takes it: nothing is kept.
-            rule, values = StateMachineMatcher.match(self, domain, path, method, websocket)
-            found = (rule, dict(values))
-            if len(path) <= LONGEST_KEPT:
-                if len(self.matched) >= KEPT:
-                    self.matched.clear()
-                self.matched[key] = found
-        rule, values = found
-        # Each request its own values (Klein hands them to the route).
-        return rule, dict(values)
+    endpoint: str
+    segments: int
+    values: dict[str, Any]
 
 
-def remembering(routes: Map) -> Map:
+class RouterResource(KleinResource):
     """
-    Make C{routes} remember its matches (before any rule is added to it).
+    Klein's resource for C{app}, with the short way for a request a route
+    took before (the module's doc).
     """
-    matcher = RememberingMatcher(routes.merge_slashes)
-    routes._matcher = matcher
-    return routes
+
+    def __init__(self, app: Klein) -> None:
+        if app.url_map.host_matching:
+            raise ValueError("a router that matches hosts cannot skip binding to each request")
+        KleinResource.__init__(self, app)
+        self.taken: dict[tuple[bytes, bytes], Taken] = {}
+        self._rules = -1
+
+    def render(self, request: IRequest) -> Any:
+        taken = self.find(request)
+        if taken is None:
+            return KleinResource.render(self, request)
+        request.prepath.extend(request.postpath[: taken.segments])
+        request.postpath = request.postpath[taken.segments:]
+        _Answer(self._app, cast(Request, request)).run(taken)
+        return NOT_DONE_YET
+
+    def find(self, request: IRequest) -> Taken | None:
+        """
+        The route that takes C{request}, found before or now; L{None} for a
+        request that goes Klein's way.
+        """
+        rules = len(self._app.url_map._rules)
+        if rules != self._rules:
+            self.taken.clear()
+            self._rules = rules
+        path: bytes = request.path
+        method: bytes = request.method
+        key = (method, path)
+        taken = self.taken.get(key)
+        if taken is not None:
+            return taken
+        if (request.prepath or not path.startswith(b"/") or b"%" in path
+                or len(path) > LONGEST_KEPT or not path.isascii() or not method.isascii()):
+            return None
+        try:
+            scheme, server, _, pathInfo, script = extractURLparts(request)
+            rule, values = self._app.url_map.bind(
+                server, script, path_info=pathInfo, default_method=method.decode("ascii"),
+                url_scheme=scheme,
+            ).match(return_rule=True)
+        except Exception:
+            return None  # refused: Klein's way answers it
+        taken = Taken(
+            rule.endpoint,
+            route_metadata(self._app.endpoints[rule.endpoint]).segment_count,
+            dict(values),
+        )
+        if len(self.taken) >= KEPT:
+            self.taken.clear()
+        self.taken[key] = taken
+        return taken
 
 
-__all__ = ["KEPT", "LONGEST_KEPT", "RememberingMatcher", "remembering"]
+class _Answer:
+    """
+    One request on a route L{RouterResource} found: the route called, its
+    answer written, a failure handed to the app's error handlers.
+    """
+
+    __slots__ = ("_app", "_request", "_finished", "_waiting")
+
+    _log: ClassVar[Logger] = Logger()
+
+    def __init__(self, app: Klein, request: Request) -> None:
+        self._app = app
+        self._request = request
+        self._finished = False
+        #: The route's answer while it is awaited (cancelled if the client
+        #: goes away).
+        self._waiting: Deferred[object] | None = None
+
+    def run(self, taken: Taken) -> None:
+        # Told of the end first (as Klein is), so that a route whose
+        # request ended before its answer came finds it ended.
+        self._request.notifyFinish().addBoth(self._ended)
+        try:
+            result = self._app.execute_endpoint(taken.endpoint, self._request, **taken.values)
+        except Exception:
+            answer: Deferred[object] = fail()
+        else:
+            answer = result if isinstance(result, Deferred) else succeed(result)
+        if not answer.called:
+            self._waiting = answer
+        answer.addBoth(self._settled).addCallback(_written)
+        answer.addErrback(self._failed, self._app._error_handlers)
+        answer.addCallback(self._write).addErrback(self._unwritten)
+
+    def _ended(self, result: object) -> None:
+        self._finished = True
+        waiting, self._waiting = self._waiting, None
+        if isinstance(result, Failure) and waiting is not None:
+            waiting.cancel()  # the client went away
+
+    def _settled(self, result: T) -> T:
+        self._waiting = None
+        return result
+
+    def _failed(self, failure: Failure, handlers: ErrorMethods) -> object:
+        """
+        The first of C{handlers} that takes C{failure} answers it; if it
+        fails, the next that takes its failure does.
+        """
+        if self._finished:
+            if not failure.check(CancelledError):
+                self._log.failure("Unhandled error answering a request", failure)
+            return None
+        for at, (kinds, handler) in enumerate(handlers):
+            if failure.check(*kinds):
+                answer = maybeDeferred(self._app.execute_error_handler, handler, self._request,
+                                       failure)
+                return answer.addCallback(_written).addErrback(self._failed, handlers[at + 1:])
+        self._request.processingFailed(failure)
+        return None
+
+    def _write(self, result: object) -> None:
+        if isinstance(result, str):
+            result = result.encode("utf-8")
+        if isinstance(result, bytes):
+            self._request.write(result)
+        if not self._finished:
+            self._request.finish()
+
+    def _unwritten(self, failure: Failure) -> None:
+        self._log.failure("Unhandled error writing an answer", failure)
+
+
+def _written(result: object) -> bytes | str | None:
+    """
+    What a route (or an error handler) of this app answers: its bytes or
+    text, or L{None} when it wrote its answer itself; anything else (which
+    Klein would render) is a failure of the route.
+    """
+    if result is None or isinstance(result, (bytes, str)):
+        return result
+    raise TypeError(f"a route of this app answered a {type(result).__name__}")
+
+
+__all__ = ["KEPT", "LONGEST_KEPT", "RouterResource", "Taken"]
