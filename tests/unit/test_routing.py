@@ -23,12 +23,15 @@ from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionDone
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
-from twisted.web.resource import IResource
+from twisted.web.resource import IResource, Resource
 from twisted.web.server import Request, Site
 from twisted.web.test.requesthelper import DummyChannel
 
 from vehicle.web import VehicleAPI
+from vehicle.web import _routing
 from vehicle.web._routing import KEPT, LONGEST_KEPT, RouterResource
+
+from tests.support._hints import assertAnnotationsResolve
 
 
 def ask(resource: IResource, method: str, path: str) -> tuple[Any, ...]:
@@ -112,12 +115,14 @@ class Refused(Exception):
     pass
 
 
-def specialRoutes() -> Klein:
+def specialRoutes(cancelled: list[bytes] | None = None) -> Klein:
     """
     A Klein app whose routes answer in every way a route can, with error
-    handlers that answer, fail, and leave a failure to Klein.
+    handlers that answer, fail, and leave a failure to Klein; a cancelled
+    answer's request is added to C{cancelled}.
     """
     app = Klein()
+    cancelled = [] if cancelled is None else cancelled
 
     def answering(path: str, **kw: Any) -> Callable[[Callable[..., Any]], Any]:
         return app.route(path, **kw)
@@ -159,34 +164,43 @@ def specialRoutes() -> Klein:
 
     @answering("/fails")
     def fails(request: Request) -> Deferred[bytes]:
-        return fail(KeyError("gone"))
+        return fail(LookupError("gone"))
 
-    @answering("/handlerFails")
-    def handlerFails(request: Request) -> bytes:
-        raise LookupError("first")
+    @answering("/runtime")
+    def runtime(request: Request) -> bytes:
+        raise RuntimeError("a runtime error")
 
     @answering("/unhandled")
     def unhandled(request: Request) -> bytes:
         raise ZeroDivisionError("nobody takes it")
 
+    @answering("/finishesFirst")
+    def finishesFirst(request: Request) -> Deferred[None]:
+        request.write(b"finished first")
+        request.finish()
+        return Deferred(lambda d: cancelled.append(request.uri))
+
+    # In their order: the first that takes a failure answers it.
     @app.handle_errors(Refused)
     def refused(request: Request, failure: Failure) -> bytes:
         request.setResponseCode(409)
         return b"refused: " + str(failure.value).encode()
 
+    @app.handle_errors(LookupError)
+    def lookupError(request: Request, failure: Failure) -> bytes:
+        # Fails with a LookupError again: only the handlers after it are
+        # asked (this one again would fail for ever).
+        raise KeyError("the handler failed too")
+
     @app.handle_errors(KeyError)
     def keyError(request: Request, failure: Failure) -> Deferred[bytes]:
         request.setResponseCode(410)
-        return succeed(b"key error, later")
-
-    @app.handle_errors(LookupError)
-    def lookupError(request: Request, failure: Failure) -> bytes:
-        raise RuntimeError("the handler failed too")
+        return succeed(b"key error, later: " + str(failure.value).encode())
 
     @app.handle_errors(RuntimeError)
     def runtimeError(request: Request, failure: Failure) -> bytes:
         request.setResponseCode(503)
-        return b"the next handler: " + str(failure.value).encode()
+        return b"runtime error: " + str(failure.value).encode()
 
     return app
 
@@ -201,20 +215,36 @@ class ShortWayTests(SynchronousTestCase):
         self.klein = KleinResource(specialRoutes())
 
     def test_asKleinAnswers(self) -> None:
-        for path in ["/bytes", "/text", "/written", "/later", "/async", "/things/a/3",
-                     "/branch/x/y", "/branch/", "/raises", "/fails", "/handlerFails",
-                     "/unhandled", "/nowhere", "/things/a/b"]:
+        paths = ["/bytes", "/text", "/written", "/later", "/async", "/things/a/3",
+                 "/branch/x/y", "/branch/", "/raises", "/fails", "/runtime", "/unhandled",
+                 "/finishesFirst", "/nowhere", "/things/a/b"]
+        for path in paths:
             expected = ask(self.klein, "GET", path)
             self.assertEqual(ask(self.short, "GET", path), expected, path)
             self.assertEqual(ask(self.short, "GET", path), expected, path)
         self.flushLoggedErrors(ZeroDivisionError)
         self.assertEqual(ask(self.short, "GET", "/things/a/3")[2], b'["a", 3, "things/a/3", ""]')
-        self.assertEqual(ask(self.short, "GET", "/handlerFails")[:3:2],
-                         (503, b"the next handler: the handler failed too"))
-        self.assertEqual(sorted(path for _, path in self.short.taken),
-                         [b"/async", b"/branch/", b"/branch/x/y", b"/bytes", b"/fails",
-                          b"/handlerFails", b"/later", b"/raises", b"/text", b"/things/a/3",
-                          b"/unhandled", b"/written"])
+        self.assertEqual(ask(self.short, "GET", "/fails")[::2],
+                         (410, b"key error, later: 'the handler failed too'"))
+        self.assertEqual(ask(self.short, "GET", "/runtime")[::2],
+                         (503, b"runtime error: a runtime error"))
+        self.assertEqual(ask(self.short, "GET", "/unhandled")[0], 500)
+        self.flushLoggedErrors(ZeroDivisionError)
+        self.assertEqual(sorted(path.decode() for _, path in self.short.taken),
+                         sorted(paths[:-2]))
+
+    def test_finishedBeforeItsAnswer(self) -> None:
+        """
+        A route that finished its request before its answer came is not
+        cancelled (it is only when the client goes away).
+        """
+        cancelled: list[bytes] = []
+        resource = RouterResource(specialRoutes(cancelled))
+        for _ in range(2):
+            request, transport = requestTo(resource, b"/finishesFirst")
+            self.assertTrue(request.finished)
+            self.assertIn(b"finished first", transport.written.getvalue())
+        self.assertEqual(cancelled, [])
 
     def test_anythingElseIsTheRoutesFailure(self) -> None:
         """
@@ -238,16 +268,18 @@ class ShortWayTests(SynchronousTestCase):
                              (500, b"a route of this app answered a int"))
 
 
-def requestTo(resource: IResource, path: bytes) -> tuple[Request, DummyChannel.TCP]:
+def requestTo(resource: IResource, path: bytes, method: bytes = b"GET"
+              ) -> tuple[Request, DummyChannel.TCP]:
     """
     A request for C{path} made to C{resource} (a site's own request on a
-    channel of no connection), and the transport it writes to.
+    channel of no connection; HTTP/1.0, so its body is not in chunks), and
+    the transport it writes to.
     """
     channel = DummyChannel()
     channel.site = Site(resource)
     request = Request(channel, False)
     request.gotLength(0)
-    request.requestReceived(b"GET", path, b"HTTP/1.1")
+    request.requestReceived(method, path, b"HTTP/1.0")
     return request, channel.transport
 
 
@@ -326,11 +358,35 @@ class KeptTests(SynchronousTestCase):
         """
         ask(self.resource, "POST", "/sessions/s1")
         ask(self.resource, "GET", "/nowhere")
-        ask(self.resource, "GET", "/sessions/s%31")
-        self.assertEqual(ask(self.resource, "GET", "/sessions/" + "s" * LONGEST_KEPT)[0], 200)
+        self.assertEqual(ask(self.resource, "GET", "/sessions/s%31")[2], b"s1")
+        longest = "/sessions/" + "s" * (LONGEST_KEPT - len("/sessions/"))
+        self.assertEqual(ask(self.resource, "GET", longest + "s")[0], 200)
+        written = requestTo(self.resource, "/sessions/é".encode())[1].written.getvalue()
+        self.assertEqual(written.partition(b"\r\n\r\n")[2], "é".encode())
+        self.assertEqual(requestTo(self.resource, b"/sessions/s2", "GÉT".encode())[0].code, 405)
         self.assertEqual(self.resource.taken, {})
         self.assertEqual(ask(self.resource, "GET", "/sessions/s1")[2], b"s1")
-        self.assertEqual(list(self.resource.taken), [(b"GET", b"/sessions/s1")])
+        self.assertEqual(ask(self.resource, "GET", longest)[0], 200)
+        self.assertEqual(list(self.resource.taken),
+                         [(b"GET", b"/sessions/s1"), (b"GET", longest.encode())])
+
+    def test_belowAPath(self) -> None:
+        """
+        Served below a path of the site (the request's C{prepath} not
+        empty), every request goes Klein's way.
+        """
+        root = Resource()
+        root.putChild(b"app", self.resource)
+        for _ in range(2):
+            request, transport = requestTo(root, b"/app/sessions/s1")
+            self.assertEqual(transport.written.getvalue().partition(b"\r\n\r\n")[2], b"s1")
+        self.assertEqual(self.resource.taken, {})
+
+    def test_theBoundsAsDocumented(self) -> None:
+        """
+        The bounds docs/performance.md names.
+        """
+        self.assertEqual((KEPT, LONGEST_KEPT), (1024, 200))
 
     def test_boundedAndLetGo(self) -> None:
         """
@@ -358,3 +414,12 @@ class KeptTests(SynchronousTestCase):
         app = Klein()
         app.url_map.host_matching = True
         self.assertRaises(ValueError, RouterResource, app)
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_annotationsResolve(self) -> None:
+        """
+        Every annotation of the module is a type (mutation testing reads
+        them so).
+        """
+        assertAnnotationsResolve(self, _routing)

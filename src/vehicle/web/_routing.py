@@ -26,10 +26,11 @@ does not give.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from attrs import frozen
 from klein import Klein
+from klein._app import ErrorMethods
 from klein._resource import KleinResource, extractURLparts, route_metadata
 from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
 from twisted.logger import Logger
@@ -37,9 +38,6 @@ from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 from twisted.web.server import NOT_DONE_YET, Request
 
-
-if TYPE_CHECKING:
-    from klein._app import ErrorMethods
 
 T = TypeVar("T")
 
