@@ -115,14 +115,19 @@ class Refused(Exception):
     pass
 
 
-def specialRoutes(cancelled: list[bytes] | None = None) -> Klein:
+def specialRoutes(cancelled: list[bytes] | None = None, waiting: list[Request] | None = None,
+                  handled: list[str] | None = None) -> Klein:
     """
     A Klein app whose routes answer in every way a route can, with error
-    handlers that answer, fail, and leave a failure to Klein; a cancelled
-    answer's request is added to C{cancelled}.
+    handlers that answer, fail, and leave a failure to Klein.  A cancelled
+    answer's request is added to C{cancelled}, a request whose answer
+    waits for its end to C{waiting}, each call of a handler that fails to
+    C{handled}.
     """
     app = Klein()
     cancelled = [] if cancelled is None else cancelled
+    waiting = [] if waiting is None else waiting
+    handled = [] if handled is None else handled
 
     def answering(path: str, **kw: Any) -> Callable[[Callable[..., Any]], Any]:
         return app.route(path, **kw)
@@ -174,6 +179,17 @@ def specialRoutes(cancelled: list[bytes] | None = None) -> Klein:
     def unhandled(request: Request) -> bytes:
         raise ZeroDivisionError("nobody takes it")
 
+    @answering("/refusedAgain")
+    def refusedAgain(request: Request) -> bytes:
+        raise Refused("again")
+
+    @answering("/finishedElsewhere")
+    def finishedElsewhere(request: Request) -> Deferred[None]:
+        # Its request is finished by someone else before this answers (as
+        # an event stream's is).
+        waiting.append(request)
+        return Deferred(lambda d: cancelled.append(request.uri))
+
     @answering("/finishesFirst")
     def finishesFirst(request: Request) -> Deferred[None]:
         request.write(b"finished first")
@@ -183,6 +199,10 @@ def specialRoutes(cancelled: list[bytes] | None = None) -> Klein:
     # In their order: the first that takes a failure answers it.
     @app.handle_errors(Refused)
     def refused(request: Request, failure: Failure) -> bytes:
+        handled.append("refused")
+        if str(failure.value) == "again":
+            # Only the handlers after this one are asked: none takes it.
+            raise Refused("again")
         request.setResponseCode(409)
         return b"refused: " + str(failure.value).encode()
 
@@ -190,6 +210,7 @@ def specialRoutes(cancelled: list[bytes] | None = None) -> Klein:
     def lookupError(request: Request, failure: Failure) -> bytes:
         # Fails with a LookupError again: only the handlers after it are
         # asked (this one again would fail for ever).
+        handled.append("lookup")
         raise KeyError("the handler failed too")
 
     @app.handle_errors(KeyError)
@@ -232,6 +253,40 @@ class ShortWayTests(SynchronousTestCase):
         self.flushLoggedErrors(ZeroDivisionError)
         self.assertEqual(sorted(path.decode() for _, path in self.short.taken),
                          sorted(paths[:-2]))
+
+    def test_eachHandlerOnce(self) -> None:
+        """
+        A handler that fails is not asked again for that request: the ones
+        after it are (Klein's order).
+        """
+        handled: list[str] = []
+        short = RouterResource(specialRoutes(handled=handled))
+        klein = KleinResource(specialRoutes())
+        for path, code in [("/fails", 410), ("/refusedAgain", 500)]:
+            expected = ask(klein, "GET", path)
+            self.assertEqual(expected[0], code)
+            for _ in range(2):
+                handled.clear()
+                self.assertEqual(ask(short, "GET", path), expected, path)
+                self.assertEqual(len(handled), 1, (path, handled))
+        self.flushLoggedErrors(Refused)
+
+    def test_finishedWhileItWaits(self) -> None:
+        """
+        A request finished by another while its route's answer waits: the
+        answer is not cancelled (only a client gone is).
+        """
+        cancelled: list[bytes] = []
+        waiting: list[Request] = []
+        resource = RouterResource(specialRoutes(cancelled, waiting))
+        for _ in range(2):
+            request, transport = requestTo(resource, b"/finishedElsewhere")
+            self.assertEqual(waiting, [request])
+            request.write(b"elsewhere")
+            request.finish()
+            waiting.clear()
+            self.assertIn(b"elsewhere", transport.written.getvalue())
+        self.assertEqual(cancelled, [])
 
     def test_finishedBeforeItsAnswer(self) -> None:
         """

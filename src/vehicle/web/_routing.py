@@ -71,7 +71,8 @@ class RouterResource(KleinResource):
             raise ValueError("a router that matches hosts cannot skip binding to each request")
         KleinResource.__init__(self, app)
         self.taken: dict[tuple[bytes, bytes], Taken] = {}
-        self._rules = -1
+        #: How many rules the table had when L{taken} began.
+        self._rules = len(app.url_map._rules)
 
     def render(self, request: IRequest) -> Any:
         taken = self.find(request)
