@@ -19,7 +19,8 @@ watcher's request as it comes (no disk, no log, no catching up).
     .venv/bin/python benchmarks/bench_fanout.py [--watchers 100,1000]
         [--seconds N] [--connections N] [--src DIR]
 
-wrk (Debian's C{wrk}) must be on the PATH; nothing here installs it.
+It needs wrk (Debian's C{wrk}): installed on demand
+(L{benchmarks._common.requireWrk}) when it is not on the PATH.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ reactor thread's CPU per request for each route beside the bare parsing
 route, alternated, and where its Python calls go (trust, parse, the
 session's step, the writer's answer, the answer's bytes...).
 
-wrk (Debian's C{wrk}) must be on the PATH for the first form; nothing here
-installs it.
+The first form needs wrk (Debian's C{wrk}): it is installed on demand
+(L{benchmarks._common.requireWrk}) when it is not on the PATH.
 """
 
 from __future__ import annotations
