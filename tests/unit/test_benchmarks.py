@@ -64,6 +64,10 @@ class WriteBenchmarkTests(SynchronousTestCase):
             self.assertEqual((len(figures["host"]), len(figures["floor"])), (1, 1))
             self.assertGreater(figures["calls"]["trust"], 0)
             self.assertNotIn("trust", figures["floorCalls"])
+            # The router's short way leaves nothing for the collector; the
+            # bare route, served by Klein's own resource, leaves its request.
+            self.assertEqual(figures["garbage"], 0)
+            self.assertGreater(figures["floorGarbage"], 0)
         self.assertGreater(out["command"]["calls"]["the record"], 0)
 
 
