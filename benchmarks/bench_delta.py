@@ -150,7 +150,7 @@ def installTrace() -> list[str]:
     try:
         from vehicle.session._journal import Journal
 
-        _wrap(Journal, "commit", "accept: commit begins", after="accept: durable")
+        _wrap(Journal, "commit", "accept: commit begins", after="accept: to the writer")
         _account(Journal, "emit", "durable events (emit)")
         if os.environ.get("BENCH_SHOW_EMITS"):
             _wrap(Journal, "emit", "x", when=lambda self, kind, *a, **k: bool(
@@ -178,7 +178,7 @@ def installTrace() -> list[str]:
               when=lambda self, kind, *a, **k: kind == "message.delta")
     except ImportError:
         pass
-    return ["request read", "accept: commit begins", "accept: durable", "handed to the body",
+    return ["request read", "accept: commit begins", "accept: to the writer", "handed to the body",
             "written to pi's stdin", "pi's first delta read", "delta given to the feed",
             "SSE client has it"]
 
