@@ -242,25 +242,34 @@ class ThroughHost:
         await self.prompt("warm up")
         return self
 
-    def _count(self, kind: str) -> int:
-        return sum(1 for m in self.watcher.messages if m.get("event") == kind)
+    def _arriving(self, kind: str) -> Callable[[dict[str, Any]], bool]:
+        """
+        What the watcher waits for: the first C{kind} event of those that
+        arrive from now on.  The watcher offers each message to it once, in
+        order (those it holds first), so it counts them, rather than
+        counting the whole list again at each message (which grew with
+        every round, on the reactor thread the host shares).
+        """
+        held, offered = len(self.watcher.messages), [0]
+
+        def arrived(message: dict[str, Any]) -> bool:
+            offered[0] += 1
+            return offered[0] > held and message.get("event") == kind
+
+        return arrived
 
     async def prompt(self, text: str) -> float:
         self.n += 1
-        deltas, settled = self._count("message.delta"), self._count("run.settled")
+        delta, settled = self._arriving("message.delta"), self._arriving("run.settled")
         start = time.perf_counter()
         TRACE.clear()
         TRACE["POST sent"] = start
         await postRaw(self.host, f"/sessions/{self.sid}/commands",
                       {"type": "prompt", "requestId": f"p{self.n}", "text": text})
-        await self.watcher.waitFor(
-            lambda m: m.get("event") == "message.delta" and self._count("message.delta") > deltas
-        )
+        await self.watcher.waitFor(delta)
         first = time.perf_counter()
         _mark("SSE client has it")
-        await self.watcher.waitFor(
-            lambda m: m.get("event") == "run.settled" and self._count("run.settled") > settled
-        )
+        await self.watcher.waitFor(settled)
         return first - start
 
 
