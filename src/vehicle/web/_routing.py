@@ -88,6 +88,8 @@ class RouterResource(KleinResource):
         The route that takes C{request}, found before or now; L{None} for a
         request that goes Klein's way.
         """
+        if request.prepath:
+            return None  # below a path of the site: its match depends on that path too
         rules = len(self._app.url_map._rules)
         if rules != self._rules:
             self.taken.clear()
@@ -98,8 +100,8 @@ class RouterResource(KleinResource):
         taken = self.taken.get(key)
         if taken is not None:
             return taken
-        if (request.prepath or not path.startswith(b"/") or b"%" in path
-                or len(path) > LONGEST_KEPT or not path.isascii() or not method.isascii()):
+        if (not path.startswith(b"/") or b"%" in path or len(path) > LONGEST_KEPT
+                or not path.isascii() or not method.isascii()):
             return None
         try:
             scheme, server, _, pathInfo, script = extractURLparts(request)
