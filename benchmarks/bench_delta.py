@@ -15,8 +15,12 @@ all alike):
 
 Each is warmed by one prompt first, not counted.  With C{--trace}, the
 host's way of one prompt is timed at its steps (request read, the durable
-accept, pi's stdin, pi's first delta, the event handed to the stream) and
-each step's median is printed as time from the POST.
+accept, pi's stdin, pi's first delta, the event handed to the stream, the
+delta told to the watchers once the durable events before it are) and
+each step's median is printed as time from the POST, with when the run's
+first durable events were emitted and made durable.  With
+C{TMPDIR=/dev/shm} every folder (the host's data, pi's files) is on tmpfs,
+where a sync costs nothing: the host's way without the disk.
 
 Usage: .venv/bin/python benchmarks/bench_delta.py [--runs N] [--trace] [--src CHECKOUT]
 
@@ -152,9 +156,7 @@ def installTrace() -> list[str]:
 
         _wrap(Journal, "commit", "accept: commit begins", after="accept: to the writer")
         _account(Journal, "emit", "durable events (emit)")
-        if os.environ.get("BENCH_SHOW_EMITS"):
-            _wrap(Journal, "emit", "x", when=lambda self, kind, *a, **k: bool(
-                TRACING[0] and "SSE client has it" not in TRACE and print("emit", kind)))
+        _markEvents(Journal)
     except ImportError:
         pass
     try:
@@ -178,9 +180,48 @@ def installTrace() -> list[str]:
               when=lambda self, kind, *a, **k: kind == "message.delta")
     except ImportError:
         pass
+    try:
+        from vehicle.session._watchers import Watchers
+
+        # Told to the watchers once every durable event taken before it is.
+        _wrap(Watchers, "publish", "delta told to the watchers",
+              when=lambda self, entry, *a, **k: entry.event.type == "message.delta")
+    except ImportError:
+        pass
     return ["request read", "accept: commit begins", "accept: to the writer", "handed to the body",
             "written to pi's stdin", "pi's first delta read", "delta given to the feed",
-            "SSE client has it"]
+            "delta told to the watchers", "SSE client has it",
+            *(f"{step} {kind}" for kind in RUN_EVENTS for step in ("emitted:", "durable:"))]
+
+
+#: The durable events of a run's first steps, each marked (with C{--trace})
+#: when it is emitted and when it is durable: the delta is told to the
+#: watchers only after them.
+RUN_EVENTS = ("command.delivered", "run.started", "message.completed")
+
+
+def _markEvents(journal: Any) -> None:
+    """
+    Mark the first of each of L{RUN_EVENTS} when the journal emits it and
+    when it is durable (L{Journal._durable}, where the checkout has it).
+    """
+    emit, durable = journal.emit, getattr(journal, "_durable", None)
+
+    def emitted(self: Any, kind: str, *args: Any, **kwargs: Any) -> Any:
+        if TRACING[0] and kind in RUN_EVENTS and "SSE client has it" not in TRACE:
+            _mark(f"emitted: {kind}")
+        return emit(self, kind, *args, **kwargs)
+
+    def madeDurable(self: Any, events: Any) -> Any:
+        if TRACING[0] and "SSE client has it" not in TRACE:
+            for event in events:
+                if event.type in RUN_EVENTS:
+                    _mark(f"durable: {event.type}")
+        return durable(self, events)
+
+    journal.emit = emitted
+    if durable is not None:
+        journal._durable = madeDurable
 
 
 # -- the three ways -------------------------------------------------------------
