@@ -344,26 +344,46 @@ class ClientGoneTests(SynchronousTestCase):
     is cancelled and nothing is written, as Klein does.
     """
 
-    def awaitForever(self, make: Callable[[Klein], IResource]) -> list[str]:
+    def awaitForever(self, make: Callable[[Klein], IResource], path: bytes) -> list[str]:
+        """
+        Ask C{path} of C{make}'s resource twice, the client gone each time
+        before the answer: what was cancelled.
+        """
         app = Klein()
         cancelled: list[str] = []
 
         @app.route("/forever")
         def forever(request: Request) -> Deferred[bytes]:
-            return Deferred(lambda d: cancelled.append("cancelled"))
+            return Deferred(lambda d: cancelled.append("the route's"))
+
+        @app.route("/handledForever")
+        def handledForever(request: Request) -> bytes:
+            raise Refused("its handler never answers")
+
+        @app.handle_errors(Refused)
+        def refused(request: Request, failure: Failure) -> Deferred[bytes]:
+            return Deferred(lambda d: cancelled.append("the handler's"))
 
         resource = make(app)
         written = []
         for _ in range(2):
-            request, transport = requestTo(resource, b"/forever")
+            request, transport = requestTo(resource, path)
             request.connectionLost(Failure(ConnectionDone()))
             written.append(transport.written.getvalue())
         self.assertEqual(written, [b"", b""])
         return cancelled
 
     def test_cancelled(self) -> None:
-        self.assertEqual(self.awaitForever(KleinResource), ["cancelled"] * 2)
-        self.assertEqual(self.awaitForever(RouterResource), ["cancelled"] * 2)
+        for make in (KleinResource, RouterResource):
+            self.assertEqual(self.awaitForever(make, b"/forever"), ["the route's"] * 2, make)
+
+    def test_aHandlersAnswerCancelled(self) -> None:
+        """
+        An error handler's answer still awaited is cancelled too.
+        """
+        for make in (KleinResource, RouterResource):
+            self.assertEqual(self.awaitForever(make, b"/handledForever"),
+                             ["the handler's"] * 2, make)
 
 
 class CollectedTests(SynchronousTestCase):

@@ -11,9 +11,9 @@ adapter, and makes six closures a request, one of which refers to itself:
 every request it answered waited for the collector.  That was about a
 sixth of the reactor's time on the cheapest routes.  The short way keeps
 the answer as Klein gives it (the route's result written, a failure handed
-to the app's error handlers in their order, the route's L{Deferred}
-cancelled when its client goes away) and leaves nothing of a request once
-it is answered.
+to the app's error handlers in their order, what is still awaited of the
+answer, the route's or a handler's, cancelled when its client goes away)
+and leaves nothing of a request once it is answered.
 
 Only what a route took is kept: a request the router refuses (not found, a
 method the route does not take, a redirect werkzeug would make), a path
@@ -26,7 +26,7 @@ does not give.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, cast
 
 from attrs import frozen
 from klein import Klein
@@ -37,9 +37,6 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 from twisted.web.server import NOT_DONE_YET, Request
-
-
-T = TypeVar("T")
 
 
 #: The most routes taken that are kept, and the longest path kept (a path
@@ -128,7 +125,7 @@ class _Answer:
     answer written, a failure handed to the app's error handlers.
     """
 
-    __slots__ = ("_app", "_request", "_finished", "_waiting")
+    __slots__ = ("_app", "_request", "_finished", "_answer")
 
     _log: ClassVar[Logger] = Logger()
 
@@ -136,9 +133,9 @@ class _Answer:
         self._app = app
         self._request = request
         self._finished = False
-        #: The route's answer while it is awaited (cancelled if the client
-        #: goes away).
-        self._waiting: Deferred[object] | None = None
+        #: The route's answer, and what is made of it (cancelled if the
+        #: client goes away).
+        self._answer: Deferred[object] | None = None
 
     def run(self, taken: Taken) -> None:
         # Told of the end first (as Klein is), so that a route whose
@@ -150,21 +147,17 @@ class _Answer:
             answer: Deferred[object] = fail()
         else:
             answer = result if isinstance(result, Deferred) else succeed(result)
-        if not answer.called:
-            self._waiting = answer
-        answer.addBoth(self._settled).addCallback(_written)
-        answer.addErrback(self._failed, self._app._error_handlers)
+        self._answer = answer
+        answer.addCallback(_written).addErrback(self._failed, self._app._error_handlers)
         answer.addCallback(self._write).addErrback(self._unwritten)
 
     def _ended(self, result: object) -> None:
         self._finished = True
-        waiting, self._waiting = self._waiting, None
-        if isinstance(result, Failure) and waiting is not None:
-            waiting.cancel()  # the client went away
-
-    def _settled(self, result: T) -> T:
-        self._waiting = None
-        return result
+        if isinstance(result, Failure) and self._answer is not None:
+            # The client went away: as Klein does, whatever is still awaited
+            # of the answer (the route's, or an error handler's) is cancelled;
+            # an answer already made is left as it is.
+            self._answer.cancel()
 
     def _failed(self, failure: Failure, handlers: ErrorMethods) -> object:
         """
