@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.python.failure import Failure
 
 
 class BenchCase:
@@ -101,6 +103,95 @@ async def postRaw(host: Any, path: str, body: Any, headers: dict[str, str] | Non
         "POST", host.url + path, headers=bytesNames(headers), data=json.dumps(body).encode()
     )
     return json.loads(await response.content())
+
+
+class RawClient(Protocol):
+    """
+    A bare HTTP/1.1 client on one kept-alive connection: a request's bytes
+    written as they are, its answer read by its C{Content-Length} or its
+    chunks, one request at a time.  A benchmark whose client shares the
+    host's reactor thread uses it so that an HTTP library's own work (an
+    agent, a pool, a response's protocol) is not counted as the host's.
+
+    Connect it with L{rawClient}; L{request} sends and waits.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._waiting: Deferred[tuple[int, bytes]] | None = None
+
+    def request(self, method: str, path: str, headers: dict[str, str],
+                body: bytes = b"") -> Deferred[tuple[int, bytes]]:
+        """
+        Send one request; fires with its status and body.
+        """
+        assert self._waiting is None, "one request at a time"
+        assert self.transport is not None
+        lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines.append(f"Content-Length: {len(body)}")
+        self._waiting = Deferred()
+        self.transport.write("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body)
+        return self._waiting
+
+    def dataReceived(self, data: bytes) -> None:
+        self._buffer += data
+        answer = parseAnswer(self._buffer)
+        if answer is not None and self._waiting is not None:
+            status, body, self._buffer = answer
+            waiting, self._waiting = self._waiting, None
+            waiting.callback((status, body))
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._waiting is not None:
+            waiting, self._waiting = self._waiting, None
+            waiting.errback(reason)
+
+
+def parseAnswer(data: bytes) -> tuple[int, bytes, bytes] | None:
+    """
+    The first whole HTTP/1.1 answer in C{data}: its status, its body (by
+    C{Content-Length}, or its chunks joined) and what follows it; L{None}
+    while it is not whole.
+    """
+    head, sep, rest = data.partition(b"\r\n\r\n")
+    if not sep:
+        return None
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split(b" ", 2)[1])
+    fields = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+        chunks = []
+        while True:
+            size, crlf, after = rest.partition(b"\r\n")
+            if not crlf:
+                return None
+            length = int(size.split(b";", 1)[0], 16)
+            if len(after) < length + 2:
+                return None
+            if length == 0:
+                # No trailers from the host: the last chunk's line, then CRLF.
+                return status, b"".join(chunks), after[2:]
+            chunks.append(after[:length])
+            rest = after[length + 2:]
+    length = int(fields.get(b"content-length", b"0"))
+    if len(rest) < length:
+        return None
+    return status, rest[:length], rest[length:]
+
+
+async def rawClient(reactor: Any, port: int) -> RawClient:
+    """
+    A L{RawClient} connected to C{127.0.0.1:port}.
+    """
+    from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+
+    client = RawClient()
+    await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), client)
+    return client
 
 
 def uncheckedWatcher(host: Any, sessionId: str, **who: Any) -> Any:

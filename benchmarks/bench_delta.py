@@ -22,16 +22,23 @@ first durable events were emitted and made durable.  With
 C{TMPDIR=/dev/shm} every folder (the host's data, pi's files) is on tmpfs,
 where a sync costs nothing: the host's way without the disk.
 
-Usage: .venv/bin/python benchmarks/bench_delta.py [--runs N] [--trace] [--src CHECKOUT]
+Usage: .venv/bin/python benchmarks/bench_delta.py [--runs N] [--trace] [--src CHECKOUT] [--treq]
 
 C{--src} runs the host (and its test support) from another checkout, e.g.
 a C{git worktree} of an earlier commit, to measure before a change.
+
+The prompts are sent by a bare HTTP/1.1 client on one kept connection
+(L{benchmarks._common.RawClient}): the client shares the host's reactor
+thread, as the floor's does pi's, and an HTTP library's own work would
+be counted as the host's.  C{--treq} sends them with treq instead, as
+the benchmark did before 2026-12-03.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
 import sys
@@ -48,6 +55,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--src", type=Path, default=None)
+    parser.add_argument("--treq", action="store_true",
+                        help="send each prompt with treq (as before 2026-12-03), not the bare client")
     return parser.parse_args()
 
 
@@ -75,8 +84,8 @@ def _ownCommon() -> ModuleType:
 
 
 _common = _ownCommon()
-spawnBarePi, postRaw, uncheckedWatcher = (
-    _common.spawnBarePi, _common.postRaw, _common.uncheckedWatcher)
+spawnBarePi, postRaw, uncheckedWatcher, rawClient = (
+    _common.spawnBarePi, _common.postRaw, _common.uncheckedWatcher, _common.rawClient)
 
 
 # -- the trace ------------------------------------------------------------------
@@ -273,12 +282,19 @@ class ThroughHost:
     One session on a live host, watched on SSE.
     """
 
-    def __init__(self, host: Any) -> None:
+    def __init__(self, host: Any, treq: bool = False) -> None:
         self.host = host
+        self.treq = treq
 
     async def start(self) -> "ThroughHost":
+        from twisted.internet import reactor
+
+        from tests.support.harness import identity
+
         self.sid = await self.host.create()
         self.watcher = await uncheckedWatcher(self.host, self.sid).start()
+        self.client = await rawClient(reactor, self.host.port.getHost().port)
+        self.headers = {**identity(), "content-type": "application/json"}
         self.n = 0
         await self.prompt("warm up")
         return self
@@ -305,8 +321,14 @@ class ThroughHost:
         start = time.perf_counter()
         TRACE.clear()
         TRACE["POST sent"] = start
-        await postRaw(self.host, f"/sessions/{self.sid}/commands",
+        path, body = (f"/sessions/{self.sid}/commands",
                       {"type": "prompt", "requestId": f"p{self.n}", "text": text})
+        if self.treq:
+            await postRaw(self.host, path, body)
+        else:
+            status, _ = await self.client.request("POST", path, self.headers,
+                                                  json.dumps(body).encode())
+            assert status == 202 or status == 200, status
         await self.watcher.waitFor(delta)
         first = time.perf_counter()
         _mark("SSE client has it")
@@ -390,11 +412,11 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     model, modelUrl = await startModel(reactor)
     try:
         cold = await hostWith(case, modelUrl)
-        ways: dict[str, Any] = {"through the host": await ThroughHost(cold).start()}
+        ways: dict[str, Any] = {"through the host": await ThroughHost(cold, args.treq).start()}
         if spares:
             warm = await hostWith(case, modelUrl, spareBodies=1, spareRefillMs=60000)
             await waitForSpare(warm)
-            ways["host, on a spare's body"] = await ThroughHost(warm).start()
+            ways["host, on a spare's body"] = await ThroughHost(warm, args.treq).start()
         direct = await Direct().start(reactor, cold.scriptedProvider())
         times: dict[str, list[float]] = {name: [] for name in ways}
         floor: list[float] = []
@@ -420,7 +442,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     median = statistics.median(floor)
     print(f"prompt -> first text delta, warm body; median of {args.runs} (min-max)")
     print(f"host from {CHECKOUT / 'src'}; {os.cpu_count()} cores; load average "
-          f"{load[0]:.2f} before, {after[0]:.2f} after")
+          f"{load[0]:.2f} before, {after[0]:.2f} after; prompts sent with "
+          f"{'treq' if args.treq else 'a bare HTTP/1.1 client'}")
     print(_line("straight to pi (the floor)", floor, median))
     for name, measured in times.items():
         print(_line(name, measured, median))

@@ -7,8 +7,10 @@ The figures are not judged here: only that each measure runs and counts.
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.web.server import NOT_DONE_YET
 
 from benchmarks import bench_body
 from benchmarks.bench_body import dormantCost, perEvent
@@ -105,3 +107,63 @@ class FleetTests(SynchronousTestCase):
             self.assertEqual({e.sessionId for e in events}, {sid})
         caller = Caller(principal="bench", clientId="bench", role="owner", graphId="bench")
         self.assertEqual(len(registry.listFor(caller)), 3)
+
+
+class RawClientTests(TestCase):
+    """
+    L{benchmarks._common.RawClient}, the bare HTTP/1.1 client that sends
+    L{benchmarks.bench_delta}'s prompts.
+    """
+
+    def test_parseAnswer(self) -> None:
+        """
+        An answer is read by its C{Content-Length} or its chunks, only once
+        whole; what follows it is left.
+        """
+        from benchmarks._common import parseAnswer
+
+        sized = b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\n\r\nhello" + b"HTTP/1.1"
+        self.assertEqual(parseAnswer(sized), (201, b"hello", b"HTTP/1.1"))
+        chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   b"3\r\nabc\r\n2;x=1\r\nde\r\n0\r\n\r\n")
+        self.assertEqual(parseAnswer(chunked), (200, b"abcde", b""))
+        for cut in range(len(chunked)):
+            self.assertIsNone(parseAnswer(chunked[:cut]), cut)
+        self.assertIsNone(parseAnswer(sized[:len(sized) - len(b"HTTP/1.1") - 1]))
+
+    async def test_requestsOnOneConnection(self) -> None:
+        """
+        Requests go one after another on one kept connection to a real
+        Twisted site, each with its headers and body, each answer read
+        whole (the site's are chunked).
+        """
+        from twisted.internet import reactor
+        from twisted.web.resource import Resource
+        from twisted.web.server import Site
+
+        from benchmarks._common import rawClient
+
+        seen: list[tuple[bytes, bytes | None, bytes]] = []
+        peers: set[int] = set()
+
+        class Echo(Resource):
+            isLeaf = True
+
+            def render_POST(self, request: Any) -> int:
+                body = request.content.read()
+                seen.append((request.path, request.getHeader(b"x-who"), body))
+                peers.add(request.getClientAddress().port)
+                request.setResponseCode(202)
+                request.write(b"got " + body)
+                request.finish()
+                return NOT_DONE_YET
+
+        port = reactor.listenTCP(0, Site(Echo()), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        client = await rawClient(reactor, port.getHost().port)
+        self.addCleanup(client.transport.loseConnection)
+        for n in (1, 2):
+            answer = await client.request("POST", f"/p{n}", {"x-who": "me"}, b'{"n": %d}' % n)
+            self.assertEqual(answer, (202, b'got {"n": %d}' % n))
+        self.assertEqual(seen, [(b"/p1", b"me", b'{"n": 1}'), (b"/p2", b"me", b'{"n": 2}')])
+        self.assertEqual(len(peers), 1)
