@@ -28,10 +28,12 @@ C{--src} runs the host (and its test support) from another checkout, e.g.
 a C{git worktree} of an earlier commit, to measure before a change.
 
 The prompts are sent by a bare HTTP/1.1 client on one kept connection
-(L{benchmarks._common.RawClient}): the client shares the host's reactor
-thread, as the floor's does pi's, and an HTTP library's own work would
-be counted as the host's.  C{--treq} sends them with treq instead, as
-the benchmark did before 2026-12-03.
+(L{benchmarks._common.RawClient}) and the events read by a bare SSE
+client (L{benchmarks._common.RawWatcher}, as a browser's C{EventSource}
+reads them): the client shares the host's reactor thread, as the
+floor's does pi's, and an HTTP library's own work would be counted as
+the host's.  C{--treq} sends the prompts with treq and watches with the
+tests' watcher instead, as the benchmark did before 2026-12-03.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--treq", action="store_true",
-                        help="send each prompt with treq (as before 2026-12-03), not the bare client")
+                        help="send each prompt with treq and watch with the tests' treq watcher "
+                             "(as before 2026-12-03), not the bare clients")
     return parser.parse_args()
 
 
@@ -84,8 +87,9 @@ def _ownCommon() -> ModuleType:
 
 
 _common = _ownCommon()
-spawnBarePi, postRaw, uncheckedWatcher, rawClient = (
-    _common.spawnBarePi, _common.postRaw, _common.uncheckedWatcher, _common.rawClient)
+spawnBarePi, postRaw, uncheckedWatcher, rawClient, rawWatcher = (
+    _common.spawnBarePi, _common.postRaw, _common.uncheckedWatcher, _common.rawClient,
+    _common.rawWatcher)
 
 
 # -- the trace ------------------------------------------------------------------
@@ -292,8 +296,12 @@ class ThroughHost:
         from tests.support.harness import identity
 
         self.sid = await self.host.create()
-        self.watcher = await uncheckedWatcher(self.host, self.sid).start()
-        self.client = await rawClient(reactor, self.host.port.getHost().port)
+        port = self.host.port.getHost().port
+        if self.treq:
+            self.watcher = await uncheckedWatcher(self.host, self.sid).start()
+        else:
+            self.watcher = await rawWatcher(reactor, port, self.sid, identity())
+        self.client = await rawClient(reactor, port)
         self.headers = {**identity(), "content-type": "application/json"}
         self.n = 0
         await self.prompt("warm up")
@@ -442,8 +450,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     median = statistics.median(floor)
     print(f"prompt -> first text delta, warm body; median of {args.runs} (min-max)")
     print(f"host from {CHECKOUT / 'src'}; {os.cpu_count()} cores; load average "
-          f"{load[0]:.2f} before, {after[0]:.2f} after; prompts sent with "
-          f"{'treq' if args.treq else 'a bare HTTP/1.1 client'}")
+          f"{load[0]:.2f} before, {after[0]:.2f} after; the client: "
+          f"{'treq (prompts) and the tests watcher' if args.treq else 'bare (HTTP/1.1, SSE)'}")
     print(_line("straight to pi (the floor)", floor, median))
     for name, measured in times.items():
         print(_line(name, measured, median))
