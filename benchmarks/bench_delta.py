@@ -301,8 +301,10 @@ class ThroughHost:
             self.watcher = await uncheckedWatcher(self.host, self.sid).start()
         else:
             self.watcher = await rawWatcher(reactor, port, self.sid, identity())
-        self.client = await rawClient(reactor, port)
-        self.headers = {**identity(), "content-type": "application/json"}
+            self.client = await rawClient(reactor, port)
+            self.headers = {**identity(), "content-type": "application/json"}
+            for connected in (self.watcher, self.client):
+                self.host.testCase.addCleanup(connected.transport.loseConnection)
         self.n = 0
         await self.prompt("warm up")
         return self
