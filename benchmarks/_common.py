@@ -12,9 +12,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
 
@@ -192,86 +192,6 @@ async def rawClient(reactor: Any, port: int) -> RawClient:
     client = RawClient()
     await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), client)
     return client
-
-
-class RawWatcher(Protocol):
-    """
-    A bare SSE client of a session's events, as a browser's C{EventSource}
-    reads them: HTTP/1.0 (the body is the stream as written, no chunks),
-    each message split from the stream and its fields kept as text (its
-    C{event}, C{id}, C{data}), the frame left unparsed.  It has the face
-    of the tests' watcher that L{benchmarks.bench_delta} uses
-    (C{messages}, L{waitFor}); connect it with L{rawWatcher}.
-    """
-
-    def __init__(self, path: str, headers: dict[str, str]) -> None:
-        self.path, self.headers = path, headers
-        self.messages: list[dict[str, str]] = []
-        self._buffer = b""
-        self._inBody = False
-        self._waiters: list[tuple[Callable[[dict[str, str]], bool], Deferred[dict[str, str]]]] = []
-
-    def connectionMade(self) -> None:
-        assert self.transport is not None
-        lines = [f"GET {self.path} HTTP/1.0", "Host: 127.0.0.1", "Accept: text/event-stream"]
-        lines += [f"{name}: {value}" for name, value in self.headers.items()]
-        self.transport.write("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n")
-
-    def dataReceived(self, data: bytes) -> None:
-        self._buffer += data
-        if not self._inBody:
-            head, sep, rest = self._buffer.partition(b"\r\n\r\n")
-            if not sep:
-                return
-            status = head.split(b" ", 2)[1]
-            if status != b"200":
-                raise ValueError(f"the stream was refused: {head!r}")
-            self._inBody, self._buffer = True, rest
-        blocks = self._buffer.split(b"\n\n")
-        self._buffer = blocks.pop()
-        for block in blocks:
-            message: dict[str, str] = {}
-            for line in block.decode("utf-8").split("\n"):
-                if line and not line.startswith(":"):
-                    field, _, value = line.partition(": ")
-                    message[field] = value
-            if "data" in message:
-                self._arrived(message)
-
-    def _arrived(self, message: dict[str, str]) -> None:
-        self.messages.append(message)
-        for predicate, waiting in list(self._waiters):
-            if predicate(message):
-                self._waiters.remove((predicate, waiting))
-                waiting.callback(message)
-
-    def waitFor(self, predicate: Callable[[dict[str, str]], bool],
-                timeout: float = 30) -> Deferred[dict[str, str]]:
-        """
-        The first message, held or to come, that C{predicate} takes.
-        """
-        from twisted.internet import reactor
-
-        for message in self.messages:
-            if predicate(message):
-                return succeed(message)
-        waiting: Deferred[dict[str, str]] = Deferred()
-        self._waiters.append((predicate, waiting))
-        waiting.addTimeout(timeout, reactor)
-        return waiting
-
-
-async def rawWatcher(reactor: Any, port: int, sessionId: str, headers: dict[str, str],
-                     since: int = 0) -> RawWatcher:
-    """
-    A L{RawWatcher} of session C{sessionId} on the host at
-    C{127.0.0.1:port}, from C{since}.
-    """
-    from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-
-    watcher = RawWatcher(f"/sessions/{sessionId}/events?since={since}", headers)
-    await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), watcher)
-    return watcher
 
 
 def uncheckedWatcher(host: Any, sessionId: str, **who: Any) -> Any:

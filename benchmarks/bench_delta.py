@@ -28,12 +28,10 @@ C{--src} runs the host (and its test support) from another checkout, e.g.
 a C{git worktree} of an earlier commit, to measure before a change.
 
 The prompts are sent by a bare HTTP/1.1 client on one kept connection
-(L{benchmarks._common.RawClient}) and the events read by a bare SSE
-client (L{benchmarks._common.RawWatcher}, as a browser's C{EventSource}
-reads them): the client shares the host's reactor thread, as the
-floor's does pi's, and an HTTP library's own work would be counted as
-the host's.  C{--treq} sends the prompts with treq and watches with the
-tests' watcher instead, as the benchmark did before 2026-12-03.
+(L{benchmarks._common.RawClient}): the client shares the host's reactor
+thread, as the floor's does pi's, and an HTTP library's own work would
+be counted as the host's.  C{--treq} sends them with treq instead, as
+the benchmark did before 2026-12-03.
 """
 
 from __future__ import annotations
@@ -58,8 +56,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--trace", action="store_true")
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--treq", action="store_true",
-                        help="send each prompt with treq and watch with the tests' treq watcher "
-                             "(as before 2026-12-03), not the bare clients")
+                        help="send each prompt with treq (as before 2026-12-03), "
+                             "not the bare client")
     return parser.parse_args()
 
 
@@ -87,9 +85,8 @@ def _ownCommon() -> ModuleType:
 
 
 _common = _ownCommon()
-spawnBarePi, postRaw, uncheckedWatcher, rawClient, rawWatcher = (
-    _common.spawnBarePi, _common.postRaw, _common.uncheckedWatcher, _common.rawClient,
-    _common.rawWatcher)
+spawnBarePi, postRaw, uncheckedWatcher, rawClient = (
+    _common.spawnBarePi, _common.postRaw, _common.uncheckedWatcher, _common.rawClient)
 
 
 # -- the trace ------------------------------------------------------------------
@@ -296,15 +293,11 @@ class ThroughHost:
         from tests.support.harness import identity
 
         self.sid = await self.host.create()
-        port = self.host.port.getHost().port
-        if self.treq:
-            self.watcher = await uncheckedWatcher(self.host, self.sid).start()
-        else:
-            self.watcher = await rawWatcher(reactor, port, self.sid, identity())
-            self.client = await rawClient(reactor, port)
+        self.watcher = await uncheckedWatcher(self.host, self.sid).start()
+        if not self.treq:
+            self.client = await rawClient(reactor, self.host.port.getHost().port)
             self.headers = {**identity(), "content-type": "application/json"}
-            for connected in (self.watcher, self.client):
-                self.host.testCase.addCleanup(connected.transport.loseConnection)
+            self.host.testCase.addCleanup(self.client.transport.loseConnection)
         self.n = 0
         await self.prompt("warm up")
         return self
@@ -338,7 +331,7 @@ class ThroughHost:
         else:
             status, _ = await self.client.request("POST", path, self.headers,
                                                   json.dumps(body).encode())
-            assert status == 202 or status == 200, status
+            assert status in (200, 202), status
         await self.watcher.waitFor(delta)
         first = time.perf_counter()
         _mark("SSE client has it")
@@ -452,8 +445,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
     median = statistics.median(floor)
     print(f"prompt -> first text delta, warm body; median of {args.runs} (min-max)")
     print(f"host from {CHECKOUT / 'src'}; {os.cpu_count()} cores; load average "
-          f"{load[0]:.2f} before, {after[0]:.2f} after; the client: "
-          f"{'treq (prompts) and the tests watcher' if args.treq else 'bare (HTTP/1.1, SSE)'}")
+          f"{load[0]:.2f} before, {after[0]:.2f} after; prompts sent with "
+          f"{'treq' if args.treq else 'a bare HTTP/1.1 client'}")
     print(_line("straight to pi (the floor)", floor, median))
     for name, measured in times.items():
         print(_line(name, measured, median))

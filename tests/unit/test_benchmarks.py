@@ -111,9 +111,8 @@ class FleetTests(SynchronousTestCase):
 
 class RawClientTests(TestCase):
     """
-    The bare clients of L{benchmarks.bench_delta}:
-    L{benchmarks._common.RawClient} sends its prompts,
-    L{benchmarks._common.RawWatcher} reads its events.
+    L{benchmarks._common.RawClient}, the bare HTTP/1.1 client that sends
+    L{benchmarks.bench_delta}'s prompts.
     """
 
     def test_parseAnswer(self) -> None:
@@ -168,42 +167,3 @@ class RawClientTests(TestCase):
             self.assertEqual(answer, (202, b'got {"n": %d}' % n))
         self.assertEqual(seen, [(b"/p1", b"me", b'{"n": 1}'), (b"/p2", b"me", b'{"n": 2}')])
         self.assertEqual(len(peers), 1)
-
-    async def test_watcher(self) -> None:
-        """
-        L{benchmarks._common.RawWatcher} reads an event stream over HTTP/1.0
-        as it is written, message by message (comments passed over, a
-        message split across writes kept whole), and waits for one held or
-        to come.
-        """
-        from twisted.internet import reactor
-        from twisted.web.resource import Resource
-        from twisted.web.server import Site
-
-        from benchmarks._common import rawWatcher
-
-        streams: list[Any] = []
-        asked: list[tuple[bytes, bytes | None, bytes | None]] = []
-
-        class Stream(Resource):
-            isLeaf = True
-
-            def render_GET(self, request: Any) -> int:
-                asked.append((request.uri, request.getHeader(b"accept"),
-                              request.getHeader(b"x-who")))
-                request.write(b": connected\n\nid: 1\nevent: run.started\ndata: {}\n\n")
-                streams.append(request)
-                return NOT_DONE_YET
-
-        port = reactor.listenTCP(0, Site(Stream()), interface="127.0.0.1")
-        self.addCleanup(port.stopListening)
-        watcher = await rawWatcher(reactor, port.getHost().port, "s1", {"x-who": "me"}, since=3)
-        self.addCleanup(watcher.transport.loseConnection)
-        started = await watcher.waitFor(lambda m: m.get("event") == "run.started")
-        self.assertEqual(started, {"id": "1", "event": "run.started", "data": "{}"})
-        self.assertEqual(asked, [(b"/sessions/s1/events?since=3", b"text/event-stream", b"me")])
-        delta = watcher.waitFor(lambda m: m.get("event") == "message.delta")
-        streams[0].write(b"event: message.delta\nda")
-        streams[0].write(b'ta: {"text": "hi"}\n\n')
-        self.assertEqual((await delta)["data"], '{"text": "hi"}')
-        self.assertEqual([m["event"] for m in watcher.messages], ["run.started", "message.delta"])
