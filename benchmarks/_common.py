@@ -42,6 +42,21 @@ class BenchCase:
                 await result
 
 
+def sourceRoot(src: Path) -> Path:
+    """
+    The folder that holds the C{vehicle} package a host from C{src} runs
+    (C{--src}): a checkout's C{src/}, or C{src} itself when the package is
+    there.  Put on C{PYTHONPATH}, a folder without the package would run
+    this checkout's host under the other's name.
+
+    @raise SystemExit: neither holds it.
+    """
+    for candidate in (src / "src", src):
+        if (candidate / "vehicle" / "__init__.py").is_file():
+            return candidate.resolve()
+    raise SystemExit(f"--src {src}: no vehicle package in it nor in its src/")
+
+
 def rss(pid: int) -> int:
     """
     The resident memory of process C{pid}, in bytes.

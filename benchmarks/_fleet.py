@@ -21,7 +21,7 @@ from typing import Iterator
 
 from twisted.internet.task import Clock
 
-from benchmarks._common import rss
+from benchmarks._common import rss, sourceRoot
 from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
@@ -165,13 +165,13 @@ class HostFailed(Exception):
 class HostProcess:
     """
     One C{twistd -n vehicle} on a data directory (from C{src}, another
-    checkout's tree, when given).
+    checkout or its C{src/}, when given: L{sourceRoot}).
     """
 
     def __init__(self, dataDir: Path, src: Path | None = None,
                  env: dict[str, str] | None = None) -> None:
         self.dataDir = dataDir
-        self.src = src
+        self.src = None if src is None else sourceRoot(src)
         self.extraEnv = env or {}
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None

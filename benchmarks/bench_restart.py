@@ -17,8 +17,8 @@ benchmark e):
     .venv/bin/python benchmarks/bench_restart.py [--sessions N] [--events N]
         [--list N] [--runs N] [--src DIR]
 
-C{--src} runs the host from another checkout's C{src/} (an earlier commit),
-for the before figures.  The data is made in a temporary folder (a session
+C{--src} runs the host from another checkout (an earlier commit) or its
+C{src/}, for the before figures.  The data is made in a temporary folder (a session
 made by the host's own code, copied under new ids) and removed after.
 """
 

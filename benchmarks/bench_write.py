@@ -17,10 +17,9 @@ writer's) read from C{/proc}.
         [--connections 16,64] [--src DIR]
     .venv/bin/python benchmarks/bench_write.py --profile [--requests N]
 
-C{--src DIR} runs a second host from another checkout's C{src/} (an
-earlier commit, say: C{git archive <commit> src protocol | tar -x -C DIR})
-beside this checkout's, in the same run, so the two are measured under the
-same load.
+C{--src DIR} runs a second host from another checkout (a C{git worktree}
+of an earlier commit, say), or from its C{src/}, beside this checkout's, in
+the same run, so the two are measured under the same load.
 
 C{--profile} needs no wrk: it drives the real app in this process through
 Twisted's HTTP channel (no sockets, the writer run by hand) and prints the
@@ -58,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import requireWrk  # noqa: E402
+from benchmarks._common import requireWrk, sourceRoot  # noqa: E402
 PYTHON = ROOT / ".venv" / "bin" / "python"
 TWISTD = ROOT / ".venv" / "bin" / "twistd"
 SECRET = "bench-" + secrets.token_hex(8)
@@ -150,7 +149,7 @@ def startHost(workdir: Path, src: Path | None = None) -> tuple[subprocess.Popen[
                VEHICLE_MODELS=str(models), VEHICLE_DEFAULT_MODEL="scripted/echo-1")
     env.pop("MNEMOSYNE_MCP_URL", None)
     if src is not None:
-        env["PYTHONPATH"] = str(src)
+        env["PYTHONPATH"] = str(sourceRoot(src))
     process = subprocess.Popen(
         [str(TWISTD), "-n", "--pidfile=", "vehicle", "--listen",
          f"tcp:{port}:interface=127.0.0.1", "--data-dir", str(workdir / "data")],

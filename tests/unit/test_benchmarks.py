@@ -167,3 +167,29 @@ class RawClientTests(TestCase):
             self.assertEqual(answer, (202, b'got {"n": %d}' % n))
         self.assertEqual(seen, [(b"/p1", b"me", b'{"n": 1}'), (b"/p2", b"me", b'{"n": 2}')])
         self.assertEqual(len(peers), 1)
+
+
+class SourceRootTests(SynchronousTestCase):
+    """
+    L{benchmarks._common.sourceRoot}: what C{--src} names, as the
+    C{PYTHONPATH} of the other host.
+    """
+
+    def test_checkoutOrItsSource(self) -> None:
+        """
+        A checkout gives its C{src/}; a C{src/} gives itself; a folder
+        holding no C{vehicle} package is refused rather than put on the
+        path, where this checkout's host would run in its place.
+        """
+        from pathlib import Path
+
+        from benchmarks._common import sourceRoot
+
+        checkout = Path(self.mktemp())
+        (checkout / "src" / "vehicle").mkdir(parents=True)
+        (checkout / "src" / "vehicle" / "__init__.py").write_text("")
+        self.assertEqual(sourceRoot(checkout), (checkout / "src").resolve())
+        self.assertEqual(sourceRoot(checkout / "src"), (checkout / "src").resolve())
+        empty = Path(self.mktemp())
+        empty.mkdir()
+        self.assertRaises(SystemExit, sourceRoot, empty)
