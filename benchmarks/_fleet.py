@@ -7,6 +7,7 @@ and stop.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -179,8 +180,11 @@ class HostProcess:
     def start(self, timeout: float = 600.0) -> float:
         """
         Start it; return the seconds from the spawn to its first C{/health}
-        answer.
+        answer.  It is stopped when this interpreter exits, if not before:
+        a benchmark that fails on the way leaves no host running.
         """
+        atexit.unregister(self.stop)
+        atexit.register(self.stop)
         work = self.dataDir.parent
         models = work / "models.json"
         models.write_text(json.dumps({"providers": {"scripted": {

@@ -109,6 +109,45 @@ class FleetTests(SynchronousTestCase):
         self.assertEqual(len(registry.listFor(caller)), 3)
 
 
+class HostProcessTests(SynchronousTestCase):
+    """
+    L{benchmarks._fleet.HostProcess}, the host the fan-out, restart and
+    memory benchmarks start.
+    """
+
+    def test_stoppedWhenTheBenchmarkFails(self) -> None:
+        """
+        A benchmark that fails after starting a host (an exception, the
+        interpreter exits) leaves no host running.
+        """
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[2]
+        work = Path(self.mktemp()).resolve()
+        work.mkdir()
+        script = (
+            "import sys\n"
+            f"sys.path.insert(0, {str(root)!r})\n"
+            "from pathlib import Path\n"
+            "from benchmarks._fleet import HostProcess\n"
+            f"host = HostProcess(Path({str(work)!r}) / 'data')\n"
+            "host.start()\n"
+            "print(host.process.pid, flush=True)\n"
+            "raise RuntimeError('the benchmark failed')\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(b"the benchmark failed", done.stderr)
+        pid = int(done.stdout.split()[0])
+        left = Path(f"/proc/{pid}").exists() and b"twistd" in Path(
+            f"/proc/{pid}/cmdline").read_bytes()
+        if left:
+            os.kill(pid, 9)
+        self.assertFalse(left)
+
+
 class RawClientTests(TestCase):
     """
     L{benchmarks._common.RawClient}, the bare HTTP/1.1 client that sends
