@@ -11,7 +11,9 @@ from pathlib import Path
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import Event, toObject
-from vehicle.session._eventlog import KEEP_PAGES, STRIDE, Entry, EventFile, LogDiffers, Pages
+from vehicle.session._eventlog import (
+    KEEP_PAGES, STREAMED_PAGES, STRIDE, Entry, EventFile, LogDiffers, Pages,
+)
 from vehicle.store import JsonlLog
 
 
@@ -138,6 +140,49 @@ class PagesTests(SynchronousTestCase):
         self.assertIsNot(self.pages.entries(1, 1)[0], one)
         self.assertIs(self.pages.entries(KEEP_PAGES * STRIDE + 1, KEEP_PAGES * STRIDE + 1)[0],
                       newest)
+
+    def test_morePagesWhileStreamed(self) -> None:
+        """
+        While streams follow, L{STREAMED_PAGES} pages are kept: readers far
+        apart share them; when the last stream goes, only the newest
+        L{KEEP_PAGES} stay.
+        """
+        self.assertGreaterEqual(STREAMED_PAGES, 10)
+        self.pages.streamed(True)
+        firsts = [self.pages.entries(p * STRIDE + 1, p * STRIDE + 1)[0] for p in range(10)]
+        self.assertEqual([self.pages.entries(p * STRIDE + 1, p * STRIDE + 1)[0] for p in range(10)],
+                         firsts)
+        self.assertTrue(all(a is b for a, b in zip(
+            [self.pages.entries(p * STRIDE + 1, p * STRIDE + 1)[0] for p in range(10)], firsts)))
+        self.pages.streamed(False)
+        self.assertIs(self.pages.entries(9 * STRIDE + 1, 9 * STRIDE + 1)[0], firsts[9])
+        self.assertIs(self.pages.entries((10 - KEEP_PAGES) * STRIDE + 1,
+                                         (10 - KEEP_PAGES) * STRIDE + 1)[0],
+                      firsts[10 - KEEP_PAGES])
+        self.assertIsNot(self.pages.entries(1, 1)[0], firsts[0])
+
+    def test_streamedPagesBoundedByBytes(self) -> None:
+        """
+        While streams follow, pages past L{KEEP_PAGES} are let go once the
+        bytes made of their events come to more than L{STREAMED_BYTES}.
+        """
+        from vehicle.session import _eventlog
+
+        self.patch(_eventlog, "STREAMED_BYTES", 5 * STRIDE * 1000 + 500)
+
+        def big(e: Event) -> bytes:
+            return b"x" * 1000
+
+        self.pages.streamed(True)
+        firsts = []
+        for p in range(10):
+            page = self.pages.entries(p * STRIDE + 1, (p + 1) * STRIDE)
+            for entry in page:
+                entry.encoded(big)
+            firsts.append(page[0])
+        self.assertTrue(all(self.pages.entries(p * STRIDE + 1, p * STRIDE + 1)[0] is firsts[p]
+                            for p in range(9, 3, -1)))
+        self.assertIsNot(self.pages.entries(3 * STRIDE + 1, 3 * STRIDE + 1)[0], firsts[3])
 
     def test_writtenJoinsTheNewestPage(self) -> None:
         """

@@ -12,11 +12,13 @@ from typing import Any
 
 from treq import collect
 from twisted.internet.address import IPv4Address
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
+from twisted.web.server import Request
 
 from vehicle.errors import encode
 from vehicle.protocol import Event, RenameRequest, WatchCompleted, fromRequest, toJSON
-from vehicle.session import Caller
+from vehicle.session import Caller, Entry
 from vehicle.web import VehicleSite, frame
 from vehicle.web import _watch
 
@@ -294,6 +296,28 @@ class SlowClientTests(StreamTestCase):
             self.h.clock.advance(0)
         self.assertEqual(self.ids(conn), list(range(1, 1203)))
 
+    def test_behindFarApartShareTheLog(self) -> None:
+        """
+        Streams paused at places far apart (more events between the first
+        and the last than a session keeps unwatched) catch up from pages
+        they share: each event is encoded once, however many streams read
+        it; each stream gets every event once.
+        """
+        calls = spyOn(self, _watch, "sseEncode")
+        conns = [self.open() for _ in range(6)]
+        for conn in conns:
+            conn.transport.producer.pauseProducing()
+            self.renew(100)
+        for conn in conns:
+            conn.transport.producer.resumeProducing()
+        for _ in range(3):
+            self.h.clock.advance(0)
+        cursor = self.session.cursor
+        self.assertEqual(cursor, 602)
+        for conn in conns:
+            self.assertEqual(self.ids(conn), list(range(1, cursor + 1)))
+        self.assertEqual(len(calls), cursor)
+
     def test_disconnectForgetsTheClient(self) -> None:
         """
         A client that goes away is unsubscribed: nothing more is written and
@@ -339,6 +363,21 @@ class Reader(RawConnection):
         self.protocol.makeConnection(self.transport)
 
 
+class SlowStream:
+    """
+    What a fan-out offers a stream, recorded (each batch's start and end),
+    each offer taking C{cost} seconds of C{clock}.
+    """
+
+    def __init__(self, clock: Clock, cost: float) -> None:
+        self.clock, self.cost = clock, cost
+        self.offered: list[tuple[int, int]] = []
+
+    def offer(self, batch: _watch.Batch) -> None:
+        self.offered.append((batch.start, batch.end))
+        self.clock.rightNow += self.cost  # time passes; nothing else runs
+
+
 class FanoutTests(StreamTestCase):
     """
     One session's watchers share its events: each encoded once, the same
@@ -349,6 +388,18 @@ class FanoutTests(StreamTestCase):
 
     def counting(self, name: str) -> list[Event]:
         return spyOn(self, _watch, name)
+
+    def slowFanout(self, count: int, cost: float) -> list[SlowStream]:
+        """
+        A fan-out of the session to C{count} L{SlowStream}s of C{cost}.
+        """
+        fanout = _watch.Fanout(session=self.session, clock=self.h.clock)
+        self.addCleanup(fanout.close)
+        streams = [SlowStream(self.h.clock, cost) for _ in range(count)]
+        for stream in streams:
+            fanout.add(stream)  # type: ignore[arg-type]
+        self.fanout = fanout
+        return streams
 
     def test_encodedOnce(self) -> None:
         """
@@ -406,6 +457,128 @@ class FanoutTests(StreamTestCase):
         self.assertEqual([s.ids()[-1] for s in streams], [3, 3, 2, 2, 2])
         self.h.clock.advance(0)
         self.assertEqual({tuple(s.ids()) for s in streams}, {(1, 2, 3, 4, 5)})
+
+    def test_paced(self) -> None:
+        """
+        A turn follows the last no sooner than L{_watch.PACE} times the time
+        the last spent serving: what comes meanwhile is joined into one
+        offer to each stream; after a quiet spell an event goes at once.
+        """
+        clock, c = self.h.clock, self.session.cursor
+        streams = self.slowFanout(3, 0.001)
+        self.renew(1)
+        self.assertEqual([s.offered for s in streams], [[(c, c + 1)]] * 3)
+        self.renew(2)
+        self.assertEqual([len(s.offered) for s in streams], [1, 1, 1])
+        clock.advance(_watch.PACE * 0.003 - 0.0005)
+        self.assertEqual([len(s.offered) for s in streams], [1, 1, 1])
+        clock.advance(0.0005)
+        self.assertEqual([s.offered for s in streams], [[(c, c + 1), (c + 1, c + 3)]] * 3)
+        clock.advance(1)
+        self.renew(1)
+        self.assertEqual([s.offered[-1] for s in streams], [(c + 3, c + 4)] * 3)
+
+    def test_pacedOverSlices(self) -> None:
+        """
+        The time a turn spent is counted over all its slices.
+        """
+        self.patch(_watch, "SLICE", 2)
+        clock, c = self.h.clock, self.session.cursor
+        streams = self.slowFanout(4, 0.001)
+        self.renew(1)
+        clock.advance(0)
+        self.assertEqual([len(s.offered) for s in streams], [1, 1, 1, 1])
+        self.renew(1)
+        clock.advance(_watch.PACE * 0.004 - 0.0005)
+        self.assertEqual([len(s.offered) for s in streams], [1, 1, 1, 1])
+        clock.advance(0.0005)
+        self.assertEqual([s.offered[-1] for s in streams], [(c + 1, c + 2)] * 4)
+
+    def test_paceBounded(self) -> None:
+        """
+        However long a turn took, the next waits at most
+        L{_watch.MAX_PACE_SECONDS}.
+        """
+        clock, c = self.h.clock, self.session.cursor
+        [stream] = self.slowFanout(1, 5.0)
+        self.renew(2)
+        self.assertEqual(stream.offered, [(c, c + 1)])
+        clock.advance(_watch.MAX_PACE_SECONDS)
+        self.assertEqual(stream.offered, [(c, c + 1), (c + 1, c + 2)])
+
+    def test_fullTurnNotPaced(self) -> None:
+        """
+        Once the events pending come to L{_watch.TURN_BYTES}, the turn goes
+        at once, whatever the pace: joined further, they would fill a
+        stream's buffer in one write.
+        """
+        clock, c = self.h.clock, self.session.cursor
+        [stream] = self.slowFanout(1, 0.001)
+        self.renew(2)
+        self.assertEqual(stream.offered, [(c, c + 1)])
+        self.session.feed.broadcast("message.delta",
+                                    {"runId": "run-1", "text": "x" * (_watch.TURN_BYTES // 2)})
+        self.assertEqual(stream.offered, [(c, c + 1)])
+        self.session.feed.broadcast("message.delta",
+                                    {"runId": "run-1", "text": "y" * (_watch.TURN_BYTES // 2)})
+        self.assertEqual(stream.offered, [(c, c + 1), (c + 1, c + 2)])
+        self.assertEqual([call for call in clock.getDelayedCalls()
+                          if call.func == self.fanout._turn], [])
+
+    def test_bigTurnInWritesOfBoundedSize(self) -> None:
+        """
+        A turn whose events come to more than L{_watch.MAX_WRITE} bytes is
+        offered in parts of at most that, in order, one write each to every
+        stream, which misses nothing.
+        """
+        self.patch(_watch, "MAX_WRITE", 2000)
+        clock = self.h.clock
+        one, two = Stream(self, self.sid), Stream(self, self.sid)
+        stream = SlowStream(clock, 0.001)
+        self.h.api.fanouts[self.sid].add(stream)  # type: ignore[arg-type]
+        self.renew(1)
+        writes: list[bytes] = []
+        real = Request.write
+
+        def write(request: Request, data: bytes) -> None:
+            writes.append(data)
+            real(request, data)
+
+        self.patch(Request, "write", write)
+        self.renew(40)
+        self.assertEqual(writes, [])
+        clock.advance(1)
+        sizes = [len(data) for data in writes]
+        self.assertEqual(len(sizes), 2 * len(stream.offered) - 2)
+        self.assertGreater(len(stream.offered), 3)
+        self.assertLessEqual(max(sizes), 2000)
+        self.assertEqual([b for _, b in stream.offered[1:-1]],
+                         [a for a, _ in stream.offered[2:]])
+        self.assertEqual(one.ids(), list(range(1, self.session.cursor + 1)))
+        self.assertEqual(two.ids(), list(range(1, self.session.cursor + 1)))
+
+    def test_batchesOfBoundedSize(self) -> None:
+        """
+        L{_watch.batches} cuts a turn's events in order into parts of at
+        most L{_watch.MAX_WRITE} bytes, an event bigger than that alone;
+        each part starts where the last ended, and only the last ends a
+        deleted session's stream.
+        """
+        self.patch(_watch, "MAX_WRITE", 1000)
+
+        def entry(seq: int | None, text: str, kind: str = "tool.started") -> Entry:
+            return Entry(Event(seq=seq, type=kind, timestamp="2026-12-03T07:00:00.000Z",
+                               sessionId="s1", data={"toolCallId": "c", "text": text}))
+
+        entries = [entry(1, "a"), entry(None, "b" * 2000), entry(2, "c"), entry(3, "d"),
+                   entry(4, "e" * 600), entry(5, "", "session.deleted")]
+        parts = _watch.batches(0, entries)
+        self.assertEqual([len(p.entries) for p in parts], [1, 1, 2, 2])
+        self.assertEqual([(p.start, p.end, p.ends) for p in parts],
+                         [(0, 1, False), (1, 1, False), (1, 3, False), (3, 5, True)])
+        self.assertEqual(b"".join(p.data for p in parts),
+                         b"".join(e.encoded(_watch.sseEncode) for e in entries))
+        self.assertLessEqual(max(len(p.data) for p in parts if len(p.entries) > 1), 1000)
 
     def test_nonReaderBoundedThenCut(self) -> None:
         """

@@ -26,6 +26,13 @@ from vehicle.session._requests import eventOf
 STRIDE = 64
 #: How many pages a session keeps (the newest read or written).
 KEEP_PAGES = 4
+#: How many while SSE streams follow it: streams paused at different places
+#: catch up from pages they share, not each from the file (a second of a
+#: busy writer's events; ~1.3 KiB an event of the small kind) ...
+STREAMED_PAGES = 32
+#: ... as long as their events' bytes made for readers come to no more than
+#: this (events of big tool results fill fewer pages).
+STREAMED_BYTES = 2 * 1024 * 1024
 
 #: Makes an event's bytes for one kind of reader (an SSE message, say).
 Encoder = Callable[[Event], bytes]
@@ -52,6 +59,13 @@ class Entry:
         if found is None:
             found = self._bytes[encoder] = encoder(self.event)
         return found
+
+    def weight(self) -> int | None:
+        """
+        The bytes made of it so far, for every kind of reader; L{None}
+        before any.
+        """
+        return None if self._bytes is None else sum(len(b) for b in self._bytes.values())
 
 
 class LogDiffers(ValueError):
@@ -144,7 +158,11 @@ class Pages:
     """
 
     file: EventFile
+    #: Streams follow: more pages kept (L{streamed}).
+    _streamed: bool = False
     _pages: OrderedDict[int, list[Entry]] = field(factory=OrderedDict)
+    #: The weight of pages whose every event was encoded (L{_weight}).
+    _weights: dict[int, int] = field(factory=dict)
 
     def entries(self, first: int, last: int) -> list[Entry]:
         """
@@ -182,14 +200,61 @@ class Pages:
         page = self._pages.get(index)
         if page is not None and len(page) == offset:
             page.append(entry)
+            self._weights.pop(index, None)
         elif offset == 0 and (index - 1) in self._pages:
             self._keep(index, [entry])
 
     def forget(self) -> None:
         self._pages.clear()
+        self._weights.clear()
+
+    def reading(self, file: EventFile) -> Pages:
+        """
+        New pages of another file (the log opened afresh), streamed as these.
+        """
+        return Pages(file, streamed=self._streamed)
+
+    def streamed(self, streams: bool) -> None:
+        """
+        SSE streams follow the session (keep L{STREAMED_PAGES}), or none
+        does any more (keep L{KEEP_PAGES}, the oldest let go).
+        """
+        self._streamed = streams
+        self._trim()
 
     def _keep(self, index: int, page: list[Entry]) -> None:
         self._pages[index] = page
+        self._weights.pop(index, None)
         self._pages.move_to_end(index)
-        while len(self._pages) > KEEP_PAGES:
-            self._pages.popitem(last=False)
+        self._trim()
+
+    def _trim(self) -> None:
+        """
+        Let the oldest pages go: past L{KEEP_PAGES}, or while streams follow,
+        past L{STREAMED_PAGES} or L{STREAMED_BYTES}.
+        """
+        most = STREAMED_PAGES if self._streamed else KEEP_PAGES
+        while len(self._pages) > most:
+            self._weights.pop(self._pages.popitem(last=False)[0], None)
+        if not self._streamed or len(self._pages) <= KEEP_PAGES:
+            return
+        weights = {index: self._weight(index) for index in self._pages}
+        weight = sum(weights.values())
+        while len(self._pages) > KEEP_PAGES and weight > STREAMED_BYTES:
+            index, _ = self._pages.popitem(last=False)
+            self._weights.pop(index, None)
+            weight -= weights[index]
+
+    def _weight(self, index: int) -> int:
+        """
+        The bytes made of a page's events so far, remembered once every one
+        of them was encoded (it grows no more until the page changes).
+        """
+        known = self._weights.get(index)
+        if known is not None:
+            return known
+        weights = [entry.weight() for entry in self._pages[index]]
+        total = sum(w for w in weights if w is not None)
+        if None not in weights:
+            self._weights[index] = total
+        return total

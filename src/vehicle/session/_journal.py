@@ -317,6 +317,13 @@ class Journal:
         written.addErrback(self._newsRefused, event)
         return event
 
+    def streamed(self, streams: bool) -> None:
+        """
+        Whether SSE streams follow the session: while they do, more pages
+        of events are kept for them to share (L{Pages.streamed}).
+        """
+        self._pages.streamed(streams)
+
     def kept(self, entry: Entry) -> None:
         """
         A durable event as its readers get it: the newest page kept takes
@@ -701,7 +708,7 @@ class Journal:
         self._lastAt = None if derived.lastAt is None else parseTimestamp(derived.lastAt)
         self.branches = derived.branches
         self._file = EventFile(logsOf(self.directory)[0])
-        self._pages = Pages(self._file)
+        self._pages = self._pages.reading(self._file)
         if self.owner is not None:
             self.owner.restored(derived)
 

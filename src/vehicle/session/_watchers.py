@@ -159,6 +159,8 @@ class EventLog(Protocol):
 
     def runsSoFar(self) -> int: ...
 
+    def streamed(self, streams: bool) -> None: ...
+
 
 @define(eq=False)
 class Feed:
@@ -192,6 +194,15 @@ class Feed:
 
     def runsSoFar(self) -> int:
         return self._log.runsSoFar()
+
+    def streamed(self, streams: bool) -> None:
+        """
+        SSE streams follow the session (C{True}), or the last has gone: while
+        they do, the log keeps more of its newest events for them to share,
+        so that streams behind at different places do not each read and
+        encode them again (L{vehicle.session._eventlog.STREAMED_PAGES}).
+        """
+        self._log.streamed(streams)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """

@@ -176,9 +176,22 @@ def sseEncode(event: Event) -> bytes:
 #: How many streams one turn of a fan-out serves before it lets the reactor
 #: do other work (the session's writer first).
 SLICE = 100
+#: After a turn, a fan-out waits this many times the time it spent serving
+#: that turn before it starts the next: however many streams it has, it
+#: takes at most about a quarter of the reactor's time, and what comes
+#: meanwhile is joined into the next turn (one write to each stream, not
+#: one per event).  A turn that took microseconds (a few streams) delays
+#: the next by as little.
+PACE = 3
+#: The longest a fan-out waits between turns, however long the last took.
+MAX_PACE_SECONDS = 0.1
 #: The most a stream is written at once: more waits to see whether the
 #: client reads (a paused stream takes the rest from the log).
 MAX_WRITE = 64 * 1024
+#: A fan-out waits for its pace only while the events pending come to less
+#: than this: half of L{MAX_WRITE}, half of what a stream's transport holds
+#: before it pauses the stream.
+TURN_BYTES = MAX_WRITE // 2
 #: How long a stream may stay paused (its client reading nothing) before it
 #: is cut: the client reconnects with C{Last-Event-ID} and misses nothing.
 STALL_SECONDS = 60.0
@@ -187,13 +200,14 @@ STALL_SECONDS = 60.0
 @frozen
 class Batch:
     """
-    What one turn of a fan-out offers its streams: the events that came
-    since the last turn (durable and ephemeral), in order, and their bytes
-    joined once.
+    What one turn of a fan-out offers its streams, or a part of it of at
+    most L{MAX_WRITE} bytes (L{batches}): events that came since the last
+    turn (durable and ephemeral), in order, and their bytes joined once.
 
     @ivar start: the newest seq before them (what a stream up to date has).
     @ivar end: the newest seq among them (C{start} when none is durable).
     @ivar ends: the last of them is C{session.deleted}.
+    @ivar ephemeral: one of them is ephemeral (has no seq).
     """
 
     start: int
@@ -201,6 +215,39 @@ class Batch:
     data: bytes
     entries: tuple[Entry, ...]
     ends: bool
+    ephemeral: bool = False
+
+
+def batches(start: int, entries: Iterable[Entry]) -> list[Batch]:
+    """
+    The events of one turn (the newest seq before them C{start}) as batches
+    of at most L{MAX_WRITE} bytes each (an event bigger than that alone in
+    its own), in order: a stream takes them one write each, and one that
+    its client stops reading on the way takes the rest from the log.
+    """
+    out: list[Batch] = []
+    chunk: list[Entry] = []
+    size = 0
+
+    def close() -> None:
+        nonlocal start
+        end = max((e.event.seq for e in chunk if e.event.seq is not None), default=start)
+        out.append(Batch(start=start, end=end,
+                         data=b"".join(e.encoded(sseEncode) for e in chunk),
+                         entries=tuple(chunk), ends=chunk[-1].event.type == "session.deleted",
+                         ephemeral=any(e.event.seq is None for e in chunk)))
+        start = end
+
+    for entry in entries:
+        data = entry.encoded(sseEncode)
+        if chunk and size + len(data) > MAX_WRITE:
+            close()
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += len(data)
+    if chunk:
+        close()
+    return out
 
 
 @define(eq=False)
@@ -211,27 +258,39 @@ class Fanout:
     reactor are joined once, and the same bytes go to every stream that is
     up to date.  A stream paused or behind takes nothing from here: it
     catches up from the log (L{EventStream}).  Streams are served
-    L{SLICE} at a time, the reactor free between slices, so a session with
-    many watchers does not starve its writer; what comes meanwhile waits
-    for the next turn, joined with the rest.
+    L{SLICE} at a time, the reactor free between slices, and a turn follows
+    the last no sooner than L{PACE} times the time that one spent serving,
+    so a session with many watchers does not starve its writer; what comes
+    meanwhile waits for the next turn, joined with the rest.
     """
 
     session: Session
     clock: IReactorTime
     streams: list[EventStream] = field(factory=list)
     _pending: list[Entry] = field(factory=list)
+    #: The bytes of the events pending.
+    _pendingBytes: int = 0
     #: The newest seq offered so far.
     _through: int = 0
-    _busy: bool = False
-    _batch: Batch | None = None
+    _batches: list[Batch] = field(factory=list)
+    #: A turn's slices are being served (the streams left to serve).
+    _serving: bool = False
     _toServe: list[EventStream] = field(factory=list)
+    #: The next slice.
     _next: IDelayedCall | None = None
+    #: The next turn, once the pace allows.
+    _waiting: IDelayedCall | None = None
     _unfollow: Callable[[], None] | None = None
+    #: The time spent serving the turn under way, slice by slice.
+    _spent: float = 0.0
+    #: When the next turn may start.
+    _ready: float = 0.0
 
     def add(self, stream: EventStream) -> None:
         if self._unfollow is None:
             self._through = self.session.cursor
             self._unfollow = self.session.feed.follow(self._heard)
+            self.session.feed.streamed(True)
         self.streams.append(stream)
 
     def remove(self, stream: EventStream) -> None:
@@ -249,48 +308,69 @@ class Fanout:
         if self._unfollow is not None:
             self._unfollow()
             self._unfollow = None
+            self.session.feed.streamed(False)
         cancelIfActive(self._next)
-        self._next = None
-        self._pending, self._toServe, self._busy = [], [], False
+        cancelIfActive(self._waiting)
+        self._next = self._waiting = None
+        self._pending, self._pendingBytes, self._toServe, self._serving = [], 0, [], False
 
     def _heard(self, entry: Entry) -> None:
         self._pending.append(entry)
-        if not self._busy:
-            self._busy = True
+        self._pendingBytes += len(entry.encoded(sseEncode))
+        if not self._serving:
+            self._schedule(atOnce=True)
+
+    def _schedule(self, atOnce: bool) -> None:
+        """
+        Start the next turn when the pace allows, or as soon as the events
+        pending fill half a write (L{TURN_BYTES}): joined further, a write
+        would fill the stream's buffer and pause it.  C{atOnce}: run it in
+        this call when it may start now (else in the reactor's next round).
+        """
+        full = self._pendingBytes >= TURN_BYTES
+        if self._waiting is not None and not full:
+            return
+        cancelIfActive(self._waiting)
+        self._waiting = None
+        wait = self._ready - self.clock.seconds()
+        if wait > 0 and not full:
+            self._waiting = self.clock.callLater(wait, self._turn)
+        elif atOnce:
             self._turn()
+        else:
+            self._waiting = self.clock.callLater(0, self._turn)
 
     def _turn(self) -> None:
         """
         Offer what came since the last turn to every stream.
         """
-        self._next = None
-        entries, self._pending = tuple(self._pending), []
+        self._waiting = None
+        entries, self._pending, self._pendingBytes = tuple(self._pending), [], 0
         if not entries:
-            self._busy = False
             return
-        seqs = [e.event.seq for e in entries if e.event.seq is not None]
-        start, self._through = self._through, max(seqs, default=self._through)
-        self._batch = Batch(
-            start=start, end=self._through,
-            data=b"".join(entry.encoded(sseEncode) for entry in entries),
-            entries=entries, ends=entries[-1].event.type == "session.deleted",
-        )
+        self._batches = batches(self._through, entries)
+        self._through = self._batches[-1].end
         self._toServe = list(self.streams)
+        self._serving = True
         self._serve()
 
     def _serve(self) -> None:
         self._next = None
-        batch = self._batch
+        began = self.clock.seconds()
         slice_, self._toServe = self._toServe[:SLICE], self._toServe[SLICE:]
         for stream in slice_:
-            if batch is not None:
+            for batch in self._batches:
                 stream.offer(batch)
+        now = self.clock.seconds()
+        self._spent += now - began
         if self._toServe:
             self._next = self.clock.callLater(0, self._serve)
-        elif self._pending:
-            self._next = self.clock.callLater(0, self._turn)
-        else:
-            self._busy = False
+            return
+        self._serving = False
+        self._ready = now + min(PACE * self._spent, MAX_PACE_SECONDS)
+        self._spent = 0.0
+        if self._pending:
+            self._schedule(atOnce=False)
 
 
 @implementer(IPushProducer)
@@ -362,7 +442,7 @@ class EventStream:
                 self.stop()
         elif self._sent < batch.start:
             self._catchUp()
-        else:
+        elif self._sent < batch.end or batch.ephemeral:
             self._writeEach(batch.entries)
 
     def _writeEach(self, entries: Iterable[Entry]) -> None:
