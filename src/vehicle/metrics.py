@@ -212,11 +212,12 @@ class Metrics:
         self._series(self._requests, route, method, str(status)).inc()
         self._series(self._latency, route, method).observe(seconds)
 
-    def appended(self, log: str) -> None:
+    def appended(self, log: str, records: int = 1) -> None:
         """
-        One record appended to C{log} (C{events}, C{commands}, C{ledger}).
+        C{records} records appended to C{log} (C{events}, C{commands},
+        C{ledger}) with one write.
         """
-        self._series(self._records, log).inc()
+        self._series(self._records, log).inc(records)
 
     def synced(self, log: str, seconds: float) -> None:
         """

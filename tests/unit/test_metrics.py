@@ -185,7 +185,8 @@ class LogObservationTests(SynchronousTestCase):
     def test_appendAndSync(self) -> None:
         """
         Two synced appends and one unsynced, then a sync: three records,
-        three fsyncs, under the log's name.
+        three fsyncs, under the log's name; two lines in one write: two
+        records more.
         """
         metrics = Metrics(registry=CollectorRegistry())
         self.addCleanup(observeLogs, observeLogs(metrics))
@@ -198,6 +199,8 @@ class LogObservationTests(SynchronousTestCase):
         self.assertEqual(value(metrics, "vehicle_log_fsync_duration_seconds_count", log="events"), 2)
         log.sync()
         self.assertEqual(value(metrics, "vehicle_log_fsync_duration_seconds_count", log="events"), 3)
+        log.write(log.line({"seq": 4}), log.line({"seq": 5}))
+        self.assertEqual(value(metrics, "vehicle_log_records_total", log="events"), 5)
 
     def mktempDir(self) -> Any:
         from pathlib import Path

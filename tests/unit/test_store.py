@@ -470,6 +470,54 @@ class JsonlLogTests(SynchronousTestCase):
         log.append({"c": 1})
         self.assertEqual(writes, [b'{"a":"' + b"b" * 10000 + b'"}\n', b'{"c":1}\n'])
 
+    def test_linesInOneWrite(self) -> None:
+        """
+        Lines written together (a batch's, by the group writer) reach the
+        file in one write, in their order, counted as as many records.
+        """
+        writes: list[bytes] = []
+        realWrite = _jsonl._write
+
+        def recordingWrite(fd: int, data: Any) -> int:
+            writes.append(bytes(data))
+            return realWrite(fd, data)
+
+        counted: list[tuple[str, int]] = []
+
+        class Counting:
+            def appended(self, log: str, records: int = 1) -> None:
+                counted.append((log, records))
+
+            def synced(self, log: str, seconds: float) -> None:
+                pass
+
+        self.addCleanup(_jsonl.observeLogs, _jsonl.observeLogs(Counting()))
+        self.patch(_jsonl, "_write", recordingWrite)
+        log, _ = self._open()
+        log.write(*(log.line({"n": n}) for n in (1, 2, 3)))
+        self.assertEqual(writes, [b'{"n":1}\n{"n":2}\n{"n":3}\n'])
+        self.assertEqual(counted, [(self.path.stem, 3)])
+        log.close()
+        self.assertEqual(self._open()[1], [{"n": 1}, {"n": 2}, {"n": 3}])
+
+    def test_linesWrittenWholeOrNotAtAll(self) -> None:
+        """
+        A write of several lines that fails midway leaves none of them.
+        """
+        log, _ = self._open()
+        log.append({"n": 1})
+        realWrite = _jsonl._write
+
+        def fullDisk(fd: int, data: Any) -> int:
+            if len(data) > 10:
+                return realWrite(fd, bytes(data)[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        self.patch(_jsonl, "_write", fullDisk)
+        lines = [log.line({"n": n}) for n in (2, 3)]
+        self.assertRaises(OSError, log.write, *lines)
+        self.assertEqual(self.path.read_bytes(), b'{"n":1}\n')
+
     def test_partialWrites(self) -> None:
         """
         Short writes are continued until the whole line is written.

@@ -97,7 +97,7 @@ class WriterTests(SynchronousTestCase):
         """
         A step is answered only once its batch has run (written and
         synced); the steps handed over while a batch runs make the next
-        batch, with one sync of their log for all of them.
+        batch, with one write and one sync of their log for all of them.
         """
         a = self.log("a")
         layer = self.calls()
@@ -113,7 +113,7 @@ class WriterTests(SynchronousTestCase):
         self.held.release()
         for d in later:
             self.successResultOf(d)
-        self.assertEqual(layer.calls[2:], [("write", "a"), ("write", "a"), ("fsync", "a")])
+        self.assertEqual(layer.calls[2:], [("write", "a"), ("fsync", "a")])
         self.assertEqual((self.writer.batches, self.writer.steps), (2, 3))
         self.assertEqual(self.lines("a"), [1, 2, 3])
 
@@ -121,7 +121,8 @@ class WriterTests(SynchronousTestCase):
         """
         Every line of phase 0 is written and synced before any line of
         phase 1 is written, whatever order the steps came in; within a
-        phase, lines keep the order of their steps.
+        phase, each log's lines go with one write, in the order of their
+        steps.
         """
         records, events = self.log("records"), self.log("events")
         layer = self.calls()
@@ -136,8 +137,7 @@ class WriterTests(SynchronousTestCase):
         for d in done:
             self.successResultOf(d)
         self.assertEqual(layer.calls, [
-            ("write", "records"), ("write", "records"), ("fsync", "records"),
-            ("write", "events"), ("write", "events"), ("write", "events"), ("fsync", "events"),
+            ("write", "records"), ("fsync", "records"), ("write", "events"), ("fsync", "events"),
         ])
         self.assertEqual(self.lines("events"), [1, 2, 3])
 
@@ -174,23 +174,26 @@ class WriterTests(SynchronousTestCase):
 
     def test_writeFailureKeepsWhatWentBefore(self) -> None:
         """
-        A failed write fails its step and the chain's later steps; the
-        lines written before it in the same log are synced and their steps
-        answered; nothing of the failed line is left in the file.
+        A failed write fails every step with a line in it (a log's lines
+        of a batch go with one write) and the chain's later steps, in
+        another log too; what an earlier batch wrote is kept; nothing of
+        the failed write is left in the file.
         """
         layer = self.crash()
-        a = self.log("a")
+        a, b = self.log("a"), self.log("b")
         chain = Chain()
-        self.writer.write(Chain(), [])
         kept = self.writer.write(chain, [self.line(a, 1)])
         refused = self.writer.write(chain, [self.line(a, 2)])
-        behind = self.writer.write(chain, [self.line(a, 3)])
-        layer.fail("write", errno.ENOSPC, after=1, path=self.root / "a")
-        self.held.releaseAll()
+        alsoRefused = self.writer.write(chain, [self.line(a, 3)])
+        behind = self.writer.write(chain, [self.line(b, 1)])
+        self.held.release()
         self.successResultOf(kept)
-        self.assertEqual(self.failureResultOf(refused, OSError).value.errno, errno.ENOSPC)
-        self.assertEqual(self.failureResultOf(behind, OSError).value.errno, errno.ENOSPC)
-        self.assertEqual(self.lines("a"), [1])
+        layer.fail("write", errno.ENOSPC, path=self.root / "a")
+        self.held.releaseAll()
+        for d in (refused, alsoRefused, behind):
+            self.assertEqual(self.failureResultOf(d, OSError).value.errno, errno.ENOSPC)
+        self.assertEqual(chain.brokenAt, 2)
+        self.assertEqual((self.lines("a"), self.lines("b")), ([1], []))
 
     def test_earlierStepsOfABrokenChainGoOn(self) -> None:
         """
@@ -202,13 +205,15 @@ class WriterTests(SynchronousTestCase):
         records, events = self.log("records"), self.log("events")
         chain = Chain()
         self.writer.write(Chain(), [])
+        other = self.log("other")
         first = self.writer.write(chain, [self.line(records, 1), self.line(events, 1, 1)])
-        broken = self.writer.write(chain, [self.line(records, 2), self.line(events, 2, 1)])
-        layer.fail("write", errno.EIO, after=1, path=self.root / "records")
+        broken = self.writer.write(chain, [self.line(other, 1), self.line(events, 2, 1)])
+        layer.fail("write", errno.EIO, path=self.root / "other")
         self.held.releaseAll()
         self.successResultOf(first)
         self.failureResultOf(broken, OSError)
-        self.assertEqual((self.lines("records"), self.lines("events")), ([1], [1]))
+        self.assertEqual((self.lines("records"), self.lines("events"), self.lines("other")),
+                         ([1], [1], []))
 
     def test_aSyncFailureBreaksTheChainAtItsFirstStep(self) -> None:
         """
@@ -241,10 +246,11 @@ class WriterTests(SynchronousTestCase):
         records, events = self.log("records"), self.log("events")
         chain = Chain()
         self.writer.write(Chain(), [])
+        other = self.log("other")
         first = self.writer.write(chain, [self.line(records, 1), self.line(events, 1, 1)])
         between = self.writer.write(chain, [self.line(events, 2, 1)])
-        last = self.writer.write(chain, [self.line(records, 2)])
-        layer.fail("write", errno.ENOSPC, after=1, path=self.root / "records")
+        last = self.writer.write(chain, [self.line(other, 1)])
+        layer.fail("write", errno.ENOSPC, path=self.root / "other")
         layer.fail("fsync", errno.EIO, path=self.root / "records")
         self.held.releaseAll()
         self.assertEqual(self.failureResultOf(first, OSError).value.errno, errno.EIO)
@@ -306,7 +312,7 @@ class WriterTests(SynchronousTestCase):
         self.writer.write(Chain(), [Line(a, a.line({"n": 1}))])
         self.writer.write(Chain(), [Line(a, a.line({"n": 2}), 0)])
         self.held.releaseAll()
-        self.assertEqual(layer.calls, [("write", "a"), ("write", "a"), ("fsync", "a")])
+        self.assertEqual(layer.calls, [("write", "a"), ("fsync", "a")])
 
     def test_aCloseThatFailsStopsNothing(self) -> None:
         """
@@ -703,9 +709,9 @@ class WriteAtOnceTests(SynchronousTestCase):
         writeAtOnce([Line(events, events.line({"n": 1}), 1), Line(records, records.line({"n": 1})),
                      Line(events, events.line({"n": 2}), 1)])
         self.assertEqual(layer.calls, [
-            ("write", "records"), ("fsync", "records"),
-            ("write", "events"), ("write", "events"), ("fsync", "events"),
+            ("write", "records"), ("fsync", "records"), ("write", "events"), ("fsync", "events"),
         ])
+        self.assertEqual(events.path.read_bytes().splitlines(), [b'{"n":1}', b'{"n":2}'])
 
     def test_raises(self) -> None:
         """

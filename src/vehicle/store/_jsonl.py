@@ -46,9 +46,10 @@ class LogObserver(Protocol):
     they are seen is L{JsonlLog.append} and L{JsonlLog.sync}.
     """
 
-    def appended(self, log: str) -> None:
+    def appended(self, log: str, records: int = 1) -> None:
         """
-        One record was appended to C{log} (the file's stem: C{events}).
+        C{records} records were appended to C{log} (the file's stem:
+        C{events}), with one write.
         """
 
     def synced(self, log: str, seconds: float) -> None:
@@ -58,7 +59,7 @@ class LogObserver(Protocol):
 
 
 class _Unobserved:
-    def appended(self, log: str) -> None:
+    def appended(self, log: str, records: int = 1) -> None:
         pass
 
     def synced(self, log: str, seconds: float) -> None:
@@ -320,10 +321,13 @@ class JsonlLog:
             return data
         return encodeLine(record)
 
-    def write(self, data: bytes) -> None:
+    def write(self, *lines: bytes) -> None:
         """
-        Write one line made by L{line}, whole, with no sync: a failed write
-        leaves no part of it behind.
+        Write C{lines} made by L{line} (in the order they were made), whole,
+        with one C{write} (a writer thread that writes a batch line by line
+        hands the interpreter's lock back and forth with the reactor's at
+        every line) and no sync: a failed write leaves no part of any of
+        them behind.
 
         @raise ValueError: the log is closed.
         @raise OSError: when writing fails, or an earlier write or sync
@@ -336,6 +340,7 @@ class JsonlLog:
                 f"{self._path}: an earlier write failed ({self._failure!r}); "
                 "open the log afresh"
             )
+        data = b"".join(lines)
         view = memoryview(data)
         try:
             while view:
@@ -350,7 +355,7 @@ class JsonlLog:
                 pass
             raise
         self._size += len(data)
-        _observer.appended(self._path.stem)
+        _observer.appended(self._path.stem, len(lines))
 
     def sync(self) -> None:
         """

@@ -10,7 +10,8 @@ L{Deferred} fires once its own lines are durable, never before; a step
 whose lines are not durable fails, with the error that stopped them.
 
 A batch is written in phases (a line's C{phase}): every line of phase 0,
-then one sync of each log they went to, then phase 1, and so on.  A
+each log's lines with one C{write}, then one sync of each log they went to,
+then phase 1, and so on.  A
 session's request record is phase 0 and its events phase 1, so an event is
 never on the disk before the record of the request that made it, however
 the kernel orders its writes.
@@ -18,7 +19,9 @@ the kernel orders its writes.
 A session's logs form a L{Chain}: its lines follow one another, so when one
 of them fails (its write, or the sync of its log), the chain breaks there,
 and that step and every later step of the chain fail with it (their lines
-were numbered after the lost ones: written, they would leave a gap).  The
+were numbered after the lost ones: written, they would leave a gap).  A
+write carries every line of its log in the phase, so when it fails, every
+step with a line in it fails, the first of them breaking the chain.  The
 steps of the chain before the break, and every other chain, go on.  The
 owner opens its logs afresh, with a new chain.
 
@@ -130,11 +133,12 @@ def writeAtOnce(lines: Sequence[Line]) -> None:
     @raise OSError: a write or a sync failed (the log refuses more).
     """
     for phase in _inPhases((None, line) for line in lines):
-        synced: dict[JsonlLog, None] = {}
+        byLog: dict[JsonlLog, list[bytes]] = {}
         for _, line in phase:
-            line.log.write(line.data)
-            synced[line.log] = None
-        for log in synced:
+            byLog.setdefault(line.log, []).append(line.data)
+        for log, data in byLog.items():
+            log.write(*data)
+        for log in byLog:
             log.sync()
 
 
@@ -228,24 +232,32 @@ class _Close:
 
 def runBatch(batch: Sequence[_Step | _Close]) -> None:
     """
-    Make a batch durable, phase by phase: write each step's lines of the
-    phase, in the order the steps came, then sync each log written once.
+    Make a batch durable, phase by phase: write each log's lines of the
+    phase with one C{write}, in the order the steps came, then sync each
+    log written once.
     Then the C{after} work of the steps made durable, then the closes.
     Runs on the writer's thread; it only marks the steps (the reactor
     thread fires their L{Deferred}s).
     """
     steps = [s for s in batch if isinstance(s, _Step)]
     for phase in _inPhases((step, line) for step in steps for line in step.lines):
-        touched: dict[JsonlLog, list[_Step]] = {}
+        byLog: dict[JsonlLog, list[tuple[_Step, Line]]] = {}
         for step, line in phase:
-            if step.refused():
+            byLog.setdefault(line.log, []).append((step, line))
+        touched: dict[JsonlLog, list[_Step]] = {}
+        for log, taken in byLog.items():
+            # Asked here, log by log: a write that failed before this one
+            # may have broken the chain of a step with a line here.
+            taken = [(step, line) for step, line in taken if not step.refused()]
+            if not taken:
                 continue
             try:
-                line.log.write(line.data)
+                log.write(*(line.data for _, line in taken))
             except (OSError, ValueError) as e:
-                step.fail(e)
+                for step, _ in taken:
+                    step.fail(e)
                 continue
-            touched.setdefault(line.log, []).append(step)
+            touched[log] = [step for step, _ in taken]
         for log, written in touched.items():
             try:
                 log.sync()
