@@ -212,7 +212,7 @@ class Metrics:
         self._series(self._requests, route, method, str(status)).inc()
         self._series(self._latency, route, method).observe(seconds)
 
-    def appended(self, log: str, records: int = 1) -> None:
+    def appended(self, log: str, records: int) -> None:
         """
         C{records} records appended to C{log} (C{events}, C{commands},
         C{ledger}) with one write.

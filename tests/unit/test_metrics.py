@@ -70,7 +70,7 @@ class MetricsTests(SynchronousTestCase):
         L{Metrics}' (a test's own is its own).
         """
         other = Metrics()
-        self.metrics.appended("events")
+        self.metrics.appended("events", 1)
         self.assertEqual(value(self.metrics, "vehicle_log_records_total", log="events"), 1)
         self.assertEqual(value(other, "vehicle_log_records_total", log="events"), 0)
 
@@ -119,7 +119,7 @@ class MetricsTests(SynchronousTestCase):
                                       ("/sessions", "POST", 201)]:
             m.requestAnswered(route, method, status, 0.5)
         for log in ("events", "commands", "events"):
-            m.appended(log)
+            m.appended(log, 1)
         requests, latency = "vehicle_http_requests_total", "vehicle_http_request_duration_seconds"
         for name, labels, expected in [
             ("vehicle_log_records_total", {"log": "events"}, 2),
@@ -201,6 +201,24 @@ class LogObservationTests(SynchronousTestCase):
         self.assertEqual(value(metrics, "vehicle_log_fsync_duration_seconds_count", log="events"), 3)
         log.write(log.line({"seq": 4}), log.line({"seq": 5}))
         self.assertEqual(value(metrics, "vehicle_log_records_total", log="events"), 5)
+
+    def test_syncTimed(self) -> None:
+        """
+        Each fsync is timed from before it to after it, on the monotonic
+        clock.
+        """
+        from vehicle.store import _jsonl
+
+        metrics = Metrics(registry=CollectorRegistry())
+        self.addCleanup(observeLogs, observeLogs(metrics))
+        log, _ = JsonlLog.open(self.mktempDir() / "events.jsonl", seqField="seq")
+        self.addCleanup(log.close)
+        log.append({"seq": 1}, sync=False)
+        times = iter([1.0, 3.5])
+        self.patch(_jsonl.time, "monotonic", lambda: next(times))
+        log.sync()
+        self.assertEqual(value(metrics, "vehicle_log_fsync_duration_seconds_sum", log="events"),
+                         2.5)
 
     def mktempDir(self) -> Any:
         from pathlib import Path

@@ -591,10 +591,13 @@ class JsonlLogTests(SynchronousTestCase):
 
     def test_closed(self) -> None:
         """
-        After L{JsonlLog.close} (twice is harmless), appending raises.
+        After L{JsonlLog.close} (twice is harmless), appending raises;
+        L{JsonlLog.closed} says so.
         """
         log, _ = self._open()
+        self.assertIs(log.closed, False)
         log.close()
+        self.assertIs(log.closed, True)
         log.close()
         self.assertRaises(ValueError, log.append, {"n": 1})
 

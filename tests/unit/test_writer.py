@@ -273,6 +273,21 @@ class WriterTests(SynchronousTestCase):
         self.successResultOf(kept)
         self.assertEqual(self.lines("a"), [2])
 
+    def test_aLogOfRefusedStepsOnlyStopsNoOtherLog(self) -> None:
+        """
+        When every step with a line for one log in a phase is refused, that
+        log is passed over: the other logs of the phase are written.
+        """
+        a, b = self.log("a"), self.log("b")
+        broken = Chain(brokenAt=0, failure=OSError(errno.EIO, "earlier"))
+        self.writer.write(Chain(), [])
+        refused = self.writer.write(broken, [self.line(a, 1)])
+        kept = self.writer.write(Chain(), [self.line(b, 1)])
+        self.held.releaseAll()
+        self.failureResultOf(refused, OSError)
+        self.successResultOf(kept)
+        self.assertEqual((self.lines("a"), self.lines("b")), ([], [1]))
+
     def test_aFailedWriteWritesNothingMoreOfItsStep(self) -> None:
         """
         A step whose line could not be written writes none of its other

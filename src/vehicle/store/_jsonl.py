@@ -46,7 +46,7 @@ class LogObserver(Protocol):
     they are seen is L{JsonlLog.append} and L{JsonlLog.sync}.
     """
 
-    def appended(self, log: str, records: int = 1) -> None:
+    def appended(self, log: str, records: int) -> None:
         """
         C{records} records were appended to C{log} (the file's stem:
         C{events}), with one write.
@@ -59,7 +59,7 @@ class LogObserver(Protocol):
 
 
 class _Unobserved:
-    def appended(self, log: str, records: int = 1) -> None:
+    def appended(self, log: str, records: int) -> None:
         pass
 
     def synced(self, log: str, seconds: float) -> None:
