@@ -202,24 +202,6 @@ class LogObservationTests(SynchronousTestCase):
         log.write(log.line({"seq": 4}), log.line({"seq": 5}))
         self.assertEqual(value(metrics, "vehicle_log_records_total", log="events"), 5)
 
-    def test_syncTimed(self) -> None:
-        """
-        Each fsync is timed from before it to after it, on the monotonic
-        clock.
-        """
-        from vehicle.store import _jsonl
-
-        metrics = Metrics(registry=CollectorRegistry())
-        self.addCleanup(observeLogs, observeLogs(metrics))
-        log, _ = JsonlLog.open(self.mktempDir() / "events.jsonl", seqField="seq")
-        self.addCleanup(log.close)
-        log.append({"seq": 1}, sync=False)
-        times = iter([1.0, 3.5])
-        self.patch(_jsonl.time, "monotonic", lambda: next(times))
-        log.sync()
-        self.assertEqual(value(metrics, "vehicle_log_fsync_duration_seconds_sum", log="events"),
-                         2.5)
-
     def mktempDir(self) -> Any:
         from pathlib import Path
 

@@ -601,6 +601,32 @@ class JsonlLogTests(SynchronousTestCase):
         log.close()
         self.assertRaises(ValueError, log.append, {"n": 1})
 
+    def test_observed(self) -> None:
+        """
+        The logs' observer is told of each write (its log's name and how
+        many records it carried) and each fsync, timed from before it to
+        after it on the monotonic clock.
+        """
+        from vehicle.store import _jsonl, observeLogs
+
+        seen: list[tuple[str, str, float]] = []
+
+        class Observer:
+            def appended(self, log: str, records: int) -> None:
+                seen.append(("appended", log, records))
+
+            def synced(self, log: str, seconds: float) -> None:
+                seen.append(("synced", log, seconds))
+
+        self.addCleanup(observeLogs, observeLogs(Observer()))
+        log, _ = JsonlLog.open(self.directory / "events.jsonl", seqField="seq")
+        self.addCleanup(log.close)
+        log.write(log.line({"seq": 1}), log.line({"seq": 2}))
+        times = iter([1.0, 3.5])
+        self.patch(_jsonl.time, "monotonic", lambda: next(times))
+        log.sync()
+        self.assertEqual(seen, [("appended", "events", 2), ("synced", "events", 2.5)])
+
     def test_reopenAfterMove(self) -> None:
         """
         After the log's directory is moved, L{JsonlLog.reopen} makes appends
