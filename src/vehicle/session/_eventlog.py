@@ -248,7 +248,9 @@ class Pages:
     def _weight(self, index: int) -> int:
         """
         The bytes made of a page's events so far, remembered once every one
-        of them was encoded (it grows no more until the page changes).
+        of them was encoded (SSE streams encode every event they are sent;
+        bytes made later for another kind of reader are not counted until
+        the page changes).
         """
         known = self._weights.get(index)
         if known is not None:
