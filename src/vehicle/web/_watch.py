@@ -227,14 +227,14 @@ def batches(start: int, entries: Iterable[Entry]) -> list[Batch]:
     """
     out: list[Batch] = []
     chunk: list[Entry] = []
+    pieces: list[bytes] = []
     size = 0
 
     def close() -> None:
         nonlocal start
         end = max((e.event.seq for e in chunk if e.event.seq is not None), default=start)
-        out.append(Batch(start=start, end=end,
-                         data=b"".join(e.encoded(sseEncode) for e in chunk),
-                         entries=tuple(chunk), ends=chunk[-1].event.type == "session.deleted",
+        out.append(Batch(start=start, end=end, data=b"".join(pieces), entries=tuple(chunk),
+                         ends=chunk[-1].event.type == "session.deleted",
                          ephemeral=any(e.event.seq is None for e in chunk)))
         start = end
 
@@ -242,8 +242,9 @@ def batches(start: int, entries: Iterable[Entry]) -> list[Batch]:
         data = entry.encoded(sseEncode)
         if chunk and size + len(data) > MAX_WRITE:
             close()
-            chunk, size = [], 0
+            chunk, pieces, size = [], [], 0
         chunk.append(entry)
+        pieces.append(data)
         size += len(data)
     if chunk:
         close()
@@ -436,10 +437,7 @@ class EventStream:
         if self._stopped or self._paused or self._catchingUp is not None:
             return
         if self._sent == batch.start and len(batch.data) <= MAX_WRITE:
-            self.request.write(batch.data)
-            self._sent = batch.end
-            if batch.ends:
-                self.stop()
+            self._write(batch)
         elif self._sent < batch.start:
             self._catchUp()
         elif self._sent < batch.end or batch.ephemeral:
@@ -459,27 +457,15 @@ class EventStream:
     def _catchUp(self) -> None:
         """
         Write what the log holds after C{sent} (a page a turn, in writes of
-        at most L{MAX_WRITE}), stopping at a pause; end the stream at the
-        end of a deleted session.
+        at most L{MAX_WRITE}: L{batches}), stopping at a pause; end the
+        stream at the end of a deleted session.
         """
         self._catchingUp = None
         if self._stopped or self._paused:
             return
         entries, more = self.session.feed.entriesAfter(self._sent)
-        chunk: list[bytes] = []
-        size, upto = 0, self._sent
-        for entry in entries:
-            data = entry.encoded(sseEncode)
-            chunk.append(data)
-            size += len(data)
-            upto = entry.event.seq or upto
-            if size >= MAX_WRITE or entry.event.type == "session.deleted":
-                self._flush(chunk, upto, entry.event.type == "session.deleted")
-                chunk, size = [], 0
-                if self._stopped or self._paused:
-                    return
-        if chunk:
-            self._flush(chunk, upto, False)
+        for part in batches(self._sent, entries):
+            self._write(part)
             if self._stopped or self._paused:
                 return
         if more:
@@ -487,10 +473,13 @@ class EventStream:
         elif self.session.deleted:
             self.stop()
 
-    def _flush(self, chunk: list[bytes], upto: int, ends: bool) -> None:
-        self.request.write(b"".join(chunk))
-        self._sent = upto
-        if ends:
+    def _write(self, batch: Batch) -> None:
+        """
+        Write a batch whole: the stream now has everything up to its end.
+        """
+        self.request.write(batch.data)
+        self._sent = batch.end
+        if batch.ends:
             self.stop()
 
     def _ping(self) -> None:
