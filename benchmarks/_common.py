@@ -57,6 +57,30 @@ def sourceRoot(src: Path) -> Path:
     raise SystemExit(f"--src {src}: no vehicle package in it nor in its src/")
 
 
+def hostEnvironment(secret: str, models: Path, src: Path | None = None, spares: bool = False,
+                    extra: dict[str, str] | None = None) -> dict[str, str]:
+    """
+    The environment of a host a benchmark starts with C{twistd}: this
+    one's, with the internal secret, the scripted models of C{models}, no
+    gardend MCP endpoint, C{extra}, and the C{vehicle} of C{src} (a
+    checkout or its C{src/}: L{sourceRoot}) when given.
+
+    With no spare bodies unless C{spares}: a spare handed to a measure's
+    new session is refilled two seconds later, a Node booting on the same
+    cores in the middle of that measure (and the pool's first spares boot
+    while the first measures run, in the other host's measure when two are
+    compared), which the floor it is divided by never pays.
+    """
+    env = dict(os.environ, MNEMOSYNE_INTERNAL_SERVICE_SECRET=secret, VEHICLE_MODELS=str(models),
+               VEHICLE_DEFAULT_MODEL="scripted/echo-1", **(extra or {}))
+    env.pop("MNEMOSYNE_MCP_URL", None)
+    if not spares:
+        env.update(VEHICLE_SPARE_BODIES="0", VEHICLE_AGENT_SPARE_BODIES="0")
+    if src is not None:
+        env["PYTHONPATH"] = str(sourceRoot(src))
+    return env
+
+
 def rss(pid: int) -> int:
     """
     The resident memory of process C{pid}, in bytes.

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from twisted.internet.task import Clock
 
-from benchmarks._common import rss, sourceRoot
+from benchmarks._common import hostEnvironment, rss, sourceRoot
 from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
@@ -191,12 +191,8 @@ class HostProcess:
             "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions",
             "apiKey": "sk-bench-not-real", "models": [{"id": "echo-1", "name": "Echo"}],
         }}}))
-        env = dict(os.environ, MNEMOSYNE_INTERNAL_SERVICE_SECRET=SECRET,
-                   VEHICLE_MODELS=str(models), VEHICLE_DEFAULT_MODEL="scripted/echo-1",
-                   VEHICLE_MIRROR="off", **self.extraEnv)
-        env.pop("MNEMOSYNE_MCP_URL", None)
-        if self.src is not None:
-            env["PYTHONPATH"] = str(self.src)
+        env = hostEnvironment(SECRET, models, self.src,
+                              extra={"VEHICLE_MIRROR": "off", **self.extraEnv})
         self.port = freePort()
         began = time.perf_counter()
         with open(self.log, "ab") as log:

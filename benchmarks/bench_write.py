@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import requireWrk, sourceRoot  # noqa: E402
+from benchmarks._common import hostEnvironment, requireWrk  # noqa: E402
 PYTHON = ROOT / ".venv" / "bin" / "python"
 TWISTD = ROOT / ".venv" / "bin" / "twistd"
 SECRET = "bench-" + secrets.token_hex(8)
@@ -137,7 +137,13 @@ def waitFor(url: str, headers: dict[str, str] | None = None, seconds: float = 30
             time.sleep(0.1)
 
 
-def startHost(workdir: Path, src: Path | None = None) -> tuple[subprocess.Popen[bytes], int]:
+def startHost(workdir: Path, src: Path | None = None,
+              spares: bool = False) -> tuple[subprocess.Popen[bytes], int]:
+    """
+    A host served by C{twistd} with its data in C{workdir}, from C{src}'s
+    tree if given, with no spare pool unless C{spares}
+    (L{hostEnvironment}).
+    """
     port = freePort()
     models = workdir / "models.json"
     # A model the host offers (never called: nothing is prompted).
@@ -145,11 +151,7 @@ def startHost(workdir: Path, src: Path | None = None) -> tuple[subprocess.Popen[
         "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions",
         "apiKey": "sk-bench-not-real", "models": [{"id": "echo-1", "name": "Echo"}],
     }}}))
-    env = dict(os.environ, MNEMOSYNE_INTERNAL_SERVICE_SECRET=SECRET,
-               VEHICLE_MODELS=str(models), VEHICLE_DEFAULT_MODEL="scripted/echo-1")
-    env.pop("MNEMOSYNE_MCP_URL", None)
-    if src is not None:
-        env["PYTHONPATH"] = str(sourceRoot(src))
+    env = hostEnvironment(SECRET, models, src, spares)
     process = subprocess.Popen(
         [str(TWISTD), "-n", "--pidfile=", "vehicle", "--listen",
          f"tcp:{port}:interface=127.0.0.1", "--data-dir", str(workdir / "data")],
@@ -254,7 +256,7 @@ def measureAll(args: argparse.Namespace) -> None:
     try:
         for label, src in [("host", None)] + ([("before", args.src)] if args.src else []):
             (workdir / label).mkdir()
-            process, port = startHost(workdir / label, src)
+            process, port = startHost(workdir / label, src, args.spares)
             hosts.append((label, process, port))
         rows: list[tuple[str, int, Callable[[], Measure]]] = []
         for c in (int(n) for n in args.connections.split(",")):
@@ -557,6 +559,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--connections", default="16,64")
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--spares", action="store_true",
+                        help="keep the hosts' spare pools (refilled during the measures)")
     parser.add_argument("--requests", type=int, default=640)
     args = parser.parse_args(argv)
     if args.profile:

@@ -232,3 +232,53 @@ class SourceRootTests(SynchronousTestCase):
         empty = Path(self.mktemp())
         empty.mkdir()
         self.assertRaises(SystemExit, sourceRoot, empty)
+
+
+class HostEnvironmentTests(SynchronousTestCase):
+    """
+    L{benchmarks._common.hostEnvironment}, the environment of the hosts the
+    write, fan-out, restart and memory benchmarks start.
+    """
+
+    def test_noSparesUnlessAsked(self) -> None:
+        """
+        A benchmark's host keeps no spare bodies (a spare's refill would
+        boot Node on the measure's cores), unless the benchmark asks.
+        """
+        from pathlib import Path
+
+        from benchmarks._common import hostEnvironment
+
+        env = hostEnvironment("s3cret", Path("/m.json"))
+        self.assertEqual((env["VEHICLE_SPARE_BODIES"], env["VEHICLE_AGENT_SPARE_BODIES"]),
+                         ("0", "0"))
+        kept = hostEnvironment("s3cret", Path("/m.json"), spares=True)
+        self.assertNotEqual(kept.get("VEHICLE_SPARE_BODIES"), "0")
+        self.assertNotEqual(kept.get("VEHICLE_AGENT_SPARE_BODIES"), "0")
+
+    def test_hostOfAnotherTree(self) -> None:
+        """
+        The secret, the models and C{extra} are set, gardend's MCP endpoint
+        is not, and C{src} names the C{vehicle} the host runs.
+        """
+        import os
+        from pathlib import Path
+        from unittest import mock
+
+        from benchmarks._common import hostEnvironment
+
+        checkout = Path(self.mktemp())
+        (checkout / "src" / "vehicle").mkdir(parents=True)
+        (checkout / "src" / "vehicle" / "__init__.py").write_text("")
+        with mock.patch.dict(os.environ, {"MNEMOSYNE_MCP_URL": "http://127.0.0.1:1/mcp",
+                                          "VEHICLE_SPARE_BODIES": "3"}):
+            env = hostEnvironment("s3cret", Path("/m.json"), checkout,
+                                  extra={"VEHICLE_MIRROR": "off"})
+            kept = hostEnvironment("s3cret", Path("/m.json"), spares=True)
+        self.assertEqual(env["MNEMOSYNE_INTERNAL_SERVICE_SECRET"], "s3cret")
+        self.assertEqual(env["VEHICLE_MODELS"], "/m.json")
+        self.assertEqual(env["VEHICLE_MIRROR"], "off")
+        self.assertNotIn("MNEMOSYNE_MCP_URL", env)
+        self.assertEqual(env["PYTHONPATH"], str((checkout / "src").resolve()))
+        self.assertEqual(env["VEHICLE_SPARE_BODIES"], "0")
+        self.assertEqual(kept["VEHICLE_SPARE_BODIES"], "3")
