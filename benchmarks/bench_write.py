@@ -14,8 +14,14 @@ each request cost the host's reactor thread (and its other threads: the
 writer's) read from C{/proc}.
 
     .venv/bin/python benchmarks/bench_write.py [--seconds N] [--repeat N]
-        [--connections 16,64] [--src DIR]
+        [--connections 16,64] [--src DIR] [--plain-floor] [--spares]
     .venv/bin/python benchmarks/bench_write.py --profile [--requests N]
+
+The floors are sent the same request as the host (the identity headers
+gardend adds, the same body), to their own paths; C{--plain-floor} sends
+them only wrk's C{Host} (as before the twelfth stop: ~12 us a request
+less for the floor to read).  The hosts keep no spare bodies unless
+C{--spares} (L{benchmarks._common.hostEnvironment}).
 
 C{--src DIR} runs a second host from another checkout (a C{git worktree}
 of an earlier commit, say), or from its C{src/}, beside this checkout's, in
@@ -272,11 +278,15 @@ def measureAll(args: argparse.Namespace) -> None:
                                                     process.pid)),
                 ]
             bare = f"http://127.0.0.1:{floorPort}"
+            # The floors get the very request the host gets (its identity
+            # headers too), only to another path.
+            same = {} if args.plain_floor else IDENTITY
             rows += [
-                ("bare: parse", c, _run(bare + "/parse", "PATCH", c, args, workdir, {}, floor.pid)),
-                ("bare: parse + fsync", c, _run(bare + "/fsync", "PATCH", c, args, workdir, {},
+                ("bare: parse", c, _run(bare + "/parse", "PATCH", c, args, workdir, same,
+                                        floor.pid)),
+                ("bare: parse + fsync", c, _run(bare + "/fsync", "PATCH", c, args, workdir, same,
                                                 floor.pid)),
-                ("bare: GET parse", c, _run(bare + "/parse", "GET", c, args, workdir, {},
+                ("bare: GET parse", c, _run(bare + "/parse", "GET", c, args, workdir, same,
                                             floor.pid)),
             ]
         results: dict[tuple[str, int], list[Measure]] = collections.defaultdict(list)
@@ -319,6 +329,9 @@ def report(results: dict[tuple[str, int], list[Measure]], args: argparse.Namespa
           f"{args.seconds} s each, {args.repeat} rounds round robin; median (range)")
     if args.src:
         print(f"host: {ROOT / 'src'}; before: {args.src}")
+    print("the floors' requests: " + ("wrk's Host header only (--plain-floor)" if args.plain_floor
+                                      else "the host's own (its identity headers, the same body)")
+          + "; the hosts' spare pools: " + ("kept (--spares)" if args.spares else "none"))
     print(f"{'what':<22}{'conns':>6}{'req/s':>20}{'p99 ms':>22}{'reactor us/req':>22}"
           f"{'other threads':>16}")
     for (name, c), measures in results.items():
@@ -559,6 +572,9 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--connections", default="16,64")
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--plain-floor", action="store_true",
+                        help="the floors' requests without the host's identity headers "
+                             "(as before the twelfth stop)")
     parser.add_argument("--spares", action="store_true",
                         help="keep the hosts' spare pools (refilled during the measures)")
     parser.add_argument("--requests", type=int, default=640)
