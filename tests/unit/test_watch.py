@@ -318,6 +318,35 @@ class SlowClientTests(StreamTestCase):
             self.assertEqual(self.ids(conn), list(range(1, cursor + 1)))
         self.assertEqual(len(calls), cursor)
 
+    def test_readAheadGetsNoDeltaFromBehind(self) -> None:
+        """
+        A stream that caught up from the log past a turn's events (resumed
+        while the turn waited for its pace) is written none of that turn's
+        ephemeral events from before what it already has: a client never
+        reads a C{message.delta} after an event that came later.  A delta
+        after them still reaches it.
+        """
+        clock = self.h.clock
+        conn = self.open()
+        self.h.api.fanouts[self.sid].add(SlowStream(clock, 0.01))  # type: ignore[arg-type]
+        self.renew(1)  # a turn that took time: the next waits for the pace
+        conn.transport.producer.pauseProducing()
+        self.renew(1)
+        conn.transport.producer.resumeProducing()  # caught up: has the renewal
+        self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "old"})
+        self.renew(1)
+        before = self.session.cursor
+        clock.advance(0)
+        conn.transport.producer.pauseProducing()
+        conn.transport.producer.resumeProducing()  # caught up again, past the delta
+        self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "new"})
+        clock.advance(1)  # the turn: the old delta, the renewal, the new delta
+        messages, _ = parse(conn.body())
+        for message in messages:
+            assertValidEvent(self, message["data"])
+        self.assertEqual([m["id"] if "id" in m else m["data"]["data"]["text"] for m in messages],
+                         [str(n) for n in range(1, before + 1)] + ["new"])
+
     def test_disconnectForgetsTheClient(self) -> None:
         """
         A client that goes away is unsubscribed: nothing more is written and

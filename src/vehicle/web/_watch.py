@@ -441,16 +441,28 @@ class EventStream:
         elif self._sent < batch.start:
             self._catchUp()
         elif self._sent < batch.end or batch.ephemeral:
-            self._writeEach(batch.entries)
+            self._writeEach(batch)
 
-    def _writeEach(self, entries: Iterable[Entry]) -> None:
-        for entry in entries:
+    def _writeEach(self, batch: Batch) -> None:
+        """
+        What this stream lacks of C{batch}, whose start it read past from
+        the log: the durable events after its last, and the ephemeral ones
+        that came after that too; one that came before an event the stream
+        already wrote is left out (the client would read it out of order).
+        """
+        after = batch.start  # the newest seq before the entry
+        for entry in batch.entries:
             if self._stopped or self._paused:
                 return
             seq = entry.event.seq
-            if seq is None or seq > self._sent:
+            if seq is None:
+                if after >= self._sent:
+                    self.request.write(entry.encoded(sseEncode))
+                continue
+            after = seq
+            if seq > self._sent:
                 self.request.write(entry.encoded(sseEncode))
-                self._sent = seq or self._sent
+                self._sent = seq
                 if entry.event.type == "session.deleted":
                     self.stop()
 
