@@ -32,7 +32,7 @@ from vehicle.body._rpc import BodyExited, IBodySink, PiCommandError
 from vehicle.body._sessionfile import readSession
 from vehicle.body._settlement import Settlement
 from vehicle.body._spares import SpareSource
-from vehicle.body._spawner import Launcher, newestSessionFile
+from vehicle.body._spawner import Launcher, NewestSessionFile
 from vehicle.protocol import BodyState, BodyView, Command, JSONObject, PiQueue
 from vehicle.session import IConductor, Session
 
@@ -53,6 +53,7 @@ class TranscriptReader:
     """
 
     runInThread: RunInThread | None = None
+    newest: NewestSessionFile = field(factory=NewestSessionFile)
     _key: tuple[str, int, int, int] | None = None
     _items: tuple[JSONObject, ...] = ()
 
@@ -61,7 +62,7 @@ class TranscriptReader:
         The transcript of the conversation file in C{piDir} (none yet:
         empty).
         """
-        found = newestSessionFile(piDir)
+        found = self.newest(piDir)
         if found is None:
             return ()
         current, st = found

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Callable, ClassVar
 
@@ -45,11 +46,19 @@ def newestSessionFile(piDir: Path) -> tuple[Path, os.stat_result] | None:
     files count: an agent's body may write its pi folder, and a link it
     planted there must never lead the host elsewhere.
     """
+    return _scan(piDir)[0]
+
+
+def _scan(piDir: Path) -> tuple[tuple[Path, os.stat_result] | None, int]:
+    """
+    L{newestSessionFile}, and how many conversation files there are.
+    """
     newest: tuple[int, str, os.stat_result] | None = None
+    count = 0
     try:
         entries = os.scandir(piDir)
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        return None, 0
     with entries:
         for entry in entries:
             if not entry.name.endswith(".jsonl"):
@@ -58,11 +67,63 @@ def newestSessionFile(piDir: Path) -> tuple[Path, os.stat_result] | None:
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode) and (
-                newest is None or (st.st_mtime_ns, entry.name) > newest[:2]
-            ):
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            count += 1
+            if newest is None or (st.st_mtime_ns, entry.name) > newest[:2]:
                 newest = (st.st_mtime_ns, entry.name, st)
-    return None if newest is None else (piDir / newest[1], newest[2])
+    return (None if newest is None else (piDir / newest[1], newest[2])), count
+
+
+#: A folder changed less than this long before it was read may change again
+#: within one tick of its file system's clock, its time unchanged: it is
+#: read again next time.
+RACY_SECONDS = 2.0
+
+
+@define(eq=False)
+class NewestSessionFile:
+    """
+    L{newestSessionFile} of one folder at a time, its reading kept while the
+    folder's own status (inode, times) is as it was then: an entry added,
+    removed or renamed changes the folder's times, so only the one file
+    found is looked at again.  Kept only when the folder holds at most one
+    conversation file (with several, pi writing to an older one makes it the
+    newest, the folder unchanged), and only when the folder had not changed
+    for L{RACY_SECONDS} before it was read (a change within the same tick of
+    the file system's clock would leave its time as it was).
+
+    @ivar now: the wall clock, which the file system's times follow.
+    """
+
+    now: Callable[[], float] = time.time
+    _folder: tuple[str, int, int, int, int] | None = None
+    _file: Path | None = None
+
+    def __call__(self, piDir: Path) -> tuple[Path, os.stat_result] | None:
+        try:
+            folder = os.stat(piDir, follow_symlinks=False)
+        except OSError:
+            self._folder = None
+            return None
+        key = (str(piDir), folder.st_dev, folder.st_ino, folder.st_mtime_ns, folder.st_ctime_ns)
+        if key == self._folder:
+            if self._file is None:
+                return None
+            try:
+                st = os.stat(self._file, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                if stat.S_ISREG(st.st_mode):
+                    return self._file, st
+        readAt = self.now()
+        found, count = _scan(piDir)
+        quiet = max(folder.st_mtime_ns, folder.st_ctime_ns) < (readAt - RACY_SECONDS) * 1e9
+        kept = count <= 1 and quiet and stat.S_ISDIR(folder.st_mode)
+        self._folder = key if kept else None
+        self._file = None if found is None else found[0]
+        return found
 
 
 def latestSessionFile(piDir: Path) -> Path | None:
