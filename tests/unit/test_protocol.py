@@ -196,6 +196,24 @@ class AnswerTests(SynchronousTestCase):
         self.assertNotIn("text", toObject(record))
         self.assertEqual(fromJSON(toObject(held), HeldChime), held)
 
+    def test_bodyViewWithMirror(self) -> None:
+        """
+        L{BodyView.withMirror} is C{attrs.evolve} with the mirror: every
+        other field carried over (each set here to other than its default,
+        so a field added and not carried fails).
+        """
+        from attrs import NOTHING, evolve, fields
+
+        from vehicle.protocol import BodyView, MirrorState, PiQueue
+
+        view = BodyView(transcript=({"id": "m1"},), queue=PiQueue(steering=("s",)),
+                        tools=("read",), stats={"tokens": 1},
+                        mirror=MirrorState(state="pending", reason="waiting"))
+        for f in fields(BodyView):
+            self.assertNotIn(getattr(view, f.name), (f.default, NOTHING), f.name)
+        mirror = MirrorState(state="written", documentId="d1")
+        self.assertEqual(view.withMirror(mirror), evolve(view, mirror=mirror))
+
 
 class EventTests(SynchronousTestCase):
     """

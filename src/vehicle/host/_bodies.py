@@ -15,7 +15,7 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
-from attrs import define, evolve, field
+from attrs import define, field
 from treq.client import HTTPClient
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IReactorTime
@@ -304,7 +304,7 @@ class Bodies:
     async def snapshotFor(self, session: Session) -> BodyView:
         view = await session.conductor.snapshot() if session.conductor is not None else BodyView()
         if self.mirror is not None:
-            view = evolve(view, mirror=self.mirror.state(session))
+            view = view.withMirror(self.mirror.state(session))
         return view
 
     def stop(self) -> Deferred[None]:

@@ -191,6 +191,15 @@ class BodyView:
     stats: JSONObject | None = None
     mirror: MirrorState = MIRROR_OFF
 
+    def withMirror(self, mirror: MirrorState) -> BodyView:
+        """
+        This view with C{mirror}: C{attrs.evolve}'s answer, made directly
+        (evolve reads the class's fields on every call; inspect makes one
+        per request).
+        """
+        return BodyView(transcript=self.transcript, queue=self.queue, tools=self.tools,
+                        stats=self.stats, mirror=mirror)
+
 
 @frozen(kw_only=True)
 class Snapshot:
