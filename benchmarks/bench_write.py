@@ -21,7 +21,9 @@ The floors are sent the same request as the host (the identity headers
 gardend adds, the same body), to their own paths; C{--plain-floor} sends
 them only wrk's C{Host} (as before the twelfth stop: ~12 us a request
 less for the floor to read).  The hosts keep no spare bodies unless
-C{--spares} (L{benchmarks._common.hostEnvironment}).
+C{--spares} (L{benchmarks._common.hostEnvironment}).  Each measure runs on
+a session of its own, made before the measures and left quiet
+L{QUIET_SECONDS}, as a session in use is.
 
 C{--src DIR} runs a second host from another checkout (a C{git worktree}
 of an earlier commit, say), or from its C{src/}, beside this checkout's, in
@@ -68,6 +70,10 @@ PYTHON = ROOT / ".venv" / "bin" / "python"
 TWISTD = ROOT / ".venv" / "bin" / "twistd"
 SECRET = "bench-" + secrets.token_hex(8)
 TICK = os.sysconf("SC_CLK_TCK")
+#: How long the measures' sessions are left before the first measure: past
+#: the two seconds a session's pi folder is listed on every snapshot after
+#: it changed (L{vehicle.body._spawner.RACY_SECONDS}).
+QUIET_SECONDS = 3.0
 
 #: A bare Klein app served like the host: one route parsing the body as
 #: the host does and answering a frame, one that also syncs a line.
@@ -265,17 +271,23 @@ def measureAll(args: argparse.Namespace) -> None:
             process, port = startHost(workdir / label, src, args.spares)
             hosts.append((label, process, port))
         rows: list[tuple[str, int, Callable[[], Measure]]] = []
-        for c in (int(n) for n in args.connections.split(",")):
+        connections = [int(n) for n in args.connections.split(",")]
+        # Each measure on a new session (one whose log grew in an earlier
+        # measure, or in the other host's, would cost more), made before the
+        # measures and left quiet a while, as a session someone uses is: a
+        # session's first seconds are not what a request costs it.
+        fresh = {port: [createSession(port) for _ in range(3 * len(connections) * args.repeat)]
+                 for _, _, port in hosts}
+        time.sleep(QUIET_SECONDS)
+        for c in connections:
             for label, process, port in hosts:
-                # Each measure on a new session: one whose log grew in an
-                # earlier measure (or in the other host's) would cost more.
                 rows += [
-                    (f"{label}: rename", c, _onNew(port, "", "PATCH", c, args, workdir,
-                                                   process.pid)),
-                    (f"{label}: command", c, _onNew(port, "/commands", "POST", c, args, workdir,
-                                                    process.pid, fresh=True)),
-                    (f"{label}: inspect", c, _onNew(port, "", "GET", c, args, workdir,
-                                                    process.pid)),
+                    (f"{label}: rename", c, _onNew(fresh[port], port, "", "PATCH", c, args,
+                                                   workdir, process.pid)),
+                    (f"{label}: command", c, _onNew(fresh[port], port, "/commands", "POST", c,
+                                                    args, workdir, process.pid, fresh=True)),
+                    (f"{label}: inspect", c, _onNew(fresh[port], port, "", "GET", c, args,
+                                                    workdir, process.pid)),
                 ]
             bare = f"http://127.0.0.1:{floorPort}"
             # The floors get the very request the host gets (its identity
@@ -309,10 +321,14 @@ def _run(url: str, method: str, c: int, args: argparse.Namespace, workdir: Path,
     return lambda: wrk(url, method, c, args.seconds, workdir, headers, pid, fresh)
 
 
-def _onNew(port: int, path: str, method: str, c: int, args: argparse.Namespace, workdir: Path,
-           pid: int, fresh: bool = False) -> Callable[[], Measure]:
+def _onNew(sessions: list[str], port: int, path: str, method: str, c: int,
+           args: argparse.Namespace, workdir: Path, pid: int,
+           fresh: bool = False) -> Callable[[], Measure]:
+    """
+    A measure on the next of C{sessions} (made beforehand, each used once).
+    """
     def measure() -> Measure:
-        url = f"http://127.0.0.1:{port}/sessions/{createSession(port)}{path}"
+        url = f"http://127.0.0.1:{port}/sessions/{sessions.pop()}{path}"
         return wrk(url, method, c, args.seconds, workdir, IDENTITY, pid, fresh)
     return measure
 
