@@ -347,6 +347,67 @@ class SlowClientTests(StreamTestCase):
         self.assertEqual([m["id"] if "id" in m else m["data"]["data"]["text"] for m in messages],
                          [str(n) for n in range(1, before + 1)] + ["new"])
 
+    def test_readAheadNotEndedButByDeletion(self) -> None:
+        """
+        A stream written a turn's events one by one (it read past the
+        turn's start from the log) ends at C{session.deleted} only: another
+        event it is written, a rename say, leaves it open.
+        """
+        clock = self.h.clock
+        conn = self.open()
+        self.h.api.fanouts[self.sid].add(SlowStream(clock, 0.01))  # type: ignore[arg-type]
+        self.renew(1)  # a turn that took time: the next waits for the pace
+        self.renew(1)
+        conn.transport.producer.pauseProducing()
+        conn.transport.producer.resumeProducing()  # caught up past the turn's start
+        self.session.rename(self.alice, fromRequest({"title": "later"}, RenameRequest))
+        clock.advance(1)  # the turn: the renewal it has, the rename it lacks
+        self.renew(1)
+        clock.advance(1)
+        messages, _ = parse(conn.body())
+        self.assertEqual([m["event"] for m in messages][-2:], ["session.renamed", "lease.renewed"])
+        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+
+    def test_readAheadStopsAtAPause(self) -> None:
+        """
+        A stream written a turn's events one by one writes nothing more
+        once its transport pauses it in the middle, and catches up from the
+        log once resumed.
+        """
+        clock = self.h.clock
+        conn = Reader(self.h)
+        conn.send(conn.head("GET", f"/sessions/{self.sid}/events?since=0",
+                            extra={"accept": "text/event-stream"}))
+        self.h.api.fanouts[self.sid].add(SlowStream(clock, 0.01))  # type: ignore[arg-type]
+        self.renew(1)  # a turn that took time: the next waits for the pace
+        self.renew(1)
+        conn.transport.producer.pauseProducing()
+        conn.transport.producer.resumeProducing()  # caught up past the turn's start
+        had = self.session.cursor
+        self.renew(10)
+        conn.transport.limit = len(conn.output())  # the next write fills it
+        clock.advance(1)  # the turn: one event written, then the pause
+        self.assertTrue(conn.transport.paused)
+        self.assertEqual(self.ids(conn), list(range(1, had + 2)))
+        conn.transport.producer.resumeProducing()
+        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+
+    def test_streamOutlivesTheIdleTimeout(self) -> None:
+        """
+        A stream is a request that never ends: the connection's idle
+        timeout (the site's, twelve hours: the client sends nothing once it
+        asked) is off while it streams, as Twisted's channel turns it off
+        for every request under way.
+        """
+        conn = self.open()
+        timeout = conn.site.timeOut
+        self.assertIsNotNone(timeout)
+        self.h.clock.advance(timeout / 2)
+        self.h.clock.advance(timeout / 2 + 1)
+        self.assertFalse(conn.closed)
+        self.renew(1)
+        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+
     def test_disconnectForgetsTheClient(self) -> None:
         """
         A client that goes away is unsubscribed: nothing more is written and
@@ -585,6 +646,11 @@ class FanoutTests(StreamTestCase):
                          [a for a, _ in stream.offered[2:]])
         self.assertEqual(one.ids(), list(range(1, self.session.cursor + 1)))
         self.assertEqual(two.ids(), list(range(1, self.session.cursor + 1)))
+        # The next turn starts where the last part of this one ended.
+        end = stream.offered[-1][1]
+        self.renew(1)
+        clock.advance(1)
+        self.assertEqual(stream.offered[-1], (end, end + 1))
 
     def test_batchesOfBoundedSize(self) -> None:
         """

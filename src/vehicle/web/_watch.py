@@ -408,9 +408,6 @@ class EventStream:
         request.setHeader(b"content-type", b"text/event-stream; charset=utf-8")
         request.setHeader(b"cache-control", b"no-cache")
         request.setHeader(b"x-accel-buffering", b"no")
-        channel = getattr(request, "channel", None)
-        if channel is not None and hasattr(channel, "setTimeout"):
-            channel.setTimeout(None)
         request.registerProducer(self, True)
         request.write(b": connected\n\n")
         if self.fanout is None:
@@ -420,13 +417,6 @@ class EventStream:
         self._keepalive.clock = self.clock
         self._keepalive.start(self.keepaliveSeconds, now=False)
         self._catchUp()
-
-    @property
-    def sent(self) -> int:
-        """
-        The newest seq written to the client.
-        """
-        return self._sent
 
     def offer(self, batch: Batch) -> None:
         """
@@ -537,16 +527,10 @@ class EventStream:
 
     def stop(self) -> None:
         """
-        End the stream (the session was deleted, or the host stops).
+        End the stream (the session was deleted, or the host stops): its
+        L{done} fires, and the route awaiting it finishes the answer.
         """
-        if self._stopped:
-            return
         self._halt()
-        if getattr(self.request, "channel", None) is not None and not self.request.finished:
-            try:
-                self.request.finish()
-            except RuntimeError:
-                pass
 
     def _halt(self) -> None:
         if self._stopped:
