@@ -22,6 +22,7 @@ from vehicle.session import Caller, Entry
 from vehicle.web import VehicleSite, frame
 from vehicle.web import _watch
 
+from tests.support._hints import assertAnnotationsResolve
 from tests.support.harness import Harness
 from tests.support.rawhttp import HalfClosingTransport, RawConnection
 from tests.support.schemas import assertValidEvent, assertValidFrame
@@ -725,3 +726,12 @@ class FanoutTests(StreamTestCase):
             reader.transport.producer.resumeProducing()
         self.assertFalse(reader.cut)
         self.assertEqual(len(self.h.api.streams), 1)
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_annotationsResolve(self) -> None:
+        """
+        Every annotation of the fan-out's and the stream's module is a type
+        (mutation testing reads them so).
+        """
+        assertAnnotationsResolve(self, _watch)
