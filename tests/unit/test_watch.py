@@ -16,7 +16,7 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.server import Request
 
-from vehicle.errors import encode
+from vehicle.errors import VehicleError, encode
 from vehicle.protocol import Event, RenameRequest, WatchCompleted, fromRequest, toJSON
 from vehicle.session import Caller, Entry
 from vehicle.web import VehicleSite, frame
@@ -735,3 +735,60 @@ class AnnotationTests(SynchronousTestCase):
         (mutation testing reads them so).
         """
         assertAnnotationsResolve(self, _watch)
+
+
+class NegotiationTests(SynchronousTestCase):
+    """
+    L{_watch.wantsEventStream} and L{_watch.wholeNumber}: what a watch
+    request asks for, read from its header and arguments.
+    """
+
+    def test_streamAsked(self) -> None:
+        """
+        C{text/event-stream} with a non-zero C{q} (1 when none is said, any
+        case, any parameters) and no JSON type preferred to it.
+        """
+        for accept in ("text/event-stream", b"TEXT/Event-Stream; charset=utf-8",
+                       "text/event-stream;q=1.0, application/json;q=0.9",
+                       "text/event-stream, application/json",
+                       "text/event-stream;q=0.5, application/atom+xml",
+                       "text/css, text/event-stream;q=0.2",
+                       "application/json;q=0.1, text/event-stream;q=0.12345678901"):
+            self.assertTrue(_watch.wantsEventStream(accept), accept)
+
+    def test_streamNotAsked(self) -> None:
+        """
+        No header, no stream type, a zero, unreadable or out-of-range C{q},
+        or a JSON type (C{application/json}, any C{+json}) preferred.
+        """
+        for accept in (None, "", b"", "application/json", "*/*", "text/css", "text/*",
+                       "text/event-stream;q=0", "text/event-stream;q=x",
+                       "text/event-stream;q=2", "text/event-stream;q=-1",
+                       "text/event-stream;q=0.5, application/json",
+                       "application/vnd.sophia+json, text/event-stream;q=0.9"):
+            self.assertFalse(_watch.wantsEventStream(accept), accept)
+
+    def test_theFirst64Items(self) -> None:
+        """
+        Only the header's first 64 items are read.
+        """
+        self.assertTrue(_watch.wantsEventStream("text/css, " * 63 + "text/event-stream"))
+        self.assertFalse(_watch.wantsEventStream("text/css, " * 64 + "text/event-stream"))
+
+    def test_wholeNumber(self) -> None:
+        """
+        Absent or empty is 0; digits up to the maximum are their number;
+        anything else, more than the maximum, or more digits than the
+        maximum's and two, is refused.
+        """
+        self.assertEqual(_watch.wholeNumber(None, "n", 100), 0)
+        self.assertEqual(_watch.wholeNumber("", "n", 100), 0)
+        self.assertEqual(_watch.wholeNumber("100", "n", 100), 100)
+        self.assertEqual(_watch.wholeNumber("00007", "n", 100), 7)
+        self.assertEqual(_watch.wholeNumber("0000030000", "n", 30_000_000), 30000)
+        for raw, maximum in (("101", 100), ("000007", 100), ("00000030000", 30_000_000),
+                             ("-1", 100), ("1e2", 100), ("１２", 100), (" 1", 100)):
+            with self.assertRaises(VehicleError) as caught:
+                _watch.wholeNumber(raw, "n", maximum)
+            self.assertEqual((caught.exception.code, caught.exception.details),
+                             ("invalid_request", {"field": "n"}))
