@@ -205,7 +205,10 @@ class SSETests(StreamTestCase):
             messages, _ = s.read()
             self.assertEqual(messages[-1]["event"], "session.deleted")
         self.assertEqual(self.h.api.streams, set())
-        self.h.clock.advance(60)  # no keepalive timer is left behind
+        # No keepalive timer is left behind.
+        self.assertEqual([call for call in self.h.clock.getDelayedCalls()
+                          if getattr(getattr(call.func, "f", None), "__name__", "") == "_ping"],
+                         [])
 
     def test_reconnectNoGapNoDuplicate(self) -> None:
         """
@@ -393,6 +396,28 @@ class SlowClientTests(StreamTestCase):
         conn.transport.producer.resumeProducing()
         self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
 
+    def test_catchUpStopsAtAPause(self) -> None:
+        """
+        A stream catching up from the log writes nothing more once its
+        transport pauses it in the middle, and goes on once resumed.
+        """
+        conn = Reader(self.h)
+        conn.send(conn.head("GET", f"/sessions/{self.sid}/events?since=0",
+                            extra={"accept": "text/event-stream"}))
+        conn.transport.producer.pauseProducing()
+        self.renew(300)
+        conn.transport.limit = len(conn.output())  # the next write fills it
+        conn.transport.producer.resumeProducing()
+        self.assertTrue(conn.transport.paused)
+        written = len(conn.output())
+        self.h.clock.advance(0)
+        self.assertEqual(len(conn.output()), written)
+        self.assertLess(len(self.ids(conn)), self.session.cursor)
+        conn.transport.producer.resumeProducing()
+        for _ in range(3):
+            self.h.clock.advance(0)
+        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+
     def test_streamOutlivesTheIdleTimeout(self) -> None:
         """
         A stream is a request that never ends: the connection's idle
@@ -549,6 +574,23 @@ class FanoutTests(StreamTestCase):
         self.h.clock.advance(0)
         self.assertEqual({tuple(s.ids()) for s in streams}, {(1, 2, 3, 4, 5)})
 
+    def test_servesAgainAfterItsLastStreamLeft(self) -> None:
+        """
+        A fan-out whose last stream left stops following the session; a
+        stream added then is served again.
+        """
+        c = self.session.cursor
+        [first] = self.slowFanout(1, 0.001)
+        self.fanout.remove(first)  # type: ignore[arg-type]
+        self.assertEqual(self.session.feed.watching(), 0)
+        self.renew(1)
+        second = SlowStream(self.h.clock, 0.001)
+        self.fanout.add(second)  # type: ignore[arg-type]
+        self.h.clock.advance(1)
+        self.renew(1)
+        self.assertEqual(second.offered, [(c + 1, c + 2)])
+        self.assertEqual(first.offered, [])
+
     def test_paced(self) -> None:
         """
         A turn follows the last no sooner than L{_watch.PACE} times the time
@@ -565,9 +607,13 @@ class FanoutTests(StreamTestCase):
         self.assertEqual([len(s.offered) for s in streams], [1, 1, 1])
         clock.advance(0.0005)
         self.assertEqual([s.offered for s in streams], [[(c, c + 1), (c + 1, c + 3)]] * 3)
+        self.renew(1)  # the paced turn is paced in its turn
+        self.assertEqual([len(s.offered) for s in streams], [2, 2, 2])
+        clock.advance(_watch.PACE * 0.003)
+        self.assertEqual([s.offered[-1] for s in streams], [(c + 3, c + 4)] * 3)
         clock.advance(1)
         self.renew(1)
-        self.assertEqual([s.offered[-1] for s in streams], [(c + 3, c + 4)] * 3)
+        self.assertEqual([s.offered[-1] for s in streams], [(c + 4, c + 5)] * 3)
 
     def test_pacedOverSlices(self) -> None:
         """
@@ -774,6 +820,15 @@ class NegotiationTests(SynchronousTestCase):
         """
         self.assertTrue(_watch.wantsEventStream("text/css, " * 63 + "text/event-stream"))
         self.assertFalse(_watch.wantsEventStream("text/css, " * 64 + "text/event-stream"))
+
+    def test_theStreamsOwnTypeOnly(self) -> None:
+        """
+        A type sorting after the stream's is not it; a JSON type with no
+        C{q} weighs 1, as much as the stream's.
+        """
+        self.assertFalse(_watch.wantsEventStream("text/plain"))
+        self.assertFalse(_watch.wantsEventStream("video/mp4, text/event-stream;q=0"))
+        self.assertTrue(_watch.wantsEventStream("application/json, text/event-stream;q=1"))
 
     def test_wholeNumber(self) -> None:
         """
