@@ -12,9 +12,11 @@ from typing import Any
 
 from treq import collect
 from twisted.internet.address import IPv4Address
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web.server import Request
+from zope.interface.verify import verifyObject
 
 from vehicle.errors import VehicleError, encode
 from vehicle.protocol import Event, RenameRequest, WatchCompleted, fromRequest, toJSON
@@ -184,6 +186,7 @@ class SSETests(StreamTestCase):
         """
         stream = Stream(self, self.sid)
         before = stream.read()[1].count("keepalive")
+        self.assertEqual(before, 0)  # none at once: the stream just said it is connected
         self.h.clock.advance(14.9)
         self.assertEqual(stream.read()[1].count("keepalive"), before)
         self.h.clock.advance(0.1)
@@ -573,6 +576,42 @@ class FanoutTests(StreamTestCase):
         self.assertEqual([s.ids()[-1] for s in streams], [3, 3, 2, 2, 2])
         self.h.clock.advance(0)
         self.assertEqual({tuple(s.ids()) for s in streams}, {(1, 2, 3, 4, 5)})
+
+    def test_streamedWhileFollowed(self) -> None:
+        """
+        The session keeps more pages for its streams from the first stream
+        added to the last one gone (L{Pages.streamed}).
+        """
+        said: list[bool] = []
+        self.patch(type(self.session.feed), "streamed", lambda feed, on: said.append(on))
+        streams = self.slowFanout(2, 0.001)
+        self.assertEqual(said, [True])
+        self.fanout.remove(streams[0])  # type: ignore[arg-type]
+        self.assertEqual(said, [True])
+        self.fanout.remove(streams[1])  # type: ignore[arg-type]
+        self.assertEqual(said, [True, False])
+
+    def test_aStreamIsAPushProducer(self) -> None:
+        """
+        A stream is its request's push producer: its transport pauses and
+        resumes it.
+        """
+        Stream(self, self.sid)
+        [stream] = self.h.api.streams
+        self.assertTrue(verifyObject(IPushProducer, stream))
+
+    def test_aBigDeltaReachesAStreamUpToDate(self) -> None:
+        """
+        A delta bigger than a write, alone in its turn, reaches a stream
+        that has everything before it (it is in no log to catch up from).
+        """
+        self.patch(_watch, "MAX_WRITE", 2000)
+        stream = Stream(self, self.sid)
+        self.h.clock.advance(1)
+        self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "x" * 3000})
+        self.h.clock.advance(1)
+        [delta] = [m for m in stream.read()[0] if m["event"] == "message.delta"]
+        self.assertEqual(delta["data"]["data"]["text"], "x" * 3000)
 
     def test_servesAgainAfterItsLastStreamLeft(self) -> None:
         """

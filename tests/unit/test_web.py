@@ -1163,6 +1163,7 @@ class WatchTests(RouteTestCase):
         d = self.h.request("GET", f"/sessions/{sid}/events?since=2&waitMs=2500")
         self.h.stub.flush()
         self.h.clock.advance(2.499)
+        self.h.stub.flush()  # an answer written would reach the client
         self.assertNoResult(d)
         self.h.clock.advance(0.001)
         self.h.stub.flush()
@@ -1170,6 +1171,19 @@ class WatchTests(RouteTestCase):
         assertValidFrame(self, frame)
         self.assertEqual(frame["value"], {"events": [], "cursor": 2, "more": False})
         self.assertEqual(self.session(sid).feed.waiting(), 0)
+
+    def test_waitsAMillisecond(self) -> None:
+        """
+        A C{waitMs} of 1 waits that long.
+        """
+        sid = self.create(**TAB1)
+        d = self.h.request("GET", f"/sessions/{sid}/events?since=2&waitMs=1")
+        self.h.stub.flush()
+        self.assertNoResult(d)
+        self.h.clock.advance(0.001)
+        self.h.stub.flush()
+        frame = json.loads(self.successResultOf(self.successResultOf(d).content()))
+        self.assertEqual(frame["value"], {"events": [], "cursor": 2, "more": False})
 
     def test_noWaitWhenBehind(self) -> None:
         """
