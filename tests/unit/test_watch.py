@@ -421,6 +421,25 @@ class SlowClientTests(StreamTestCase):
             self.h.clock.advance(0)
         self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
 
+    def test_catchUpPausedBetweenPages(self) -> None:
+        """
+        A stream paused between two pages of its catch-up writes nothing
+        more until it is resumed.
+        """
+        conn = self.open()
+        conn.transport.producer.pauseProducing()
+        self.renew(1200)
+        conn.transport.producer.resumeProducing()  # the first page, the next one later
+        written = len(conn.output())
+        conn.transport.producer.pauseProducing()
+        self.h.clock.advance(0)
+        self.assertEqual(len(conn.output()), written)
+        self.assertLess(len(self.ids(conn)), self.session.cursor)
+        conn.transport.producer.resumeProducing()
+        for _ in range(5):
+            self.h.clock.advance(0)
+        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+
     def test_streamOutlivesTheIdleTimeout(self) -> None:
         """
         A stream is a request that never ends: the connection's idle
@@ -838,7 +857,8 @@ class NegotiationTests(SynchronousTestCase):
                        "text/event-stream, application/json",
                        "text/event-stream;q=0.5, application/atom+xml",
                        "text/css, text/event-stream;q=0.2",
-                       "application/json;q=0.1, text/event-stream;q=0.12345678901"):
+                       "application/json;q=0.1, text/event-stream;q=0.12345678901",
+                       "text/event-stream; version=0", "text/event-stream;q=0.000001"):
             self.assertTrue(_watch.wantsEventStream(accept), accept)
 
     def test_streamNotAsked(self) -> None:
@@ -850,7 +870,9 @@ class NegotiationTests(SynchronousTestCase):
                        "text/event-stream;q=0", "text/event-stream;q=x",
                        "text/event-stream;q=2", "text/event-stream;q=-1",
                        "text/event-stream;q=0.5, application/json",
-                       "application/vnd.sophia+json, text/event-stream;q=0.9"):
+                       "application/vnd.sophia+json, text/event-stream;q=0.9",
+                       # q is read to its eighth character: 0.000000 here
+                       "text/event-stream;q=0.0000001"):
             self.assertFalse(_watch.wantsEventStream(accept), accept)
 
     def test_theFirst64Items(self) -> None:
@@ -880,6 +902,10 @@ class NegotiationTests(SynchronousTestCase):
         self.assertEqual(_watch.wholeNumber("100", "n", 100), 100)
         self.assertEqual(_watch.wholeNumber("00007", "n", 100), 7)
         self.assertEqual(_watch.wholeNumber("0000030000", "n", 30_000_000), 30000)
+        # A cursor: up to 10**15.
+        self.assertEqual(_watch.wholeNumber(str(10**15), "since", _watch.MAX_CURSOR), 10**15)
+        self.assertRaises(VehicleError, _watch.wholeNumber, str(10**15 + 1), "since",
+                          _watch.MAX_CURSOR)
         for raw, maximum in (("101", 100), ("000007", 100), ("00000030000", 30_000_000),
                              ("-1", 100), ("1e2", 100), ("１２", 100), (" 1", 100)):
             with self.assertRaises(VehicleError) as caught:
