@@ -503,7 +503,7 @@ class EventStream:
                 self._catchUp()
 
     def stopProducing(self) -> None:
-        self._halt()
+        self.stop()
 
     def _cut(self) -> None:
         """
@@ -519,7 +519,7 @@ class EventStream:
             sessionId=self.session.sessionId, seconds=self.stallSeconds, seq=self._sent,
         )
         transport = getattr(getattr(self.request, "channel", None), "transport", None)
-        self._halt()
+        self.stop()
         if transport is not None and hasattr(transport, "abortConnection"):
             transport.abortConnection()
         elif transport is not None:
@@ -527,12 +527,10 @@ class EventStream:
 
     def stop(self) -> None:
         """
-        End the stream (the session was deleted, or the host stops): its
-        L{done} fires, and the route awaiting it finishes the answer.
+        End the stream (the session was deleted, the host stops, the client
+        went or was cut): its L{done} fires, and the route awaiting it
+        finishes the answer.
         """
-        self._halt()
-
-    def _halt(self) -> None:
         if self._stopped:
             return
         self._stopped = True
