@@ -10,7 +10,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -177,6 +177,21 @@ class AtomicTests(SynchronousTestCase):
         directory = _tempDir(self)
         fsyncDirectory(directory)
         self.assertRaises(FileNotFoundError, fsyncDirectory, directory / "nope")
+
+
+def fullAfter(size: int) -> Callable[[int, Any], int]:
+    """
+    A C{write} on a disk that fills: a write of more than C{size} bytes
+    writes its first C{size}, any other fails with C{ENOSPC}.
+    """
+    realWrite = _jsonl._write
+
+    def fullDisk(fd: int, data: Any) -> int:
+        if len(data) > size:
+            return realWrite(fd, bytes(data)[:size])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    return fullDisk
 
 
 class JsonlLogTests(SynchronousTestCase):
@@ -506,14 +521,7 @@ class JsonlLogTests(SynchronousTestCase):
         """
         log, _ = self._open()
         log.append({"n": 1})
-        realWrite = _jsonl._write
-
-        def fullDisk(fd: int, data: Any) -> int:
-            if len(data) > 10:
-                return realWrite(fd, bytes(data)[:10])
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        self.patch(_jsonl, "_write", fullDisk)
+        self.patch(_jsonl, "_write", fullAfter(10))
         lines = [log.line({"n": n}) for n in (2, 3)]
         self.assertRaises(OSError, log.write, *lines)
         self.assertEqual(self.path.read_bytes(), b'{"n":1}\n')
@@ -543,13 +551,7 @@ class JsonlLogTests(SynchronousTestCase):
         log.append({"n": 2})
         self.assertFalse(log.failed)
         realWrite = _jsonl._write
-
-        def fullDisk(fd: int, data: Any) -> int:
-            if len(data) > 4:
-                return realWrite(fd, bytes(data)[:4])
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        self.patch(_jsonl, "_write", fullDisk)
+        self.patch(_jsonl, "_write", fullAfter(4))
         error = self.assertRaises(OSError, log.append, {"n": 3})
         self.assertEqual(error.errno, errno.ENOSPC)
         self.assertTrue(log.failed)

@@ -242,8 +242,8 @@ class SlowClientTests(StreamTestCase):
     stream, as TCP back-pressure would.
     """
 
-    def open(self, since: int = 0) -> RawConnection:
-        conn = RawConnection(self.h)
+    def open(self, since: int = 0, conn: RawConnection | None = None) -> RawConnection:
+        conn = RawConnection(self.h) if conn is None else conn
         conn.send(conn.head("GET", f"/sessions/{self.sid}/events?since={since}",
                             extra={"accept": "text/event-stream"}))
         self.assertEqual(conn.status(), 200)
@@ -254,6 +254,27 @@ class SlowClientTests(StreamTestCase):
         for message in messages:
             assertValidEvent(self, message["data"])
         return [int(m["id"]) for m in messages if "id" in m]
+
+    def readAhead(self, conn: RawConnection) -> None:
+        """
+        A turn that takes time (a slow watcher beside C{conn}), so the
+        next waits for its pace, and one event for it; then C{conn} paused
+        and resumed: it catches up from the log past that turn's start.
+        """
+        self.h.api.fanouts[self.sid].add(SlowStream(self.h.clock, 0.01))  # type: ignore[arg-type]
+        self.renew(1)
+        self.renew(1)
+        conn.transport.producer.pauseProducing()
+        conn.transport.producer.resumeProducing()
+
+    def assertCatchesUp(self, conn: RawConnection) -> None:
+        """
+        Resumed, C{conn} gets every event of the session, in order, once.
+        """
+        conn.transport.producer.resumeProducing()
+        for _ in range(5):
+            self.h.clock.advance(0)
+        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
 
     def test_pausedGetsNothingThenCatchesUp(self) -> None:
         """
@@ -335,11 +356,7 @@ class SlowClientTests(StreamTestCase):
         """
         clock = self.h.clock
         conn = self.open()
-        self.h.api.fanouts[self.sid].add(SlowStream(clock, 0.01))  # type: ignore[arg-type]
-        self.renew(1)  # a turn that took time: the next waits for the pace
-        conn.transport.producer.pauseProducing()
-        self.renew(1)
-        conn.transport.producer.resumeProducing()  # caught up: has the renewal
+        self.readAhead(conn)
         self.session.feed.broadcast("message.delta", {"runId": "run-1", "text": "old"})
         self.renew(1)
         before = self.session.cursor
@@ -362,11 +379,7 @@ class SlowClientTests(StreamTestCase):
         """
         clock = self.h.clock
         conn = self.open()
-        self.h.api.fanouts[self.sid].add(SlowStream(clock, 0.01))  # type: ignore[arg-type]
-        self.renew(1)  # a turn that took time: the next waits for the pace
-        self.renew(1)
-        conn.transport.producer.pauseProducing()
-        conn.transport.producer.resumeProducing()  # caught up past the turn's start
+        self.readAhead(conn)
         self.session.rename(self.alice, fromRequest({"title": "later"}, RenameRequest))
         clock.advance(1)  # the turn: the renewal it has, the rename it lacks
         self.renew(1)
@@ -381,32 +394,22 @@ class SlowClientTests(StreamTestCase):
         once its transport pauses it in the middle, and catches up from the
         log once resumed.
         """
-        clock = self.h.clock
-        conn = Reader(self.h)
-        conn.send(conn.head("GET", f"/sessions/{self.sid}/events?since=0",
-                            extra={"accept": "text/event-stream"}))
-        self.h.api.fanouts[self.sid].add(SlowStream(clock, 0.01))  # type: ignore[arg-type]
-        self.renew(1)  # a turn that took time: the next waits for the pace
-        self.renew(1)
-        conn.transport.producer.pauseProducing()
-        conn.transport.producer.resumeProducing()  # caught up past the turn's start
+        conn = self.open(conn=Reader(self.h))
+        self.readAhead(conn)
         had = self.session.cursor
         self.renew(10)
         conn.transport.limit = len(conn.output())  # the next write fills it
-        clock.advance(1)  # the turn: one event written, then the pause
+        self.h.clock.advance(1)  # the turn: one event written, then the pause
         self.assertTrue(conn.transport.paused)
         self.assertEqual(self.ids(conn), list(range(1, had + 2)))
-        conn.transport.producer.resumeProducing()
-        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+        self.assertCatchesUp(conn)
 
     def test_catchUpStopsAtAPause(self) -> None:
         """
         A stream catching up from the log writes nothing more once its
         transport pauses it in the middle, and goes on once resumed.
         """
-        conn = Reader(self.h)
-        conn.send(conn.head("GET", f"/sessions/{self.sid}/events?since=0",
-                            extra={"accept": "text/event-stream"}))
+        conn = self.open(conn=Reader(self.h))
         conn.transport.producer.pauseProducing()
         self.renew(300)
         conn.transport.limit = len(conn.output())  # the next write fills it
@@ -416,10 +419,7 @@ class SlowClientTests(StreamTestCase):
         self.h.clock.advance(0)
         self.assertEqual(len(conn.output()), written)
         self.assertLess(len(self.ids(conn)), self.session.cursor)
-        conn.transport.producer.resumeProducing()
-        for _ in range(3):
-            self.h.clock.advance(0)
-        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+        self.assertCatchesUp(conn)
 
     def test_catchUpPausedBetweenPages(self) -> None:
         """
@@ -435,10 +435,7 @@ class SlowClientTests(StreamTestCase):
         self.h.clock.advance(0)
         self.assertEqual(len(conn.output()), written)
         self.assertLess(len(self.ids(conn)), self.session.cursor)
-        conn.transport.producer.resumeProducing()
-        for _ in range(5):
-            self.h.clock.advance(0)
-        self.assertEqual(self.ids(conn), list(range(1, self.session.cursor + 1)))
+        self.assertCatchesUp(conn)
 
     def test_streamOutlivesTheIdleTimeout(self) -> None:
         """
