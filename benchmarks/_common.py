@@ -5,6 +5,7 @@ L{tests.support.live.LiveHost} wants, a process's resident memory, and wrk.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -55,6 +56,18 @@ def sourceRoot(src: Path) -> Path:
         if (candidate / "vehicle" / "__init__.py").is_file():
             return candidate.resolve()
     raise SystemExit(f"--src {src}: no vehicle package in it nor in its src/")
+
+
+def scriptedModels(path: Path) -> Path:
+    """
+    Write at C{path} the model catalogue of a benchmark's host: one
+    scripted model it offers and never calls (nothing is prompted).
+    """
+    path.write_text(json.dumps({"providers": {"scripted": {
+        "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions",
+        "apiKey": "sk-bench-not-real", "models": [{"id": "echo-1", "name": "Echo"}],
+    }}}))
+    return path
 
 
 def hostEnvironment(secret: str, models: Path, src: Path | None = None, spares: bool = False,

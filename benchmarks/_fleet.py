@@ -22,7 +22,7 @@ from typing import Iterator
 
 from twisted.internet.task import Clock
 
-from benchmarks._common import hostEnvironment, rss, sourceRoot
+from benchmarks._common import hostEnvironment, rss, scriptedModels, sourceRoot
 from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
 from vehicle.session import Caller, Registry
 from vehicle.store import DataDir
@@ -186,12 +186,7 @@ class HostProcess:
         atexit.unregister(self.stop)
         atexit.register(self.stop)
         work = self.dataDir.parent
-        models = work / "models.json"
-        models.write_text(json.dumps({"providers": {"scripted": {
-            "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions",
-            "apiKey": "sk-bench-not-real", "models": [{"id": "echo-1", "name": "Echo"}],
-        }}}))
-        env = hostEnvironment(SECRET, models, self.src,
+        env = hostEnvironment(SECRET, scriptedModels(work / "models.json"), self.src,
                               extra={"VEHICLE_MIRROR": "off", **self.extraEnv})
         self.port = freePort()
         began = time.perf_counter()

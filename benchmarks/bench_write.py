@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._common import hostEnvironment, requireWrk  # noqa: E402
+from benchmarks._common import hostEnvironment, requireWrk, scriptedModels  # noqa: E402
 PYTHON = ROOT / ".venv" / "bin" / "python"
 TWISTD = ROOT / ".venv" / "bin" / "twistd"
 SECRET = "bench-" + secrets.token_hex(8)
@@ -157,13 +157,7 @@ def startHost(workdir: Path, src: Path | None = None,
     (L{hostEnvironment}).
     """
     port = freePort()
-    models = workdir / "models.json"
-    # A model the host offers (never called: nothing is prompted).
-    models.write_text(json.dumps({"providers": {"scripted": {
-        "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions",
-        "apiKey": "sk-bench-not-real", "models": [{"id": "echo-1", "name": "Echo"}],
-    }}}))
-    env = hostEnvironment(SECRET, models, src, spares)
+    env = hostEnvironment(SECRET, scriptedModels(workdir / "models.json"), src, spares)
     process = subprocess.Popen(
         [str(TWISTD), "-n", "--pidfile=", "vehicle", "--listen",
          f"tcp:{port}:interface=127.0.0.1", "--data-dir", str(workdir / "data")],
@@ -276,17 +270,17 @@ def measureAll(args: argparse.Namespace) -> None:
         # measure, or in the other host's, would cost more), made before the
         # measures and left quiet a while, as a session someone uses is: a
         # session's first seconds are not what a request costs it.
-        fresh = {port: [createSession(port) for _ in range(3 * len(connections) * args.repeat)]
-                 for _, _, port in hosts}
+        made = {port: [createSession(port) for _ in range(3 * len(connections) * args.repeat)]
+                for _, _, port in hosts}
         time.sleep(QUIET_SECONDS)
         for c in connections:
             for label, process, port in hosts:
                 rows += [
-                    (f"{label}: rename", c, _onNew(fresh[port], port, "", "PATCH", c, args,
+                    (f"{label}: rename", c, _onNew(made[port], port, "", "PATCH", c, args,
                                                    workdir, process.pid)),
-                    (f"{label}: command", c, _onNew(fresh[port], port, "/commands", "POST", c,
+                    (f"{label}: command", c, _onNew(made[port], port, "/commands", "POST", c,
                                                     args, workdir, process.pid, fresh=True)),
-                    (f"{label}: inspect", c, _onNew(fresh[port], port, "", "GET", c, args,
+                    (f"{label}: inspect", c, _onNew(made[port], port, "", "GET", c, args,
                                                     workdir, process.pid)),
                 ]
             bare = f"http://127.0.0.1:{floorPort}"
