@@ -11,15 +11,25 @@ from __future__ import annotations
 
 import inspect
 from twisted.internet.task import Clock
+from twisted.protocols.basic import LineReceiver
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 from twisted.web import http
 from twisted.web.http import HTTPChannel
+from twisted.web.http_headers import Headers
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
 from vehicle._request import BoundedRequest
-from vehicle._twistedparts import PRIVATE_NAMES, MalformedRequestHook, StarRequestHook
+from vehicle._twistedparts import (
+    PRIVATE_NAMES,
+    PRIVATE_SET,
+    PRIVATE_STATE,
+    MalformedRequestHook,
+    StarRequestHook,
+    atRest,
+    takeWhole,
+)
 from vehicle.web import LimitedRequest, VehicleSite
 from vehicle.web._limits import GuardedChannel
 
@@ -31,16 +41,45 @@ class PrivateNamesTests(SynchronousTestCase):
 
     def test_namesAndSignatures(self) -> None:
         """
-        Each name in L{PRIVATE_NAMES} is a method of its class taking the
-        parameters listed (only C{self}: it is called with nothing).
+        Each name in L{PRIVATE_NAMES} is a function of its class or module
+        taking the parameters listed (the methods only C{self}: they are
+        called with nothing).
         """
-        self.assertEqual(len(PRIVATE_NAMES), 2)
+        self.assertEqual(len(PRIVATE_NAMES), 3)
         for owner, name, parameters in PRIVATE_NAMES:
             method = owner.__dict__.get(name)
             self.assertTrue(callable(method), f"{owner.__name__}.{name} is gone")
             self.assertEqual(
                 tuple(inspect.signature(method).parameters), parameters, f"{owner.__name__}.{name}"
             )
+
+    def test_stateAsRelied(self) -> None:
+        """
+        Each attribute in L{PRIVATE_STATE} is there on an instance just
+        made, with the value listed.
+        """
+        self.assertEqual(len(PRIVATE_STATE), 4)
+        made = {HTTPChannel: HTTPChannel(), LineReceiver: LineReceiver(), Headers: Headers()}
+        for owner, name, value in PRIVATE_STATE:
+            self.assertEqual(getattr(made[owner], name, KeyError), value, f"{owner.__name__}.{name}")
+
+    def test_setAsTwistedSetsThem(self) -> None:
+        """
+        Twisted's parser keeps a request's line under the names in
+        L{PRIVATE_SET} from its first line to its end, then removes them;
+        its headers are where L{PRIVATE_STATE} says.
+        """
+        channel, _ = _channel(_Recording)
+        channel.requestFactory = _Answering  # type: ignore[assignment]
+        self.assertFalse(any(hasattr(channel, name) for name in PRIVATE_SET))
+        channel.dataReceived(b"POST /p HTTP/1.1\r\nX-A: b\r\ncontent-length: 2\r\n\r\na")
+        self.assertEqual(
+            [getattr(channel, name) for name in PRIVATE_SET], [b"POST", b"/p", b"HTTP/1.1"]
+        )
+        self.assertEqual(channel.requests[-1].requestHeaders._rawHeaders,
+                         {b"X-A": [b"b"], b"Content-Length": [b"2"]})
+        channel.dataReceived(b"b")
+        self.assertFalse(any(hasattr(channel, name) for name in PRIVATE_SET))
 
     def test_everyOverrideListed(self) -> None:
         """
@@ -160,6 +199,140 @@ class _Answering(http.Request):
     def process(self) -> None:
         self.setResponseCode(204)
         self.finish()
+
+
+class _Holding(http.Request):
+    """
+    A request answered later: kept in L{held}.
+    """
+
+    held: list[http.Request] = []
+
+    def process(self) -> None:
+        self.held.append(self)
+
+
+class _Watching(HTTPChannel):
+    """
+    A channel that looks at L{atRest} each time its parser hands it a line.
+    """
+
+    def __init__(self) -> None:
+        HTTPChannel.__init__(self)
+        self.seen: list[bool] = []
+
+    def lineReceived(self, line: bytes) -> None:
+        self.seen.append(atRest(self))
+        HTTPChannel.lineReceived(self, line)
+
+
+class AtRestTests(SynchronousTestCase):
+    """
+    L{atRest} tells a parser waiting for a request's first line, holding
+    nothing, from every other state of Twisted's parser.
+    """
+
+    def setUp(self) -> None:
+        self.patch(_Holding, "held", [])
+        self.channel, self.transport = _channel(HTTPChannel)
+        self.channel.requestFactory = _Holding  # type: ignore[assignment]
+
+    def test_fresh(self) -> None:
+        """
+        A channel just connected is at rest.
+        """
+        self.assertTrue(atRest(self.channel))
+
+    def test_partOfALine(self) -> None:
+        """
+        Part of a first line: not at rest.
+        """
+        self.channel.dataReceived(b"GE")
+        self.assertFalse(atRest(self.channel))
+
+    def test_blankLineSkipped(self) -> None:
+        """
+        A blank line before a request (skipped once by Twisted): not at
+        rest.
+        """
+        self.channel.dataReceived(b"\r\n")
+        self.assertFalse(atRest(self.channel))
+
+    def test_partOfARequest(self) -> None:
+        """
+        A first line, some headers, part of a body: not at rest.
+        """
+        for part in (b"POST / HTTP/1.1\r\n", b"content-length: 2\r\n", b"\r\n", b"a"):
+            self.channel.dataReceived(part)
+            self.assertFalse(atRest(self.channel))
+
+    def test_answeringThenAtRest(self) -> None:
+        """
+        A request being answered: not at rest; answered, at rest again.
+        """
+        self.channel.dataReceived(b"GET / HTTP/1.1\r\n\r\n")
+        self.assertFalse(atRest(self.channel))
+        _Holding.held.pop().finish()
+        self.assertTrue(atRest(self.channel))
+
+    def test_notPersistent(self) -> None:
+        """
+        Once a request closes the connection, never at rest again.
+        """
+        self.channel.dataReceived(b"GET / HTTP/1.0\r\n\r\n")
+        _Holding.held.pop().finish()
+        self.assertFalse(atRest(self.channel))
+
+    def test_insideItsLoop(self) -> None:
+        """
+        Inside the parser's loop over lines (the request's line just taken,
+        nothing else held yet): not at rest.
+        """
+        channel, _ = _channel(_Watching)
+        channel.requestFactory = _Holding  # type: ignore[assignment]
+        channel.dataReceived(b"GET / HTTP/1.1\r\n")
+        self.assertEqual(channel.seen, [False])  # type: ignore[attr-defined]
+
+
+class TakeWholeTests(SynchronousTestCase):
+    """
+    A request handed over with L{takeWhole} is answered by Twisted's own
+    channel as the same request read line by line.
+    """
+
+    def serve(self, whole: bool) -> tuple[object, ...]:
+        self.patch(_Holding, "held", [])
+        channel, transport = _channel(HTTPChannel)
+        channel.requestFactory = _Holding  # type: ignore[assignment]
+        if whole:
+            takeWhole(
+                channel, (b"PATCH", b"/a?b=c", b"HTTP/1.0"),
+                {b"Cookie": [b"k=v"], b"Content-Length": [b"2"]}, 2, b"hi",
+            )
+            channel.allContentReceived()
+        else:
+            channel.dataReceived(
+                b"PATCH /a?b=c HTTP/1.0\r\nCookie: k=v\r\nContent-Length: 2\r\n\r\nhi"
+            )
+        [request] = _Holding.held
+        seen = (
+            request.method, request.uri, request.args, request.clientproto,
+            list(request.requestHeaders.getAllRawHeaders()), request.received_cookies,
+            request.content.read(), channel.persistent, request.queued,
+        )
+        request.write(b"answer")
+        request.finish()
+        return seen + (transport.value(), transport.disconnecting)
+
+    def test_asReadByLine(self) -> None:
+        """
+        The request's line, headers, cookies, body and the connection's
+        persistence as Twisted's parser reads them; the same answer
+        written, the same close.
+        """
+        whole = self.serve(True)
+        self.assertEqual(whole, self.serve(False))
+        self.assertEqual(whole[-1], True)
 
 
 class _StarRecording(StarRequestHook):

@@ -18,6 +18,13 @@ and then the connection is closed.
 - Anything else Twisted finds malformed is C{invalid_request} (the one
   hook into Twisted's privates this needs is L{vehicle._twistedparts}'s).
 
+A request that arrives whole in one read with every part of it plain
+(L{wholeRequest}) skips Twisted's line-by-line parse: it is read at once and
+handed to the channel as the parser would have had it.  Anything else (a
+request in pieces, pipelined, chunked, with a continuation line, a length
+over the limit, a name or byte Twisted would refuse) goes the line-by-line
+way, where every limit and refusal above is made.
+
 A refusal is a lingering close: the frame is written, the sending side of
 the connection is closed (the client reads the answer, then the end), and
 what the client still sends (the body it writes before it reads) is read
@@ -42,12 +49,13 @@ from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.http import RESPONSES, HTTPChannel
+from twisted.web.http_headers import Headers, InvalidHeaderName
 from twisted.web.server import Site
 
 from vehicle._sockets import noDelay
 from vehicle._request import BoundedRequest, tooLarge
 from vehicle._timers import cancelIfActive
-from vehicle._twistedparts import MalformedRequestHook
+from vehicle._twistedparts import MalformedRequestHook, atRest, parseRequestLine, takeWhole
 from vehicle.errors import VehicleError, answerError
 from vehicle.web._frames import MAX_BODY_BYTES
 
@@ -119,6 +127,98 @@ def _canonical(name: bytes) -> bytes:
     return b"-".join(part.capitalize() for part in name.split(b"-"))
 
 
+@define(frozen=True)
+class WholeRequest:
+    """
+    A request read at once (L{wholeRequest}): its line, its headers (by
+    Twisted's spelling of each name, values stripped of spaces and tabs,
+    in the order sent), the length it announced and its body.
+    """
+
+    line: tuple[bytes, bytes, bytes]
+    headers: dict[bytes, list[bytes]]
+    length: int
+    body: bytes
+
+
+#: Header names as sent, and as Twisted spells them (bounded: a client
+#: sending ever new names gets them spelled, not kept).
+_SPELLED: dict[bytes, bytes] = {}
+_SPELLED_MOST = 512
+
+#: Headers a whole request may not have: they change how the body is read,
+#: or ask for an answer before it (Twisted's parser handles them).
+_NOT_PLAIN = frozenset([b"Transfer-Encoding", b"Expect"])
+
+
+def _spelled(name: bytes) -> bytes | None:
+    """
+    C{name} as Twisted's headers spell it, or L{None} if Twisted refuses it
+    as a header name.
+    """
+    known = _SPELLED.get(name)
+    if known is None:
+        headers = Headers()
+        try:
+            headers.addRawHeader(name, b"")
+        except InvalidHeaderName:
+            return None
+        [(known, _)] = headers.getAllRawHeaders()
+        if len(_SPELLED) < _SPELLED_MOST:
+            _SPELLED[name] = known
+    return known
+
+
+def wholeRequest(data: bytes, limit: int) -> WholeRequest | None:
+    """
+    C{data} as exactly one whole request, if every part of it is plain, else
+    L{None} (and Twisted's parser reads it line by line).  Plain is: the
+    head ends in an empty line, and no CR, LF or NUL is in it but the CRLFs
+    that end its lines; the request line is ASCII, within
+    L{REQUEST_LINE_LIMIT} and well-formed by Twisted's own judge; the header
+    lines are within L{HEADERS_LIMIT} and L{MAX_HEADERS}, none continues
+    the line before, each has a name Twisted accepts and a colon; no
+    C{Transfer-Encoding} or C{Expect}; at most one C{Content-Length}, of at
+    most 18 digits and at most C{limit}; and exactly that many bytes follow
+    the head (none of a next request).
+    """
+    head, end, body = data.partition(b"\r\n\r\n")
+    if not end:
+        return None
+    breaks = head.count(b"\r\n")
+    if head.count(b"\n") != breaks or head.count(b"\r") != breaks or b"\x00" in head:
+        return None
+    lines = head.split(b"\r\n")
+    first = lines[0]
+    if len(first) > REQUEST_LINE_LIMIT or not first.isascii():
+        return None
+    if len(head) - len(first) > HEADERS_LIMIT or len(lines) > MAX_HEADERS:
+        return None
+    try:
+        line = parseRequestLine(first)
+    except ValueError:
+        return None
+    headers: dict[bytes, list[bytes]] = {}
+    length = 0
+    for each in lines[1:]:
+        name, colon, value = each.partition(b":")
+        spelled = _spelled(name) if colon else None
+        if spelled is None or spelled in _NOT_PLAIN:
+            return None
+        value = value.strip(b" \t")
+        if spelled == b"Content-Length":
+            if spelled in headers or not value.isdigit():
+                return None
+            value = value.lstrip(b"0") or b"0"
+            if len(value) > 18:
+                return None
+            length = int(value)
+        headers.setdefault(spelled, []).append(value)
+    if length > limit or len(body) != length:
+        return None
+    return WholeRequest(line, headers, length, body)
+
+
 class GuardedChannel(MalformedRequestHook):
     """
     An HTTP channel that bounds each request (see the module's docstring),
@@ -133,6 +233,9 @@ class GuardedChannel(MalformedRequestHook):
 
     #: Seconds for a whole request to arrive (its line, headers and body).
     headerTimeout: float = 10.0
+    #: A plain request that arrives in one read is read at once
+    #: (L{wholeRequest}); C{False} reads every request line by line.
+    readsWhole: bool = True
     #: After a refusal, the most seconds and bytes read before the cut.
     lingerSeconds: float = LINGER_SECONDS
     lingerBytes: int = LINGER_BYTES
@@ -191,6 +294,12 @@ class GuardedChannel(MalformedRequestHook):
             self._discard(len(data))
             return
         if not self._answering:
+            if self.readsWhole and atRest(self):
+                whole = wholeRequest(data, self._bodyLimit())
+                if whole is not None:
+                    takeWhole(self, whole.line, whole.headers, whole.length, whole.body)
+                    self.allContentReceived()
+                    return
             # Bytes of the next request (those that come while one is
             # answered are handed back here once it is).
             self._started = self._started or bool(data)
@@ -281,6 +390,10 @@ class GuardedChannel(MalformedRequestHook):
 
     def _limit(self) -> int:
         return int(getattr(self.requests[-1], "limit", MAX_BODY_BYTES))
+
+    def _bodyLimit(self) -> int:
+        # The limit of the request the next request will be made as.
+        return int(getattr(self.requestFactory, "limit", MAX_BODY_BYTES))
 
     # -- refusing -----------------------------------------------------------
 
