@@ -153,19 +153,17 @@ _NOT_PLAIN = frozenset([b"Transfer-Encoding", b"Expect"])
 
 def _spelled(name: bytes) -> bytes | None:
     """
-    C{name} as Twisted's headers spell it, or L{None} if Twisted refuses it
-    as a header name.
+    C{name} as Twisted's headers spell it (kept in L{_SPELLED}, where the
+    reader looks first), or L{None} if Twisted refuses it as a header name.
     """
-    known = _SPELLED.get(name)
-    if known is None:
-        headers = Headers()
-        try:
-            headers.addRawHeader(name, b"")
-        except InvalidHeaderName:
-            return None
-        [(known, _)] = headers.getAllRawHeaders()
-        if len(_SPELLED) < _SPELLED_MOST:
-            _SPELLED[name] = known
+    headers = Headers()
+    try:
+        headers.addRawHeader(name, b"")
+    except InvalidHeaderName:
+        return None
+    [(known, _)] = headers.getAllRawHeaders()
+    if len(_SPELLED) < _SPELLED_MOST:
+        _SPELLED[name] = known
     return known
 
 
@@ -202,7 +200,7 @@ def wholeRequest(data: bytes, limit: int) -> WholeRequest | None:
     length = 0
     for each in lines[1:]:
         name, colon, value = each.partition(b":")
-        spelled = _spelled(name) if colon else None
+        spelled = (_SPELLED.get(name) or _spelled(name)) if colon else None
         if spelled is None or spelled in _NOT_PLAIN:
             return None
         value = value.strip(b" \t")
