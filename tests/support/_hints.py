@@ -15,9 +15,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 def annotated(module: ModuleType) -> list[object]:
     """
-    The functions and classes C{module} defines, and the classes' methods.
+    The module itself when it annotates its own names, the functions and
+    classes it defines, and the classes' methods.
     """
-    found: list[object] = []
+    found: list[object] = [module] if vars(module).get("__annotations__") else []
     for value in vars(module).values():
         if getattr(value, "__module__", None) != module.__name__:
             continue

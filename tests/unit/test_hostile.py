@@ -26,9 +26,10 @@ from twisted.trial.unittest import SynchronousTestCase
 from vehicle.errors import STATUS
 from vehicle.web import MAX_BODY_BYTES
 from vehicle.web._frames import MAX_DEPTH, MAX_NUMBER_CHARS
-from vehicle.web._limits import HEADERS_LIMIT, REQUEST_LINE_LIMIT
+from vehicle.web._limits import HEADERS_LIMIT, MAX_HEADERS, REQUEST_LINE_LIMIT
 
 from tests.support._fuzz import examples, mutated, requestSchema, valid
+from tests.support.byline import byLine
 from tests.support.harness import Harness
 from tests.support.public import ACCOUNT, KEY, PUBLIC, VISITOR, account, visitor
 from tests.support.rawhttp import RawConnection
@@ -489,6 +490,33 @@ class LongLineTests(HostileCase):
         self.assertEqual(len(f"GET {path} HTTP/1.1"), REQUEST_LINE_LIMIT)
         self.assertRefused(conn, 404, "not_found")
 
+    def filled(self, lines: int, size: int) -> RawConnection:
+        """
+        A C{GET /health} whose header lines are exactly C{lines} lines and
+        C{size} bytes (line ends aside): the usual headers, then C{x-N: b}
+        lines, the last padded.
+        """
+        conn = self.connect()
+        base = conn.head("GET", "/health").split(b"\r\n")[1:-2]
+        more = lines - len(base)
+        left = size - sum(map(len, base)) - sum(len(b"x-%d: b" % i) for i in range(more - 1))
+        extra = {f"x-{i}": "b" for i in range(more - 1)}
+        extra["x-pad"] = "b" * (left - len("x-pad: "))
+        head = conn.head("GET", "/health", extra=extra)
+        sent = head.split(b"\r\n")[1:-2]
+        self.assertEqual((len(sent), sum(map(len, sent))), (lines, size))
+        conn.send(head)
+        return conn
+
+    def test_headersAtTheLimits(self) -> None:
+        """
+        Exactly L{MAX_HEADERS} header lines of exactly L{HEADERS_LIMIT}
+        bytes are served; one line more, or one byte more, is 431.
+        """
+        self.assertEqual(self.assertAnswer(self.filled(MAX_HEADERS, HEADERS_LIMIT))[0], 200)
+        self.assertRefused(self.filled(MAX_HEADERS + 1, 6000), 431, "headers_too_large")
+        self.assertRefused(self.filled(20, HEADERS_LIMIT + 1), 431, "headers_too_large")
+
     def test_headersTooLarge(self) -> None:
         """
         One long header, too many header bytes, or too many headers: 431
@@ -774,3 +802,8 @@ class PropertyTests(HostileCase):
                 self.assertAnswer(conn)
         finally:
             conn.lose()
+
+
+PathByLineTests = byLine(PathTests)
+DeadlineAndSizeByLineTests = byLine(DeadlineAndSizeTests)
+LongLineByLineTests = byLine(LongLineTests)

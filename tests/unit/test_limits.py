@@ -12,14 +12,25 @@ from __future__ import annotations
 import json
 
 from twisted.internet.address import IPv4Address
+from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.errors import VehicleError
 from vehicle.web import MAX_BODY_BYTES, VehicleSite
 from vehicle._request import BoundedRequest
-from vehicle.web._limits import LINGER_BYTES, LINGER_SECONDS, refusalBytes
+from vehicle.web._limits import (
+    HEADERS_LIMIT,
+    LINGER_BYTES,
+    LINGER_SECONDS,
+    MAX_HEADERS,
+    REQUEST_LINE_LIMIT,
+    GuardedChannel,
+    _escapeTarget,
+    refusalBytes,
+)
 
+from tests.support.byline import byLine
 from tests.support.harness import Harness
 from tests.support.rawhttp import RawConnection
 from tests.support.schemas import assertValidFrame
@@ -163,6 +174,40 @@ class HeaderDeadlineTests(SynchronousTestCase):
         self.assertFalse(conn.closed)
         self.h.clock.advance(0.1)
         self.assertTrue(conn.closed)
+        self.assertTrue(conn.cut)
+        self.assertEqual(conn.output(), b"")
+
+    def test_idleAfterAnAnswerCutSilently(self) -> None:
+        """
+        A kept-alive connection idle after its answer is cut at the next
+        deadline with nothing more written (no C{request_timeout}: no
+        request was under way).
+        """
+        conn = RawConnection(self.h, headerTimeout=10)
+        conn.send(conn.head("GET", "/health"))
+        self.assertEqual(conn.status(), 200)
+        answered = conn.output()
+        conn.send(b"")
+        self.h.clock.advance(10)
+        self.assertTrue(conn.cut)
+        self.assertEqual(conn.output(), answered)
+
+    def test_noDeadlineWhileAnswering(self) -> None:
+        """
+        A request being answered (a long-poll) is never cut by the
+        deadline, even when the next request arrived meanwhile; the next
+        one is answered once it is.
+        """
+        sid = self.h.create()["sessionId"]
+        conn = RawConnection(self.h, headerTimeout=10)
+        conn.send(conn.head("GET", f"/sessions/{sid}/events?since=2&waitMs=25000"))
+        conn.send(conn.head("GET", "/health"))
+        self.h.clock.advance(15)
+        self.assertEqual(conn.output(), b"")
+        self.assertFalse(conn.closed)
+        self.h.clock.advance(10)
+        self.assertEqual(conn.output().count(b"HTTP/1.1 200 "), 2)
+        self.assertFalse(conn.closed)
 
     def test_promptHeadersServed(self) -> None:
         """
@@ -360,3 +405,52 @@ class RefusalBytesTests(SynchronousTestCase):
         self.assertEqual((frame["code"], frame["details"]), ("headers_too_large", {"limit": 1}))
         self.assertTrue(refusalBytes(VehicleError("body_too_large", "x")).startswith(
             b"HTTP/1.1 413 Request Entity Too Large\r\n"))
+
+
+class DocumentedLimitsTests(SynchronousTestCase):
+    """
+    The limits are the ones docs/operating.md gives (the tests of each
+    refusal hold the code to its constant; this holds the constants).
+    """
+
+    def test_values(self) -> None:
+        """
+        1 MiB of body, a 16 KiB request line, 16 KiB of header lines in
+        at most 500, 10 s for a request to arrive, lingering 10 s and
+        16 MiB.
+        """
+        self.assertEqual(
+            (MAX_BODY_BYTES, REQUEST_LINE_LIMIT, HEADERS_LIMIT, MAX_HEADERS),
+            (1 << 20, 16 << 10, 16 << 10, 500),
+        )
+        self.assertEqual((LINGER_SECONDS, LINGER_BYTES), (10.0, 16 << 20))
+        self.assertEqual(GuardedChannel.headerTimeout, 10.0)
+        self.assertEqual(VehicleSite(None, Clock()).headerTimeout, 10.0)
+
+
+class EscapeTargetTests(SynchronousTestCase):
+    """
+    L{_escapeTarget}: a request line's target percent-encoded where it is
+    not ASCII, nothing else touched.
+    """
+
+    def test_bytesOverASCII(self) -> None:
+        """
+        Each byte from C{0x80} up is escaped (in capitals); C{0x7f} and
+        below, the method and the version are kept.
+        """
+        self.assertEqual(_escapeTarget(b"GET /a\x7f\x80\xff HTTP/1.1"),
+                         b"GET /a\x7f%80%FF HTTP/1.1")
+
+    def test_notThreeParts(self) -> None:
+        """
+        A line that is not three parts is left as it is (Twisted refuses
+        it).
+        """
+        for line in (b"GET /\xff", b"GET /\xff HTTP/1.1 x", b"/\xff"):
+            self.assertEqual(_escapeTarget(line), line)
+
+
+BodyLimitByLineTests = byLine(BodyLimitTests)
+HeaderDeadlineByLineTests = byLine(HeaderDeadlineTests)
+LingeringByLineTests = byLine(LingeringTests)

@@ -33,6 +33,7 @@ from vehicle.web._limits import (
 )
 
 from tests.support._fuzz import examples
+from tests.support._hints import assertAnnotationsResolve
 from tests.support.spies import spyOn
 
 
@@ -111,6 +112,8 @@ class WholeRequestTests(SynchronousTestCase):
             "pipelined": b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
             "over the limit": b"POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n" + b"a" * 11,
             "19 digits": b"POST / HTTP/1.1\r\nContent-Length: 1" + b"0" * 18 + b"\r\n\r\n",
+            "more digits than int() reads": b"POST / HTTP/1.1\r\nContent-Length: "
+            + b"1" * 5000 + b"\r\n\r\n",
             "length not digits": b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
             "two lengths": b"POST / HTTP/1.1\r\nContent-Length: 1\r\ncontent-length: 1\r\n\r\na",
             "chunked": b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -326,6 +329,23 @@ class ReadsWholeTests(SynchronousTestCase):
         _serve([PLAIN + PLAIN], True)
         self.assertNotEqual(self.lines, [])
 
+    def test_lengthOnlyByItsName(self) -> None:
+        """
+        Read line by line, only C{Content-Length} gives the body's length:
+        other headers starting with a c, with a number for a value (before
+        and after it in the alphabet), are kept as they came.
+        """
+        data = (b"PATCH / HTTP/1.1\r\ncache-control: 7\r\ncookie: 12\r\nconnection: 3\r\n"
+                b"content-length: 2\r\n\r\nhi")
+        served = _serve([data[:5], data[5:]], True)
+        self.assertEqual(served, _serve([data], True))
+        [seen] = served[0]
+        self.assertEqual(seen[4], [
+            (b"Cache-Control", (b"7",)), (b"Connection", (b"3",)),
+            (b"Content-Length", (b"2",)), (b"Cookie", (b"12",)),
+        ])
+        self.assertEqual(seen[6], b"hi")
+
     def test_offReadsByLine(self) -> None:
         """
         With C{readsWhole} off, a plain request is read line by line.
@@ -355,3 +375,15 @@ class ReadsWholeTests(SynchronousTestCase):
         self.assertFalse(atRest(channel))
         echo.held.pop().finish()
         self.assertTrue(atRest(channel))
+
+
+class AnnotationTests(SynchronousTestCase):
+    def test_annotationsResolve(self) -> None:
+        """
+        Every annotation of the request limits' module and of the module of
+        Twisted's private parts is a type (mutation testing reads them so).
+        """
+        from vehicle import _twistedparts
+
+        assertAnnotationsResolve(self, _limits)
+        assertAnnotationsResolve(self, _twistedparts)
