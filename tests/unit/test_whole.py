@@ -206,62 +206,93 @@ def _serve(data: list[bytes], readsWhole: bool, later: bool = False) -> tuple[An
     )
 
 
-#: Bytes a request's parts are drawn from: plain, and each kind the
-#: parser treats apart.
-_NAMES = st.sampled_from([
-    b"Host", b"host", b"X-Graph-Id", b"content-length", b"Content-Length", b"Connection",
-    b"Cookie", b"Transfer-Encoding", b"Expect", b"Content-Type", b"x", b"bad name",
-    b"", b" Host", b"Host ", b"X\x00", b"Caf\xc3\xa9", b"a:b",
+#: A request's parts: plain ones (read whole), and each kind the parser
+#: treats apart (one part in twenty, drawn by L{_part}).
+_PLAIN_NAMES = st.sampled_from([
+    b"Host", b"host", b"X-Graph-Id", b"x-user-id", b"Cookie", b"Connection", b"Content-Type",
+    b"Accept", b"X-A", b"x!#$%&'*+-.^_`|~",
 ])
-_VALUES = st.one_of(
+_HOSTILE_NAMES = st.sampled_from([
+    b"content-length", b"Content-Length", b"Transfer-Encoding", b"Expect", b"bad name", b"",
+    b" Host", b"Host ", b"X\x00", b"Caf\xc3\xa9", b"a:b",
+])
+_PLAIN_VALUES = st.one_of(
     st.sampled_from([
-        b"", b" v ", b"\tv\t", b"close", b"keep-alive", b"chunked", b"100-continue",
-        b"a=1; b=2", b"0", b"3", b"007", b"-1", b"1" * 19, b"x\x00y", b"x\ny", b"x\ry",
-        b"\xff\xfe", b"  ",
+        b"h", b"", b" v ", b"\tv\t", b"close", b"keep-alive", b"a=1; b=2", b"application/json",
+        b"\xff\xfe", b"3", b"  ",
+    ]),
+    st.binary(max_size=12).filter(lambda v: not set(v) & set(b"\r\n\x00")),
+)
+_HOSTILE_VALUES = st.one_of(
+    st.sampled_from([
+        b"chunked", b"100-continue", b"0", b"007", b"-1", b"1" * 19, b"x\x00y", b"x\ny", b"x\ry",
     ]),
     st.binary(max_size=12),
 )
-_LINES = st.one_of(
+_PLAIN_LINES = st.builds(
+    lambda m, t, v: m + b" " + t + b" " + v,
+    st.sampled_from([b"GET", b"POST", b"PATCH", b"DELETE", b"OPTIONS", b"HEAD"]),
+    st.sampled_from([b"/", b"/sessions/s1", b"/a?b=c&d", b"*", b"/%C3%A9", b"/a;b"]),
+    st.sampled_from([b"HTTP/1.1"] * 5 + [b"HTTP/1.0"]),
+)
+_HOSTILE_LINES = st.one_of(
     st.builds(
         lambda m, t, v: m + b" " + t + b" " + v,
-        st.sampled_from([b"GET", b"POST", b"PATCH", b"OPTIONS", b"G(T", b""]),
-        st.sampled_from([b"/", b"/sessions/s1", b"/a?b=c&d", b"*", b"/\xc3\xa9", b"/a b", b""]),
-        st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/2.0", b"http/1.1"]),
+        st.sampled_from([b"GET", b"G(T", b""]),
+        st.sampled_from([b"/", b"/\xc3\xa9", b"/a b", b""]),
+        st.sampled_from([b"HTTP/1.1", b"HTTP/2.0", b"http/1.1"]),
     ),
     st.binary(max_size=20),
 )
 
 
+def _part(draw: Any, plain: st.SearchStrategy[bytes], hostile: st.SearchStrategy[bytes]) -> bytes:
+    return draw(hostile) if draw(st.integers(0, 19)) == 0 else draw(plain)
+
+
 @st.composite
 def _requests(draw: Any) -> bytes:
-    line = draw(_LINES)
-    headers = draw(st.lists(st.tuples(_NAMES, _VALUES), max_size=6))
+    line = _part(draw, _PLAIN_LINES, _HOSTILE_LINES)
+    headers = [
+        (_part(draw, _PLAIN_NAMES, _HOSTILE_NAMES), _part(draw, _PLAIN_VALUES, _HOSTILE_VALUES))
+        for _ in range(draw(st.integers(0, 6)))
+    ]
     head = [line] + [name + b":" + value for name, value in headers]
-    if draw(st.booleans()):
+    if draw(st.integers(0, 19)) == 0:
         head.insert(draw(st.integers(1, len(head))), draw(st.sampled_from([b" cont", b"\tcont"])))
     body = draw(st.binary(max_size=8))
-    if draw(st.booleans()):
-        head.append(b"Content-Length: %d" % (len(body) + draw(st.sampled_from([0, 0, 0, -1, 1]))))
+    if body or draw(st.booleans()):
+        # The right length mostly; at times one short or one over, or none.
+        off = draw(st.sampled_from([0] * 12 + [-1, 1, None]))
+        if off is not None:
+            head.append(b"Content-Length: %d" % max(0, len(body) + off))
     request = b"\r\n".join(head) + b"\r\n\r\n" + body
-    if draw(st.booleans()):
-        request = draw(st.sampled_from([b"\r\n", b""])) + request
+    if draw(st.integers(0, 19)) == 0:
+        request = draw(st.sampled_from([b"\r\n", b"\r\n\r\n"])) + request
     return request
 
 
 @st.composite
 def _pieces(draw: Any) -> list[bytes]:
     """
-    One to three requests, then a plain one, cut at random points (or
-    not).
+    One to three requests, then a plain one: each in a read of its own
+    (mostly), all in one read, or cut at random points.
     """
-    data = b"".join(draw(st.lists(_requests(), min_size=1, max_size=3)))
-    data += b"GET /last HTTP/1.1\r\nHost: h\r\n\r\n"
-    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=3)))
-    pieces, start = [], 0
-    for cut in cuts + [len(data)]:
-        pieces.append(data[start:cut])
-        start = cut
-    # The plain one also on its own, once the rest has been read.
+    requests = draw(st.lists(_requests(), min_size=1, max_size=3))
+    requests.append(b"GET /last HTTP/1.1\r\nHost: h\r\n\r\n")
+    how = draw(st.integers(0, 5))
+    if how <= 3:
+        pieces = requests
+    elif how == 4:
+        pieces = [b"".join(requests)]
+    else:
+        data = b"".join(requests)
+        cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=3)))
+        pieces, start = [], 0
+        for cut in cuts + [len(data)]:
+            pieces.append(data[start:cut])
+            start = cut
+    # The plain one again on its own, once the rest has been read.
     return [p for p in pieces if p] + [b"GET /again HTTP/1.1\r\nHost: h\r\n\r\n"]
 
 
