@@ -354,6 +354,17 @@ class ReadsWholeTests(SynchronousTestCase):
         self.assertEqual(len(served[0]), 2)
         self.assertTrue(served[8], "a deadline is left armed")
 
+    def test_bigBodyReadWhole(self) -> None:
+        """
+        A body of some kilobytes, with its head in one read, is read whole
+        too (a length is compared by value, however large).
+        """
+        body = b"x" * 4000
+        data = b"PATCH /s HTTP/1.1\r\nContent-Length: 4000\r\n\r\n" + body
+        served = _serve([data], True)
+        self.assertEqual(self.lines, [])
+        self.assertEqual(served[0][0][6], body)
+
     def test_piecesReadByLine(self) -> None:
         """
         A request in two reads, or two in one, is read line by line.
