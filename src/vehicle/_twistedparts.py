@@ -141,11 +141,13 @@ def takeWhole(
 ) -> None:
     """
     Hand C{channel} (L{atRest}) a whole request, as its parser would have
-    had it by the end of the body: the request made and queued, its line,
-    its headers (each name as Twisted spells it, values as sent, stripped of
-    spaces and tabs), the connection's persistence, the body given to the
-    request.  The caller then calls the channel's C{allContentReceived},
-    which ends the parse as Twisted's does.
+    had it by the end of the body: the request made and queued, its line
+    and its headers (each name as Twisted spells it, values as sent,
+    stripped of spaces and tabs) where the parser keeps them, then
+    Twisted's own end of the headers (cookies, the connection's
+    persistence, the length given to the request), then the body.  The
+    caller then calls the channel's C{allContentReceived}, which ends the
+    parse as Twisted's does.
 
     The parser's idle timeout is not reset: C{allContentReceived} turns it
     off straight away.
@@ -156,8 +158,9 @@ def takeWhole(
     c.requests.append(request)
     request.requestHeaders._rawHeaders = headers
     c._command, c._path, c._version = line
-    request.parseCookies()
-    c.persistent = c.checkPersistence(request, line[2])
-    request.gotLength(length)
+    c.length = length
+    # Twisted's, not the channel's own override (the host's guard reads
+    # its length checks from the line-by-line parse).
+    HTTPChannel.allHeadersReceived(c)
     if length:
         request.handleContentChunk(body)

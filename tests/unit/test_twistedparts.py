@@ -207,6 +207,11 @@ class _Holding(http.Request):
     """
 
     held: list[http.Request] = []
+    announced: int | None = None
+
+    def gotLength(self, length: int | None) -> None:
+        self.announced = length
+        http.Request.gotLength(self, length)
 
     def process(self) -> None:
         self.held.append(self)
@@ -318,7 +323,7 @@ class TakeWholeTests(SynchronousTestCase):
         seen = (
             request.method, request.uri, request.args, request.clientproto,
             list(request.requestHeaders.getAllRawHeaders()), request.received_cookies,
-            request.content.read(), channel.persistent, request.queued,
+            request.content.read(), request.announced, channel.persistent, request.queued,
         )
         request.write(b"answer")
         request.finish()
@@ -326,8 +331,8 @@ class TakeWholeTests(SynchronousTestCase):
 
     def test_asReadByLine(self) -> None:
         """
-        The request's line, headers, cookies, body and the connection's
-        persistence as Twisted's parser reads them; the same answer
+        The request's line, headers, cookies, announced length, body and the
+        connection's persistence as Twisted's parser reads them; the same answer
         written, the same close.
         """
         whole = self.serve(True)

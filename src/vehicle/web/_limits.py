@@ -151,6 +151,21 @@ _SPELLED_MOST = 512
 _NOT_PLAIN = frozenset([b"Transfer-Encoding", b"Expect"])
 
 
+#: The most digits of an announced C{Content-Length} read (leading zeros
+#: aside): more is over any body limit, and C{int()} of thousands of digits
+#: would raise out of the parser.
+LENGTH_DIGITS = 18
+
+
+def lengthDigits(value: bytes) -> bytes | None:
+    """
+    The digits of an announced length (C{value}, all digits) without their
+    leading zeros, or L{None} when there are more than L{LENGTH_DIGITS}.
+    """
+    digits = value.lstrip(b"0") or b"0"
+    return digits if len(digits) <= LENGTH_DIGITS else None
+
+
 def _spelled(name: bytes) -> bytes | None:
     """
     C{name} as Twisted's headers spell it (kept in L{_SPELLED}, where the
@@ -177,7 +192,7 @@ def wholeRequest(data: bytes, limit: int) -> WholeRequest | None:
     lines are within L{HEADERS_LIMIT} and L{MAX_HEADERS}, none continues
     the line before, each has a name Twisted accepts and a colon; no
     C{Transfer-Encoding} or C{Expect}; at most one C{Content-Length}, of at
-    most 18 digits and at most C{limit}; and exactly that many bytes follow
+    most L{LENGTH_DIGITS} digits and at most C{limit}; and exactly that many bytes follow
     the head (none of a next request).
     """
     head, end, body = data.partition(b"\r\n\r\n")
@@ -205,12 +220,10 @@ def wholeRequest(data: bytes, limit: int) -> WholeRequest | None:
             return None
         value = value.strip(b" \t")
         if spelled == b"Content-Length":
-            if spelled in headers or not value.isdigit():
+            digits = lengthDigits(value) if value.isdigit() else None
+            if spelled in headers or digits is None:
                 return None
-            value = value.lstrip(b"0") or b"0"
-            if len(value) > 18:
-                return None
-            length = int(value)
+            value, length = digits, int(digits)
         headers.setdefault(spelled, []).append(value)
     if length > limit or len(body) != length:
         return None
@@ -293,7 +306,7 @@ class GuardedChannel(MalformedRequestHook):
             return
         if not self._answering:
             if self.readsWhole and atRest(self):
-                whole = wholeRequest(data, self._bodyLimit())
+                whole = wholeRequest(data, self._limit())
                 if whole is not None:
                     takeWhole(self, whole.line, whole.headers, whole.length, whole.body)
                     self.allContentReceived()
@@ -342,8 +355,8 @@ class GuardedChannel(MalformedRequestHook):
         if colon and name.strip().lower() == b"content-length" and value.isdigit():
             # Read the length here, bounded: Twisted's int() of thousands of
             # digits would raise out of the parser (a silent close).
-            length = value.lstrip(b"0") or b"0"
-            if len(length) > 18:
+            length = lengthDigits(value)
+            if length is None:
                 self.refuse(tooLarge(self._limit()))
                 return False
             line = b"Content-Length: " + length
@@ -387,10 +400,7 @@ class GuardedChannel(MalformedRequestHook):
         HTTPChannel.connectionLost(self, reason)
 
     def _limit(self) -> int:
-        return int(getattr(self.requests[-1], "limit", MAX_BODY_BYTES))
-
-    def _bodyLimit(self) -> int:
-        # The limit of the request the next request will be made as.
+        # The body limit of the requests this channel makes.
         return int(getattr(self.requestFactory, "limit", MAX_BODY_BYTES))
 
     # -- refusing -----------------------------------------------------------
