@@ -115,7 +115,8 @@ def buildHost(
     if runInThread is None:
         runInThread = threadRunner(reactor)
     observeLogs(metrics)
-    dataDir = DataDir(settings.dataDir, writer=writer or writerFor(reactor))
+    dataDir = DataDir(settings.dataDir,
+                      writer=writer or writerFor(reactor, helper=settings.syncHelper))
     dataDir.ensure()
     registry = Registry(dataDir=dataDir, clock=reactor, defaultLeaseTtlMs=settings.leaseTtlMs)
     if launcher is None:
@@ -346,7 +347,10 @@ def makeService(options: Options, reactor: IHostReactor | None = None) -> MultiS
         lock.acquire()
     except DataDirLocked as e:
         raise SettingsRefused(f"vehicle: {e}")
-    api, host = buildHost(settings, options["models"], reactor)
+    # The sync helper holds the lock too: no second host takes the data
+    # dir while it finishes a batch of this one's.
+    writer = writerFor(reactor, helper=settings.syncHelper, holding=lock.fileno())
+    api, host = buildHost(settings, options["models"], reactor, writer=writer)
     site = VehicleSite(api.resource(), reactor, headerTimeout=settings.headerTimeoutSeconds)
     top = MultiService()
     # Started in this order, stopped in the reverse: the lock is held

@@ -66,6 +66,13 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def _off(env: Mapping[str, str], name: str) -> bool:
+    """
+    Is a setting that is on unless said otherwise turned off?
+    """
+    return (env.get(name) or "on").strip().lower() in {"off", "0", "false", "no"}
+
+
 def defaultPiRoot() -> Path:
     """
     Where C{scripts/setup} installs the pinned pi runtime: C{<venv>/pi}, or
@@ -193,6 +200,9 @@ class Settings:
     #: boxed by bwrap).  None unless asked for here; the environment's
     #: default is 1.
     agentSpareBodies: int = 0
+    #: C{VEHICLE_SYNC_HELPER}: the logs' writes and syncs made by a process
+    #: of their own (on by default; C{off}: on the writer's thread).
+    syncHelper: bool = True
 
     @classmethod
     def fromEnvironment(
@@ -217,9 +227,7 @@ class Settings:
         if env.get("VEHICLE_PI"):
             piCommand = tuple(env["VEHICLE_PI"].split())
         isolation = _isolation(env)
-        mirror = (env.get("VEHICLE_MIRROR") or "on").strip().lower() not in {
-            "off", "0", "false", "no",
-        }
+        mirror = not _off(env, "VEHICLE_MIRROR")
         return cls(
             secret=secret,
             dataDir=Path(dataDir).absolute(),
@@ -245,6 +253,7 @@ class Settings:
             spareBodies=_int(env, "VEHICLE_SPARE_BODIES", 1, 0),
             spareRefillMs=_int(env, "VEHICLE_SPARE_REFILL_MS", 2000, 0),
             agentSpareBodies=_int(env, "VEHICLE_AGENT_SPARE_BODIES", 1, 0),
+            syncHelper=not _off(env, "VEHICLE_SYNC_HELPER"),
         )
 
 

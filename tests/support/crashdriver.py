@@ -25,6 +25,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support._crashfs import Crash, CrashFiles
 from tests.support.harness import Harness
+from tests.support.syncloop import loopbackWriter
+from vehicle.store import GroupWriter
 
 
 LONG = os.environ.get("VEHICLE_LONG_PROOFS") == "1"
@@ -148,14 +150,14 @@ class Run:
     """
 
     def __init__(self, case: SynchronousTestCase, s: Scenario, cut: int | str | None,
-                 mode: str) -> None:
+                 mode: str, writer: Callable[[], GroupWriter] | None = None) -> None:
         self.case = case
         root = Path(case.mktemp())
         root.mkdir(parents=True)
         files = CrashFiles(root, mode)
         files.install(case.patch)
         case.addCleanup(files.uninstall)
-        h = Harness(case, root, **s.settings)
+        h = Harness(case, root, writer=writer, **s.settings)
         ctx = s.setup(h)
         request = s.request(ctx)
         files.arm(None if cut in (None, "before") else cut)
@@ -166,7 +168,7 @@ class Run:
         files.revive()
         gc.collect()
         case.flushLoggedErrors(Crash)
-        self.host = Harness(case, root, **s.settings)
+        self.host = Harness(case, root, writer=writer, **s.settings)
         self.after = outcome(send(self.host, request))
         self.state = look(case, self.host, s)
         self.files = files
@@ -258,6 +260,9 @@ class CrashDriver(SynchronousTestCase):
     """
 
     mode = "kill"
+    #: The sync helper's way (L{tests.support.syncloop}) instead of a
+    #: writer that writes at once.
+    helper = False
     _log = Logger()
 
     def setUp(self) -> None:
@@ -270,17 +275,24 @@ class CrashDriver(SynchronousTestCase):
 
     def drive(self, name: str) -> None:
         s = SCENARIOS[name]
-        done = Run(self, s, None, self.mode)
-        notDone = Run(self, s, "before", self.mode)
+        writer = (lambda: loopbackWriter(self)) if self.helper else None
+        done = Run(self, s, None, self.mode, writer)
+        notDone = Run(self, s, "before", self.mode, writer)
         self.assertFalse(done.cutInside)
         self.assertGreater(done.syncs, 0, f"{name} wrote nothing durable")
+        if self.helper and name != "create":
+            # (A new session's folder is built aside and written in place:
+            # no batch.)
+            batches = [m for link in self.__dict__.get("loopbacks", []) for m in link.sent
+                       if m[0] == "batch"]
+            self.assertNotEqual(batches, [], f"{name}: no batch went through the helper")
         allowed = {
             "done": (done.after, done.state),
             "not done": (notDone.after, notDone.state),
         }
         cuts = range(1, done.syncs + 1) if LONG else sorted({1, done.syncs})
         for k in cuts:
-            cut = Run(self, s, k, self.mode)
+            cut = Run(self, s, k, self.mode, writer)
             self.assertTrue(cut.cutInside, f"{name}: no sync {k} of {done.syncs}")
             matches = [label for label, (after, state) in allowed.items()
                        if (cut.after, cut.state) == (after, state)]

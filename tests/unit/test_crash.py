@@ -645,3 +645,20 @@ class RebuildEqualsLiveTests(SynchronousTestCase):
                 h.stop()
 
         check()
+
+
+class HelperCrashTests(CrashTests):
+    """
+    The same kills, every batch written and synced by the sync helper's
+    code (L{vehicle._syncd}) through its wire's encoding.
+    """
+
+    helper = True
+
+
+class HelperPowerLossTests(PowerLossTests):
+    """
+    The same power cuts, the batches the sync helper's.
+    """
+
+    helper = True

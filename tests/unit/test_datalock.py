@@ -123,6 +123,32 @@ class DataDirLockTests(SynchronousTestCase):
         self.assertIsNone(caught.exception.pid)
         self.assertIn("is in use by another process (", str(caught.exception))
 
+    def test_deadHolderWaitedFor(self) -> None:
+        """
+        A lock held with the pid of a process no longer alive in it (a
+        killed host's sync helper finishing its batch) is waited for, up to
+        C{waitForTheDead}; then refused, naming that pid.
+        """
+        root = Path(self.mktemp())
+        first = DataDirLock(root)
+        first.acquire()
+        self.addCleanup(first.release)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        (root / "vehicle.lock").write_text(f"{pid}\n")
+        second = DataDirLock(root)
+        second.waitForTheDead = 0.05
+        tries: list[int] = []
+        real = fcntl.flock
+        self.patch(fcntl, "flock", lambda fd, op: (tries.append(op), real(fd, op))[1])
+        with self.assertRaises(DataDirLocked) as caught:
+            second.acquire()
+        self.assertEqual(caught.exception.pid, pid)
+        self.assertGreater(len(tries), 1)
+        self.assertFalse(second.held)
+
     def test_stamp(self) -> None:
         """
         L{DataDirLock.stamp} writes the current pid again over whatever the
@@ -180,3 +206,24 @@ class AnnotationTests(SynchronousTestCase):
         from vehicle.store import _lock
 
         assertAnnotationsResolve(self, _lock)
+
+
+class AliveTests(SynchronousTestCase):
+    """
+    L{vehicle._pids.alive}.
+    """
+
+    def test_alive(self) -> None:
+        """
+        This process is alive; one reaped is not; one not ours to signal is.
+        """
+        from vehicle._pids import alive
+
+        self.assertTrue(alive(os.getpid()))
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        self.assertFalse(alive(pid))
+        self.patch(os, "kill", lambda pid, sig: (_ for _ in ()).throw(PermissionError()))
+        self.assertTrue(alive(1))

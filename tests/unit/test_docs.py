@@ -116,7 +116,7 @@ class OperatingTests(SynchronousTestCase):
 
 #: A reference in the walk of a prompt: C{`path.py:N` `Name`} (or C{`:N`
 #: `Name`}, the file being the last one named).
-_WALK_REF = re.compile(r"`(?:([a-z_/]+\.py))?:(\d+)`\s+`([A-Za-z_][A-Za-z_.]*)")
+_WALK_REF = re.compile(r"`(?:([a-z_/.]+\.py))?:(\d+)`\s+`([A-Za-z_][A-Za-z_.]*)")
 
 
 def walkReferences(design: str) -> list[tuple[str, int, str]]:

@@ -31,6 +31,7 @@ from vehicle.store import (
     writeAtomic,
     writeJsonAtomic,
 )
+from vehicle import _syncd
 from vehicle.store import _atomic, _files, _jsonl, _layout
 from vehicle.store._atomic import makeDirs
 from tests.support._hints import assertAnnotationsResolve
@@ -125,9 +126,9 @@ class OsFilesTests(SynchronousTestCase):
         """
         Where there is no full sync (Linux), C{fsync} is C{os.fsync}.
         """
-        self.assertEqual(_files._FULLFSYNC, getattr(fcntl, "F_FULLFSYNC", None))
+        self.assertEqual(_syncd._FULLFSYNC, getattr(fcntl, "F_FULLFSYNC", None))
         synced: list[int] = []
-        self.patch(_files, "_FULLFSYNC", None)
+        self.patch(_syncd, "_FULLFSYNC", None)
         self.patch(os, "fsync", synced.append)
         self.patch(fcntl, "fcntl", lambda *a: self.fail(f"fcntl{a}"))
         OsFiles().fsync(7)
@@ -148,7 +149,7 @@ class OsFilesTests(SynchronousTestCase):
                 raise OSError(25, "Inappropriate ioctl for device")
             return 0
 
-        self.patch(_files, "_FULLFSYNC", 51)
+        self.patch(_syncd, "_FULLFSYNC", 51)
         self.patch(os, "fsync", synced.append)
         self.patch(fcntl, "fcntl", fakeFcntl)
         OsFiles().fsync(7)

@@ -41,6 +41,7 @@ from vehicle.store import _writer
 from tests.support._crashfs import Crash, CrashFiles
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.batches import HeldBatches
+from tests.support.syncloop import HeldThroughHelper
 
 
 class _Calls(OsFiles):
@@ -831,3 +832,15 @@ class AnnotationTests(SynchronousTestCase):
 
     def test_resolve(self) -> None:
         assertAnnotationsResolve(self, _writer)
+
+
+class HelperWriterTests(WriterTests):
+    """
+    The same, every batch written and synced through the sync helper's
+    code (L{vehicle._syncd}) and its wire (L{vehicle.store._syncer}).
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.held = HeldThroughHelper(self)  # type: ignore[assignment]
+        self.writer = GroupWriter(runner=self.held)

@@ -21,6 +21,7 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from vehicle._pids import alive
 from vehicle._reactors import IHostReactor
 from vehicle.body import (
     BodyPaths, BodyPlan, Spare, SpareHolds, SparePool, Wrapper, primingFolder,
@@ -192,7 +193,7 @@ class AgentProfile:
                 continue
             if path.stat().st_uid != os.getuid():
                 continue
-            if pid.isdigit() and _alive(int(pid)):
+            if pid.isdigit() and alive(int(pid)):
                 continue
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
@@ -571,18 +572,3 @@ class AgentProfile:
 def _identity(path: Path) -> FolderRecord:
     identity = FolderIdentity.record(path)
     return FolderRecord(path=str(identity.path), device=identity.device, inode=identity.inode)
-
-
-def _alive(pid: int) -> bool:
-    """
-    Whether process C{pid} exists (signal 0 checks without sending).
-    """
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -20,16 +20,16 @@ from vehicle.store._files import Files, OsFiles, files, removeTree, useFiles
 from vehicle.store._jsonl import CorruptLog, JsonlLog, LogObserver, observeLogs
 from vehicle.store._layout import DataDir
 from vehicle.store._lock import DataDirLock, DataDirLocked
+from vehicle._syncd import Chain
 from vehicle.store._writer import (
     After,
-    Chain,
     GroupWriter,
     Line,
     raiseAtOnce,
     runAtOnce,
     writeAtOnce,
-    writerFor,
 )
+from vehicle.store._syncer import writerFor
 
 
 __all__ = [

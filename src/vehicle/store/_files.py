@@ -12,10 +12,11 @@ call time, so a test that patches C{os.write} still reaches it.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 from typing import Protocol, TypeAlias
+
+from vehicle._syncd import OsOps
 
 
 #: A path as C{os} takes it.
@@ -47,12 +48,7 @@ class Files(Protocol):
 #: is close-on-exec without asking: C{os.open} makes them so (PEP 446).
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL
 
-#: macOS's full sync (its C{fsync} reaches only the drive's cache); L{None}
-#: where the system has none (Linux, whose C{fsync} is the full one).
-_FULLFSYNC: int | None = getattr(fcntl, "F_FULLFSYNC", None)
-
-
-class OsFiles:
+class OsFiles(OsOps):
     """
     The real file system.  C{fsync} is the full one: C{F_FULLFSYNC} on
     macOS, where C{fsync} reaches only the drive's cache.
@@ -61,27 +57,8 @@ class OsFiles:
     def open(self, path: StrPath, flags: int, mode: int = 0o777) -> int:
         return os.open(path, flags, mode)
 
-    def write(self, fd: int, data: bytes | memoryview) -> int:
-        return os.write(fd, data)
-
-    def fsync(self, fd: int) -> None:
-        if _FULLFSYNC is not None:
-            try:
-                fcntl.fcntl(fd, _FULLFSYNC)
-                return
-            except OSError:
-                # Not every file system takes it: the plain sync then.
-                pass
-        os.fsync(fd)
-
-    def ftruncate(self, fd: int, size: int) -> None:
-        os.ftruncate(fd, size)
-
     def fchmod(self, fd: int, mode: int) -> None:
         os.fchmod(fd, mode)
-
-    def close(self, fd: int) -> None:
-        os.close(fd)
 
     def replace(self, source: StrPath, target: StrPath) -> None:
         os.replace(source, target)

@@ -18,6 +18,7 @@ from typing import ClassVar, Protocol
 from attrs import define
 from twisted.logger import Logger
 
+from vehicle._syncd import appendWhole
 from vehicle.protocol import JSONObject, intOf
 from vehicle.store._atomic import fsyncDirectory, fullSync
 from vehicle.store._files import CREATE, files
@@ -33,6 +34,28 @@ def _write(fd: int, data: bytes | memoryview) -> int:
 
 #: Another indirection the tests replace.
 _sync = fullSync
+
+
+class _Layer:
+    """
+    The file layer as a log writes through it: its writes by L{_write} and
+    its syncs by L{_sync}, looked up at each call (tests replace them).
+    """
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        return _write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        _sync(fd)
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        files().ftruncate(fd, size)
+
+    def close(self, fd: int) -> None:
+        files().close(fd)
+
+
+_layer = _Layer()
 
 _APPEND = os.O_WRONLY | os.O_APPEND
 
@@ -333,26 +356,16 @@ class JsonlLog:
         @raise OSError: when writing fails, or an earlier write or sync
             did; the log then refuses further appends.
         """
-        if self._fd is None:
-            raise ValueError(f"{self._path}: the log is closed")
-        if self._failure is not None:
-            raise OSError(
-                f"{self._path}: an earlier write failed ({self._failure!r}); "
-                "open the log afresh"
-            )
+        refusal = self.refusal()
+        if refusal is not None:
+            raise refusal
+        assert self._fd is not None
         data = b"".join(lines)
-        view = memoryview(data)
         try:
-            while view:
-                written = _write(self._fd, view)
-                view = view[written:]
+            # Leaves no partial line for the next record to follow.
+            appendWhole(_layer, self._fd, data, self._size)
         except BaseException as e:
             self._failure = e
-            # Leave no partial line for the next record to follow.
-            try:
-                files().ftruncate(self._fd, self._size)
-            except OSError:
-                pass
             raise
         self._size += len(data)
         _observer.appended(self._path.stem, len(lines))
@@ -373,6 +386,49 @@ class JsonlLog:
             self._failure = e
             raise
         _observer.synced(self._path.stem, time.monotonic() - began)
+
+    @property
+    def fd(self) -> int | None:
+        """
+        Its descriptor (L{None} once closed), for the sync helper to hold.
+        """
+        return self._fd
+
+    @property
+    def size(self) -> int:
+        """
+        Its length as far as this log wrote it.
+        """
+        return self._size
+
+    def refusal(self) -> OSError | ValueError | None:
+        """
+        What L{write} would raise before writing anything, or L{None}.
+        """
+        if self._fd is None:
+            return ValueError(f"{self._path}: the log is closed")
+        if self._failure is not None:
+            return OSError(
+                f"{self._path}: an earlier write failed ({self._failure!r}); "
+                "open the log afresh"
+            )
+        return None
+
+    def wroteElsewhere(self, written: int, lines: int, syncing: float | None,
+                       failure: BaseException | None) -> None:
+        """
+        Another process wrote (and synced) for this log (the sync helper,
+        L{vehicle.store._syncer}): C{written} bytes in C{lines} lines,
+        C{syncing} seconds syncing (L{None}: no sync), and C{failure} (a
+        write or sync that failed: the log refuses more, as after its own).
+        """
+        self._size += written
+        if lines:
+            _observer.appended(self._path.stem, lines)
+        if syncing is not None:
+            _observer.synced(self._path.stem, syncing)
+        if failure is not None:
+            self._failure = failure
 
     def close(self) -> None:
         """

@@ -31,14 +31,13 @@ each batch at once, on the caller's thread: the same code, synchronous.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Hashable, Iterable, Protocol, Sequence, TypeVar
+from typing import Callable, ClassVar, Hashable, Protocol, Sequence, TypeVar
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import (
     IDelayedCall,
     IReactorFromThreads,
-    IReactorThreads,
     IReactorTime,
 )
 from twisted.internet.threads import deferToThreadPool
@@ -46,7 +45,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from vehicle._reactors import IClientReactor
+from vehicle._syncd import Chain, StepMarks, inPhases, runPhases
 from vehicle._timers import cancelIfActive
 from vehicle.store._jsonl import JsonlLog
 
@@ -56,10 +55,12 @@ T = TypeVar("T")
 
 class Runner(Protocol):
     """
-    Runs a batch: on the writer's own thread, or at once.
+    Runs a batch: on the writer's own thread, in the sync helper's process
+    (L{vehicle.store._syncer}), or at once.  A L{Batch} is called to run it
+    on the caller's thread.
     """
 
-    def __call__(self, work: Callable[[], None]) -> Deferred[None]: ...
+    def __call__(self, work: Batch, /) -> Deferred[None]: ...
 
 
 def runAtOnce(work: Callable[[], None]) -> Deferred[None]:
@@ -132,7 +133,7 @@ def writeAtOnce(lines: Sequence[Line]) -> None:
 
     @raise OSError: a write or a sync failed (the log refuses more).
     """
-    for phase in _inPhases((None, line) for line in lines):
+    for phase in inPhases((None, line) for line in lines):
         byLog: dict[JsonlLog, list[bytes]] = {}
         for _, line in phase:
             byLog.setdefault(line.log, []).append(line.data)
@@ -140,34 +141,6 @@ def writeAtOnce(lines: Sequence[Line]) -> None:
             log.write(*data)
         for log in byLog:
             log.sync()
-
-
-X = TypeVar("X")
-
-
-def _inPhases(lines: Iterable[tuple[X, Line]]) -> list[list[tuple[X, Line]]]:
-    """
-    C{lines} (each with what it belongs to) by phase, the phases in order,
-    each keeping the order the lines came in.
-    """
-    phases: dict[int, list[tuple[X, Line]]] = {}
-    for owner, line in lines:
-        phases.setdefault(line.phase, []).append((owner, line))
-    return [phases[phase] for phase in sorted(phases)]
-
-
-@define(eq=False)
-class Chain:
-    """
-    The logs of one owner (a session's two) whose lines follow one another.
-
-    @ivar brokenAt: the number of the first step of the chain that failed:
-        it and every later step of the chain are refused.
-    @ivar failure: what broke it.
-    """
-
-    brokenAt: int | None = None
-    failure: BaseException | None = None
 
 
 @frozen
@@ -191,7 +164,7 @@ After = tuple[Hashable, Callable[[], None]]
 
 
 @define
-class _Step:
+class _Step(StepMarks):
     index: int
     chain: Chain
     lines: tuple[Line, ...]
@@ -203,26 +176,6 @@ class _Step:
     #: What the C{after} work raised, under the work's key.
     afterFailure: tuple[Hashable, Failure] | None = None
 
-    def refused(self) -> bool:
-        """
-        Has this step failed, or is its chain broken at it or before it?
-        """
-        if self.failure is None:
-            chain = self.chain
-            if chain.brokenAt is not None and self.index >= chain.brokenAt:
-                self.failure = chain.failure
-        return self.failure is not None
-
-    def fail(self, error: BaseException) -> None:
-        """
-        This step's lines are not durable: it fails, and breaks its chain.
-        """
-        if self.failure is None:
-            self.failure = error
-        chain = self.chain
-        if chain.brokenAt is None or self.index < chain.brokenAt:
-            chain.brokenAt, chain.failure = self.index, error
-
 
 @define
 class _Close:
@@ -230,44 +183,41 @@ class _Close:
     done: Deferred[None]
 
 
+@frozen
+class Batch:
+    """
+    The steps (and closes) a runner makes durable together; called, it runs
+    on the caller's thread (L{runBatch}).
+    """
+
+    items: Sequence[_Step | _Close]
+
+    def __call__(self) -> None:
+        runBatch(self.items)
+
+    @property
+    def steps(self) -> list[_Step]:
+        return [s for s in self.items if isinstance(s, _Step)]
+
+
 def runBatch(batch: Sequence[_Step | _Close]) -> None:
     """
-    Make a batch durable, phase by phase: write each log's lines of the
-    phase with one C{write}, in the order the steps came, then sync each
-    log written once.
-    Then the C{after} work of the steps made durable, then the closes.
-    Runs on the writer's thread; it only marks the steps (the reactor
-    thread fires their L{Deferred}s).
+    Make a batch durable, phase by phase (L{runPhases}), then finish it
+    (L{finishBatch}).  Runs on the writer's thread; it only marks the
+    steps (the reactor thread fires their L{Deferred}s).
     """
-    steps = [s for s in batch if isinstance(s, _Step)]
-    for phase in _inPhases((step, line) for step in steps for line in step.lines):
-        byLog: dict[JsonlLog, list[tuple[_Step, Line]]] = {}
-        for step, line in phase:
-            byLog.setdefault(line.log, []).append((step, line))
-        touched: dict[JsonlLog, list[_Step]] = {}
-        for log, taken in byLog.items():
-            # Asked here, log by log: a write that failed before this one
-            # may have broken the chain of a step with a line here.
-            taken = [(step, line) for step, line in taken if not step.refused()]
-            if not taken:
-                continue
-            try:
-                log.write(*(line.data for _, line in taken))
-            except (OSError, ValueError) as e:
-                for step, _ in taken:
-                    step.fail(e)
-                continue
-            touched[log] = [step for step, _ in taken]
-        for log, written in touched.items():
-            try:
-                log.sync()
-            except (OSError, ValueError) as e:
-                # Every line written to it since its last sync is in doubt.
-                for step in written:
-                    step.fail(e)
+    runPhases([s for s in batch if isinstance(s, _Step)])
+    finishBatch(batch)
+
+
+def finishBatch(batch: Sequence[_Step | _Close]) -> None:
+    """
+    After a batch's lines: the C{after} work of the steps made durable
+    (only the last of each key), then the closes.
+    """
     last: dict[Hashable, _Step] = {}
-    for step in steps:
-        if not step.refused() and step.after is not None:
+    for step in batch:
+        if isinstance(step, _Step) and not step.refused() and step.after is not None:
             last[step.after[0]] = step
     for key, step in last.items():
         assert step.after is not None
@@ -388,7 +338,7 @@ class GroupWriter:
                 self._running = True
                 self.batches += 1
                 try:
-                    ran = self.runner(lambda: runBatch(batch))
+                    ran = self.runner(Batch(batch))
                 except BaseException:
                     self._running = False
                     raise
@@ -454,7 +404,12 @@ class GroupWriter:
             self._log.failure("Work after a durable write ({key}) failed", failure, key=str(key))
 
 
-def threadedRunner(reactor: IReactorFromThreads, pool: ThreadPool) -> Runner:
+#: A piece of work, and what runs it somewhere and says when it is done.
+Work = Callable[[], None]
+WorkRunner = Callable[[Work], Deferred[None]]
+
+
+def threadedRunner(reactor: IReactorFromThreads, pool: ThreadPool) -> WorkRunner:
     """
     A runner that runs each batch in C{pool} (one thread: the writer's).
     """
@@ -463,19 +418,3 @@ def threadedRunner(reactor: IReactorFromThreads, pool: ThreadPool) -> Runner:
         return deferToThreadPool(reactor, pool, work)
 
     return run
-
-
-def writerFor(reactor: IClientReactor) -> GroupWriter:
-    """
-    The writer of a data directory served with C{reactor}: its batches run
-    on a thread of its own (started with the reactor, stopped after the
-    services at shutdown), the work after a step done once a second at
-    most; on a reactor without threads, everything at once.
-    """
-    threads = IReactorThreads(reactor, None)
-    if threads is None:
-        return GroupWriter()
-    pool = ThreadPool(minthreads=1, maxthreads=1, name="vehicle-writer")
-    reactor.callWhenRunning(pool.start)
-    reactor.addSystemEventTrigger("during", "shutdown", pool.stop)
-    return GroupWriter(runner=threadedRunner(threads, pool), clock=reactor)
