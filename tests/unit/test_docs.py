@@ -31,7 +31,7 @@ PASSED_THROUGH = {"HOME", "LANG", "PATH"}
 
 _READ = re.compile(
     r'(?:environ|env)(?:\.get\(|\[)\s*"([A-Z][A-Z0-9_]+)"'
-    r'|_(?:int|float|flag)\(\s*env,\s*"([A-Z][A-Z0-9_]+)"'
+    r'|_(?:int|float|flag|off)\(\s*env,\s*"([A-Z][A-Z0-9_]+)"'
 )
 
 

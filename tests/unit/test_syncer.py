@@ -502,3 +502,30 @@ def _deadPid() -> int:
 class AnnotationTests(SynchronousTestCase):
     def test_annotationsResolve(self) -> None:
         assertAnnotationsResolve(self, _syncer)
+
+
+class WriterStopTests(SynchronousTestCase):
+    def test_stopLetsTheHelperGo(self) -> None:
+        """
+        Stopping the writer drains it, then stops its sync helper; a
+        runner with nothing to stop is only drained.
+        """
+        root = Path(self.mktemp()).absolute()
+        root.mkdir()
+        links: list[_HeldLink] = []
+
+        def start(owner: SyncHelper) -> Any:
+            links.append(_HeldLink(owner))
+            return links[-1]
+
+        writer = GroupWriter(runner=SyncHelper(start, _Fallback()))
+        log, _ = JsonlLog.open(root / "a")
+        self.addCleanup(log.close)
+        writer.write(Chain(), [Line(log, log.line({"n": 1}))])
+        stopped = writer.stop()
+        self.assertNoResult(stopped)
+        self.assertFalse(links[0].closed)
+        writer.runner.answered(links[0], ("done", {}, {}))  # type: ignore[attr-defined]
+        self.successResultOf(stopped)
+        self.assertTrue(links[0].closed)
+        self.successResultOf(GroupWriter().stop())

@@ -106,8 +106,9 @@ class HostService(Service):
         self.stopStreams()
         stopped = self.bodies.stop()
         stopped.addBoth(lambda _: self.registry.close())
-        # Stopped once everything taken is written and the logs closed.
-        stopped.addBoth(lambda _: self.registry.dataDir.writer.drain())
+        # Stopped once everything taken is written and the logs closed
+        # (and the sync helper has ended).
+        stopped.addBoth(lambda _: self.registry.dataDir.writer.stop())
         return stopped
 
 

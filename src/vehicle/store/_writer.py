@@ -328,6 +328,17 @@ class GroupWriter:
         # A step answered meanwhile may have left work for later: drained too.
         return waiter.addCallback(lambda _: self.drain())
 
+    def stop(self) -> Deferred[None]:
+        """
+        L{drain}, then let the runner go, when it is one that holds
+        something (the sync helper's process): fires once it has.
+        """
+        stopping = getattr(self.runner, "stop", None)
+        drained = self.drain()
+        if stopping is not None:
+            drained.addCallback(lambda _: stopping())
+        return drained
+
     def _pump(self) -> None:
         if self._pumping:
             return
