@@ -48,7 +48,7 @@ import struct
 import sys
 import time
 from collections import deque
-from typing import Any, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Protocol, Sequence, TypeVar
 
 
 _FULLFSYNC: int | None
@@ -329,8 +329,10 @@ class _Log:
     host knows, and what it did with them.
     """
 
-    def __init__(self, ops: Ops, fd: int | None, size: int, refusal: Exception | None) -> None:
+    def __init__(self, ops: Ops, fd: int | None, size: int, refusal: Exception | None,
+                 now: Callable[[], float] = time.monotonic) -> None:
         self.ops = ops
+        self.now = now
         self.fd = fd
         self.size = size
         self.refusal = refusal
@@ -356,13 +358,13 @@ class _Log:
 
     def sync(self) -> None:
         assert self.fd is not None
-        began = time.monotonic()
+        began = self.now()
         try:
             self.ops.fsync(self.fd)
         except BaseException as e:
             self.failure = e
             raise
-        self.syncing = (self.syncing or 0.0) + time.monotonic() - began
+        self.syncing = (self.syncing or 0.0) + self.now() - began
 
     def report(self) -> tuple[int, int, float | None, Error | None]:
         failure = None if self.failure is None else errorOf(self.failure)
@@ -394,10 +396,13 @@ class _Earlier(Exception):
 class Helper:
     """
     The helper's state: the descriptors it keeps, by the host's key.
+
+    @ivar now: its clock, for the time its syncs take.
     """
 
-    def __init__(self, ops: Ops) -> None:
+    def __init__(self, ops: Ops, now: Callable[[], float] = time.monotonic) -> None:
         self.ops = ops
+        self.now = now
         self.fds: dict[int, int] = {}
 
     def handle(self, message: tuple[Any, ...], passed: deque[int]) -> tuple[Any, ...] | None:
@@ -437,7 +442,7 @@ class Helper:
         ours = {n: Chain(at, None if at is None else earlier) for n, at in chains.items()}
         theirs = {
             key: _Log(self.ops, self.fds.get(key), size,
-                      None if refusal is None else errorFrom(refusal))
+                      None if refusal is None else errorFrom(refusal), self.now)
             for key, (size, refusal) in logs.items()
         }
         taken = [
@@ -452,33 +457,45 @@ class Helper:
         return "done", failures, {key: log.report() for key, log in theirs.items()}
 
 
+#: The most descriptors one read takes (the host passes one at a time).
+MAX_FDS = 64
+
+_FD = struct.Struct("i")
+
+
 def serve(sock: socket.socket, ops: Ops) -> None:
     """
     Answer the host on C{sock} until it closes its end (the host ended):
-    the batch in hand is finished first.
+    the batch in hand is finished first.  Every descriptor it was passed
+    is closed when it returns or raises.
 
-    @raise ValueError: the host sent what no host sends (the helper ends,
-        and the host fails the batch it had sent).
+    @raise ValueError: the host sent what no host sends, or more
+        descriptors at once than L{MAX_FDS} (the helper ends, and the host
+        fails the batch it had sent).
     """
     helper = Helper(ops)
     buffer = bytearray()
     passed: deque[int] = deque()
-    space = socket.CMSG_SPACE(64 * 4)
-    while True:
-        data, ancillary, flags, _ = sock.recvmsg(1 << 16, space)
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(payload) - len(payload) % 4
-                passed.extend(struct.unpack(f"{usable // 4}i", payload[:usable]))
-        if flags & getattr(socket, "MSG_CTRUNC", 0):
-            raise ValueError("descriptors were lost on the way")
-        if not data:
-            return
-        buffer += data
-        for message in takeFrames(buffer):
-            answer = helper.handle(message, passed)
-            if answer is not None:
-                sock.sendall(frame(answer))
+    space = socket.CMSG_SPACE(MAX_FDS * _FD.size)
+    try:
+        while True:
+            data, ancillary, flags, _ = sock.recvmsg(1 << 16, space)
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    whole = len(payload) - len(payload) % _FD.size
+                    passed.extend(fd for (fd,) in _FD.iter_unpack(payload[:whole]))
+            if flags & socket.MSG_CTRUNC:
+                raise ValueError("descriptors were lost on the way")
+            if not data:
+                return
+            buffer += data
+            for message in takeFrames(buffer):
+                answer = helper.handle(message, passed)
+                if answer is not None:
+                    sock.sendall(frame(answer))
+    finally:
+        for fd in [*passed, *helper.fds.values()]:
+            ops.close(fd)
 
 
 def main() -> None:

@@ -6,9 +6,12 @@ whole append, the helper's messages and its loop over a real socket.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from collections import deque
 from pathlib import Path
@@ -19,8 +22,12 @@ from twisted.trial.unittest import SynchronousTestCase
 from tests.support._hints import assertAnnotationsResolve
 from vehicle import _syncd
 from vehicle._syncd import (
+    MAX_FDS,
     MAX_FRAME,
+    Chain,
     Helper,
+    StepMarks,
+    fsyncFully,
     OsOps,
     appendWhole,
     errorFrom,
@@ -87,6 +94,24 @@ class WireTests(SynchronousTestCase):
         self.assertEqual(takeFrames(buffer), [second])
         self.assertEqual(buffer, bytearray())
         self.assertEqual(takeFrames(bytearray(b"\0\0")), [])
+
+    def test_cutAnywhere(self) -> None:
+        """
+        Three frames cut at any two points come out whole and in order, each
+        once it is whole.
+        """
+        messages = [("open", 3), ("batch", {0: None}, [(1, 0, ((3, 0, b"x" * 40),))], {}),
+                    ("forget", (3, 4))]
+        data = b"".join(frame(m) for m in messages)
+        for first in range(len(data) + 1):
+            for second in range(first, len(data) + 1, 7):
+                buffer = bytearray()
+                out: list[tuple[Any, ...]] = []
+                for piece in (data[:first], data[first:second], data[second:]):
+                    buffer += piece
+                    out += takeFrames(buffer)
+                self.assertEqual(out, messages, (first, second))
+                self.assertEqual(buffer, bytearray())
 
     def test_frameOverTheLimit(self) -> None:
         """
@@ -172,9 +197,17 @@ class HelperTests(SynchronousTestCase):
 
     def setUp(self) -> None:
         self.ops = _Ops()
-        self.helper = Helper(self.ops)
+        self.clock = 0.0
+        self.helper = Helper(self.ops, now=self.tick)
         self.root = Path(self.mktemp())
         self.root.mkdir()
+
+    def tick(self) -> float:
+        """
+        A clock that moves a quarter of a second each time it is read.
+        """
+        self.clock += 0.25
+        return self.clock
 
     def log(self, name: str) -> int:
         fd = os.open(self.root / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -192,13 +225,17 @@ class HelperTests(SynchronousTestCase):
         """
         An C{open} with no descriptor passed is refused.
         """
-        self.assertRaises(ValueError, self.helper.handle, ("open", 3), deque())
+        e = self.assertRaises(ValueError, self.helper.handle, ("open", 3), deque())
+        self.assertEqual(str(e), "an open with no descriptor")
 
     def test_unknown(self) -> None:
         """
         A message it does not know is refused.
         """
-        self.assertRaises(ValueError, self.helper.handle, ("sing",), deque())
+        e = self.assertRaises(ValueError, self.helper.handle, ("sing",), deque([5]))
+        self.assertEqual(str(e), "an unknown message 'sing'")
+        e = self.assertRaises(ValueError, self.helper.handle, ("zzz",), deque([5]))
+        self.assertIn("unknown", str(e))
 
     def test_openAgainClosesTheOld(self) -> None:
         """
@@ -242,7 +279,8 @@ class HelperTests(SynchronousTestCase):
                                           ("fsync", fa), ("write", fa), ("fsync", fa)])
         self.assertEqual(logs[a][:2], (len(b"a-record\na-record2\na-event\n"), 3))
         self.assertEqual(logs[b][:2], (len(b"b-record\n"), 1))
-        self.assertIsInstance(logs[a][2], float)
+        # Two syncs of a, one of b, each a quarter of a second by the clock.
+        self.assertEqual((logs[a][2], logs[b][2]), (0.5, 0.25))
         self.assertIsNone(logs[a][3])
 
     def test_writeFailureBreaksTheChain(self) -> None:
@@ -320,6 +358,29 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual([c for c, _ in self.ops.calls if c == "write"], ["write"])
 
 
+def _answers(sock: socket.socket) -> list[tuple[Any, ...]]:
+    """
+    Read C{sock} until at least one whole answer came.
+    """
+    buffer = bytearray()
+    answers: list[tuple[Any, ...]] = []
+    while not answers:
+        buffer += sock.recv(4096)
+        answers = takeFrames(buffer)
+    return answers
+
+
+def _helperProcess(end: socket.socket, **options: Any) -> subprocess.Popen[bytes]:
+    """
+    The helper as the host starts it (its command, an empty environment),
+    C{end} as its descriptor 3.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", _syncd.__file__], env={}, close_fds=False,
+        stdin=subprocess.DEVNULL, preexec_fn=lambda: os.dup2(end.fileno(), 3), **options,
+    )
+
+
 class ServeTests(SynchronousTestCase):
     """
     L{serve} over a real socket, descriptors passed beside the bytes.
@@ -341,17 +402,96 @@ class ServeTests(SynchronousTestCase):
         self.addCleanup(os.close, fd)
         socket.send_fds(ours, [frame(("open", 40))], [fd])
         ours.sendall(frame(("batch", {0: None}, [(1, 0, ((40, 0, b"line\n"),))], {40: (0, None)})))
-        buffer = bytearray()
-        answers: list[tuple[Any, ...]] = []
-        while not answers:
-            buffer += ours.recv(4096)
-            answers = takeFrames(buffer)
+        answers = _answers(ours)
         self.assertEqual(answers[0][:2], ("done", {}))
         self.assertEqual(path.read_bytes(), b"line\n")
         ours.shutdown(socket.SHUT_WR)
         thread.join(30)
         self.assertEqual(ended, [None])
         theirs.close()
+
+    def openFds(self) -> set[int]:
+        return {int(n) for n in os.listdir("/proc/self/fd")}
+
+    def test_manyAtOnce(self) -> None:
+        """
+        Up to L{MAX_FDS} descriptors passed in one message are all taken, in
+        order; those no C{open} took are closed when the helper returns.
+        """
+        if not os.path.isdir("/proc/self/fd"):
+            raise self.skipTest("reads /proc")
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        root = Path(self.mktemp())
+        root.mkdir()
+        fds = [os.open(root / str(n), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+               for n in range(MAX_FDS)]
+        for fd in fds:
+            self.addCleanup(os.close, fd)
+        before = self.openFds()
+        opens = b"".join(frame(("open", n)) for n in range(3))
+        socket.send_fds(ours, [opens], fds)
+        ours.sendall(frame(("batch", {0: None}, [(1, 0, tuple((n, 0, b"%d\n" % n) for n in range(3)))],
+                            {n: (0, None) for n in range(3)})))
+        ours.shutdown(socket.SHUT_WR)
+        serve(theirs, OsOps())
+        self.assertEqual([(root / str(n)).read_bytes() for n in range(4)],
+                         [b"0\n", b"1\n", b"2\n", b""])
+        self.assertEqual(self.openFds(), before)
+
+    def test_tooManyAtOnce(self) -> None:
+        """
+        More than L{MAX_FDS} in one message is refused (some were lost), and
+        what did arrive is closed.
+        """
+        if not os.path.isdir("/proc/self/fd"):
+            raise self.skipTest("reads /proc")
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        fd = os.open(self.mktemp(), os.O_WRONLY | os.O_CREAT, 0o600)
+        self.addCleanup(os.close, fd)
+        before = self.openFds()
+        socket.send_fds(ours, [frame(("open", 1))], [fd] * (MAX_FDS + 1))
+        e = self.assertRaises(ValueError, serve, theirs, OsOps())
+        self.assertEqual(str(e), "descriptors were lost on the way")
+        self.assertEqual(self.openFds(), before)
+
+    def test_theProcess(self) -> None:
+        """
+        The helper as its own process (its command, the socket as its
+        descriptor 3, an empty environment): it writes and syncs a batch,
+        answers, and exits with 0 when the host closes its end.
+        """
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        path = Path(self.mktemp())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.addCleanup(os.close, fd)
+        process = _helperProcess(theirs)
+        theirs.close()
+        socket.send_fds(ours, [frame(("open", 9))], [fd])
+        ours.sendall(frame(("batch", {0: None}, [(1, 0, ((9, 0, b"line\n"),))], {9: (0, None)})))
+        answers = _answers(ours)
+        self.assertEqual(answers[0][:2], ("done", {}))
+        self.assertEqual(answers[0][2][9][:2], (5, 1))
+        self.assertEqual(path.read_bytes(), b"line\n")
+        ours.shutdown(socket.SHUT_WR)
+        self.assertEqual(process.wait(30), 0)
+
+    def test_theProcessRefusesNonsense(self) -> None:
+        """
+        A helper sent what no host sends ends with an error.
+        """
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        process = _helperProcess(theirs, stderr=subprocess.PIPE)
+        theirs.close()
+        ours.sendall(frame(("sing",)))
+        _, err = process.communicate(timeout=30)
+        self.assertNotEqual(process.returncode, 0)
+        self.assertIn(b"an unknown message 'sing'", err)
 
     def test_badFrameEnds(self) -> None:
         """
@@ -362,6 +502,77 @@ class ServeTests(SynchronousTestCase):
         self.addCleanup(theirs.close)
         ours.sendall(frame(("sing",)))
         self.assertRaises(ValueError, serve, theirs, OsOps())
+
+
+class FsyncFullyTests(SynchronousTestCase):
+    """
+    L{fsyncFully}: the full sync where there is one.
+    """
+
+    def test_plain(self) -> None:
+        """
+        Without a full sync (Linux), C{os.fsync}.
+        """
+        synced: list[int] = []
+        self.patch(_syncd, "_FULLFSYNC", None)
+        self.patch(os, "fsync", synced.append)
+        self.patch(fcntl, "fcntl", lambda *a: self.fail(f"fcntl{a}"))
+        fsyncFully(7)
+        self.assertEqual(synced, [7])
+
+    def test_full(self) -> None:
+        """
+        With one (macOS), C{F_FULLFSYNC}; the plain sync only when the file
+        system refuses it.
+        """
+        synced: list[int] = []
+        calls: list[tuple[int, int]] = []
+        refuse = [False]
+
+        def fakeFcntl(fd: int, command: int) -> int:
+            calls.append((fd, command))
+            if refuse[0]:
+                raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
+            return 0
+
+        self.patch(_syncd, "_FULLFSYNC", 51)
+        self.patch(os, "fsync", synced.append)
+        self.patch(fcntl, "fcntl", fakeFcntl)
+        fsyncFully(7)
+        self.assertEqual((calls, synced), ([(7, 51)], []))
+        refuse[0] = True
+        fsyncFully(8)
+        self.assertEqual((calls, synced), ([(7, 51), (8, 51)], [8]))
+
+
+class _Marked(StepMarks):
+    def __init__(self, index: int, chain: Chain) -> None:
+        self.index, self.chain, self.failure = index, chain, None
+
+
+class StepMarksTests(SynchronousTestCase):
+    """
+    A step's failure and its chain's break.
+    """
+
+    def test_firstErrorKept(self) -> None:
+        """
+        A step that fails twice keeps its first error, and so does its
+        chain; a later step of the chain is refused with it.
+        """
+        chain = Chain()
+        step, later, earlier = _Marked(5, chain), _Marked(6, chain), _Marked(4, chain)
+        first, second = OSError(errno.EIO, "first"), OSError(errno.ENOSPC, "second")
+        step.fail(first)
+        step.fail(second)
+        self.assertIs(step.failure, first)
+        self.assertEqual((chain.brokenAt, chain.failure), (5, first))
+        self.assertTrue(later.refused())
+        self.assertIs(later.failure, first)
+        self.assertFalse(earlier.refused())
+        earlier.fail(second)
+        self.assertEqual((chain.brokenAt, chain.failure), (4, second))
+        self.assertIn("brokenAt=4", repr(chain))
 
 
 class AnnotationTests(SynchronousTestCase):

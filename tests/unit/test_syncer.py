@@ -318,6 +318,153 @@ class SyncHelperTests(SynchronousTestCase):
         self.assertTrue(self.links[0].closed)
 
 
+    def test_encoded(self) -> None:
+        """
+        A batch goes with its chains (each once, numbered, with where it was
+        broken before), its steps' lines by key and phase, and each log's
+        size as the host knows it.
+        """
+        a, b = self.log("a"), self.log("b")
+        a.write(b"old\n")
+        broken = Chain(brokenAt=1, failure=OSError(errno.EIO, "earlier"))
+        chain = Chain()
+        first = self.writer.write(chain, [self.line(a, 1)])
+        self.writer.write(broken, [self.line(b, 1)])
+        self.writer.write(chain, [self.line(a, 2), self.line(b, 2, phase=1)])
+        link = self.links[0]
+        self.helper.answered(link, ("done", {}, {}))
+        self.successResultOf(first)
+        fds, messages = link.sent[1]
+        self.assertEqual(fds, [b.fd])
+        kind, chains, steps, logs = messages[-1]
+        self.assertEqual(kind, "batch")
+        self.assertEqual(chains, {0: 1, 1: None})
+        self.assertEqual([(number, [(k, p) for k, p, _ in lines]) for _, number, lines in steps],
+                         [(0, [(b.fd, 0)]), (1, [(a.fd, 0), (b.fd, 1)])])
+        self.assertEqual(steps[1][2][0][2], b'{"n":2}\n')
+        # (The first answer reported nothing written: the size is as it was.)
+        self.assertEqual(logs, {a.fd: (len(b"old\n"), None), b.fd: (0, None)})
+
+    def test_reportsOfRefusedLogsIgnored(self) -> None:
+        """
+        What the helper says of a refused log (its key below zero) changes
+        nothing of it.
+        """
+        a = self.log("a")
+        a.close()
+        d = self.writer.write(Chain(), [self.line(a, 1)])
+        self.helper.answered(self.links[0], ("done", {1: ("value", ("closed",))},
+                                             {-1: (9, 1, 0.5, None)}))
+        self.failureResultOf(d, ValueError)
+        self.assertEqual(a.size, 0)
+
+    def test_staleLinkIgnored(self) -> None:
+        """
+        The end of, or an answer from, a link that is no longer the helper's
+        changes nothing.
+        """
+        a = self.log("a")
+        d = self.writer.write(Chain(), [self.line(a, 1)])
+        with capturedLogs():
+            self.links[0].die()
+        self.failureResultOf(d, OSError)
+        a.close()
+        b = self.log("b")
+        later = self.writer.write(Chain(), [self.line(b, 1)])
+        with capturedLogs():
+            self.links[0].die()
+            self.helper.answered(self.links[0], ("done", {}, {}))
+        self.assertNoResult(later)
+        self.assertIs(self.helper.link, self.links[1])
+        self.helper.answered(self.links[1], ("done", {}, {}))
+        self.successResultOf(later)
+
+
+class _Spawned:
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.stdinClosed = False
+
+    def closeStdin(self) -> None:
+        self.stdinClosed = True
+
+
+class _SpawningReactor:
+    """
+    Spawns nothing; notes what it was asked.
+    """
+
+    def __init__(self) -> None:
+        self.spawned: list[dict[str, Any]] = []
+        self.adopted: list[tuple[int, Any]] = []
+
+    def spawnProcess(self, protocol: Any, executable: str, args: list[str], env: Any = None,
+                     path: Any = None, uid: Any = None, gid: Any = None, usePTY: bool = False,
+                     childFDs: Any = None) -> _Spawned:
+        self.spawned.append({"executable": executable, "args": args, "env": env,
+                             "childFDs": childFDs, "protocol": protocol})
+        return _Spawned()
+
+    def adoptStreamConnection(self, fd: int, family: int, factory: Any) -> None:
+        self.adopted.append((family, factory.buildProtocol(None)))
+
+
+class ProcessStarterTests(SynchronousTestCase):
+    """
+    L{processStarter} with a reactor of the test's.
+    """
+
+    def start(self, holding: int | None) -> tuple[_SpawningReactor, Any]:
+        spawning = _SpawningReactor()
+        owner = SyncHelper(processStarter(spawning, holding), _Fallback())  # type: ignore[arg-type]
+        link = owner.start(owner)
+        return spawning, link
+
+    def test_command(self) -> None:
+        """
+        The helper is spawned with its command, an empty environment, its
+        socket as descriptor 3, the lock (when given) as 4, stdin closed;
+        the host's end of the socket is adopted as the link.
+        """
+        import socket as socket_
+
+        spawning, link = self.start(None)
+        [spawned] = spawning.spawned
+        self.assertEqual((spawned["executable"], spawned["args"], spawned["env"]),
+                         (sys.executable, helperArgv(), {}))
+        self.assertEqual(sorted(spawned["childFDs"]), [0, 1, 2, 3])
+        self.assertEqual([spawned["childFDs"][n] for n in (0, 1, 2)], ["w", "r", "r"])
+        self.assertEqual(spawning.adopted, [(socket_.AF_UNIX, link)])
+        self.assertTrue(link.process.stdinClosed)
+        spawning, _ = self.start(17)
+        self.assertEqual(spawning.spawned[0]["childFDs"][4], 17)
+
+    def test_badFrame(self) -> None:
+        """
+        What no helper says ends the link.
+        """
+        from twisted.internet.testing import StringTransport
+
+        _, link = self.start(None)
+        transport = StringTransport()
+        link.makeConnection(transport)
+        with capturedLogs() as logs:
+            link.dataReceived(b"\xff\xff\xff\xff")
+        self.assertTrue(transport.disconnecting)
+        self.assertIn("never says", " ".join(str(e.get("log_format")) for e in logs))
+
+    def test_stderrLogged(self) -> None:
+        """
+        What the helper writes on its stderr is logged.
+        """
+        spawning, _ = self.start(None)
+        protocol = spawning.spawned[0]["protocol"]
+        with capturedLogs() as logs:
+            protocol.errReceived(b"Traceback: boom\n")
+        self.assertEqual([e.get("text") for e in logs], ["Traceback: boom"])
+
+
 class LoopbackTests(SynchronousTestCase):
     """
     The whole way through a helper on this thread, its writes through the
