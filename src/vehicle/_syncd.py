@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import signal
 import socket
 import struct
 import sys
@@ -498,16 +499,21 @@ def serve(sock: socket.socket, ops: Ops) -> None:
             ops.close(fd)
 
 
+#: The signals the helper does not die of: a Ctrl-C at the terminal, a
+#: service manager's stop and a closed terminal reach every process of the
+#: host's group at once, and the helper must finish the batches the host
+#: still hands it while it stops; it ends when the host closes its end.
+IGNORED = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
 def main() -> None:
     """
     The helper process: its socket to the host is descriptor 3 (any other
     it was given, the data directory's lock, it holds and never touches).
     """
-    sock = socket.socket(fileno=3)
-    try:
-        serve(sock, OsOps())
-    except KeyboardInterrupt:
-        pass
+    for name in IGNORED:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    serve(socket.socket(fileno=3), OsOps())
     sys.exit(0)
 
 

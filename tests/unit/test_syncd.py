@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -477,6 +478,13 @@ class ServeTests(SynchronousTestCase):
         self.assertEqual(answers[0][:2], ("done", {}))
         self.assertEqual(answers[0][2][9][:2], (5, 1))
         self.assertEqual(path.read_bytes(), b"line\n")
+        # A Ctrl-C, a stop or a hang-up sent to the host's group does not end
+        # it: it still answers, and ends at the host's end.
+        for name in _syncd.IGNORED:
+            os.kill(process.pid, getattr(signal, name))
+        ours.sendall(frame(("batch", {0: None}, [(2, 0, ((9, 0, b"more\n"),))], {9: (5, None)})))
+        self.assertEqual(_answers(ours)[0][:2], ("done", {}))
+        self.assertEqual(path.read_bytes(), b"line\nmore\n")
         ours.shutdown(socket.SHUT_WR)
         self.assertEqual(process.wait(30), 0)
 
