@@ -483,8 +483,8 @@ def serve(sock: socket.socket, ops: Ops) -> None:
             data, ancillary, flags, _ = sock.recvmsg(1 << 16, space)
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    whole = len(payload) - len(payload) % _FD.size
-                    passed.extend(fd for (fd,) in _FD.iter_unpack(payload[:whole]))
+                    # Whole descriptors only: a cut keeps those that fit.
+                    passed.extend(fd for (fd,) in _FD.iter_unpack(payload))
             if flags & socket.MSG_CTRUNC:
                 raise ValueError("descriptors were lost on the way")
             if not data:

@@ -235,8 +235,9 @@ class HelperTests(SynchronousTestCase):
         """
         e = self.assertRaises(ValueError, self.helper.handle, ("sing",), deque([5]))
         self.assertEqual(str(e), "an unknown message 'sing'")
-        e = self.assertRaises(ValueError, self.helper.handle, ("zzz",), deque([5]))
-        self.assertIn("unknown", str(e))
+        for kind in ("zzz", "aaa", "batc", "batchy", "opem"):
+            e = self.assertRaises(ValueError, self.helper.handle, (kind,), deque([5]))
+            self.assertEqual(str(e), f"an unknown message {kind!r}")
 
     def test_openAgainClosesTheOld(self) -> None:
         """
@@ -528,6 +529,16 @@ class FsyncFullyTests(SynchronousTestCase):
         fsyncFully(7)
         self.assertEqual(synced, [7])
 
+    def test_theOpsSyncFully(self) -> None:
+        """
+        The helper's own file calls sync with L{fsyncFully}.
+        """
+        synced: list[int] = []
+        self.patch(_syncd, "_FULLFSYNC", None)
+        self.patch(os, "fsync", synced.append)
+        OsOps().fsync(9)
+        self.assertEqual(synced, [9])
+
     def test_full(self) -> None:
         """
         With one (macOS), C{F_FULLFSYNC}; the plain sync only when the file
@@ -581,6 +592,15 @@ class StepMarksTests(SynchronousTestCase):
         earlier.fail(second)
         self.assertEqual((chain.brokenAt, chain.failure), (4, second))
         self.assertIn("brokenAt=4", repr(chain))
+
+    def test_refusedFromWhereItBroke(self) -> None:
+        """
+        A chain broken at a step refuses that very step, as every later one.
+        """
+        error = OSError(errno.EIO, "before")
+        at = _Marked(3, Chain(brokenAt=3, failure=error))
+        self.assertTrue(at.refused())
+        self.assertIs(at.failure, error)
 
 
 class AnnotationTests(SynchronousTestCase):
