@@ -16,18 +16,27 @@ from typing import Any, Sequence
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IReactorProcess, IReactorSocket, IReactorThreads
 from twisted.internet.testing import MemoryReactorClock
 from twisted.internet.threads import deferToThread
 from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
+from zope.interface import implementer
 
 from tests.support._crashfs import CrashFiles
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.syncloop import Loopback, loopbackWriter
 from vehicle.store import Chain, DataDirLock, DataDirLocked, GroupWriter, JsonlLog, Line, writerFor
 from vehicle.store import _syncer
-from vehicle.store._syncer import MOST_DEATHS, SyncHelper, helperArgv, processStarter
+from vehicle.store._jsonl import observeLogs
+from vehicle.store._syncer import (
+    MOST_DEATHS,
+    STDERR_CHARS,
+    SyncHelper,
+    helperArgv,
+    processStarter,
+)
 
 
 class _HeldLink:
@@ -185,8 +194,10 @@ class SyncHelperTests(SynchronousTestCase):
         a = self.log("a")
         self.writer.write(Chain(), [self.line(a, 1)])
         self.helper.answered(self.links[0], ("done", {}, {}))
-        with capturedLogs():
+        with capturedLogs() as logs:
             self.links[0].die()
+        self.assertEqual([e["log_level"].name for e in logs], ["warn"])
+        self.assertIn("the next batch starts another", logs[0]["log_format"])
         self.writer.write(Chain(), [self.line(a, 2)])
         self.assertEqual(self.links[1].sent[0][0], [a.fd])
 
@@ -226,6 +237,81 @@ class SyncHelperTests(SynchronousTestCase):
                     a.close()
                     a = self.log(f"a{n}")
         self.assertFalse(self.helper.gaveUp)
+
+    def test_deathsInARowOnly(self) -> None:
+        """
+        An answer starts the count of deaths again from nothing: two, an
+        answer, two more is not three in a row; one more is.
+        """
+        a = self.log("a")
+
+        def die() -> None:
+            nonlocal a
+            d = self.writer.write(Chain(), [self.line(a, 1)])
+            with capturedLogs():
+                self.links[-1].die()
+            self.failureResultOf(d, OSError)
+            a.close()
+            a = self.log(f"a{len(self.links)}")
+
+        die()
+        die()
+        self.successResultOf(self.answer(self.writer.write(Chain(), [self.line(a, 1)])))
+        die()
+        die()
+        self.assertFalse(self.helper.gaveUp)
+        die()
+        self.assertTrue(self.helper.gaveUp)
+
+    def answer(self, d: Deferred[None]) -> Deferred[None]:
+        self.helper.answered(self.links[-1], ("done", {}, {}))
+        return d
+
+    def test_deathLeavesWhatItWroteUnsaid(self) -> None:
+        """
+        The logs of a batch in a dead helper's hand are refused from then on,
+        their size and what they say they took as before; a refused log of
+        the batch (no descriptor) is left as it was.
+        """
+        seen: list[tuple[str, Any]] = []
+
+        class Seen:
+            def appended(self, log: str, records: int) -> None:
+                seen.append(("appended", records))
+
+            def synced(self, log: str, seconds: float) -> None:
+                seen.append(("synced", seconds))
+
+        self.addCleanup(observeLogs, observeLogs(Seen()))
+        a, closed = self.log("a"), self.log("closed")
+        closed.close()
+        size = a.size
+        d = self.writer.write(Chain(), [self.line(closed, 1), self.line(a, 1)])
+        with capturedLogs():
+            self.links[0].die()
+        self.failureResultOf(d, OSError)
+        self.assertEqual((a.size, a.failed, seen), (size, True, []))
+        self.assertFalse(closed.failed)
+
+    def test_twoRefusedLogs(self) -> None:
+        """
+        Two refused logs of one batch keep their own refusals: a closed
+        one's, and one that failed before.
+        """
+        a, closed = self.log("a"), self.log("closed")
+        closed.close()
+        failed = self.log("failed")
+        failed.wroteElsewhere(0, 0, None, OSError(errno.EIO, "before"))
+        steps = [self.writer.write(Chain(), [self.line(a, 1)])]
+        steps += [self.writer.write(Chain(), [self.line(closed, 1)]),
+                  self.writer.write(Chain(), [self.line(failed, 1)])]
+        self.helper.answered(self.links[0], ("done", {}, {}))
+        self.successResultOf(steps[0])
+        [(_, messages)] = self.links[0].sent[1:]
+        logs = messages[-1][3]
+        kinds = sorted((key, refusal[0]) for key, (_, refusal) in logs.items() if key < 0)
+        self.assertEqual(kinds, [(-2, "os"), (-1, "value")])
+        self.assertEqual(sorted(logs), [-2, -1])
 
     def test_startFails(self) -> None:
         """
@@ -282,28 +368,51 @@ class SyncHelperTests(SynchronousTestCase):
 
     def test_unaskedAnswer(self) -> None:
         """
-        An answer with no batch in hand (or not C{done}) closes the link.
+        An answer that is not C{done} (whatever it sorts beside), or with no
+        batch in hand, closes the link and is logged by its kind (cut).
         """
         a = self.log("a")
-        self.writer.write(Chain(), [self.line(a, 1)])
-        with capturedLogs():
-            self.helper.answered(self.links[0], ("what",))
-        self.assertTrue(self.links[0].closed)
+        for kind in ("what", "abc", "x" * 50):
+            d = self.writer.write(Chain(), [self.line(a, 1)])
+            link = self.links[-1]
+            with capturedLogs() as logs:
+                self.helper.answered(link, (kind,))
+            self.assertTrue(link.closed)
+            self.assertEqual([e.get("kind") for e in logs], [kind[:40]])
+            self.assertNoResult(d)
+            with capturedLogs():
+                link.die()
+            self.failureResultOf(d, OSError)
+            a.close()
+            a = self.log(f"a{len(self.links)}")
+        self.helper.answered(self.links[-1], ("done", {}, {}))
 
     def test_sweep(self) -> None:
         """
-        Every few batches the helper is told to forget the logs closed
-        since they were passed.
+        Every L{SWEEP_EVERY} batches, and only then, the helper is told to
+        forget the logs closed since they were passed, each once.
         """
-        self.patch(_syncer, "SWEEP_EVERY", 2)
-        a, b = self.log("a"), self.log("b")
-        fd = a.fd
-        self.writer.write(Chain(), [self.line(a, 1)])
-        self.helper.answered(self.links[0], ("done", {}, {}))
+        self.patch(_syncer, "SWEEP_EVERY", 3)
+        a, b, c = self.log("a"), self.log("b"), self.log("c")
+        fa, fb = a.fd, b.fd
+        forgets: list[list[tuple[Any, ...]]] = []
+
+        def batch(log: JsonlLog, n: int) -> None:
+            self.writer.write(Chain(), [self.line(log, n)])
+            link = self.links[0]
+            forgets.append([m for m in link.sent[-1][1] if m[0] == "forget"])
+            self.helper.answered(link, ("done", {}, {}))
+
+        batch(a, 1)
+        batch(b, 1)
         a.close()
-        self.writer.write(Chain(), [self.line(b, 1)])
-        messages = self.links[0].sent[1][1]
-        self.assertEqual(messages[0], ("forget", (fd,)))
+        batch(c, 1)
+        b.close()
+        batch(c, 2)
+        batch(c, 3)
+        batch(c, 4)
+        batch(c, 5)
+        self.assertEqual(forgets, [[], [], [("forget", (fa,))], [], [], [("forget", (fb,))], []])
 
     def test_stop(self) -> None:
         """
@@ -316,6 +425,9 @@ class SyncHelperTests(SynchronousTestCase):
         self.helper.answered(self.links[0], ("done", {}, {}))
         self.helper.stop()
         self.assertTrue(self.links[0].closed)
+        with capturedLogs() as logs:
+            self.links[0].die()
+        self.assertEqual(list(logs), [])
 
 
     def test_encoded(self) -> None:
@@ -329,7 +441,7 @@ class SyncHelperTests(SynchronousTestCase):
         broken = Chain(brokenAt=1, failure=OSError(errno.EIO, "earlier"))
         chain = Chain()
         first = self.writer.write(chain, [self.line(a, 1)])
-        self.writer.write(broken, [self.line(b, 1)])
+        brokenStep = self.writer.write(broken, [self.line(b, 1)])
         self.writer.write(chain, [self.line(a, 2), self.line(b, 2, phase=1)])
         link = self.links[0]
         self.helper.answered(link, ("done", {}, {}))
@@ -344,6 +456,10 @@ class SyncHelperTests(SynchronousTestCase):
         self.assertEqual(steps[1][2][0][2], b'{"n":2}\n')
         # (The first answer reported nothing written: the size is as it was.)
         self.assertEqual(logs, {a.fd: (len(b"old\n"), None), b.fd: (0, None)})
+        self.helper.answered(link, ("done", {}, {}))
+        # The helper reports no failure of a chain broken before the batch:
+        # its step fails by the host's own mark.
+        self.assertIs(self.failureResultOf(brokenStep, OSError).value, broken.failure)
 
     def test_reportsOfRefusedLogsIgnored(self) -> None:
         """
@@ -463,6 +579,9 @@ class ProcessStarterTests(SynchronousTestCase):
         with capturedLogs() as logs:
             protocol.errReceived(b"Traceback: boom\n")
         self.assertEqual([e.get("text") for e in logs], ["Traceback: boom"])
+        with capturedLogs() as logs:
+            protocol.errReceived(b"x" * (STDERR_CHARS + 5))
+        self.assertEqual([e.get("text") for e in logs], ["x" * STDERR_CHARS])
 
 
 class LoopbackTests(SynchronousTestCase):
@@ -497,6 +616,14 @@ class LoopbackTests(SynchronousTestCase):
         self.assertIsInstance(link, Loopback)
 
 
+@implementer(IReactorThreads)
+class _Threaded(MemoryReactorClock):
+    """
+    A memory reactor that says it has threads (the writer's pool is made,
+    never started).
+    """
+
+
 class WriterForTests(SynchronousTestCase):
     def test_helperOnARealReactor(self) -> None:
         """
@@ -507,6 +634,16 @@ class WriterForTests(SynchronousTestCase):
         self.assertIsInstance(writer.runner, SyncHelper)
         self.assertNotIsInstance(writerFor(reactor).runner, SyncHelper)
         self.assertNotIsInstance(writerFor(MemoryReactorClock(), helper=True).runner, SyncHelper)
+
+    def test_noHelperWithoutSpawning(self) -> None:
+        """
+        A reactor with threads that adopts sockets but cannot spawn gets
+        the writer's thread, helper or not.
+        """
+        threaded = _Threaded()
+        self.assertTrue(IReactorSocket.providedBy(threaded))
+        self.assertFalse(IReactorProcess.providedBy(threaded))
+        self.assertNotIsInstance(writerFor(threaded, helper=True).runner, SyncHelper)
 
     def test_argv(self) -> None:
         """

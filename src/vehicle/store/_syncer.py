@@ -69,6 +69,9 @@ from vehicle.store._writer import (
 #: keeps for logs since closed.
 SWEEP_EVERY = 256
 
+#: The most of what the helper writes to its stderr that one log line keeps.
+STDERR_CHARS = 2000
+
 #: How many helpers may end in a row, without answering a batch, before
 #: the host makes its syncs on the writer's thread.
 MOST_DEATHS = 3
@@ -171,7 +174,7 @@ class _Process(ProcessProtocol):
 
     def errReceived(self, data: bytes) -> None:
         self.link.owner._log.warn("The sync helper: {text}",
-                                  text=data.decode("utf-8", "replace").strip()[:2000])
+                                  text=data.decode("utf-8", "replace").strip()[:STDERR_CHARS])
 
     def processEnded(self, reason: Failure) -> None:
         self.link.ended.callback(None)
