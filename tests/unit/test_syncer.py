@@ -376,7 +376,7 @@ class SyncHelperTests(SynchronousTestCase):
             d = self.writer.write(Chain(), [self.line(a, 1)])
             link = self.links[-1]
             with capturedLogs() as logs:
-                self.helper.answered(link, (kind,))
+                self.helper.answered(link, (kind, "more"))
             self.assertTrue(link.closed)
             self.assertEqual([e.get("kind") for e in logs], [kind[:40]])
             self.assertNoResult(d)
@@ -392,7 +392,7 @@ class SyncHelperTests(SynchronousTestCase):
         Every L{SWEEP_EVERY} batches, and only then, the helper is told to
         forget the logs closed since they were passed, each once.
         """
-        self.patch(_syncer, "SWEEP_EVERY", 3)
+        self.patch(_syncer, "SWEEP_EVERY", 4)
         a, b, c = self.log("a"), self.log("b"), self.log("c")
         fa, fb = a.fd, b.fd
         forgets: list[list[tuple[Any, ...]]] = []
@@ -404,15 +404,14 @@ class SyncHelperTests(SynchronousTestCase):
             self.helper.answered(link, ("done", {}, {}))
 
         batch(a, 1)
-        batch(b, 1)
         a.close()
-        batch(c, 1)
+        for n in range(2, 6):
+            batch(b, n)
         b.close()
-        batch(c, 2)
-        batch(c, 3)
-        batch(c, 4)
-        batch(c, 5)
-        self.assertEqual(forgets, [[], [], [("forget", (fa,))], [], [], [("forget", (fb,))], []])
+        for n in range(6, 11):
+            batch(c, n)
+        self.assertEqual(forgets, [[], [], [], [("forget", (fa,))], [], [], [],
+                                   [("forget", (fb,))], [], []])
 
     def test_stop(self) -> None:
         """

@@ -368,8 +368,8 @@ class SyncHelper:
         byIndex = {step.index: step for step in steps}
         for index, failure in failures.items():
             byIndex[index].fail(errorFrom(failure))
-        for step in steps:
-            step.refused()
+        # A step of a chain broken before the batch (the helper reports no
+        # failure of it) fails in finishBatch, which asks every step.
         self._finish(flight.batch).chainDeferred(flight.done)
 
     def _finish(self, batch: Batch) -> Deferred[None]:

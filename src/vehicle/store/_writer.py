@@ -213,7 +213,9 @@ def runBatch(batch: Sequence[_Step | _Close]) -> None:
 def finishBatch(batch: Sequence[_Step | _Close]) -> None:
     """
     After a batch's lines: the C{after} work of the steps made durable
-    (only the last of each key), then the closes.
+    (only the last of each key), then the closes.  Every step is asked
+    whether it is refused, those with no line too: a step of a chain that
+    broke before it fails here, whoever wrote the batch.
     """
     last: dict[Hashable, _Step] = {}
     for step in batch:
