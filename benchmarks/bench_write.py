@@ -10,8 +10,8 @@ after it) and a command (C{set_room_policy}: a request's record and its
 event, each request a fresh C{requestId}); the read is C{inspect}.  Each
 at 16 and 64 connections, every measure repeated round robin (the machine
 is shared: figures are given as the median and the range), with the CPU
-each request cost the host's reactor thread (and its other threads: the
-writer's) read from C{/proc}.
+each request cost the host's reactor thread (and, together, its other threads
+and its sync helper process, which make the syncs) read from C{/proc}.
 
     .venv/bin/python benchmarks/bench_write.py [--seconds N] [--repeat N]
         [--connections 16,64] [--src DIR] [--plain-floor] [--spares]
@@ -208,8 +208,29 @@ def threadTimes(pid: int) -> dict[int, float]:
     return times
 
 
+def helperTimes(pid: int) -> float:
+    """
+    CPU seconds (user and system) of the sync helpers process C{pid} has
+    started (its children running C{_syncd.py}), or 0.
+    """
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and b"_syncd.py" in command:
+            total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
+
+
 #: One measure: requests per second, p50 and p99 latency (ms), and the CPU
-#: per request (us) of the process's main thread and of its other threads.
+#: per request (us) of the process's main thread and of its other threads
+#: and its sync helper together.
 Measure = tuple[float, float, float, float, float]
 
 
@@ -225,12 +246,12 @@ def wrk(url: str, method: str, connections: int, seconds: int, workdir: Path,
         method=method, body=body, tag=secrets.token_hex(4), fresh="true" if fresh else "false",
         headers="\n".join(f'wrk.headers["{k}"] = "{v}"' for k, v in headers.items()),
     ))
-    before = threadTimes(pid)
+    before, helperBefore = threadTimes(pid), helperTimes(pid)
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(lua), url],
         capture_output=True, text=True, check=True,
     ).stdout
-    after = threadTimes(pid)
+    after, helperAfter = threadTimes(pid), helperTimes(pid)
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
 
@@ -245,8 +266,8 @@ def wrk(url: str, method: str, connections: int, seconds: int, workdir: Path,
         raise SystemExit(f"wrk saw {errors.group(1)} refusals on {url}:\n{out}")
     used = {tid: t - before.get(tid, 0.0) for tid, t in after.items()}
     main = used.pop(pid, 0.0)
-    return (rate, percentile("50"), percentile("99"), main / total * 1e6,
-            sum(used.values()) / total * 1e6)
+    others = sum(used.values()) + helperAfter - helperBefore
+    return (rate, percentile("50"), percentile("99"), main / total * 1e6, others / total * 1e6)
 
 
 def loadavg() -> str:
@@ -343,7 +364,7 @@ def report(results: dict[tuple[str, int], list[Measure]], args: argparse.Namespa
                                       else "the host's own (its identity headers, the same body)")
           + "; the hosts' spare pools: " + ("kept (--spares)" if args.spares else "none"))
     print(f"{'what':<22}{'conns':>6}{'req/s':>20}{'p99 ms':>22}{'reactor us/req':>22}"
-          f"{'other threads':>16}")
+          f"{'others us/req':>16}")
     for (name, c), measures in results.items():
         print(f"{name:<22}{c:>6}{_spread([m[0] for m in measures]):>20}"
               f"{_spread([m[2] for m in measures], 1):>22}{_spread([m[3] for m in measures]):>22}"

@@ -72,6 +72,37 @@ class WriteBenchmarkTests(SynchronousTestCase):
             self.assertGreater(figures["floorGarbage"], 0)
         self.assertGreater(out["command"]["calls"]["the record"], 0)
 
+    def test_helperTimes(self) -> None:
+        """
+        The CPU of a process's children running C{_syncd.py} is counted,
+        and no other child's.
+        """
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        from benchmarks.bench_write import helperTimes
+
+        if not os.path.isdir("/proc/self/task"):
+            raise self.skipTest("reads /proc")
+        folder = Path(self.mktemp())
+        folder.mkdir()
+        burn = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\nsys.stdout.write('x'); sys.stdout.flush(); sys.stdin.read()\n"
+        children = []
+        for name in ("_syncd.py", "other.py"):
+            (folder / name).write_text(burn)
+            child = subprocess.Popen([sys.executable, str(folder / name)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self.addCleanup(child.wait)
+            self.addCleanup(child.stdin.close)  # type: ignore[union-attr]
+            self.addCleanup(child.stdout.close)  # type: ignore[union-attr]
+            children.append(child)
+        for child in children:
+            child.stdout.read(1)  # type: ignore[union-attr]
+        counted = helperTimes(os.getpid())
+        self.assertGreaterEqual(counted, 0.15)
+        self.assertLess(counted, 0.35)
+
 
 class FleetTests(SynchronousTestCase):
     """
