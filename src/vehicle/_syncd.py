@@ -80,14 +80,21 @@ def fsyncFully(fd: int) -> None:
     os.fsync(fd)
 
 
-class Ops(Protocol):
+class Appends(Protocol):
+    """
+    The file calls a whole append makes (L{appendWhole}).
+    """
+
+    def write(self, fd: int, data: bytes | memoryview) -> int: ...
+    def ftruncate(self, fd: int, size: int) -> None: ...
+
+
+class Ops(Appends, Protocol):
     """
     The file calls a batch makes (the store's file layer has them all).
     """
 
-    def write(self, fd: int, data: bytes | memoryview) -> int: ...
     def fsync(self, fd: int) -> None: ...
-    def ftruncate(self, fd: int, size: int) -> None: ...
     def close(self, fd: int) -> None: ...
 
 
@@ -109,7 +116,7 @@ class OsOps:
         os.close(fd)
 
 
-def appendWhole(ops: Ops, fd: int, data: bytes, size: int) -> None:
+def appendWhole(ops: Appends, fd: int, data: bytes, size: int) -> None:
     """
     Write C{data} whole at the end of C{fd} (opened to append), however
     many C{write}s it takes; when one fails, cut the file back to C{size}
@@ -422,19 +429,23 @@ class Helper:
             return None
         if kind == "forget":
             for key in message[1]:
-                fd = self.fds.pop(key, None)
-                if fd is not None:
-                    self.ops.close(fd)
+                self.drop(key)
             return None
         if kind == "batch":
             return self.batch(*message[1:])
         raise ValueError(f"an unknown message {kind!r}")
 
     def keep(self, key: int, fd: int) -> None:
-        old = self.fds.pop(key, None)
-        if old is not None:
-            self.ops.close(old)
+        self.drop(key)
         self.fds[key] = fd
+
+    def drop(self, key: int) -> None:
+        """
+        Close the descriptor kept under C{key}, if any.
+        """
+        fd = self.fds.pop(key, None)
+        if fd is not None:
+            self.ops.close(fd)
 
     def batch(self, chains: dict[int, int | None],
               steps: list[tuple[int, int, tuple[tuple[int, int, bytes], ...]]],

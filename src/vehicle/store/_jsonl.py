@@ -38,21 +38,15 @@ _sync = fullSync
 
 class _Layer:
     """
-    The file layer as a log writes through it: its writes by L{_write} and
-    its syncs by L{_sync}, looked up at each call (tests replace them).
+    The file layer as a log appends through it: its writes by L{_write},
+    looked up at each call (tests replace it).
     """
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
         return _write(fd, data)
 
-    def fsync(self, fd: int) -> None:
-        _sync(fd)
-
     def ftruncate(self, fd: int, size: int) -> None:
         files().ftruncate(fd, size)
-
-    def close(self, fd: int) -> None:
-        files().close(fd)
 
 
 _layer = _Layer()

@@ -112,4 +112,3 @@ class DataDirLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
-

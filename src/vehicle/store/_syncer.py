@@ -45,19 +45,18 @@ from twisted.internet.interfaces import (
     IReactorSocket,
     IReactorThreads,
 )
-from twisted.python.threadpool import ThreadPool
 from twisted.internet.protocol import ProcessProtocol, Protocol, ServerFactory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 
 from vehicle import _syncd
+from vehicle._reactors import IClientReactor
 from vehicle._syncd import errorFrom, errorOf, frame, takeFrames
 from vehicle.store._jsonl import JsonlLog
-from vehicle._reactors import IClientReactor
 from vehicle.store._writer import (
     Batch,
     GroupWriter,
-    Runner,
     WorkRunner,
     _Step,
     finishBatch,
@@ -364,10 +363,10 @@ class SyncHelper:
                 flight.logs[key].wroteElsewhere(
                     written, lines, syncing, None if failure is None else errorFrom(failure)
                 )
-        steps = flight.batch.steps
-        byIndex = {step.index: step for step in steps}
-        for index, failure in failures.items():
-            byIndex[index].fail(errorFrom(failure))
+        if failures:
+            byIndex = {step.index: step for step in flight.batch.steps}
+            for index, failure in failures.items():
+                byIndex[index].fail(errorFrom(failure))
         # A step of a chain broken before the batch (the helper reports no
         # failure of it) fails in finishBatch, which asks every step.
         self._finish(flight.batch).chainDeferred(flight.done)
@@ -403,11 +402,9 @@ def writerFor(reactor: IClientReactor, helper: bool = False,
     pool = ThreadPool(minthreads=1, maxthreads=1, name="vehicle-writer")
     reactor.callWhenRunning(pool.start)
     reactor.addSystemEventTrigger("during", "shutdown", pool.stop)
-    runner: Runner = threadedRunner(threads, pool)
-    if helper:
-        if IReactorProcess.providedBy(reactor) and IReactorSocket.providedBy(reactor):
-            syncer = SyncHelper(processStarter(cast(HelperReactor, reactor), holding),
-                                threadedRunner(threads, pool))
-            reactor.addSystemEventTrigger("during", "shutdown", syncer.stop)
-            runner = syncer
-    return GroupWriter(runner=runner, clock=reactor)
+    thread = threadedRunner(threads, pool)
+    if not (helper and IReactorProcess.providedBy(reactor) and IReactorSocket.providedBy(reactor)):
+        return GroupWriter(runner=thread, clock=reactor)
+    syncer = SyncHelper(processStarter(cast(HelperReactor, reactor), holding), thread)
+    reactor.addSystemEventTrigger("during", "shutdown", syncer.stop)
+    return GroupWriter(runner=syncer, clock=reactor)

@@ -188,26 +188,29 @@ class Batch:
     """
     The steps (and closes) a runner makes durable together; called, it runs
     on the caller's thread (L{runBatch}).
+
+    @ivar steps: the steps among C{items}, in order.
     """
 
     items: Sequence[_Step | _Close]
+    steps: list[_Step] = field(init=False)
 
-    def __call__(self) -> None:
-        runBatch(self.items)
-
-    @property
-    def steps(self) -> list[_Step]:
+    @steps.default
+    def _steps(self) -> list[_Step]:
         return [s for s in self.items if isinstance(s, _Step)]
 
+    def __call__(self) -> None:
+        runBatch(self)
 
-def runBatch(batch: Sequence[_Step | _Close]) -> None:
+
+def runBatch(batch: Batch) -> None:
     """
     Make a batch durable, phase by phase (L{runPhases}), then finish it
     (L{finishBatch}).  Runs on the writer's thread; it only marks the
     steps (the reactor thread fires their L{Deferred}s).
     """
-    runPhases([s for s in batch if isinstance(s, _Step)])
-    finishBatch(batch)
+    runPhases(batch.steps)
+    finishBatch(batch.items)
 
 
 def finishBatch(batch: Sequence[_Step | _Close]) -> None:
