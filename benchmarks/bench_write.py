@@ -193,6 +193,21 @@ def startFloor(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
     return process, port
 
 
+def _statFields(stat: str) -> list[str]:
+    """
+    The fields of a C{/proc} C{stat} line after the command's name (the
+    state is the first, the parent's pid the second).
+    """
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _cpuSeconds(fields: list[str]) -> float:
+    """
+    The user and system CPU seconds of L{_statFields}.
+    """
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def threadTimes(pid: int) -> dict[int, float]:
     """
     CPU seconds (user and system) of each thread of process C{pid}.
@@ -203,8 +218,7 @@ def threadTimes(pid: int) -> dict[int, float]:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        times[int(tid)] = (int(fields[11]) + int(fields[12])) / TICK
+        times[int(tid)] = _cpuSeconds(_statFields(stat))
     return times
 
 
@@ -222,9 +236,9 @@ def helperTimes(pid: int) -> float:
             command = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
+        fields = _statFields(stat)
         if int(fields[1]) == pid and b"_syncd.py" in command:
-            total += (int(fields[11]) + int(fields[12])) / TICK
+            total += _cpuSeconds(fields)
     return total
 
 

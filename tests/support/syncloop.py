@@ -18,6 +18,7 @@ from twisted.internet.error import ConnectionDone
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
+from tests.support.batches import HeldBatches
 from vehicle._syncd import Helper, frame, takeFrames
 from vehicle.store import GroupWriter, files, runAtOnce
 from vehicle.store._syncer import Link, SyncHelper
@@ -84,26 +85,16 @@ def loopbackWriter(case: SynchronousTestCase) -> GroupWriter:
     return GroupWriter(runner=SyncHelper(start, runAtOnce))
 
 
-class HeldThroughHelper:
+class HeldThroughHelper(HeldBatches):
     """
-    A runner that keeps every batch until L{release}, as
-    L{tests.support.batches.HeldBatches} does, and then runs it through a
-    L{Loopback} helper instead of in place.
+    A runner that keeps every batch until L{release}, as L{HeldBatches}
+    does, and then runs it through a L{Loopback} helper instead of in place.
     """
 
     def __init__(self, case: SynchronousTestCase) -> None:
-        self.waiting: list[tuple[Any, Deferred[None]]] = []
+        super().__init__()
         self.helper = loopbackWriter(case).runner
-
-    def __call__(self, work: Any) -> Deferred[None]:
-        ran: Deferred[None] = Deferred()
-        self.waiting.append((work, ran))
-        return ran
 
     def release(self) -> None:
         work, ran = self.waiting.pop(0)
         self.helper(work).chainDeferred(ran)
-
-    def releaseAll(self) -> None:
-        while self.waiting:
-            self.release()

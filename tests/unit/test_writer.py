@@ -842,5 +842,5 @@ class HelperWriterTests(WriterTests):
 
     def setUp(self) -> None:
         super().setUp()
-        self.held = HeldThroughHelper(self)  # type: ignore[assignment]
+        self.held = HeldThroughHelper(self)
         self.writer = GroupWriter(runner=self.held)
