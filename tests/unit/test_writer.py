@@ -834,6 +834,42 @@ class AnnotationTests(SynchronousTestCase):
         assertAnnotationsResolve(self, _writer)
 
 
+class StopTests(SynchronousTestCase):
+    """
+    L{GroupWriter.stop}.
+    """
+
+    def test_stopsARunnerThatStops(self) -> None:
+        """
+        The writer is drained, then its runner is stopped when it has a
+        C{stop}; one without is only drained.
+        """
+        held = HeldBatches()
+        stops: list[Deferred[None]] = []
+
+        class Stopping(HeldBatches):
+            def stop(self) -> Deferred[None]:
+                stops.append(Deferred())
+                return stops[-1]
+
+        runner = Stopping()
+        writer = GroupWriter(runner=runner)
+        root = Path(self.mktemp())
+        root.mkdir()
+        log, _ = JsonlLog.open(root / "a")
+        self.addCleanup(log.close)
+        writer.write(Chain(), [Line(log, log.line({"n": 1}))])
+        stopped = writer.stop()
+        self.assertEqual(stops, [])
+        runner.release()
+        self.assertEqual(len(stops), 1)
+        self.assertNoResult(stopped)
+        stops[0].callback(None)
+        self.successResultOf(stopped)
+        self.successResultOf(GroupWriter(runner=held).stop())
+        self.successResultOf(GroupWriter().stop())
+
+
 class HelperWriterTests(WriterTests):
     """
     The same, every batch written and synced through the sync helper's
