@@ -136,6 +136,63 @@ def appendWhole(ops: Appends, fd: int, data: bytes, size: int) -> None:
         raise
 
 
+class WholeAppends:
+    """
+    A log's appends, each whole at its end or not at all, and its syncs,
+    with what both depend on: the descriptor, the size written so far,
+    and the failure after which it refuses more.  The host's log
+    (L{vehicle.store._jsonl.JsonlLog}) and the helper's view of it for one
+    batch (L{_Log}) are both this.
+    """
+
+    _fd: int | None
+    _size: int
+    _failure: BaseException | None
+
+    def refusal(self) -> OSError | ValueError | None:
+        """
+        What an append would raise before writing anything, or L{None}.
+        """
+        raise NotImplementedError()
+
+    def _append(self, ops: Appends, lines: tuple[bytes, ...]) -> int:
+        """
+        Write C{lines} whole with one C{write} (L{appendWhole}); a failure
+        is kept, and the log refuses more.
+
+        @return: the bytes written.
+        """
+        refusal = self.refusal()
+        if refusal is not None:
+            raise refusal
+        assert self._fd is not None
+        data = b"".join(lines)
+        try:
+            appendWhole(ops, self._fd, data, self._size)
+        except BaseException as e:
+            self._failure = e
+            raise
+        self._size += len(data)
+        return len(data)
+
+    def _timedSync(self, fsync: Callable[[int], None], now: Callable[[], float]) -> float:
+        """
+        Sync the open log with C{fsync}; a failure is kept, and the log
+        refuses more (a failed sync must not be retried as if it had
+        worked).
+
+        @return: the seconds it took, by C{now}.
+        """
+        assert self._fd is not None
+        began = now()
+        try:
+            fsync(self._fd)
+        except BaseException as e:
+            self._failure = e
+            raise
+        return now() - began
+
+
 # -- chains and phases ------------------------------------------------------
 
 
@@ -331,51 +388,38 @@ def errorFrom(error: Error) -> OSError | ValueError:
 # -- the helper ----------------------------------------------------------------
 
 
-class _Log:
+class _Log(WholeAppends):
     """
     A log as the helper sees it for one batch: a descriptor, the size the
     host knows, and what it did with them.
     """
 
-    def __init__(self, ops: Ops, fd: int | None, size: int, refusal: Exception | None,
+    def __init__(self, ops: Ops, fd: int | None, size: int, refused: OSError | ValueError | None,
                  now: Callable[[], float] = time.monotonic) -> None:
         self.ops = ops
         self.now = now
-        self.fd = fd
-        self.size = size
-        self.refusal = refusal
+        self._fd = fd
+        self._size = size
+        self._refused = refused
+        self._failure = None
         self.written = 0
         self.lines = 0
         self.syncing: float | None = None
-        self.failure: BaseException | None = None
+
+    def refusal(self) -> OSError | ValueError | None:
+        if self._refused is None and self._failure is not None:
+            return OSError(f"an earlier write failed ({self._failure!r}); open the log afresh")
+        return self._refused
 
     def write(self, *lines: bytes) -> None:
-        if self.refusal is not None:
-            raise self.refusal
-        assert self.fd is not None
-        data = b"".join(lines)
-        try:
-            appendWhole(self.ops, self.fd, data, self.size)
-        except BaseException as e:
-            self.failure = e
-            self.refusal = OSError(f"an earlier write failed ({e!r}); open the log afresh")
-            raise
-        self.size += len(data)
-        self.written += len(data)
+        self.written += self._append(self.ops, lines)
         self.lines += len(lines)
 
     def sync(self) -> None:
-        assert self.fd is not None
-        began = self.now()
-        try:
-            self.ops.fsync(self.fd)
-        except BaseException as e:
-            self.failure = e
-            raise
-        self.syncing = (self.syncing or 0.0) + self.now() - began
+        self.syncing = (self.syncing or 0.0) + self._timedSync(self.ops.fsync, self.now)
 
     def report(self) -> tuple[int, int, float | None, Error | None]:
-        failure = None if self.failure is None else errorOf(self.failure)
+        failure = None if self._failure is None else errorOf(self._failure)
         return self.written, self.lines, self.syncing, failure
 
 

@@ -22,12 +22,14 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from tests.support._hints import assertAnnotationsResolve
 from vehicle import _syncd
+from vehicle.store._jsonl import JsonlLog
 from vehicle._syncd import (
     MAX_FDS,
     MAX_FRAME,
     Chain,
     Helper,
     StepMarks,
+    WholeAppends,
     fsyncFully,
     OsOps,
     appendWhole,
@@ -358,6 +360,25 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual(set(answer[1]), {1, 2})
         self.assertIn("an earlier write failed", answer[1][2][1][0])
         self.assertEqual([c for c, _ in self.ops.calls if c == "write"], ["write"])
+
+    def test_refusedAfterAFailedSync(self) -> None:
+        """
+        After a failed sync, a later phase's line to that log is refused
+        without a write, even of a chain the failure did not break: what
+        the log holds since its last sync is in doubt, as the host's own
+        log (L{vehicle.store._jsonl.JsonlLog}, the same L{WholeAppends})
+        refuses it.
+        """
+        a = self.log("a")
+        self.ops.failSync = OSError(errno.EIO, "io")
+        answer = self.helper.handle(("batch", {0: None, 1: None}, [
+            (1, 0, ((a, 0, b"x\n"),)), (2, 1, ((a, 1, b"y\n"),)),
+        ], {a: (0, None)}), deque())
+        assert answer is not None
+        self.assertEqual(answer[1][1], ("os", (errno.EIO, "io")))
+        self.assertIn("an earlier write failed", answer[1][2][1][0])
+        self.assertEqual([c for c, _ in self.ops.calls], ["write", "fsync"])
+        self.assertTrue(issubclass(JsonlLog, WholeAppends))
 
 
 def _answers(sock: socket.socket) -> list[tuple[Any, ...]]:

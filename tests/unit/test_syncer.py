@@ -627,10 +627,13 @@ class WriterForTests(SynchronousTestCase):
     def test_helperOnARealReactor(self) -> None:
         """
         With the helper asked for, a reactor that spawns and adopts sockets
-        gets a L{SyncHelper}; one without threads writes at once.
+        gets a L{SyncHelper}, which the writer lets go when it stops; one
+        without threads writes at once.
         """
         writer = writerFor(reactor, helper=True)
         self.assertIsInstance(writer.runner, SyncHelper)
+        self.assertEqual(writer.release, writer.runner.stop)  # type: ignore[attr-defined]
+        self.assertIsNone(writerFor(reactor).release)
         self.assertNotIsInstance(writerFor(reactor).runner, SyncHelper)
         self.assertNotIsInstance(writerFor(MemoryReactorClock(), helper=True).runner, SyncHelper)
 
@@ -801,14 +804,15 @@ class WriterStopTests(SynchronousTestCase):
             links.append(_HeldLink(owner))
             return links[-1]
 
-        writer = GroupWriter(runner=SyncHelper(start, _Fallback()))
+        helper = SyncHelper(start, _Fallback())
+        writer = GroupWriter(runner=helper, release=helper.stop)
         log, _ = JsonlLog.open(root / "a")
         self.addCleanup(log.close)
         writer.write(Chain(), [Line(log, log.line({"n": 1}))])
         stopped = writer.stop()
         self.assertNoResult(stopped)
         self.assertFalse(links[0].closed)
-        writer.runner.answered(links[0], ("done", {}, {}))  # type: ignore[attr-defined]
+        helper.answered(links[0], ("done", {}, {}))
         self.successResultOf(stopped)
         self.assertTrue(links[0].closed)
         self.successResultOf(GroupWriter().stop())

@@ -853,7 +853,7 @@ class StopTests(SynchronousTestCase):
                 return stops[-1]
 
         runner = Stopping()
-        writer = GroupWriter(runner=runner)
+        writer = GroupWriter(runner=runner, release=runner.stop)
         root = Path(self.mktemp())
         root.mkdir()
         log, _ = JsonlLog.open(root / "a")

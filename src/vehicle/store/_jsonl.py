@@ -18,7 +18,7 @@ from typing import ClassVar, Protocol
 from attrs import define
 from twisted.logger import Logger
 
-from vehicle._syncd import appendWhole
+from vehicle._syncd import WholeAppends
 from vehicle.protocol import JSONObject, intOf
 from vehicle.store._atomic import fsyncDirectory, fullSync
 from vehicle.store._files import CREATE, files
@@ -34,6 +34,13 @@ def _write(fd: int, data: bytes | memoryview) -> int:
 
 #: Another indirection the tests replace.
 _sync = fullSync
+
+
+def _syncing(fd: int) -> None:
+    """
+    A log's sync: L{_sync}, looked up at each call.
+    """
+    _sync(fd)
 
 
 class _Layer:
@@ -197,7 +204,7 @@ def _brokenCopy(path: Path) -> Path:
 
 
 @define(eq=False)
-class JsonlLog:
+class JsonlLog(WholeAppends):
     """
     An append-only JSONL file, open for appending.
 
@@ -350,18 +357,7 @@ class JsonlLog:
         @raise OSError: when writing fails, or an earlier write or sync
             did; the log then refuses further appends.
         """
-        refusal = self.refusal()
-        if refusal is not None:
-            raise refusal
-        assert self._fd is not None
-        data = b"".join(lines)
-        try:
-            # Leaves no partial line for the next record to follow.
-            appendWhole(_layer, self._fd, data, self._size)
-        except BaseException as e:
-            self._failure = e
-            raise
-        self._size += len(data)
+        self._append(_layer, lines)
         _observer.appended(self._path.stem, len(lines))
 
     def sync(self) -> None:
@@ -373,13 +369,7 @@ class JsonlLog:
         """
         if self._fd is None:
             raise ValueError(f"{self._path}: the log is closed")
-        began = time.monotonic()
-        try:
-            _sync(self._fd)
-        except BaseException as e:
-            self._failure = e
-            raise
-        _observer.synced(self._path.stem, time.monotonic() - began)
+        _observer.synced(self._path.stem, self._timedSync(_syncing, time.monotonic))
 
     @property
     def fd(self) -> int | None:

@@ -407,4 +407,4 @@ def writerFor(reactor: IClientReactor, helper: bool = False,
         return GroupWriter(runner=thread, clock=reactor)
     syncer = SyncHelper(processStarter(cast(HelperReactor, reactor), holding), thread)
     reactor.addSystemEventTrigger("during", "shutdown", syncer.stop)
-    return GroupWriter(runner=syncer, clock=reactor)
+    return GroupWriter(runner=syncer, release=syncer.stop, clock=reactor)

@@ -246,6 +246,8 @@ class GroupWriter:
     The writer of a data directory: steps in, batches out (see the module).
 
     @ivar runner: how a batch is run (L{threadedRunner}, or L{runAtOnce}).
+    @ivar release: with a runner that holds something (the sync helper's
+        process), how L{stop} lets it go.
     @ivar clock: with one, the work after a step (L{After}) waits
         C{laterSeconds} and is done once for every step of its key in that
         time; without, it is done in the step's batch.
@@ -256,6 +258,7 @@ class GroupWriter:
     _log: ClassVar[Logger] = Logger()
 
     runner: Runner = runAtOnce
+    release: Callable[[], Deferred[None]] | None = None
     clock: IReactorTime | None = None
     laterSeconds: float = 1.0
     batches: int = 0
@@ -335,13 +338,12 @@ class GroupWriter:
 
     def stop(self) -> Deferred[None]:
         """
-        L{drain}, then let the runner go, when it is one that holds
-        something (the sync helper's process): fires once it has.
+        L{drain}, then let the runner go (L{release}, if it has one):
+        fires once it has.
         """
-        stopping = getattr(self.runner, "stop", None)
-        drained = self.drain()
-        if stopping is not None:
-            drained.addCallback(lambda _: stopping())
+        release, drained = self.release, self.drain()
+        if release is not None:
+            drained.addCallback(lambda _: release())
         return drained
 
     def _pump(self) -> None:
