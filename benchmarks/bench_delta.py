@@ -152,6 +152,35 @@ def _account(owner: Any, name: str, label: str) -> None:
     setattr(owner, name, counted)
 
 
+def _accountSyncs() -> None:
+    """
+    Count the logs' syncs while a prompt is traced, wherever they are made:
+    by the sync helper's process (each log's sync time comes back with its
+    batch's answer, L{JsonlLog.wroteElsewhere}) or by this one (the
+    writer's thread, L{JsonlLog.sync}).  A checkout from before the helper
+    has its syncs counted at C{os.fsync}.
+    """
+    from vehicle.store._jsonl import JsonlLog
+
+    wrote = getattr(JsonlLog, "wroteElsewhere", None)
+    if wrote is None:
+        import os as _os
+
+        _account(_os, "fsync", "fsync")
+        return
+
+    def wroteElsewhere(self: Any, written: int, lines: int, syncing: float | None,
+                       *args: Any, **kwargs: Any) -> Any:
+        if syncing is not None and TRACING[0] and "SSE client has it" not in TRACE:
+            spent = SPENT.setdefault("fsync", [0, 0.0])
+            spent[0] += 1
+            spent[1] += syncing
+        return wrote(self, written, lines, syncing, *args, **kwargs)
+
+    JsonlLog.wroteElsewhere = wroteElsewhere  # type: ignore[method-assign]
+    _account(JsonlLog, "sync", "fsync")
+
+
 def installTrace() -> list[str]:
     """
     Time the host's steps of a prompt; the labels, in the order of the way.
@@ -180,9 +209,7 @@ def installTrace() -> list[str]:
     _wrap(PiProtocol, "outReceived", "pi's first delta read",
           when=lambda self, data, *a, **k: b'"text_delta"' in data)
     _account(PiProtocol, "outReceived", "pi's stdout read")
-    import os as _os
-
-    _account(_os, "fsync", "fsync")
+    _accountSyncs()
     try:
         from vehicle.session._watchers import Feed
 
@@ -455,7 +482,8 @@ async def main(reactor: Any, args: argparse.Namespace) -> None:
         for label in labels:
             if label in traces:
                 print(f"  {label:<28} {statistics.median(traces[label]):7.2f}")
-        print("on the host's thread until then (median calls, ms):")
+        print("until then, on the host's thread (the syncs wherever they were made: the sync "
+              "helper's or the writer's thread), median calls, ms:")
         for label in sorted(k[1:] for k in traces if k.startswith("#")):
             print(f"  {label:<28} {statistics.median(traces['#' + label]):5.0f} calls "
                   f"{statistics.median(traces['ms ' + label]):7.2f} ms")

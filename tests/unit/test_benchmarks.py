@@ -7,6 +7,7 @@ The figures are not judged here: only that each measure runs and counts.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase, TestCase
@@ -313,3 +314,37 @@ class HostEnvironmentTests(SynchronousTestCase):
         self.assertEqual(env["PYTHONPATH"], str((checkout / "src").resolve()))
         self.assertEqual(env["VEHICLE_SPARE_BODIES"], "0")
         self.assertEqual(kept["VEHICLE_SPARE_BODIES"], "3")
+
+
+class DeltaTraceTests(SynchronousTestCase):
+    """
+    L{benchmarks.bench_delta}'s trace.
+    """
+
+    def test_syncsCountedWhereverMade(self) -> None:
+        """
+        A traced prompt's syncs are counted whether the sync helper made
+        them (their time comes back with the batch's answer) or this
+        process did; a batch that synced nothing counts none.
+        """
+        from benchmarks import bench_delta
+        from vehicle.store._jsonl import JsonlLog
+
+        self.patch(JsonlLog, "wroteElsewhere", JsonlLog.wroteElsewhere)
+        self.patch(JsonlLog, "sync", JsonlLog.sync)
+        self.patch(bench_delta, "TRACING", [True])
+        self.patch(bench_delta, "TRACE", {})
+        self.patch(bench_delta, "SPENT", {})
+        bench_delta._accountSyncs()
+        root = Path(self.mktemp())
+        root.mkdir()
+        log, _ = JsonlLog.open(root / "a")
+        self.addCleanup(log.close)
+        log.wroteElsewhere(0, 0, None, None)
+        self.assertEqual(bench_delta.SPENT, {})
+        log.wroteElsewhere(6, 1, 0.25, None)
+        log.sync()
+        calls, seconds = bench_delta.SPENT["fsync"]
+        self.assertEqual(calls, 2)
+        self.assertGreaterEqual(seconds, 0.25)
+        self.assertEqual(log.size, 6)
