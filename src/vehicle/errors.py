@@ -125,7 +125,10 @@ def errorFrame(error: VehicleError, requestId: str | None = None) -> JSONObject:
 
 
 #: Made once: C{json.dumps} with separators makes a new one every call.
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
+#: No walk for cycles: what is encoded is a tree (parsed JSON, or values the
+#: host builds), and the walk's bookkeeping is a fifth of an encoding; a
+#: cycle, a fault of the host's, would end in C{RecursionError}.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 def encode(value: object) -> bytes:

@@ -12,6 +12,7 @@ C{datetime} gives.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 from typing import Any
@@ -23,6 +24,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from vehicle.errors import VehicleError, encode
 from vehicle.protocol import dumps
 from vehicle.session import _values
+from vehicle.session._requests import fingerprint
 from vehicle.session._values import isoTimestamp
 from vehicle.store._jsonl import encodeLine
 from vehicle.web import _frames
@@ -201,6 +203,21 @@ class EncoderTests(SynchronousTestCase):
         if isinstance(value, dict):
             line = json.dumps(value, separators=(",", ":"), allow_nan=False) + "\n"
             self.assertEqual(encodeLine(value), line.encode("ascii"))
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        self.assertEqual(fingerprint(value), hashlib.sha256(canonical).hexdigest())
+
+    def test_noWalkForCycles(self) -> None:
+        """
+        The encoders made once skip C{json}'s walk for cycles (a fifth of
+        an encoding): what they encode is a tree, parsed or built by the
+        host.
+        """
+        from vehicle.errors import _COMPACT
+        from vehicle.session._requests import _CANONICAL
+        from vehicle.store._jsonl import _LINE
+
+        self.assertEqual([e.check_circular for e in (_COMPACT, _CANONICAL, _LINE)],
+                         [False, False, False])
 
     def test_nanRefusedInALine(self) -> None:
         """

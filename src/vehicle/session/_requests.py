@@ -47,8 +47,9 @@ ROUTE_OF: dict[RecordKind, str] = {
 Remembered = tuple[str, JSONObject]
 
 
-#: The canonical form's encoder, made once (C{json.dumps} makes one per call).
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+#: The canonical form's encoder, made once (C{json.dumps} makes one per call),
+#: without the walk for cycles (see L{vehicle.errors._COMPACT}).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
 
 
 def fingerprint(request: JSON, route: str | None = None) -> str:

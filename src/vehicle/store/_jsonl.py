@@ -147,8 +147,9 @@ def _parseLine(body: bytes) -> tuple[JSONObject | None, str]:
     return value, ""
 
 
-#: The encoder of a line, made once (C{json.dumps} makes one per call).
-_LINE = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+#: The encoder of a line, made once (C{json.dumps} makes one per call),
+#: without the walk for cycles (see L{vehicle.errors._COMPACT}).
+_LINE = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False)
 
 
 def encodeLine(record: JSONObject) -> bytes:
