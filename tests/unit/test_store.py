@@ -629,6 +629,43 @@ class JsonlLogTests(SynchronousTestCase):
         log.sync()
         self.assertEqual(seen, [("appended", "events", 2), ("synced", "events", 2.5)])
 
+
+    def test_wroteElsewhere(self) -> None:
+        """
+        What another process (the sync helper) wrote for a log, told back:
+        the log's size follows, the observer is told of the records and the
+        sync it made (not of none), and a failure makes the log refuse more.
+        The descriptor it wrote through is the log's own, while it is open.
+        """
+        from vehicle.store import observeLogs
+
+        seen: list[tuple[str, str, float]] = []
+
+        class Observer:
+            def appended(self, log: str, records: int) -> None:
+                seen.append(("appended", log, records))
+
+            def synced(self, log: str, seconds: float) -> None:
+                seen.append(("synced", log, seconds))
+
+        self.addCleanup(observeLogs, observeLogs(Observer()))
+        log, _ = JsonlLog.open(self.directory / "events.jsonl", seqField="seq")
+        self.addCleanup(log.close)
+        fd = log.fd
+        assert isinstance(fd, int)
+        line = log.line({"seq": 1})
+        os.write(fd, line)
+        log.wroteElsewhere(len(line), 1, 0.25, None)
+        log.wroteElsewhere(0, 0, None, None)
+        self.assertEqual((log.size, seen), (len(line), [("appended", "events", 1),
+                                                        ("synced", "events", 0.25)]))
+        self.assertIsNone(log.refusal())
+        log.wroteElsewhere(0, 0, None, OSError(5, "io"))
+        self.assertEqual(len(seen), 2)
+        self.assertIsInstance(log.refusal(), OSError)
+        self.assertRaises(OSError, log.write, log.line({"seq": 2}))
+        log.close()
+        self.assertIsNone(log.fd)
     def test_reopenAfterMove(self) -> None:
         """
         After the log's directory is moved, L{JsonlLog.reopen} makes appends
