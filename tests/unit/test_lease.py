@@ -391,6 +391,36 @@ class ExpiryTests(KeeperTestCase):
         self.assertEqual(self.emitted, [])
 
 
+class InfoTests(KeeperTestCase):
+    """
+    The current lease as answers show it, made once for each lease.
+    """
+
+    def test_shownOncePerLease(self) -> None:
+        """
+        Two answers on one lease show the very same info; a renewal shows
+        the new one; a lease that lapsed or was dropped shows none.
+        """
+        self.assertIsNone(self.keeper.info())
+        self.claim()
+        shown = self.keeper.info()
+        assert shown is not None
+        self.assertEqual(shown, lease().info())
+        self.assertIs(self.keeper.info(), shown)
+        self.clock.advance(30)
+        self.keeper.observe(event("command.accepted", START + 30, {"by": held(ALICE)}))
+        renewed = self.keeper.info()
+        self.assertEqual(renewed, lease(renewedAt=START + 30).info())
+        self.assertIsNot(renewed, shown)
+        self.clock.advance(60)
+        self.assertIsNone(self.keeper.info())
+        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
+        self.claim()
+        self.assertEqual(self.keeper.info(), lease(claimedAt=START + 90, renewedAt=START + 90).info())
+        self.keeper.drop()
+        self.assertIsNone(self.keeper.info())
+
+
 class StopTests(KeeperTestCase):
     """
     A deleted session's keeper arms nothing and renews nothing.

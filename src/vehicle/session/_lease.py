@@ -95,6 +95,21 @@ class LeaseKeeper:
     #: The session is deleted: no timer is armed again.
     stopped: bool = False
     _timer: IDelayedCall | None = field(default=None, init=False)
+    #: The last lease L{info} showed, and what it showed.
+    _shown: tuple[Lease, LeaseInfo] | None = field(default=None, init=False)
+
+    def info(self) -> LeaseInfo | None:
+        """
+        The current lease (L{current}) as answers show it: made once for
+        each lease, and shown by every answer until the lease changes (a
+        renewal is a new lease).
+        """
+        lease = self.current()
+        if lease is None:
+            return None
+        if self._shown is None or self._shown[0] is not lease:
+            self._shown = (lease, lease.info())
+        return self._shown[1]
 
     def current(self) -> Lease | None:
         """

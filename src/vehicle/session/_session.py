@@ -359,7 +359,7 @@ class Session:
         @param ahead: how many events the request being answered is about
             to write: its answer shows the session after them.
         """
-        lease = self.currentLease()
+        lease = self._leases.info()
         meta = self.meta
         return SessionSummary(
             sessionId=meta.sessionId,
@@ -383,7 +383,7 @@ class Session:
             cursor=self._journal.taken + ahead if ahead else self.cursor,
             status="running" if self.running() else "idle",
             body=self.bodyState(),
-            lease=lease.info() if lease else None,
+            lease=lease,
             roomPolicy=self._room.policy,
         )
 
