@@ -36,21 +36,18 @@ def _write(fd: int, data: bytes | memoryview) -> int:
 _sync = fullSync
 
 
-def _syncing(fd: int) -> None:
-    """
-    A log's sync: L{_sync}, looked up at each call.
-    """
-    _sync(fd)
-
-
 class _Layer:
     """
-    The file layer as a log appends through it: its writes by L{_write},
-    looked up at each call (tests replace it).
+    The file layer as a log appends and syncs through it: its writes by
+    L{_write} and its syncs by L{_sync}, looked up at each call (tests
+    replace them).
     """
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
         return _write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        _sync(fd)
 
     def ftruncate(self, fd: int, size: int) -> None:
         files().ftruncate(fd, size)
@@ -370,7 +367,7 @@ class JsonlLog(WholeAppends):
         """
         if self._fd is None:
             raise ValueError(f"{self._path}: the log is closed")
-        _observer.synced(self._path.stem, self._timedSync(_syncing, time.monotonic))
+        _observer.synced(self._path.stem, self._timedSync(_layer.fsync, time.monotonic))
 
     @property
     def fd(self) -> int | None:
