@@ -90,19 +90,41 @@ class KnownCallerTests(SynchronousTestCase):
         error = self.assertRaises(VehicleError, authenticate, request(IDENTITY), "another")
         self.assertEqual(error.code, "unauthorized")
 
-    def test_secretsNeverKept(self) -> None:
+    def test_tokenNeverKept(self) -> None:
         """
-        A caller with a delegation token or a model key is read at every
-        request, never kept.
+        gardend mints a new delegation token for each request: a caller is
+        kept by the rest of its headers, holding no token, and each request
+        has its own token, on a graph only.
         """
-        for extra in ({"x-sophia-delegated-token": "tok-123"},
-                      {"x-sophia-caller-kind": "anonymous", "x-model-key": "sk-test-12345678"}):
-            first = authenticate(request({**IDENTITY, **extra}), SECRET)
-            again = authenticate(request({**IDENTITY, **extra}), SECRET)
-            self.assertIsNot(again, first)
-            self.assertEqual(again, first)
+        first = authenticate(request({**IDENTITY, "x-sophia-delegated-token": "tok-1"}), SECRET)
+        second = authenticate(request({**IDENTITY, "x-sophia-delegated-token": "tok-2"}), SECRET)
+        none = authenticate(request(IDENTITY), SECRET)
+        empty = authenticate(request({**IDENTITY, "x-sophia-delegated-token": ""}), SECRET)
+        self.assertEqual([c.delegatedToken for c in (first, second, none, empty)],
+                         ["tok-1", "tok-2", None, None])
+        self.assertEqual(len(self.reads), 1)
+        self.assertEqual({second.principal, second.clientId, second.graphId, second.role},
+                         {"alice", "tab-1", "g1", "editor"})
+        self.assertEqual([c.delegatedToken for c in _trust._known.values()], [None])
+        unbound = dict(IDENTITY, **{"x-sophia-caller-role": "owner"})
+        del unbound["x-graph-id"]
+        for token in ("tok-3", "tok-4"):
+            caller = authenticate(request({**unbound, "x-sophia-delegated-token": token}), SECRET)
+            self.assertEqual((caller.graphId, caller.delegatedToken), (None, None))
+        self.assertEqual(len(self.reads), 2)
+
+    def test_modelKeyNeverKept(self) -> None:
+        """
+        A caller with a model key is read at every request, never kept.
+        """
+        extra = {"x-sophia-caller-kind": "anonymous", "x-model-key": "sk-test-12345678"}
+        first = authenticate(request({**IDENTITY, **extra}), SECRET)
+        again = authenticate(request({**IDENTITY, **extra}), SECRET)
+        self.assertIsNot(again, first)
+        self.assertEqual(again, first)
+        self.assertEqual(first.modelKey, "sk-test-12345678")
         self.assertEqual(_trust._known, {})
-        self.assertEqual(len(self.reads), 4)
+        self.assertEqual(len(self.reads), 2)
 
     def test_bounded(self) -> None:
         """

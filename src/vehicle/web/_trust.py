@@ -10,6 +10,7 @@ import hmac
 import re
 from typing import Any
 
+from attrs import evolve
 from twisted.web.iweb import IRequest
 from twisted.web.resource import Resource
 
@@ -55,40 +56,63 @@ def checkSecret(request: IRequest, secret: str) -> None:
 #: The most callers L{authenticate} keeps, by what their requests said.
 KNOWN_MOST = 256
 
+#: The delegation token's header: gardend mints a new token for each
+#: request on a graph, so it is never part of what a caller is kept by, and
+#: a kept caller never holds one: each request's own is put on the caller
+#: found for the rest of its headers.
+_TOKEN = b"X-Sophia-Delegated-Token"
+
+#: The headers a caller is not kept by: the body's length, the token.
+_UNHEARD = frozenset([b"Content-Length", _TOKEN])
+
 #: Callers read before, by their requests' headers (L{_heard}): gardend
-#: sends one person's same headers with each of their requests, and
-#: reading them again was a fortieth of a durable request.  A caller
-#: carrying a secret (a delegation token, a model key) is never kept: a
-#: secret is held no longer than its request needs it.  Cleared when full.
+#: sends one person's same headers with each of their requests (but the
+#: token), and reading them again was a fortieth of a durable request.  A
+#: caller with a model key is never kept, nor any token: a secret is held
+#: no longer than its request needs it.  Cleared when full.
 _known: dict[tuple[tuple[bytes, bytes], ...], Caller] = {}
 
 
 def _heard(request: IRequest) -> tuple[tuple[bytes, bytes], ...]:
     """
     Every header of C{request} trust could read (each name's last value,
-    as L{_said} reads it), but the body's length.
+    as L{_said} reads it), but those of L{_UNHEARD}.
     """
     return tuple([(name, values[-1]) for name, values in request.requestHeaders.getAllRawHeaders()
-                  if values and name != b"Content-Length"])
+                  if values and name not in _UNHEARD])
+
+
+def _tokenOf(request: IRequest, graphId: str | None) -> str | None:
+    """
+    The request's delegation token as its caller holds it: only on a
+    graph, and none when the header is empty.
+    """
+    values = request.requestHeaders.getRawHeaders(_TOKEN)
+    if graphId is None or not values:
+        return None
+    return values[-1].decode("utf-8", "replace") or None
 
 
 def authenticate(request: IRequest, secret: str) -> Caller:
     """
     Check the secret, then read who calls (L{readCaller}), or find them
-    read before from the very same headers.
+    read before from the very same headers and give them this request's
+    delegation token.
 
     @raise VehicleError: C{unauthorized}, C{identity_required},
         C{invalid_identity} or C{invalid_model_key}.
     """
     checkSecret(request, secret)
     heard = _heard(request)
-    caller = _known.get(heard)
-    if caller is None:
-        caller = readCaller(request)
-        if caller.delegatedToken is None and caller.modelKey is None:
-            if len(_known) >= KNOWN_MOST:
-                _known.clear()
-            _known[heard] = caller
+    kept = _known.get(heard)
+    if kept is not None:
+        token = _tokenOf(request, kept.graphId)
+        return kept if token is None else evolve(kept, delegatedToken=token)
+    caller = readCaller(request)
+    if caller.modelKey is None:
+        if len(_known) >= KNOWN_MOST:
+            _known.clear()
+        _known[heard] = evolve(caller, delegatedToken=None) if caller.delegatedToken else caller
     return caller
 
 
@@ -105,7 +129,6 @@ def readCaller(request: IRequest) -> Caller:
     principal = _principal(said)
     graphId, role = _graphAndRole(said)
     clientId = _clientId(said, principal)
-    token = said.get("x-sophia-delegated-token") or None
     kind = _callerKind(said)
     modelKey = _modelKey(said)
     publicGraphs: tuple[str, ...] = ()
@@ -119,7 +142,7 @@ def readCaller(request: IRequest) -> Caller:
         clientId=clientId,
         role=role,
         graphId=graphId,
-        delegatedToken=token if graphId is not None else None,
+        delegatedToken=_tokenOf(request, graphId),
         kind=kind,
         email=said.get("x-sophia-account-email") or None,
         emailVerified=(said.get("x-sophia-account-email-verified") or "").lower()
