@@ -603,39 +603,9 @@ class JsonlLogTests(SynchronousTestCase):
         log.close()
         self.assertRaises(ValueError, log.append, {"n": 1})
 
-    def test_observed(self) -> None:
+    def _observedLog(self) -> tuple[JsonlLog, list[tuple[str, str, float]]]:
         """
-        The logs' observer is told of each write (its log's name and how
-        many records it carried) and each fsync, timed from before it to
-        after it on the monotonic clock.
-        """
-        from vehicle.store import _jsonl, observeLogs
-
-        seen: list[tuple[str, str, float]] = []
-
-        class Observer:
-            def appended(self, log: str, records: int) -> None:
-                seen.append(("appended", log, records))
-
-            def synced(self, log: str, seconds: float) -> None:
-                seen.append(("synced", log, seconds))
-
-        self.addCleanup(observeLogs, observeLogs(Observer()))
-        log, _ = JsonlLog.open(self.directory / "events.jsonl", seqField="seq")
-        self.addCleanup(log.close)
-        log.write(log.line({"seq": 1}), log.line({"seq": 2}))
-        times = iter([1.0, 3.5])
-        self.patch(_jsonl.time, "monotonic", lambda: next(times))
-        log.sync()
-        self.assertEqual(seen, [("appended", "events", 2), ("synced", "events", 2.5)])
-
-
-    def test_wroteElsewhere(self) -> None:
-        """
-        What another process (the sync helper) wrote for a log, told back:
-        the log's size follows, the observer is told of the records and the
-        sync it made (not of none), and a failure makes the log refuse more.
-        The descriptor it wrote through is the log's own, while it is open.
+        An events log, open, and what the logs' observer is told meanwhile.
         """
         from vehicle.store import observeLogs
 
@@ -651,6 +621,31 @@ class JsonlLogTests(SynchronousTestCase):
         self.addCleanup(observeLogs, observeLogs(Observer()))
         log, _ = JsonlLog.open(self.directory / "events.jsonl", seqField="seq")
         self.addCleanup(log.close)
+        return log, seen
+
+    def test_observed(self) -> None:
+        """
+        The logs' observer is told of each write (its log's name and how
+        many records it carried) and each fsync, timed from before it to
+        after it on the monotonic clock.
+        """
+        from vehicle.store import _jsonl
+
+        log, seen = self._observedLog()
+        log.write(log.line({"seq": 1}), log.line({"seq": 2}))
+        times = iter([1.0, 3.5])
+        self.patch(_jsonl.time, "monotonic", lambda: next(times))
+        log.sync()
+        self.assertEqual(seen, [("appended", "events", 2), ("synced", "events", 2.5)])
+
+    def test_wroteElsewhere(self) -> None:
+        """
+        What another process (the sync helper) wrote for a log, told back:
+        the log's size follows, the observer is told of the records and the
+        sync it made (not of none), and a failure makes the log refuse more.
+        The descriptor it wrote through is the log's own, while it is open.
+        """
+        log, seen = self._observedLog()
         fd = log.fd
         assert isinstance(fd, int)
         line = log.line({"seq": 1})
@@ -666,6 +661,7 @@ class JsonlLogTests(SynchronousTestCase):
         self.assertRaises(OSError, log.write, log.line({"seq": 2}))
         log.close()
         self.assertIsNone(log.fd)
+
     def test_reopenAfterMove(self) -> None:
         """
         After the log's directory is moved, L{JsonlLog.reopen} makes appends

@@ -346,6 +346,17 @@ class HelperTests(SynchronousTestCase):
         self.assertEqual(answer[1], {1: ("value", ("closed",))})
         self.assertEqual(answer[2][-1], (0, 0, None, None))
 
+    def twoChainsOnOneLog(self, a: int) -> tuple[Any, ...]:
+        """
+        The answer to a batch of two steps on log C{a}, each of its own
+        chain: step 1's line in the first phase, step 2's in the second.
+        """
+        answer = self.helper.handle(("batch", {0: None, 1: None}, [
+            (1, 0, ((a, 0, b"x\n"),)), (2, 1, ((a, 1, b"y\n"),)),
+        ], {a: (0, None)}), deque())
+        assert answer is not None
+        return answer
+
     def test_refusedAfterAFailure(self) -> None:
         """
         After a failed write, a later phase's line to that log is refused
@@ -353,10 +364,7 @@ class HelperTests(SynchronousTestCase):
         """
         a = self.log("a")
         self.ops.failWrite = OSError(errno.ENOSPC, "full")
-        answer = self.helper.handle(("batch", {0: None, 1: None}, [
-            (1, 0, ((a, 0, b"x\n"),)), (2, 1, ((a, 1, b"y\n"),)),
-        ], {a: (0, None)}), deque())
-        assert answer is not None
+        answer = self.twoChainsOnOneLog(a)
         self.assertEqual(set(answer[1]), {1, 2})
         self.assertIn("an earlier write failed", answer[1][2][1][0])
         self.assertEqual([c for c, _ in self.ops.calls if c == "write"], ["write"])
@@ -371,10 +379,7 @@ class HelperTests(SynchronousTestCase):
         """
         a = self.log("a")
         self.ops.failSync = OSError(errno.EIO, "io")
-        answer = self.helper.handle(("batch", {0: None, 1: None}, [
-            (1, 0, ((a, 0, b"x\n"),)), (2, 1, ((a, 1, b"y\n"),)),
-        ], {a: (0, None)}), deque())
-        assert answer is not None
+        answer = self.twoChainsOnOneLog(a)
         self.assertEqual(answer[1][1], ("os", (errno.EIO, "io")))
         self.assertIn("an earlier write failed", answer[1][2][1][0])
         self.assertEqual([c for c, _ in self.ops.calls], ["write", "fsync"])

@@ -15,6 +15,8 @@ from vehicle.errors import VehicleError
 from vehicle.web import _trust
 from vehicle.web._trust import KNOWN_MOST, authenticate, readCaller
 
+from tests.support.spies import spyOn
+
 
 SECRET = "trust-secret"
 
@@ -41,14 +43,7 @@ class KnownCallerTests(SynchronousTestCase):
 
     def setUp(self) -> None:
         self.patch(_trust, "_known", {})
-        self.reads: list[object] = []
-        read = _trust.readCaller
-
-        def counted(request: Any) -> Any:
-            self.reads.append(request)
-            return read(request)
-
-        self.patch(_trust, "readCaller", counted)
+        self.reads = spyOn(self, _trust, "readCaller")
 
     def test_sameHeadersReadOnce(self) -> None:
         """
