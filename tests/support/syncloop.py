@@ -82,7 +82,8 @@ def loopbackWriter(case: SynchronousTestCase) -> GroupWriter:
         loopbacks.append(link)
         return link
 
-    return GroupWriter(runner=SyncHelper(start, runAtOnce))
+    helper = SyncHelper(start, runAtOnce)
+    return GroupWriter(runner=helper, release=helper.stop)
 
 
 class HeldThroughHelper(HeldBatches):

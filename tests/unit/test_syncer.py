@@ -81,7 +81,7 @@ class SyncHelperTests(SynchronousTestCase):
         self.links: list[_HeldLink] = []
         self.fallback = _Fallback()
         self.helper = SyncHelper(self.start, self.fallback)
-        self.writer = GroupWriter(runner=self.helper)
+        self.writer = GroupWriter(runner=self.helper, release=self.helper.stop)
 
     def start(self, owner: SyncHelper) -> Any:
         link = _HeldLink(owner)
@@ -686,7 +686,7 @@ class ProcessTests(TestCase):
             return link
 
         self.helper = SyncHelper(start, self.fallback)
-        self.writer = GroupWriter(runner=self.helper)
+        self.writer = GroupWriter(runner=self.helper, release=self.helper.stop)
         self.addCleanup(self.helper.stop)
 
     def log(self, name: str) -> JsonlLog:
