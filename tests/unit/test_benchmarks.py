@@ -80,7 +80,6 @@ class WriteBenchmarkTests(SynchronousTestCase):
         """
         import subprocess
         import sys
-        from pathlib import Path
 
         from benchmarks.bench_write import helperTimes
 
