@@ -148,6 +148,17 @@ class KeeperTestCase(SynchronousTestCase):
         self.emitted: list[tuple[str, dict[str, Any]]] = []
         self.keeper = LeaseKeeper(clock=self.clock, emit=lambda t, d: self.emitted.append((t, d)))
 
+    def assertLapsesAt(self, when: float, caller: Caller = ALICE) -> None:
+        """
+        The lease lapses (its timer says so) at C{when} exactly, and not
+        a moment before.
+        """
+        self.clock.advance(when - 0.001 - self.clock.seconds())
+        self.assertEqual(self.emitted, [])
+        self.clock.advance(0.001)
+        self.assertEqual(self.emitted, [("lease.expired", {**held(caller), "reason": "ttl"})])
+        self.assertEqual(self.timers(), [])
+
     def timers(self) -> list[float]:
         return [call.getTime() for call in self.clock.getDelayedCalls()]
 
@@ -189,7 +200,7 @@ class ClaimTests(KeeperTestCase):
         ])
         self.assertEqual(value.tookOverFrom, ALICE.holder())
         self.assertEqual(self.keeper.lease, lease(ALICE2, claimedAt=START + 5, renewedAt=START + 5))
-        self.assertEqual(self.timers(), [START + 65])
+        self.assertLapsesAt(START + 65, ALICE2)
 
     def test_heldWithoutTakeover(self) -> None:
         self.claim()
@@ -305,11 +316,24 @@ class RenewalTests(KeeperTestCase):
         self.clock.advance(30)
         self.keeper.observe(event("command.accepted", START + 30, {"by": held(ALICE)}))
         self.assertEqual(self.keeper.lease, lease(renewedAt=START + 30))
-        self.assertEqual(self.timers(), [START + 90])
-        self.clock.advance(59)
-        self.assertEqual(self.emitted, [])
-        self.clock.advance(1)
-        self.assertEqual(self.emitted, [("lease.expired", {**held(ALICE), "reason": "ttl"})])
+        self.assertLapsesAt(START + 90)
+
+    def test_renewalKeepsItsTimer(self) -> None:
+        """
+        A renewal moves the lapse later and arms nothing new: the timer
+        armed for the old lapse is kept, and arms itself again when it
+        fires early.
+        """
+        self.claim()
+        [timer] = self.clock.getDelayedCalls()
+        for n in range(1, 6):
+            self.clock.advance(10)
+            self.keeper.observe(event("command.accepted", START + 10 * n, {"by": held(ALICE)}))
+            self.assertEqual(self.clock.getDelayedCalls(), [timer])
+        self.assertEqual(self.keeper.lease, lease(renewedAt=START + 50))
+        self.clock.advance(10)
+        self.assertEqual(self.timers(), [START + 110])
+        self.assertLapsesAt(START + 110)
 
     def test_othersMutation(self) -> None:
         self.claim()

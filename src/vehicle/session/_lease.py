@@ -242,10 +242,21 @@ class LeaseKeeper:
         self.cancelTimer()
 
     def armTimer(self) -> None:
+        """
+        Have a timer fire by the time the lease lapses.  A timer already
+        armed for no later than that is kept: a renewal (every mutation of
+        its holder makes one) only moves the lapse later, and the timer,
+        when it fires early, arms itself again for what is left.
+        """
+        if self.lease is None or self.stopped:
+            self.cancelTimer()
+            return
+        timer = self._timer
+        if timer is not None and timer.active() and timer.getTime() <= self.lease.expiresAt:
+            return
         self.cancelTimer()
-        if self.lease is not None and not self.stopped:
-            delay = max(0.0, self.lease.expiresAt - self.clock.seconds())
-            self._timer = self.clock.callLater(delay, self._timerFired)
+        delay = max(0.0, self.lease.expiresAt - self.clock.seconds())
+        self._timer = self.clock.callLater(delay, self._timerFired)
 
     def cancelTimer(self) -> None:
         cancelIfActive(self._timer)
