@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import Holder, toObject
 from vehicle.session import _restore
-from vehicle.session._requests import eventOf, fingerprint, recordOf
+from vehicle.session._requests import eventOf, fingerprint, recordOf, remembered
 from vehicle.session._restore import Derived
 from vehicle.session._values import Lease, parseTimestamp
 
@@ -354,8 +354,8 @@ class DeriveTests(SynchronousTestCase):
         anonymous = record("rename", None, {"title": "t"})
         derived = derive([], disk([command, claim, create, branched, older, anonymous]), None)
         self.assertEqual(derived.requests, {
-            "c1": (command["fingerprint"], command["frame"]),
-            "r-claim": (claim["fingerprint"], {"type": "lease"}),
+            "c1": remembered(command["fingerprint"], command["frame"]),
+            "r-claim": remembered(claim["fingerprint"], {"type": "lease"}),
         })
 
 

@@ -51,6 +51,7 @@ from vehicle.session._eventlog import Entry, EventFile, Pages
 from vehicle.session._requests import (
     Answering,
     Remembered,
+    remembered,
     openLogs,
     recordOf,
     replayed,
@@ -407,11 +408,10 @@ class Journal:
         (L{answering}); once durable the request is remembered (a retry
         replays it) and its answer sent.
         """
-        remembered = (record.fingerprint or "", sent)
         self._answering.begin(requestId)
 
         def durable(_: None) -> JSONObject:
-            self.requests[requestId] = remembered
+            self.requests[requestId] = remembered(record.fingerprint or "", sent)
             if kind == "branch":
                 self.branches = self.branches | {requestId}
             self._answering.settled(requestId)

@@ -30,7 +30,7 @@ from vehicle.session._digest import Digest, Origin, currentDigest, writeDigest
 from vehicle.session._lineage import finishBranch
 from vehicle.session._maker import Maker
 from vehicle.session._observers import Observers
-from vehicle.session._requests import replayed, storageError
+from vehicle.session._requests import checkSame, storageError
 from vehicle.session._session import Session
 from vehicle.session._values import Caller, SessionMeta
 from vehicle.store import DataDir, readJson
@@ -147,8 +147,8 @@ class Registry:
         if known is None:
             return None
         digest, sessionId = known
-        return replayed((digest, self._createdFrame(sessionId)), requestId, request,
-                        f"create:{caller.graphId}")
+        checkSame(digest, requestId, request, f"create:{caller.graphId}")
+        return self._createdFrame(sessionId)
 
     def _createdFrame(self, sessionId: str) -> JSONObject:
         """

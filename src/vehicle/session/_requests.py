@@ -43,13 +43,30 @@ ROUTE_OF: dict[RecordKind, str] = {
     "branched": "commands",
 }
 
-#: What is remembered of an answered request: its fingerprint and its frame.
-Remembered = tuple[str, JSONObject]
+#: What is remembered of an answered request: its fingerprint and its frame
+#: as JSON text (L{remembered}).
+Remembered = tuple[str, str]
 
 
 #: The canonical form's encoder, made once (C{json.dumps} makes one per call),
 #: without the walk for cycles (see L{vehicle.errors._COMPACT}).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
+
+#: The encoder of a remembered frame, made once, without the walk for cycles.
+_FRAME = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+
+def remembered(digest: str, frame: JSONObject) -> Remembered:
+    """
+    An answered request as a session remembers it: its fingerprint and its
+    frame, kept as JSON text.  Text is outside the collector's reach, where
+    a frame's dicts (and the pair holding them) are not: a session answers
+    tens of thousands of requests, each full pass of the collector walked
+    every one of them, and its pause grew with them (15-25 ms on the
+    reactor's thread after 30,000 commands).  A replay reads the frame
+    back (L{replayed}); a replay is rare.
+    """
+    return digest, _FRAME.encode(frame)
 
 
 def fingerprint(request: JSON, route: str | None = None) -> str:
@@ -75,13 +92,23 @@ def replayed(
     if known is None:
         return None
     digest, frame = known
+    checkSame(digest, requestId, request, route)
+    return objectOf(json.loads(frame))
+
+
+def checkSame(digest: str, requestId: str, request: JSON, route: str) -> None:
+    """
+    A request sent again with a known C{requestId} must be the one first
+    sent (its fingerprint C{digest}).
+
+    @raise VehicleError: C{request_id_conflict}.
+    """
     if digest != fingerprint(request, route):
         raise VehicleError(
             "request_id_conflict",
             f"requestId {requestId!r} was already used with a different body",
             {"requestId": requestId},
         )
-    return frame
 
 
 def requestRecord(

@@ -12,7 +12,7 @@ from attrs import define, field
 from vehicle.protocol import Command, Event, HeldChime, RequestRecord, fromJSON, objectOf, textOf
 from vehicle.session._command import adoptedPreview, commandOfRecord, followed
 from vehicle.session._lease import leaseAfter
-from vehicle.session._requests import Remembered
+from vehicle.session._requests import Remembered, remembered
 from vehicle.session._room import Room, policyOf
 from vehicle.session._values import Lease
 
@@ -133,7 +133,7 @@ def derive(events: list[Event], requests: list[RequestRecord], baseTitle: str | 
             and record.fingerprint is not None
             and record.kind not in ("create", "branched")
         ):
-            out.requests[record.requestId] = (record.fingerprint, record.frame)
+            out.requests[record.requestId] = remembered(record.fingerprint, record.frame)
     out.branches = frozenset(branches)
     if events:
         newest = events[-1]
