@@ -167,6 +167,8 @@ class MakeServiceTests(SynchronousTestCase):
         done: list[str] = []
         self.patch(gc, "collect", lambda: done.append("collect"))
         self.patch(gc, "freeze", lambda: done.append("freeze"))
+        self.patch(gc, "get_threshold", lambda: (700, 10, 10))
+        self.patch(gc, "set_threshold", lambda *t: done.append(f"threshold {t}"))
         self.patch(os, "environ", {"MNEMOSYNE_INTERNAL_SERVICE_SECRET": SECRET})
         options = _tap.Options()
         options.parseOptions(["--listen", "tcp:4321:interface=127.0.0.1",
@@ -178,7 +180,8 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertEqual(done, [])
         for hook, args, kw in reactor.whenRunningHooks:
             hook(*args, **kw)
-        self.assertEqual(done, ["collect", "freeze"])
+        self.assertEqual(done, ["collect", "freeze", f"threshold {(_tap.YOUNG_PASS, 10, 10)}"])
+        self.assertGreater(_tap.YOUNG_PASS, 700)
 
 
 class PluginTests(SynchronousTestCase):
