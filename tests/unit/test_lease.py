@@ -132,6 +132,19 @@ class LeaseAfterTests(SynchronousTestCase):
             ended = event(kind, START + 3, {**held(ALICE2), "reason": "x"})
             self.assertEqual(leaseAfter(lease(), ended), lease())
 
+    def test_partsMissing(self) -> None:
+        """
+        A claim or renewal that lacks any one of its holder's principal, its
+        client or its TTL says nothing of the lease.
+        """
+        whole = {**held(ALICE), "ttlMs": TTL}
+        for kind in ("lease.claimed", "lease.renewed"):
+            for part in ("principal", "clientId", "ttlMs"):
+                lacking = {k: v for k, v in whole.items() if k != part}
+                self.assertEqual(leaseAfter(lease(ALICE2), event(kind, START + 3, lacking)),
+                                 lease(ALICE2), (kind, part))
+                self.assertIsNone(leaseAfter(None, event(kind, START + 3, lacking)), (kind, part))
+
     def test_useRenews(self) -> None:
         used = event("command.accepted", START + 9, {"by": held(ALICE)})
         self.assertEqual(leaseAfter(lease(), used), lease(renewedAt=START + 9))
@@ -317,6 +330,16 @@ class RenewalTests(KeeperTestCase):
         self.keeper.observe(event("command.accepted", START + 30, {"by": held(ALICE)}))
         self.assertEqual(self.keeper.lease, lease(renewedAt=START + 30))
         self.assertLapsesAt(START + 90)
+
+    def test_armedForTheSameLapse(self) -> None:
+        """
+        Arming the timer again for the lapse it is armed for keeps it.
+        """
+        self.claim()
+        [timer] = self.clock.getDelayedCalls()
+        self.keeper.armTimer()
+        self.assertEqual(self.clock.getDelayedCalls(), [timer])
+        self.assertTrue(timer.active())
 
     def test_renewalKeepsItsTimer(self) -> None:
         """

@@ -22,6 +22,7 @@ from vehicle.protocol import toJSON, toObject
 from vehicle.session import _requests
 from vehicle.session._requests import (
     ROUTE_OF,
+    Answering,
     fingerprint,
     openLogs,
     remembered,
@@ -231,6 +232,51 @@ class OpenLogsTests(SynchronousTestCase):
         self.assertRaises(OSError, openLogs, directory)
         self.assertEqual(openFds(), before)
         self.assertTrue((directory / "events.jsonl").exists())
+
+
+    def test_aLineNotARecordClosesBoth(self) -> None:
+        """
+        A line of the request log that is not a record is refused, and
+        neither log is left open.
+        """
+        directory = Path(self.mktemp())
+        directory.mkdir()
+        (directory / "commands.jsonl").write_text('{"kind":"dance"}\n')
+        before = openFds()
+        self.assertRaises(ValueError, openLogs, directory)
+        self.assertEqual(openFds(), before)
+
+
+class AnsweringTests(SynchronousTestCase):
+    """
+    L{Answering}: a retry that comes while its request is being made
+    durable waits for it; once settled, every waiter goes on.
+    """
+
+    def test_nothingBegun(self) -> None:
+        answering = Answering()
+        self.assertFalse(answering)
+        self.assertIsNone(answering.waiter("r1"))
+        answering.settled("r1")
+        self.assertFalse(answering)
+
+    def test_waitersGoOnWhenSettled(self) -> None:
+        answering = Answering()
+        answering.begin("r1")
+        answering.begin("r2")
+        self.assertTrue(answering)
+        first, second, other = answering.waiter("r1"), answering.waiter("r1"), answering.waiter("r2")
+        assert first is not None and second is not None and other is not None
+        self.assertNoResult(first)
+        answering.settled("r1")
+        self.assertIsNone(self.successResultOf(first))
+        self.assertIsNone(self.successResultOf(second))
+        self.assertNoResult(other)
+        self.assertIsNone(answering.waiter("r1"))
+        self.assertTrue(answering)
+        answering.settled("r2")
+        self.assertIsNone(self.successResultOf(other))
+        self.assertFalse(answering)
 
 
 class AnnotationTests(SynchronousTestCase):

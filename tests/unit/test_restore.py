@@ -359,6 +359,97 @@ class DeriveTests(SynchronousTestCase):
         })
 
 
+class NewestTests(SynchronousTestCase):
+    """
+    What a session knows of its log without reading it (its cursor, its
+    last time, its trash name, its highest run) is the log's newest
+    event's, and its highest C{run-<n>}.
+    """
+
+    def test_nothing(self) -> None:
+        derived = derive([], [], None)
+        self.assertEqual(
+            (derived.cursor, derived.lastAt, derived.deletedAs, derived.runs, derived.origin,
+             derived.branches),
+            (0, None, None, 0, None, frozenset()),
+        )
+
+    def test_newest(self) -> None:
+        log = events(("run.started", {"runId": "run-3"}), ("run.started", {"runId": "run-12"}),
+                     ("run.started", {"runId": "run-5"}),
+                     ("session.deleted", {"trashedAs": "s-1.trashed"}))
+        derived = derive(log, [], None)
+        self.assertEqual((derived.cursor, derived.lastAt, derived.deletedAs, derived.runs),
+                         (4, at(4), "s-1.trashed", 12))
+        self.assertIsNone(derive(log[:3], [], None).deletedAs)
+
+    def test_newestWithoutSeq(self) -> None:
+        """
+        A log whose newest line lost its seq counts from nothing: the
+        events its requests owe are numbered from 1.
+        """
+        log = disk([{k: v for k, v in event(1, "body.notice").items() if k != "seq"}])
+        self.assertEqual(derive(log, [], None).cursor, 0)
+        owing = record("command", "r1", {}, cursor=0,
+                       effects=[["command.accepted", {"commandId": "c1"}]])
+        [(owed, _)] = owedEvents(log, disk([owing]), SID, NOW)
+        self.assertEqual(owed["seq"], 1)
+
+    def test_runNumber(self) -> None:
+        self.assertEqual(
+            _restore.runNumber(eventOf(event(1, "run.started", {"runId": "run-12"}))), 12
+        )
+        for kind, data in [("run.ended", {"runId": "run-12"}), ("tool.started", {"runId": "run-12"}),
+                           ("run.started", {}), ("run.started", {"runId": "run-x"}),
+                           ("run.started", {"runId": "run-x1"}),
+                           ("run.started", {"runId": "walk-3"}), ("run.started", {"runId": 4})]:
+            self.assertEqual(_restore.runNumber(eventOf(event(1, kind, data))), 0, (kind, data))
+
+    def test_deletedAs(self) -> None:
+        self.assertEqual(
+            _restore.deletedAs(eventOf(event(1, "session.deleted", {"trashedAs": "t"}))), "t"
+        )
+        for kind in ("session.renamed", "lease.claimed"):
+            self.assertIsNone(_restore.deletedAs(eventOf(event(1, kind, {"trashedAs": "t"}))))
+        self.assertIsNone(_restore.deletedAs(eventOf(event(1, "session.deleted", {}))))
+
+
+class OriginTests(SynchronousTestCase):
+    """
+    The request that made the session (the first create or branched
+    record) and the branches it made (its branch records' ids).
+    """
+
+    def test_createdThenBranched(self) -> None:
+        requests = disk([
+            record("command", "r-cmd", {"text": "x"}),
+            record("create", "r-create", {}, route="create"),
+            record("branch", "b1", {}),
+            record("branched", "r-branched", {}),
+            record("branch", None, {}),
+            record("branch", "b2", {}),
+        ])
+        derived = derive([], requests, None)
+        assert derived.origin is not None
+        self.assertEqual(derived.origin.requestId, "r-create")
+        self.assertEqual(derived.branches, frozenset({"b1", "b2"}))
+
+    def test_branched(self) -> None:
+        derived = derive([], disk([record("branched", "r-branched", {})]), None)
+        assert derived.origin is not None
+        self.assertEqual(derived.origin.requestId, "r-branched")
+
+    def test_pendingChimeInAShapeNotHeld(self) -> None:
+        """
+        A pending chime whose answer holds it in a shape the host cannot
+        read is not held, and the rest is read.
+        """
+        odd = chimeRecord("ch1", "pending")
+        odd["frame"]["value"]["chime"]["delivery"] = "by pigeon"
+        derived = derive([], disk([odd, chimeRecord("ch2", "pending")]), None)
+        self.assertEqual(sorted(derived.room.chimes), ["ch2"])
+
+
 class AnnotationTests(SynchronousTestCase):
     def test_resolve(self) -> None:
         assertAnnotationsResolve(self, _restore)
