@@ -34,6 +34,7 @@ from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
 
 from tests.support._crashfs import CrashFiles
 from tests.support.crashdriver import CrashDriver, Request, addCrashTests, scenario
+from tests.support.descriptors import openDescriptors
 from tests.support.harness import Harness
 from tests.support.pifiles import HEADER, assistant, encode, user
 
@@ -304,10 +305,6 @@ class StartSweepTests(SynchronousTestCase):
         self.assertTrue((root / "trash" / "sold" / "deleted.json").is_file())
         self.assertEqual(os.listdir(root / "workspaces"), [])
         self.assertEqual(len(h.api.registry.sessions), 2)
-
-
-def openDescriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 class DiskFailureTests(SynchronousTestCase):

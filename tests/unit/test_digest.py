@@ -23,12 +23,9 @@ from vehicle.session._digest import DIGEST_FILE, VERSION, currentDigest, readDig
 from vehicle.session._registry import DORMANT_AFTER_SECONDS, SWEEP_SECONDS
 
 from tests.support._crashfs import Crash, CrashFiles
+from tests.support.descriptors import openDescriptors
 from tests.support.harness import Harness
 from tests.support.spies import spyOn
-
-
-def openDescriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 class Host:

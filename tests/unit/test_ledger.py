@@ -24,6 +24,7 @@ from vehicle.public._ledger import holdKey, turnKey, utcDay
 from vehicle.store import OsFiles, useFiles
 
 from tests.support._hints import assertAnnotationsResolve
+from tests.support.descriptors import openDescriptors
 
 
 #: 2026-12-01T12:00:00Z.
@@ -305,11 +306,11 @@ class FileTests(LedgerTestCase):
         self.assertEqual(layer.opens, 1)
 
     def test_close(self) -> None:
-        before = len(os.listdir("/proc/self/fd"))
+        before = openDescriptors()
         ledger = self.ledger()
-        self.assertEqual(len(os.listdir("/proc/self/fd")), before + 1)
+        self.assertEqual(openDescriptors(), before + 1)
         ledger.close()
-        self.assertEqual(len(os.listdir("/proc/self/fd")), before)
+        self.assertEqual(openDescriptors(), before)
         ledger.close()
         self.assertRaises(AssertionError, ledger.grant, "p", 1.0, "operator", "op-1")
 

@@ -12,7 +12,6 @@ import errno
 import gc
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -34,16 +33,13 @@ from vehicle.session._values import Caller, isoTimestamp
 from vehicle.store import CorruptLog
 
 from tests.support._hints import assertAnnotationsResolve
+from tests.support.descriptors import openDescriptors
 
 
 BODY = {"requestId": "r1", "type": "prompt", "text": "hello", "options": {"b": 1, "a": [2, 3]}}
 #: The same body as a client might send it again: its keys in another order.
 REORDERED = json.loads('{"options": {"a": [2, 3], "b": 1}, "text": "hello", "type": "prompt", '
                        '"requestId": "r1"}')
-
-
-def openFds() -> int:
-    return len(os.listdir("/proc/self/fd"))
 
 
 class FingerprintTests(SynchronousTestCase):
@@ -228,9 +224,9 @@ class OpenLogsTests(SynchronousTestCase):
         directory = Path(self.mktemp())
         directory.mkdir()
         (directory / "commands.jsonl").mkdir()
-        before = openFds()
+        before = openDescriptors()
         self.assertRaises(OSError, openLogs, directory)
-        self.assertEqual(openFds(), before)
+        self.assertEqual(openDescriptors(), before)
         self.assertTrue((directory / "events.jsonl").exists())
 
 
@@ -242,9 +238,9 @@ class OpenLogsTests(SynchronousTestCase):
         directory = Path(self.mktemp())
         directory.mkdir()
         (directory / "commands.jsonl").write_text('{"kind":"dance"}\n')
-        before = openFds()
+        before = openDescriptors()
         self.assertRaises(ValueError, openLogs, directory)
-        self.assertEqual(openFds(), before)
+        self.assertEqual(openDescriptors(), before)
 
 
 class AnsweringTests(SynchronousTestCase):
