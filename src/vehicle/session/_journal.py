@@ -51,9 +51,9 @@ from vehicle.session._eventlog import Entry, EventFile, Pages
 from vehicle.session._requests import (
     Answering,
     Remembered,
-    remembered,
     openLogs,
     recordOf,
+    remembered,
     replayed,
     requestRecord,
     storageError,
