@@ -86,7 +86,7 @@ class ReplayedTests(SynchronousTestCase):
 
     frame = {"type": "result", "ok": True, "value": {"commandId": "c1"}}
 
-    def known(self) -> tuple[str, str]:
+    def known(self) -> tuple[str, bytes]:
         return remembered(fingerprint(BODY, "commands"), self.frame)
 
     def test_unknown(self) -> None:

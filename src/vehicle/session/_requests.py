@@ -18,7 +18,7 @@ from typing import Callable
 from attrs import define, field
 from twisted.internet.defer import Deferred
 
-from vehicle.errors import VehicleError
+from vehicle.errors import VehicleError, encode
 from vehicle.protocol import (
     JSON,
     Command,
@@ -43,30 +43,27 @@ ROUTE_OF: dict[RecordKind, str] = {
     "branched": "commands",
 }
 
-#: What is remembered of an answered request: its fingerprint and its frame
-#: as JSON text (L{remembered}).
-Remembered = tuple[str, str]
+#: What is remembered of an answered request: its fingerprint and its
+#: frame's bytes (L{remembered}).
+Remembered = tuple[str, bytes]
 
 
 #: The canonical form's encoder, made once (C{json.dumps} makes one per call),
 #: without the walk for cycles (see L{vehicle.errors._COMPACT}).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
 
-#: The encoder of a remembered frame, made once, without the walk for cycles.
-_FRAME = json.JSONEncoder(separators=(",", ":"), check_circular=False)
-
 
 def remembered(digest: str, frame: JSONObject) -> Remembered:
     """
     An answered request as a session remembers it: its fingerprint and its
-    frame, kept as JSON text.  Text is outside the collector's reach, where
-    a frame's dicts (and the pair holding them) are not: a session answers
-    tens of thousands of requests, each full pass of the collector walked
-    every one of them, and its pause grew with them (15-25 ms on the
-    reactor's thread after 30,000 commands).  A replay reads the frame
-    back (L{replayed}); a replay is rare.
+    frame, kept as the frame's bytes (L{encode}).  Bytes are outside the
+    collector's reach, where a frame's dicts (and the pair holding them)
+    are not: a session answers tens of thousands of requests, each full
+    pass of the collector walked every one of them, and its pause grew with
+    them (15-25 ms on the reactor's thread after 30,000 commands).  A
+    replay reads the frame back (L{replayed}); a replay is rare.
     """
-    return digest, _FRAME.encode(frame)
+    return digest, encode(frame)
 
 
 def fingerprint(request: JSON, route: str | None = None) -> str:
