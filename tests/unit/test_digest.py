@@ -9,18 +9,23 @@ commands, a write) and goes dormant again when idle.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, cast
 
+from twisted.internet.defer import fail
+from twisted.internet.task import Clock
+from twisted.logger import ILogObserver, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.session import Registry
-from vehicle.session import _journal, _registry
+from vehicle.session import _dormancy, _journal, _registry
 from vehicle.session._digest import DIGEST_FILE, VERSION, currentDigest, readDigest
 from vehicle.session._registry import DORMANT_AFTER_SECONDS, SWEEP_SECONDS
+from vehicle.store import GroupWriter
 
 from tests.support._crashfs import Crash, CrashFiles
 from tests.support.descriptors import openDescriptors
@@ -34,9 +39,10 @@ class Host:
     everything (claims, renames, a room policy, a chime, commands).
     """
 
-    def __init__(self, case: SynchronousTestCase, root: Path | None = None) -> None:
+    def __init__(self, case: SynchronousTestCase, root: Path | None = None,
+                 writer: Callable[[], GroupWriter] | None = None) -> None:
         self.case = case
-        self.h = Harness(case, root)
+        self.h = Harness(case, root, writer=writer)
         case.addCleanup(lambda: self.h.stop())
 
     def busy(self, count: int = 3) -> list[str]:
@@ -321,6 +327,88 @@ class DormantRestartTests(SynchronousTestCase):
         self.host.h = Harness(self, self.host.h.root)
         self.assertEqual(opened, [])
         self.assertEqual(self.host.seen([sid]), truth)
+
+
+class DigestByTheWriterTests(SynchronousTestCase):
+    """
+    On a real host a digest is written by the data directory's writer, a
+    second later at most (its syncs off the reactor's thread): the sweep
+    and a sleep only hand it over.  A host that dies before it is written
+    reads the logs at its next start.
+    """
+
+    def setUp(self) -> None:
+        self.later = Clock()
+        self.host = Host(self, writer=lambda: GroupWriter(clock=self.later))
+        [self.sid] = self.host.busy(1)
+        self.host.h.restart()
+        self.later.advance(1)
+        self.directory = self.host.h.root / "sessions" / self.sid
+        self.assertIsNotNone(currentDigest(self.directory))
+        self.host.ok("PATCH", f"/sessions/{self.sid}", {"requestId": "r", "title": "moved on"})
+        self.assertIsNone(currentDigest(self.directory))
+        self.written = spyOn(self, _dormancy, "writeDigest")
+
+    def test_sweepHandsItOver(self) -> None:
+        """
+        The sweep writes no digest itself; the writer writes it in its time.
+        """
+        session = self.host.h.api.registry.sessions[self.sid]
+        self.host.h.clock.advance(SWEEP_SECONDS)
+        self.assertTrue(session.awake)
+        self.assertEqual(self.written, [])
+        self.assertIsNone(currentDigest(self.directory))
+        self.later.advance(1)
+        self.assertEqual(self.written, [self.directory])
+        self.assertIsNotNone(currentDigest(self.directory))
+
+    def test_asleepBeforeItIsWritten(self) -> None:
+        """
+        A quiet session goes dormant at the sweep with its digest still
+        waiting for the writer; a host that dies then reads its logs back
+        at the next start, and serves the same session.
+        """
+        truth = self.host.seen([self.sid])
+        session = self.host.h.api.registry.sessions[self.sid]
+        for _ in range(int(DORMANT_AFTER_SECONDS // SWEEP_SECONDS) + 1):
+            self.host.h.clock.advance(SWEEP_SECONDS)
+        self.assertFalse(session.awake)
+        self.assertEqual(self.written, [])
+        self.host.kill()
+        opened = spyOn(self, _journal, "openLogs")
+        self.host.h = Harness(self, self.host.h.root)
+        self.assertEqual(opened, [self.directory])
+        self.assertEqual(self.host.seen([self.sid]), truth)
+
+    def test_notHandedOver(self) -> None:
+        """
+        A writer that cannot take the digest (its batch broke): the session
+        says so in the log, and stays as it was.
+        """
+        writer = self.host.h.api.registry.dataDir.writer
+        self.patch(writer, "runner", lambda batch: fail(OSError(errno.EIO, "the writer is gone")))
+        said: list[str] = []
+        observer = cast(ILogObserver, lambda event: said.append(formatEvent(event)))
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        self.host.h.clock.advance(SWEEP_SECONDS)
+        self.assertIn(f"Session {self.sid}: its digest was not written ([Errno 5] the writer is gone); "
+                      "the next start reads its logs", said)
+        self.assertEqual(self.written, [])
+        self.assertTrue(self.host.h.api.registry.sessions[self.sid].awake)
+
+    def test_deleteDropsTheDigestWaiting(self) -> None:
+        """
+        A delete within the writer's second after a sweep: the digest
+        waiting is not written, neither where the folder was nor in the
+        trash, and nothing is logged as failed.
+        """
+        self.host.h.clock.advance(SWEEP_SECONDS)
+        self.host.ok("DELETE", f"/sessions/{self.sid}")
+        self.later.advance(2)
+        self.assertEqual(self.written, [])
+        self.assertFalse(self.directory.exists())
+        self.assertEqual(self.flushLoggedErrors(), [])
 
 
 class StaleDigestTests(SynchronousTestCase):

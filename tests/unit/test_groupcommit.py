@@ -22,6 +22,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import Event, RenameRequest, fromRequest
 from vehicle.session import Caller, RunSettled
+from vehicle.session._digest import currentDigest
 from vehicle.session._eventlog import Entry
 from vehicle.session._watchers import Watchers
 from vehicle.store import GroupWriter
@@ -429,9 +430,14 @@ class SlowSyncTests(SynchronousTestCase):
         self.assertEqual([host.answer(d)[0] for d in later], [200, 200])
         self.assertEqual(host.writer.batches, 2)
         host.h.stop()
-        # Nothing was left on its way: the logs closed at once, no batch.
+        # Nothing was left on its way (the logs closed at once); the stop's
+        # one batch is the session's digest, written on the writer's thread.
+        self.assertEqual(host.writer.batches, 3)
+        self.assertIsNone(currentDigest(session.directory))
+        threads.deliver()
         self.successResultOf(host.writer.drain())
-        self.assertEqual(host.writer.batches, 2)
+        self.assertEqual(host.writer.batches, 3)
+        self.assertIsNotNone(currentDigest(session.directory))
 
 
 class BatchCutTests(SynchronousTestCase):

@@ -159,6 +159,14 @@ def currentDigest(directory: Path) -> Digest | None:
     return digest
 
 
+def digestKey(directory: Path) -> str:
+    """
+    The path of a session's digest, as the writer keys the work of writing
+    it (L{vehicle.store.After}).
+    """
+    return os.path.join(directory, DIGEST_FILE)
+
+
 def writeDigest(directory: Path, digest: Digest) -> None:
     """
     Write a session's digest (atomically: a cut leaves the old one or the

@@ -1,8 +1,8 @@
 # -*- test-case-name: tests.unit.test_digest -*-
 """
 A session's sleep: when it may go dormant, and its digest (L{_digest}),
-made from what it is and written only when its logs moved on since the
-last one.  The session's journal closes and opens the logs
+made from what it is and written (by the data directory's writer, off the
+reactor's thread) only when its logs moved on since the last one.  The session's journal closes and opens the logs
 (L{Journal.sleep}, L{Journal.wake}); this part decides when, and keeps
 the digest that lets a start (or a wake) do without reading them.
 """
@@ -13,13 +13,15 @@ from typing import ClassVar, Protocol
 
 from attrs import define
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from vehicle.protocol import BodyState
 from vehicle.session._command import CommandBook
-from vehicle.session._digest import Digest, LogMark, Origin, marksOf, writeDigest
+from vehicle.session._digest import Digest, LogMark, Origin, digestKey, marksOf, writeDigest
 from vehicle.session._journal import Journal
 from vehicle.session._lease import LeaseKeeper
 from vehicle.session._room import Room
+from vehicle.store import Chain
 
 
 class Sleeper(Protocol):
@@ -111,8 +113,9 @@ class Dormancy:
 
     def sleep(self) -> bool:
         """
-        Go dormant when it may (L{canSleep}): its digest is written, its
-        logs closed, and what they say again when it wakes is let go.
+        Go dormant when it may (L{canSleep}): its digest is handed to the
+        writer, its logs closed, and what they say again when it wakes is
+        let go (a wake reads the logs, never the digest).
 
         @return: whether it sleeps now.
         """
@@ -123,27 +126,64 @@ class Dormancy:
 
     def refresh(self) -> bool:
         """
-        Write its digest when its logs moved on since the last one and it
-        may (L{digestible}), staying awake: after a host dies, only what
-        was written since is read back from the logs at start.
+        Hand its digest to the writer when its logs moved on since the last
+        one and it may (L{digestible}), staying awake: after a host dies,
+        only what was written since is read back from the logs at start.
 
         @return: whether its digest names its logs now.
         """
         return self.digestible() and self._keep()
 
+    def withdraw(self) -> None:
+        """
+        Its folder is about to move (a delete): a digest still waiting for
+        its time with the writer is taken back and dropped (the move's own
+        event leaves it stale), so nothing is written where the folder was.
+        """
+        writer = self.journal.writer
+        if writer is not None and writer.takeLater(digestKey(self.journal.directory)) is not None:
+            self.digested = None
+
     def _keep(self) -> bool:
         """
-        Write the digest unless the last one written names the logs as they
-        are.
+        Hand the digest to the writer unless the last one handed over names
+        the logs as they are.
         """
         try:
             digest = self.digest()
-            if (digest.events, digest.commands) != self.digested:
-                writeDigest(self.journal.directory, digest)
+            marks = (digest.events, digest.commands)
+            if marks != self.digested:
+                self._write(digest)
         except OSError as e:
             self._log.warn("Session {sessionId}: its digest could not be written ({error}); "
                            "the next start reads its logs",
                            sessionId=self.session.sessionId, error=str(e))
             return False
-        self.digested = (digest.events, digest.commands)
+        self.digested = marks
         return True
+
+    def _write(self, digest: Digest) -> None:
+        """
+        Write C{digest}: made here, on the reactor's thread, while every line
+        taken is durable (so its marks name what it says), written by the
+        journal's writer once what was handed over before it is durable, a
+        second later at most (an atomic write's syncs, off the reactor's
+        thread).  A host that dies before finds a stale digest and reads the
+        logs, as after any cut; a write that fails is logged by the writer,
+        and the next digest is written once the logs move on.  With no
+        writer (a folder built aside) it is written here.
+
+        @raise OSError: written here, and the disk refused it.
+        """
+        directory, writer = self.journal.directory, self.journal.writer
+        if writer is None:
+            writeDigest(directory, digest)
+            return
+        handed = writer.write(Chain(), (), (digestKey(directory),
+                                            lambda: writeDigest(directory, digest)))
+        handed.addErrback(self._notHanded)
+
+    def _notHanded(self, failure: Failure) -> None:
+        self._log.warn("Session {sessionId}: its digest was not written ({error}); "
+                       "the next start reads its logs",
+                       sessionId=self.session.sessionId, error=failure.getErrorMessage())

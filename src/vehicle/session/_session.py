@@ -755,6 +755,7 @@ class Session:
         # rewritten is rewritten here, before the move, once the delete is
         # durable (the trash's meta.json names the title).
         owed = self._metaFile.takeBack(self.meta, self.title)
+        self._dormancy.withdraw()
         written = self._journal.finish(
             "session.deleted", {"trashedAs": trashedAs, "by": toObject(caller.holder())},
         )
