@@ -7,6 +7,7 @@ The figures are not judged here: only that each measure runs and counts.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,26 @@ class WriteBenchmarkTests(SynchronousTestCase):
         counted = helperTimes(os.getpid())
         self.assertGreaterEqual(counted, 0.15)
         self.assertLess(counted, 0.35)
+
+
+class SweepBenchmarkTests(SynchronousTestCase):
+    """
+    L{benchmarks.bench_sweep}: one sweep of the real app timed, its floor
+    beside it.
+    """
+
+    def test_sweep(self) -> None:
+        """
+        The sweep runs over every session made, each awake after it (their
+        logs moved a moment ago), and both times are taken.
+        """
+        from benchmarks.bench_sweep import sweep
+
+        self.patch(sys, "path", list(sys.path))
+        out = sweep(3)
+        self.assertEqual(out["awake"], 3)
+        self.assertGreater(out["sweep"], 0)
+        self.assertGreater(out["floor"], 0)
 
 
 class FleetTests(SynchronousTestCase):
