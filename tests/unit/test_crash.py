@@ -31,6 +31,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
+from vehicle.store import OsFiles, useFiles
 
 from tests.support._crashfs import CrashFiles
 from tests.support.crashdriver import CrashDriver, Request, addCrashTests, scenario
@@ -307,6 +308,65 @@ class StartSweepTests(SynchronousTestCase):
         self.assertEqual(len(h.api.registry.sessions), 2)
 
 
+class _SyncsAndRenames(OsFiles):
+    """
+    The real file layer, noting each sync (by path), write (by path) and
+    rename, in order.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def fsync(self, fd: int) -> None:
+        self.calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        super().fsync(fd)
+
+    def write(self, fd: int, data: Any) -> int:
+        self.calls.append(("write", os.readlink(f"/proc/self/fd/{fd}")))
+        return super().write(fd, data)
+
+    def rename(self, source: Any, target: Any) -> None:
+        self.calls.append(("rename", str(Path(source).resolve())))
+        super().rename(source, target)
+
+
+class AsideSyncTests(SynchronousTestCase):
+    """
+    A new session's folder built aside is written with no sync (nobody
+    reads it), then each of its files is synced once after its last
+    write, the folder after them, and the folder's parent after its
+    rename: five syncs, where each write synced on its own made nine.
+    """
+
+    def test_createSyncsEachFileOnceThenTheFolder(self) -> None:
+        h = Harness(self)
+        self.addCleanup(h.stop)
+        root = h.root.resolve()
+        layer = _SyncsAndRenames()
+        self.addCleanup(useFiles, useFiles(layer))
+        sid = h.create("c1")["sessionId"]
+        building = root / "sessions" / f".new-{sid}"
+        aside = [(op, path) for op, path in layer.calls if path.startswith(str(building))
+                 or path == str(root / "sessions")]
+        self.assertEqual([c for c in aside if c[0] != "write"], [
+            ("fsync", str(building / "events.jsonl")),
+            ("fsync", str(building / "commands.jsonl")),
+            ("fsync", str(building / "meta.json")),
+            ("fsync", str(building)),
+            ("rename", str(building)),
+            ("fsync", str(root / "sessions")),
+        ])
+        lastWrite = {path: n for n, (op, path) in enumerate(aside) if op == "write"}
+        synced = {path: n for n, (op, path) in enumerate(aside) if op == "fsync"}
+        for path, n in lastWrite.items():
+            if Path(path).name.startswith(".meta.json"):
+                path = str(building / "meta.json")
+            self.assertLess(n, synced[path], path)
+        self.assertEqual(
+            sorted(Path(p).name for p in lastWrite if not Path(p).name.startswith(".meta")),
+            ["commands.jsonl", "events.jsonl"])
+
+
 class DiskFailureTests(SynchronousTestCase):
     """
     A full disk or an I/O error, on an append or an atomic rewrite: the
@@ -424,7 +484,7 @@ class DiskFailureTests(SynchronousTestCase):
         sync failed: refused, yet served, so the retry replays it (one
         session, never two).
         """
-        self.files.fail("fsync", errno.EIO, after=8)
+        self.files.fail("fsync", errno.EIO, path=self.root / "sessions")
         self.refusedForDisk(self.h.call("POST", "/sessions", {"requestId": "new"}))
         code, frame = self.h.call("POST", "/sessions", {"requestId": "new"})
         self.assertEqual((code, frame.get("replayed")), (200, True))
@@ -461,7 +521,7 @@ class DiskFailureTests(SynchronousTestCase):
         yet recorded on its source, so the retry replays it.
         """
         ctx = _withPi(self.h, requestId="c3")
-        self.files.fail("fsync", errno.EIO, after=8)
+        self.files.fail("fsync", errno.EIO, path=self.root / "sessions")
         fork = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
         self.refusedForDisk(self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork))
         code, frame = self.h.call("POST", f"/sessions/{ctx['sid']}/commands", fork)

@@ -348,17 +348,23 @@ class ScrapeTests(RouteTestCase):
 
     def test_eventsWrittenAndSynced(self) -> None:
         """
-        A session made and prompted writes its events (each counted), every
-        one synced (each fsync timed).
+        A session made and prompted writes its events (each counted) and
+        syncs them (each fsync timed): the events of its folder built aside
+        with one sync, each later step with its own.
         """
         before = value(self.metrics, "vehicle_log_records_total", log="events")
+        syncsBefore = value(self.metrics, "vehicle_log_fsync_duration_seconds_count", log="events")
         sid = self.h.create()["sessionId"]
+        made = value(self.metrics, "vehicle_log_records_total", log="events") - before
+        synced = value(self.metrics, "vehicle_log_fsync_duration_seconds_count", log="events")
+        self.assertEqual((made, synced - syncsBefore), (2, 1))
         self.prompt(sid, "p1")
         written = value(self.metrics, "vehicle_log_records_total", log="events") - before
         self.assertEqual(written, self.h.api.registry.sessions[sid].cursor)
+        self.assertGreater(written, made)
         self.assertGreaterEqual(
-            value(self.metrics, "vehicle_log_fsync_duration_seconds_count", log="events"),
-            written)
+            value(self.metrics, "vehicle_log_fsync_duration_seconds_count", log="events") - synced,
+            1)
 
     def test_sessionsBodiesAndRuns(self) -> None:
         """

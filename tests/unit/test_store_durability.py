@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
 from pathlib import Path
@@ -25,6 +26,7 @@ from vehicle.store import (
     OsFiles,
     files,
     readJson,
+    syncFile,
     fsyncDirectory,
     removeTree,
     useFiles,
@@ -346,6 +348,63 @@ class AtomicTests(SynchronousTestCase):
         self.assertEqual(layer.open_fds, set())
         fsyncDirectory(directory)
         self.assertEqual(layer.open_fds, set())
+
+
+class UnsyncedTests(SynchronousTestCase):
+    """
+    A folder nobody reads until it is synced whole (a session's folder
+    built aside): its files written with no sync, then each synced once.
+    """
+
+    def test_atomicNotDurable(self) -> None:
+        """
+        C{durable=False}: the same atomic replace (a temporary file renamed
+        over the target), and no sync of the file or its folder.
+        """
+        directory = _tempDir(self)
+        (directory / "meta.json").write_bytes(b"old")
+        recorder = _record(self)
+        writeJsonAtomic(directory / "meta.json", {"a": 1}, durable=False)
+        self.assertEqual(json.loads((directory / "meta.json").read_text()), {"a": 1})
+        self.assertEqual([c for c in recorder.calls if c[0] == "fsync"], [])
+        self.assertEqual(sorted(os.listdir(directory)), ["meta.json"])
+        writeAtomic(directory / "meta.json", b"{}")
+        self.assertEqual([c[1] for c in recorder.calls if c[0] == "fsync"][-1], str(directory))
+
+    def test_syncFile(self) -> None:
+        """
+        L{syncFile} syncs the file, and nothing else, and closes what it
+        opened.
+        """
+        directory = _tempDir(self)
+        (directory / "meta.json").write_bytes(b"{}")
+        recorder = _record(self)
+        syncFile(directory / "meta.json")
+        self.assertEqual([c for c in recorder.calls if c[0] == "fsync"],
+                         [("fsync", str(directory / "meta.json"))])
+        [(_, _, flags, fd)] = [c for c in recorder.calls if c[0] == "open"]
+        self.assertEqual(flags & os.O_ACCMODE, os.O_RDONLY)
+        self.assertIn(("close", fd), recorder.calls)
+        self.assertRaises(FileNotFoundError, syncFile, directory / "missing.json")
+
+    def test_newLogFolderUnsynced(self) -> None:
+        """
+        C{syncFolder=False}: a new log's folder is not synced, nor are its
+        unsynced appends; by default the folder is synced as the log is made.
+        """
+        directory = _tempDir(self)
+        recorder = _record(self)
+        log, _ = JsonlLog.open(directory / "aside.jsonl", syncFolder=False)
+        log.append({"n": 1}, sync=False)
+        log.close()
+        self.assertEqual([c for c in recorder.calls if c[0] == "fsync"], [])
+        log, records = JsonlLog.open(directory / "aside.jsonl", syncFolder=False)
+        log.close()
+        self.assertEqual(records, [{"n": 1}])
+        log, _ = JsonlLog.open(directory / "made.jsonl")
+        log.close()
+        self.assertEqual([c for c in recorder.calls if c[0] == "fsync"],
+                         [("fsync", str(directory))])
 
 
 class JsonlTests(SynchronousTestCase):

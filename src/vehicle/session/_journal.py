@@ -142,8 +142,11 @@ class Journal:
     #: When it last woke (L{wake}).
     wokeAt: float = 0.0
     #: The writer its lines go through; L{None} while its folder is built
-    #: aside (written in place, at once).
+    #: aside, or read back at start (written in place, at once).
     writer: GroupWriter | None = field(default=None, repr=False)
+    #: Its folder is built aside: its lines are written in place and synced
+    #: only when it is sealed (L{seal}), before it is published.
+    aside: bool = False
     #: Its logs are closed for good.
     _shut: bool = False
     #: Its logs' lines, as the writer follows them (a new one when they
@@ -165,18 +168,20 @@ class Journal:
     @classmethod
     def open(
         cls, sessionId: str, directory: Path, clock: IReactorTime, baseTitle: str | None,
-        writer: GroupWriter | None = None,
+        writer: GroupWriter | None = None, aside: bool = False,
     ) -> tuple[Journal, list[Event], list[RequestRecord]]:
         """
         The journal over a session's folder (its logs made when missing),
         with the event and request records read back (for L{restore}).
 
         @param writer: the writer of a served session; none for a folder
-            built aside.
+            built aside, or read back at start.
+        @param aside: the folder is built aside (see L{aside}).
         """
-        events, eventRecords, records, requestRecords = openLogs(directory)
+        events, eventRecords, records, requestRecords = openLogs(directory, syncFolder=not aside)
         journal = cls(sessionId=sessionId, directory=directory, clock=clock,
-                      events=events, records=records, baseTitle=baseTitle, writer=writer)
+                      events=events, records=records, baseTitle=baseTitle, writer=writer,
+                      aside=aside)
         return journal, eventRecords, requestRecords
 
     @classmethod
@@ -486,11 +491,22 @@ class Journal:
     def appendRecord(self, record: RequestRecord) -> None:
         """
         Append a request's record as it is (a new session's first, written
-        before its folder is published).
+        before its folder is published: synced by L{seal}).
         """
         self.wake()
         assert self._records is not None  # awake
-        self._records.append(toObject(record))
+        self._records.append(toObject(record), sync=not self.aside)
+
+    def seal(self) -> None:
+        """
+        Sync both logs of a folder built aside (its lines were written in
+        place, unsynced): the folder may then be published.
+
+        @raise OSError: a sync failed.
+        """
+        assert self._events is not None and self._records is not None  # awake
+        self._events.sync()
+        self._records.sync()
 
     def _refuseClosed(self) -> None:
         """
@@ -521,7 +537,7 @@ class Journal:
         lines = [Line(self._records, self._records.line(toObject(record)), 0)] if record else []
         lines += [Line(self._events, self._events.line(toObject(e)), 1) for e in events]
         if self.writer is None:
-            writeAtOnce(lines)
+            writeAtOnce(lines, sync=not self.aside)
             if after is not None:
                 after[1]()
             self._durable(events)
@@ -592,6 +608,7 @@ class Journal:
         self._events, self._records = events, records
         self._chain = Chain()
         self.writer = writer
+        self.aside = False
         self.closed = self._shut = False
 
     def moved(self, directory: Path) -> None:

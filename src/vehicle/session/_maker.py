@@ -81,9 +81,9 @@ class Maker:
         """
         Build a new session's folder aside (C{sessions/.new-<id>/}): its
         meta, its logs with C{session.created} and, unless C{claim} is
-        false, the creating client's lease.  Nobody sees it until
-        L{publish} renames it into place; a host cut before that leaves a
-        folder start removes.
+        false, the creating client's lease, written unsynced.  Nobody sees
+        it until L{publish} syncs and renames it into place; a host cut
+        before that leaves a folder start removes.
         """
         building = self.dataDir.buildingDir(meta.sessionId)
         layer = files()
@@ -96,7 +96,8 @@ class Maker:
                 meta = evolve(meta, folders=movedFolders(
                     folders, building, self.dataDir.sessionDir(meta.sessionId),
                 ))
-            session, _, _ = Session.open(meta, building, self.clock, normalizeTitle(title))
+            session, _, _ = Session.open(meta, building, self.clock, normalizeTitle(title),
+                                         aside=True)
             try:
                 session.writeMeta()
                 session.emit(
@@ -136,6 +137,9 @@ class Maker:
         final = self.dataDir.sessionDir(session.sessionId)
         try:
             session.appendRecord(record)
+            # Nothing in the folder was synced as it was written (nobody
+            # reads it): each file now, the folder as it is published.
+            session.seal()
             session.close()
             self.dataDir.publish(session.sessionId)
         except BaseException as e:

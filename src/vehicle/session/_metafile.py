@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from vehicle.protocol import toObject
 from vehicle.session._journal import Journal
 from vehicle.session._values import SessionMeta
-from vehicle.store import After, Chain, writeJsonAtomic
+from vehicle.store import After, Chain, syncFile, writeJsonAtomic
 
 #: A rewrite taken back from the writer (its key and its work), or none.
 Owed = After | None
@@ -39,18 +39,29 @@ class MetaFile:
     def rewrite(self, meta: SessionMeta, title: str | None) -> After:
         """
         C{meta.json} as it is now, to be written whole (atomically) by
-        whoever runs it: the key is its path.
+        whoever runs it: the key is its path.  In a folder built aside it is
+        synced when the folder is sealed (L{seal}).
         """
         path = os.path.join(self.journal.directory, "meta.json")
+        durable = not self.journal.aside
         # Its content is made by whoever writes it (frozen values: the
         # writer's thread may), not on every rename.
-        return path, lambda: writeJsonAtomic(Path(path), {**toObject(meta), "title": title})
+        return path, lambda: writeJsonAtomic(Path(path), {**toObject(meta), "title": title},
+                                             durable=durable)
 
     def write(self, meta: SessionMeta, title: str | None) -> None:
         """
         Rewrite it now.
         """
         self.rewrite(meta, title)[1]()
+
+    def seal(self) -> None:
+        """
+        Sync it in a folder built aside (written there unsynced).
+
+        @raise OSError: the sync failed.
+        """
+        syncFile(self.journal.directory / "meta.json")
 
     def takeBack(self, meta: SessionMeta, title: str | None) -> Owed:
         """

@@ -244,15 +244,20 @@ def recordOf(line: JSONObject) -> RequestRecord:
         return fromJSON(fitted, RequestRecord)
 
 
-def openLogs(directory: Path) -> tuple[JsonlLog, list[Event], JsonlLog, list[RequestRecord]]:
+def openLogs(
+    directory: Path, syncFolder: bool = True
+) -> tuple[JsonlLog, list[Event], JsonlLog, list[RequestRecord]]:
     """
     Open a session's two logs (made when missing) and read them back.
 
+    @param syncFolder: see L{JsonlLog.open} (C{False}: a folder built aside).
     @raise ValueError: a line of either is not what the host writes there.
     """
-    events, eventLines = JsonlLog.open(directory / "events.jsonl", seqField="seq")
+    events, eventLines = JsonlLog.open(directory / "events.jsonl", seqField="seq",
+                                       syncFolder=syncFolder)
     try:
-        commands, recordLines = JsonlLog.open(directory / "commands.jsonl")
+        commands, recordLines = JsonlLog.open(directory / "commands.jsonl",
+                                              syncFolder=syncFolder)
         try:
             return (
                 events, [eventOf(line) for line in eventLines],

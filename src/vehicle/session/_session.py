@@ -219,15 +219,18 @@ class Session:
     @classmethod
     def open(
         cls, meta: SessionMeta, directory: Path, clock: IReactorTime, title: str | None,
-        writer: GroupWriter | None = None,
+        writer: GroupWriter | None = None, aside: bool = False,
     ) -> tuple[Session, list[Event], list[RequestRecord]]:
         """
         A session over its folder's logs (made when missing), with the
         records read back from them (for L{restore}); C{title} is what
         C{meta.json} holds; C{writer} writes a served session's lines
-        (none while its folder is built aside).
+        (none while its folder is built aside, or read back at start);
+        C{aside}: its folder is built aside, its files synced only when it
+        is sealed (L{seal}).
         """
-        journal, events, requests = Journal.open(meta.sessionId, directory, clock, title, writer)
+        journal, events, requests = Journal.open(meta.sessionId, directory, clock, title, writer,
+                                                 aside)
         return cls(meta=meta, clock=clock, title=title, journal=journal), events, requests
 
     @classmethod
@@ -725,6 +728,16 @@ class Session:
         Rewrite C{meta.json} whole (atomically): the fixed meta and the title.
         """
         self._metaFile.write(self.meta, self.title)
+
+    def seal(self) -> None:
+        """
+        Sync what was written in its folder built aside (its logs and
+        C{meta.json}; the folder itself is synced as it is published).
+
+        @raise OSError: a sync failed.
+        """
+        self._journal.seal()
+        self._metaFile.seal()
 
     def reopenAt(self, directory: Path, writer: GroupWriter | None) -> None:
         """

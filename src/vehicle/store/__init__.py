@@ -13,6 +13,7 @@ from vehicle.store._atomic import (
     fsyncDirectory,
     fullSync,
     readJson,
+    syncFile,
     writeAtomic,
     writeJsonAtomic,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "fsyncDirectory",
     "fullSync",
     "readJson",
+    "syncFile",
     "useFiles",
     "writeAtomic",
     "writeJsonAtomic",

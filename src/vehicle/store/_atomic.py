@@ -36,10 +36,17 @@ def fsyncDirectory(path: Path) -> None:
 
     @param path: an existing directory.
     """
+    _syncPath(path, os.O_DIRECTORY)
+
+
+def _syncPath(path: Path, flags: int) -> None:
+    """
+    Open C{path} read-only with C{flags}, sync it, close it.
+    """
     layer = files()
     # Read-only (O_RDONLY is 0); close-on-exec, as every descriptor
     # os.open makes (PEP 446).
-    fd = layer.open(path, os.O_DIRECTORY)
+    fd = layer.open(path, flags)
     try:
         layer.fsync(fd)
     finally:
@@ -89,7 +96,7 @@ def _createTemp(path: Path, mode: int) -> tuple[Path, int]:
             pass
 
 
-def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+def writeAtomic(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
     """
     Replace the file at C{path} with C{data}, atomically and durably.
 
@@ -103,6 +110,9 @@ def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     @param path: the file to replace; its directory must exist.
     @param data: the file's new content.
     @param mode: the new file's permission bits (exactly, whatever the umask).
+    @param durable: C{False} in a folder nobody reads until it is synced
+        whole (a session's folder built aside): atomic, nothing synced; the
+        file and its folder are synced later (L{syncFile}).
     """
     layer = files()
     path = Path(path)
@@ -111,7 +121,8 @@ def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         try:
             layer.fchmod(fd, mode)
             writeAll(fd, data)
-            layer.fsync(fd)
+            if durable:
+                layer.fsync(fd)
         finally:
             layer.close(fd)
         layer.replace(temp, path)
@@ -121,7 +132,16 @@ def writeAtomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         except BaseException:
             pass
         raise
-    fsyncDirectory(path.parent)
+    if durable:
+        fsyncDirectory(path.parent)
+
+
+def syncFile(path: Path) -> None:
+    """
+    Sync the file at C{path} (written earlier without a sync); its entry in
+    its folder is the folder's sync's.
+    """
+    _syncPath(path, os.O_RDONLY)
 
 
 def dumpJson(obj: object) -> bytes:
@@ -143,15 +163,16 @@ def dumpJson(obj: object) -> bytes:
         return (text + "\n").encode("ascii")
 
 
-def writeJsonAtomic(path: Path, obj: object, mode: int = 0o600) -> None:
+def writeJsonAtomic(path: Path, obj: object, mode: int = 0o600, *, durable: bool = True) -> None:
     """
     Replace the file at C{path} with C{obj} as UTF-8 JSON (see L{writeAtomic}).
 
     @param path: the file to replace; its directory must exist.
     @param obj: a JSON-able value.
     @param mode: the new file's permission bits.
+    @param durable: see L{writeAtomic}.
     """
-    writeAtomic(path, dumpJson(obj), mode)
+    writeAtomic(path, dumpJson(obj), mode, durable=durable)
 
 
 def readJson(path: Path) -> JSON:

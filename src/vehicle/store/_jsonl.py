@@ -229,7 +229,7 @@ class JsonlLog(WholeAppends):
 
     @classmethod
     def open(
-        cls, path: Path, *, seqField: str | None = None
+        cls, path: Path, *, seqField: str | None = None, syncFolder: bool = True
     ) -> tuple[JsonlLog, list[JSONObject]]:
         """
         Open the log at C{path} for appending, creating it if missing, and
@@ -243,6 +243,9 @@ class JsonlLog(WholeAppends):
         @param path: the log's path; its directory must exist.
         @param seqField: if given, every record must carry this integer field,
             counting 1, 2, 3, ... in order.
+        @param syncFolder: C{False} in a folder nobody reads until it is
+            synced whole (a session's folder built aside): a new log's
+            entry is left to that folder's sync.
         @return: the open log and its records, in order.
         @raise CorruptLog: when a line before the tail is bad, or a sequence
             number is missing, out of order, repeated or skipped.
@@ -256,7 +259,8 @@ class JsonlLog(WholeAppends):
         else:
             try:
                 layer.fchmod(fd, _MODE)
-                fsyncDirectory(path.parent)
+                if syncFolder:
+                    fsyncDirectory(path.parent)
             except BaseException:
                 layer.close(fd)
                 raise

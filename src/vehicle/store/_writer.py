@@ -126,11 +126,13 @@ def raiseAtOnce(written: Deferred[T]) -> Deferred[T]:
     return theirs
 
 
-def writeAtOnce(lines: Sequence[Line]) -> None:
+def writeAtOnce(lines: Sequence[Line], sync: bool = True) -> None:
     """
     Write C{lines} in place and make them durable, phase by phase (a
-    session's folder while it is built aside: nobody waits on it).
+    session read back at start, with no writer yet).
 
+    @param sync: C{False} in a session's folder while it is built aside:
+        nobody reads it until its logs are synced, before it is published.
     @raise OSError: a write or a sync failed (the log refuses more).
     """
     for phase in inPhases((None, line) for line in lines):
@@ -139,8 +141,9 @@ def writeAtOnce(lines: Sequence[Line]) -> None:
             byLog.setdefault(line.log, []).append(line.data)
         for log, data in byLog.items():
             log.write(*data)
-        for log in byLog:
-            log.sync()
+        if sync:
+            for log in byLog:
+                log.sync()
 
 
 @frozen
