@@ -12,6 +12,7 @@ import errno
 import gc
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -30,7 +31,7 @@ from vehicle.session._requests import (
     storageError,
 )
 from vehicle.session._values import Caller, isoTimestamp
-from vehicle.store import CorruptLog
+from vehicle.store import CorruptLog, OsFiles, useFiles
 
 from tests.support._hints import assertAnnotationsResolve
 from tests.support.descriptors import openDescriptors
@@ -210,6 +211,29 @@ class OpenLogsTests(SynchronousTestCase):
         self.assertEqual(toJSON(records), [record])
         self.assertEqual(events.path, directory / "events.jsonl")
         self.assertEqual(commands.path, directory / "commands.jsonl")
+
+    def test_folderSyncedUnlessAside(self) -> None:
+        """
+        The logs made in a served folder are durable at once (the folder is
+        synced as each is made); in a folder built aside (C{syncFolder}
+        false) nothing is synced.
+        """
+        synced: list[str] = []
+
+        class Noting(OsFiles):
+            def fsync(self, fd: int) -> None:
+                synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+                super().fsync(fd)
+
+        self.addCleanup(useFiles, useFiles(Noting()))
+        for how, expected in (({"syncFolder": False}, 0), ({}, 2)):
+            directory = Path(self.mktemp()).absolute()
+            directory.mkdir()
+            del synced[:]
+            events, _, commands, _ = openLogs(directory, **how)
+            events.close()
+            commands.close()
+            self.assertEqual(synced, [str(directory)] * expected)
 
     def test_eventsAreNumbered(self) -> None:
         """
