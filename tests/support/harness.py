@@ -78,13 +78,16 @@ def newSession(
         role=caller.role, model=model, createdAt=isoTimestamp(registry.clock.seconds()),
         budget=budget or RunBudget(maxTurns=12, maxCostUsd=0.25),
     )
-    session, _ = registry.maker.create(
+    made: list[tuple[Session, Any]] = []
+    registry.maker.create(
         caller, meta, requestId="create-1", raw={"requestId": "create-1"},
         answerFor=lambda made: Answer(type="session.created", value=SessionCreated(
             session=made.summary(), clientId=caller.clientId, holdsLease=True,
         )),
         title=title, claim=True,
-    )
+    ).addCallback(made.append)
+    # The memory reactor has no threads: the create is made at once.
+    [(session, _)] = made
     return session
 
 

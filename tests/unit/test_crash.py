@@ -367,6 +367,178 @@ class AsideSyncTests(SynchronousTestCase):
             ["commands.jsonl", "events.jsonl"])
 
 
+class CreateOffThreadTests(SynchronousTestCase):
+    """
+    A create's syncs and rename are made off the reactor's thread (its
+    maker's runner, held here until the test runs it): its answer waits
+    for them, a retry meanwhile waits for it, and a client that goes away
+    does not stop it.
+    """
+
+    def setUp(self) -> None:
+        self.root = Path(self.mktemp()).absolute()
+        self.root.mkdir(parents=True)
+        self.h = Harness(self, self.root)
+        self.addCleanup(self.h.stop)
+        self.held: list[tuple[Callable[[], None], Deferred[None]]] = []
+        self.h.api.registry.maker.runner = self.hold
+        self.synced: list[str] = []
+        test = self
+
+        class Noting(OsFiles):
+            def fsync(self, fd: int) -> None:
+                test.synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+                super().fsync(fd)
+
+        self.addCleanup(useFiles, useFiles(Noting()))
+
+    def hold(self, work: Callable[[], None]) -> Deferred[None]:
+        ran: Deferred[None] = Deferred()
+        self.held.append((work, ran))
+        return ran
+
+    def runHeld(self) -> None:
+        work, ran = self.held.pop(0)
+        try:
+            work()
+        except Exception:
+            ran.errback()
+        else:
+            ran.callback(None)
+
+    def send(self, requestId: str) -> Deferred[Any]:
+        d = self.h.request("POST", "/sessions", {"requestId": requestId})
+        self.h.stub.flush()
+        return d
+
+    def answer(self, d: Deferred[Any]) -> tuple[int, dict[str, Any]]:
+        self.h.stub.flush()
+        response = self.successResultOf(d)
+        return response.code, json.loads(self.successResultOf(response.content()))
+
+    def aside(self) -> list[str]:
+        return sorted(n for n in os.listdir(self.root / "sessions") if n.startswith(".new-"))
+
+    def test_answeredOnceSealedOffThread(self) -> None:
+        """
+        The create's request makes no sync: its folder waits aside, its
+        answer with it, until the runner has sealed and published it.
+        """
+        first = self.send("c1")
+        self.assertNoResult(first)
+        self.assertEqual(self.synced, [])
+        [building] = self.aside()
+        self.assertEqual(len(self.held), 1)
+        self.runHeld()
+        code, frame = self.answer(first)
+        self.assertEqual(code, 201, frame)
+        sid = frame["value"]["session"]["sessionId"]
+        self.assertEqual(building, f".new-{sid}")
+        self.assertEqual(self.aside(), [])
+        self.assertEqual(self.synced[-2:], [str(self.root / "sessions" / building),
+                                            str(self.root / "sessions")])
+        self.assertEqual(self.h.call("GET", f"/sessions/{sid}")[0], 200)
+
+    def test_retryWaitsThenReplays(self) -> None:
+        """
+        The same create sent again while the first is made waits for it,
+        then replays it: one session.
+        """
+        first = self.send("c1")
+        again = self.send("c1")
+        self.assertNoResult(again)
+        self.assertEqual((len(self.held), len(self.aside())), (1, 1))
+        self.runHeld()
+        code, frame = self.answer(first)
+        replayCode, replayed = self.answer(again)
+        self.assertEqual((code, replayCode, replayed.get("replayed")), (201, 200, True))
+        self.assertEqual(replayed["value"]["session"]["sessionId"],
+                         frame["value"]["session"]["sessionId"])
+        self.assertEqual(len(self.h.call("GET", "/sessions")[1]["value"]["sessions"]), 1)
+
+    def test_refusedThenMadeAfresh(self) -> None:
+        """
+        A seal the disk refuses: the create is refused and its folder
+        removed; the retry that waited for it is made afresh.
+        """
+        first = self.send("c1")
+        again = self.send("c1")
+        [building] = self.aside()
+        refused: list[int] = []
+
+        def refuseOnce(layer: OsFiles, fd: int) -> None:
+            if not refused:
+                refused.append(fd)
+                raise OSError(errno.EIO, "the disk refused")
+            _realFsync(layer, fd)
+
+        self.patch(OsFiles, "fsync", refuseOnce)
+        self.runHeld()
+        code, frame = self.answer(first)
+        self.assertEqual((code, frame["code"]), (503, "storage_unavailable"), frame)
+        # The retry that waited is under way afresh, in a folder of its own.
+        self.assertNoResult(again)
+        self.assertEqual(len(refused), 1)
+        self.assertEqual(len(self.held), 1)
+        self.assertNotIn(building, self.aside())
+        self.assertEqual(len(self.aside()), 1)
+        self.runHeld()
+        code, frame = self.answer(again)
+        self.assertEqual((code, frame.get("replayed")), (201, None), frame)
+        self.assertEqual(len(self.h.call("GET", "/sessions")[1]["value"]["sessions"]), 1)
+        self.flushLoggedErrors()
+
+    def test_refusedLetsItsSpareGo(self) -> None:
+        """
+        A create refused at its seal, made for a spare reserved for it:
+        the spare is let go; one made is not.
+        """
+        rules = self.h.api.drive.bodies
+        reserved: list[str] = []
+        letGo: list[str] = []
+
+        def reserve(rules: object, model: str) -> str:
+            reserved.append(self.h.api.registry.newSessionId())
+            return reserved[-1]
+
+        # (Its class's: the rules are slotted.)
+        self.patch(type(rules), "reserveSpare", reserve)
+        self.patch(type(rules), "unreserve", lambda rules, sessionId: letGo.append(sessionId))
+        first = self.send("c1")
+        self.patch(OsFiles, "fsync", lambda layer, fd: _refuse())
+        self.runHeld()
+        self.assertEqual(self.answer(first)[0], 503)
+        self.assertEqual(letGo, reserved)
+        self.patch(OsFiles, "fsync", _realFsync)
+        second = self.send("c2")
+        self.runHeld()
+        code, frame = self.answer(second)
+        self.assertEqual((code, frame["value"]["session"]["sessionId"]), (201, reserved[1]))
+        self.assertEqual(letGo, reserved[:1])
+        self.flushLoggedErrors()
+
+    def test_callerGoneStillMade(self) -> None:
+        """
+        A client that goes away while its create is sealed: the session is
+        made all the same, and its retry replays it.
+        """
+        first = self.send("c1")
+        first.cancel()
+        self.failureResultOf(first)
+        self.runHeld()
+        self.assertEqual(self.aside(), [])
+        code, frame = self.h.call("POST", "/sessions", {"requestId": "c1"})
+        self.assertEqual((code, frame.get("replayed")), (200, True), frame)
+        self.assertEqual(len(self.h.call("GET", "/sessions")[1]["value"]["sessions"]), 1)
+
+
+_realFsync = OsFiles.fsync
+
+
+def _refuse() -> None:
+    raise OSError(errno.EIO, "the disk refused")
+
+
 class DiskFailureTests(SynchronousTestCase):
     """
     A full disk or an I/O error, on an append or an atomic rewrite: the

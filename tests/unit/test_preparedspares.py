@@ -86,13 +86,13 @@ class ReservingTestCase(PoolTestCase):
             self.holds.moveIn(made, building)
             return {}
 
-        session, _ = self.registry.maker.create(
+        session, _ = self.successResultOf(self.registry.maker.create(
             ALICE, meta, requestId="create-1", raw={"requestId": "create-1"},
             answerFor=lambda made: Answer(type="session.created", value=SessionCreated(
                 session=made.summary(), clientId=ALICE.clientId, holdsLease=True,
             )),
             title=None, claim=True, makeFolders=moveIn,
-        )
+        ))
         return session
 
 

@@ -214,10 +214,11 @@ async def _publish(made: _Branch, session: Session, sent: JSONObject) -> None:
     """
     registry, source, request = made.registry, made.source, made.request
     try:
-        registry.maker.publish(
-            session, "branched", made.caller, request.requestId, request.raw, sent, "commands",
+        maker = registry.maker
+        maker.publish(session, maker.record(
+            "branched", made.caller, request.requestId, request.raw, sent, "commands",
             source=source.sessionId,
-        )
+        ))
     finally:
         if made.branchId in registry.sessions:
             # Published (even if a sync after it failed): the source

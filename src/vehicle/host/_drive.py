@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from attrs import define
+from twisted.python.failure import Failure
 
 from vehicle.errors import VehicleError
 from vehicle.public import Reservation
@@ -36,6 +37,7 @@ from vehicle.protocol import (
     SessionDeleted,
 )
 from vehicle.session import Caller, FolderRecord, Registry, Session, SessionMeta, isoTimestamp
+from vehicle.store import raiseAtOnce
 
 
 class Replayed(Exception):
@@ -112,6 +114,14 @@ class BodyRules(Protocol):
     def makeFolders(self, sessionId: str, sessionDir: Path) -> dict[str, FolderRecord]: ...
 
 
+def _unreserved(failure: Failure, rules: AgentRules | BodyRules, reserved: str) -> Failure:
+    """
+    A create refused after its spare was reserved: the spare is let go.
+    """
+    rules.unreserve(reserved)
+    return failure
+
+
 def refuseIfRunning(session: Session) -> None:
     """
     @raise VehicleError: C{session_running} while a run or a command is
@@ -174,7 +184,7 @@ class Drive:
                 "graphId names another graph than the path this request came through",
                 {"graphId": caller.graphId},
             )
-        self._replayCreation(caller, request)
+        await self._replaySettled(caller, request)
         door = await self._public().chooseDoor(caller, request) if caller.public else None
         model = door.model if door is not None else self.chooseModel(request.model)
         isolation = None
@@ -187,7 +197,7 @@ class Drive:
                 )
             isolation = await self.agent.checkCreate(caller, request, model)
             # The world may have changed while the box was probed.
-            self._replayCreation(caller, request)
+            await self._replaySettled(caller, request)
         # A warm body is made for a session id of its own: the session
         # takes that id, and its folders.
         rules: AgentRules | BodyRules = self.bodies
@@ -197,7 +207,7 @@ class Drive:
         else:
             reserved = self.bodies.reserveSpare(model)
         try:
-            session, sent = self.registry.maker.create(
+            made = self.registry.maker.create(
                 caller,
                 self._meta(caller, request, model, door, isolation, reserved),
                 requestId=request.requestId,
@@ -215,6 +225,10 @@ class Drive:
             if reserved is not None:
                 rules.unreserve(reserved)
             raise
+        if reserved is not None:
+            made.addErrback(_unreserved, rules, reserved)
+        # The create goes on if its caller goes away (a retry replays it).
+        session, sent = await raiseAtOnce(made)
         if self.public is not None and caller.public:
             self.public.rememberKey(session, caller)
         return sent
@@ -259,6 +273,17 @@ class Drive:
         return Answer(type="session.created", value=SessionCreated(
             session=session.summary(), clientId=caller.clientId, holdsLease=request.claims,
         ))
+
+    async def _replaySettled(self, caller: Caller, request: CreateRequest) -> None:
+        """
+        L{_replayCreation}, once the same create under way (if any) has
+        been served or refused.
+        """
+        waiting = self.registry.creationUnderWay(caller, request.requestId)
+        while waiting is not None:
+            await waiting
+            waiting = self.registry.creationUnderWay(caller, request.requestId)
+        self._replayCreation(caller, request)
 
     def _replayCreation(self, caller: Caller, request: CreateRequest) -> None:
         found = self.registry.replayCreation(caller, request.requestId, request.raw)

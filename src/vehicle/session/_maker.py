@@ -11,18 +11,21 @@ which L{Maker} tells of each session it publishes (L{Home.served}).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, NoReturn, Protocol
 
 from attrs import define, evolve
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorThreads, IReactorTime
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from vehicle.protocol import Answer, Event, JSONObject, RecordKind, RequestRecord, textOf, toObject
 from vehicle.session._journal import sentAnswer
 from vehicle.session._requests import requestRecord, storageError
 from vehicle.session._session import Session, normalizeTitle
 from vehicle.session._values import Caller, FolderRecord, SessionMeta
-from vehicle.store import DataDir, files, removeTree
+from vehicle.store import DataDir, files, raiseAtOnce, removeTree, runAtOnce
 
 
 #: (sessionId, the session's folder) -> an agent's folders as made there.
@@ -50,6 +53,33 @@ class Home(Protocol):
         C{session} is published by the request C{record}: serve it.
         """
 
+    def making(self, principal: str, requestId: str, made: Deferred[Any]) -> None:
+        """
+        The create C{requestId} of C{principal} is under way until C{made}
+        fires.
+        """
+
+
+#: Blocking file work, run somewhere: fires once it is done.
+Runner = Callable[[Callable[[], None]], "Deferred[None]"]
+
+
+def offThread(reactor: IReactorTime) -> Runner:
+    """
+    Run file work in C{reactor}'s thread pool; with a reactor without
+    threads (a test's memory reactor), at once, a C{BaseException} that is
+    not an C{Exception} (a test's simulated kill) going on up as from work
+    made in place (L{runAtOnce}).
+    """
+    threads = IReactorThreads(reactor, None)
+    if threads is None:
+        return runAtOnce
+
+    def run(work: Callable[[], None]) -> Deferred[None]:
+        return deferToThreadPool(threads, threads.getThreadPool(), work)
+
+    return run
+
 
 @define(eq=False)
 class Maker:
@@ -64,6 +94,8 @@ class Maker:
     clock: IReactorTime
     home: Home
     defaultLeaseTtlMs: int = 30 * 60 * 1000
+    #: Where a create's syncs and rename are made (L{offThread}).
+    runner: Runner = runAtOnce
 
     # -- making ---------------------------------------------------------------
 
@@ -115,9 +147,8 @@ class Maker:
             raise
         return session
 
-    def publish(
+    def record(
         self,
-        session: Session,
         kind: RecordKind,
         caller: Caller,
         requestId: str,
@@ -125,35 +156,78 @@ class Maker:
         sent: JSONObject,
         route: str,
         source: str | None = None,
-    ) -> None:
+    ) -> RequestRecord:
         """
-        The new session's one durable step: its record (the request that
-        made it, with its answer as sent) is written in the folder built
-        aside, and the folder is renamed into place.  Then it is served.
+        The record of the request that makes a new session (with its answer
+        as sent): what L{publish} writes in its folder.
         """
-        record = requestRecord(
+        return requestRecord(
             kind, caller, requestId, raw, sent, self.clock.seconds(), route=route, source=source
         )
+
+    def publish(self, session: Session, record: RequestRecord) -> None:
+        """
+        The new session's one durable step, made here and now (a branch):
+        C{record} is written in the folder built aside, the folder is sealed
+        and renamed into place.  Then it is served.
+
+        @raise VehicleError: C{storage_unavailable} when it is not.
+        """
+        raiseAtOnce(self._publish(runAtOnce, session, record))
+
+    def _publish(self, runner: Runner, session: Session, record: RequestRecord) -> Deferred[None]:
+        """
+        L{publish}, its syncs and its rename made by C{runner}; the session
+        is served once they are done, whoever still waits.
+
+        @return: fires once it is served; fails with C{storage_unavailable}
+            (or what else stopped it) when it is not.
+        @raise VehicleError: C{storage_unavailable}, at once, when its record
+            could not be written (or C{runner} ran at once and failed).
+        """
         final = self.dataDir.sessionDir(session.sessionId)
         try:
             session.appendRecord(record)
-            # Nothing in the folder was synced as it was written (nobody
-            # reads it): each file now, the folder as it is published.
-            session.seal()
-            session.close()
-            self.dataDir.publish(session.sessionId)
+            sealed = runner(lambda: self._seal(session))
         except BaseException as e:
+            self._unpublished(session, final, record, e)
+
+        def published(_: object) -> None:
             session.close()
-            if final.is_dir():
-                # Renamed into place; only the sync after it failed.  It
-                # is served (start would load it), so a retry replays.
-                self._served(session, final, record)
-            else:
-                self._abandonQuietly(session.sessionId)
-            if isinstance(e, OSError):
-                raise storageError(e) from e
-            raise
-        self._served(session, final, record)
+            self._served(session, final, record)
+
+        def refused(failure: Failure) -> None:
+            self._unpublished(session, final, record,
+                              failure.value or RuntimeError("the folder was not published"))
+
+        return sealed.addCallbacks(published, refused)
+
+    def _seal(self, session: Session) -> None:
+        """
+        Nothing in the folder was synced as it was written (nobody reads
+        it): each file now, the folder as it is renamed into place.
+        """
+        session.seal()
+        self.dataDir.publish(session.sessionId)
+
+    def _unpublished(
+        self, session: Session, final: Path, record: RequestRecord, error: BaseException
+    ) -> NoReturn:
+        """
+        Publishing C{session} failed with C{error}: served all the same
+        when its folder was renamed into place (only a sync after it
+        failed: start would load it, so a retry replays), else removed.
+
+        @raise VehicleError: C{storage_unavailable}, for an C{OSError}.
+        """
+        session.close()
+        if final.is_dir():
+            self._served(session, final, record)
+        else:
+            self._abandonQuietly(session.sessionId)
+        if isinstance(error, OSError):
+            raise storageError(error) from error
+        raise error
 
     def _served(self, session: Session, directory: Path, record: RequestRecord) -> None:
         # Published: from now on its lines go through the data dir's writer.
@@ -172,10 +246,16 @@ class Maker:
         claim: bool,
         ttlMs: int | None = None,
         makeFolders: FolderMaker | None = None,
-    ) -> tuple[Session, JSONObject]:
+    ) -> Deferred[tuple[Session, JSONObject]]:
         """
-        Make a session in one step (L{prepare}, then L{publish} with the
-        creating request's record); returns it and its answer as sent.
+        Make a session (L{prepare}, then L{publish} with the creating
+        request's record, its syncs and rename made by L{runner}): fires
+        with it and its answer as sent.
+        A retry of the same request meanwhile waits for it
+        (L{Home.making}).
+
+        @raise VehicleError: C{storage_unavailable}, at once, when its
+            folder could not be built.
         """
         try:
             session = self.prepare(
@@ -184,8 +264,11 @@ class Maker:
         except OSError as e:
             raise storageError(e) from e
         sent = sentAnswer(answerFor(session))
-        self.publish(session, "create", caller, requestId, raw, sent, f"create:{caller.graphId}")
-        return session, sent
+        record = self.record("create", caller, requestId, raw, sent, f"create:{caller.graphId}")
+        # Its syncs and its rename off the reactor's thread.
+        published = self._publish(self.runner, session, record)
+        self.home.making(caller.principal, requestId, published)
+        return published.addCallback(lambda _: (session, sent))
 
     def abandon(self, sessionId: str) -> None:
         """

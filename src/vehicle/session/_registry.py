@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from attrs import define, field
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -28,7 +29,7 @@ from vehicle.errors import VehicleError
 from vehicle.protocol import JSON, CommandStatus, JSONObject, RequestRecord, SessionDeleted, fromJSON, objectOf, textOf
 from vehicle.session._digest import Digest, Origin, currentDigest, writeDigest
 from vehicle.session._lineage import finishBranch
-from vehicle.session._maker import Maker
+from vehicle.session._maker import Maker, offThread
 from vehicle.session._observers import Observers
 from vehicle.session._requests import checkSame, storageError
 from vehicle.session._session import Session
@@ -105,10 +106,13 @@ class Registry:
     _due: dict[str, Session] = field(factory=dict, init=False)
     _writing: IDelayedCall | None = field(default=None, init=False)
 
+    #: (principal, requestId) -> who waits, for each create under way.
+    _making: dict[tuple[str, str], list[Deferred[None]]] = field(factory=dict, init=False)
+
     @maker.default
     def _newMaker(self) -> Maker:
         return Maker(dataDir=self.dataDir, clock=self.clock, home=self,
-                     defaultLeaseTtlMs=self.defaultLeaseTtlMs)
+                     defaultLeaseTtlMs=self.defaultLeaseTtlMs, runner=offThread(self.clock))
 
     # -- lookup -------------------------------------------------------------
 
@@ -149,6 +153,33 @@ class Registry:
         digest, sessionId = known
         checkSame(digest, requestId, request, f"create:{caller.graphId}")
         return self._createdFrame(sessionId)
+
+    def making(self, principal: str, requestId: str, made: Deferred[Any]) -> None:
+        """
+        A create is under way until C{made} fires (L{Maker.create}): a
+        retry of it waits (L{creationUnderWay}).
+        """
+        key = (principal, requestId)
+        self._making[key] = []
+
+        def settled(result: object) -> object:
+            for waiter in self._making.pop(key, []):
+                waiter.callback(None)
+            return result
+
+        made.addBoth(settled)
+
+    def creationUnderWay(self, caller: Caller, requestId: str) -> Deferred[None] | None:
+        """
+        Fires once the create C{requestId} of C{caller} under way has been
+        served or refused; L{None} when none is under way.
+        """
+        waiters = self._making.get((caller.principal, requestId))
+        if waiters is None:
+            return None
+        waiter: Deferred[None] = Deferred()
+        waiters.append(waiter)
+        return waiter
 
     def _createdFrame(self, sessionId: str) -> JSONObject:
         """
