@@ -183,7 +183,7 @@ class Maker:
         @return: fires once it is served; fails with C{storage_unavailable}
             (or what else stopped it) when it is not.
         @raise VehicleError: C{storage_unavailable}, at once, when its record
-            could not be written (or C{runner} ran at once and failed).
+            could not be written.
         """
         final = self.dataDir.sessionDir(session.sessionId)
         try:
