@@ -550,6 +550,20 @@ class WriterTests(SynchronousTestCase):
         self.held.release()
         self.successResultOf(drained)
 
+    def test_drainedTwiceWhileABatchRuns(self) -> None:
+        """
+        Drained again while a batch runs (a second stop, say): neither
+        fires before the batch is answered.
+        """
+        self.writer.write(Chain(), [])
+        first = self.writer.drain()
+        second = self.writer.drain()
+        self.assertNoResult(first)
+        self.assertNoResult(second)
+        self.held.release()
+        self.successResultOf(first)
+        self.successResultOf(second)
+
     def test_answersInOrderThenTheNextBatch(self) -> None:
         """
         A batch's steps are answered in the order they came; a step handed

@@ -332,7 +332,7 @@ class GroupWriter:
         """
         self._drained = True
         self._doLater()
-        if not self._running and not self._queue:
+        if self._quiet:
             return succeed(None)
         waiter: Deferred[None] = Deferred()
         self._idle.append(waiter)
@@ -348,6 +348,13 @@ class GroupWriter:
         if release is not None:
             drained.addCallback(lambda _: release())
         return drained
+
+    @property
+    def _quiet(self) -> bool:
+        """
+        No batch running, none waiting.
+        """
+        return not self._running and not self._queue
 
     def _pump(self) -> None:
         if self._pumping:
@@ -366,7 +373,7 @@ class GroupWriter:
                 ran.addBoth(self._ran, batch)
         finally:
             self._pumping = False
-        if not self._running and not self._queue:
+        if self._quiet:
             idle, self._idle = self._idle, []
             for waiter in idle:
                 waiter.callback(None)
