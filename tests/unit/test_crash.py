@@ -31,9 +31,10 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
-from vehicle.store import OsFiles, useFiles
+from vehicle.store import GroupWriter, OsFiles, useFiles
 
 from tests.support._crashfs import CrashFiles
+from tests.support.batches import HeldBatches
 from tests.support.crashdriver import CrashDriver, Request, addCrashTests, scenario
 from tests.support.descriptors import openDescriptors
 from tests.support.harness import Harness
@@ -801,6 +802,41 @@ class BranchTwiceTests(SynchronousTestCase):
         self.assertEqual(again["value"]["session"]["sessionId"],
                          first["value"]["session"]["sessionId"])
         self.assertEqual(len(os.listdir(h.root / "sessions")), 2)
+
+
+    def test_answeredWhileItsRecordIsWritten(self) -> None:
+        """
+        The same fork, taken again by one that was past its wait before the
+        first began (as an agent's branch is while its workspace is
+        copied), while the first's record is on its way to its source's
+        disk: the second waits for that record, then answers as the first
+        did and drops its copy.
+        """
+        from vehicle.body import branch
+        from vehicle.session import Caller
+
+        held = HeldBatches()
+        h = Harness(self, writer=lambda: GroupWriter(runner=held))
+        self.addCleanup(h.stop)
+        sid = _withPi(h)["sid"]
+        held.releaseAll()
+        body = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+        first = h.request("POST", f"/sessions/{sid}/commands", body)
+        h.stub.flush()
+        self.assertNoResult(first)
+        registry = h.api.registry
+        caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g1")
+        again = Deferred.fromCoroutine(
+            branch(registry, registry.sessions[sid], caller, fromRequest(body, CommandRequest)))
+        held.releaseAll()
+        h.stub.flush()
+        response = self.successResultOf(first)
+        answered = json.loads(self.successResultOf(response.content()))
+        self.assertEqual(response.code, 201, answered)
+        self.assertEqual(self.successResultOf(again)["value"]["session"]["sessionId"],
+                         answered["value"]["session"]["sessionId"])
+        self.assertEqual(len([n for n in os.listdir(h.root / "sessions")
+                              if not n.startswith(".")]), 2)
 
 
 class RebuildEqualsLiveTests(SynchronousTestCase):

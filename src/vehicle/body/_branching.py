@@ -166,6 +166,12 @@ async def _build(
         result = _copyConversation(made, session)
         if made.meta.profile == "agent" and recordFolders is not None:
             await _copyWorkspace(made, session, recordFolders, runInThread)
+        # The same request, sent again and made first, may have its record
+        # on its way to the source's disk: known once it is there.
+        waiting = source.answering(request.requestId)
+        while waiting is not None:
+            await waiting
+            waiting = source.answering(request.requestId)
         if source.deleted:
             raise notFound()
         earlier = source.replay(request.requestId, request.raw, "commands")
