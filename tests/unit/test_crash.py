@@ -31,7 +31,7 @@ from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
 
 from vehicle.protocol import CommandRequest, CommandStatus, fromRequest
-from vehicle.store import GroupWriter, OsFiles, useFiles
+from vehicle.store import GroupWriter, OsFiles, runAtOnce, useFiles
 
 from tests.support._crashfs import CrashFiles
 from tests.support.batches import HeldBatches
@@ -368,12 +368,10 @@ class AsideSyncTests(SynchronousTestCase):
             ["commands.jsonl", "events.jsonl"])
 
 
-class CreateOffThreadTests(SynchronousTestCase):
+class _HeldSeals(SynchronousTestCase):
     """
-    A create's syncs and rename are made off the reactor's thread (its
-    maker's runner, held here until the test runs it): its answer waits
-    for them, a retry meanwhile waits for it, and a client that goes away
-    does not stop it.
+    A host whose maker's runner (where a new folder is sealed and renamed)
+    holds each piece of work until the test runs it.
     """
 
     def setUp(self) -> None:
@@ -420,6 +418,32 @@ class CreateOffThreadTests(SynchronousTestCase):
     def aside(self) -> list[str]:
         return sorted(n for n in os.listdir(self.root / "sessions") if n.startswith(".new-"))
 
+    def replayedOnceMade(
+        self, first: Deferred[Any], again: Deferred[Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """
+        C{again}, the same request as C{first} sent while its folder waits
+        to be sealed, waits; once it is, the first is made and the second
+        replays it.
+
+        @return: their frames.
+        """
+        self.assertNoResult(again)
+        self.assertEqual((len(self.held), len(self.aside())), (1, 1))
+        self.runHeld()
+        code, frame = self.answer(first)
+        replayCode, replayed = self.answer(again)
+        self.assertEqual((code, replayCode, replayed.get("replayed")), (201, 200, True))
+        return frame, replayed
+
+
+class CreateOffThreadTests(_HeldSeals):
+    """
+    A create's syncs and rename are made off the reactor's thread: its
+    answer waits for them, a retry meanwhile waits for it, and a client
+    that goes away does not stop it.
+    """
+
     def test_answeredOnceSealedOffThread(self) -> None:
         """
         The create's request makes no sync: its folder waits aside, its
@@ -445,14 +469,7 @@ class CreateOffThreadTests(SynchronousTestCase):
         The same create sent again while the first is made waits for it,
         then replays it: one session.
         """
-        first = self.send("c1")
-        again = self.send("c1")
-        self.assertNoResult(again)
-        self.assertEqual((len(self.held), len(self.aside())), (1, 1))
-        self.runHeld()
-        code, frame = self.answer(first)
-        replayCode, replayed = self.answer(again)
-        self.assertEqual((code, replayCode, replayed.get("replayed")), (201, 200, True))
+        frame, replayed = self.replayedOnceMade(self.send("c1"), self.send("c1"))
         self.assertEqual(replayed["value"]["session"]["sessionId"],
                          frame["value"]["session"]["sessionId"])
         self.assertEqual(len(self.h.call("GET", "/sessions")[1]["value"]["sessions"]), 1)
@@ -837,6 +854,94 @@ class BranchTwiceTests(SynchronousTestCase):
                          answered["value"]["session"]["sessionId"])
         self.assertEqual(len([n for n in os.listdir(h.root / "sessions")
                               if not n.startswith(".")]), 2)
+
+
+class BranchOffThreadTests(_HeldSeals):
+    """
+    A branch's seal and rename are made off the reactor's thread too: its
+    answer waits for them and for its source's record; the same fork taken
+    again meanwhile (at the door, or past it) waits, then answers as the
+    first did; one refused lets the next be made afresh.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        maker = self.h.api.registry.maker
+        maker.runner = runAtOnce
+        self.sid = _withPi(self.h)["sid"]
+        maker.runner = self.hold
+        self.body = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
+
+    def fork(self) -> Deferred[Any]:
+        d = self.h.request("POST", f"/sessions/{self.sid}/commands", self.body)
+        self.h.stub.flush()
+        return d
+
+    def branches(self) -> list[str]:
+        return [n for n in os.listdir(self.root / "sessions") if n not in (".", self.sid)
+                and not n.startswith(".")]
+
+    def test_answeredOnceSealedOffThread(self) -> None:
+        first = self.fork()
+        self.assertNoResult(first)
+        self.assertEqual((len(self.held), len(self.aside()), self.branches()), (1, 1, []))
+        self.runHeld()
+        code, frame = self.answer(first)
+        self.assertEqual(code, 201, frame)
+        self.assertEqual(self.branches(), [frame["value"]["session"]["sessionId"]])
+        self.assertEqual(self.aside(), [])
+
+    def test_retryWaitsThenReplays(self) -> None:
+        frame, replayed = self.replayedOnceMade(self.fork(), self.fork())
+        self.assertEqual(replayed["value"], frame["value"])
+        self.assertEqual(len(self.branches()), 1)
+
+    def test_pastItsWaitWaits(self) -> None:
+        """
+        One taken past the door's wait (as an agent's branch is while its
+        workspace is copied) waits for the first's publication too, then
+        drops its copy.
+        """
+        from vehicle.body import branch
+        from vehicle.session import Caller
+
+        first = self.fork()
+        registry = self.h.api.registry
+        caller = Caller(principal="alice", clientId="alice", role="owner", graphId="g1")
+        again = Deferred.fromCoroutine(branch(
+            registry, registry.sessions[self.sid], caller, fromRequest(self.body, CommandRequest)))
+        self.assertNoResult(again)
+        self.assertEqual((len(self.held), len(self.aside())), (1, 2))
+        self.runHeld()
+        code, frame = self.answer(first)
+        self.assertEqual(code, 201, frame)
+        self.assertEqual(self.successResultOf(again)["value"], frame["value"])
+        self.assertEqual((len(self.branches()), self.aside()), (1, []))
+
+    def test_refusedThenMadeAfresh(self) -> None:
+        first, again = self.fork(), self.fork()
+        self.patch(OsFiles, "fsync", lambda layer, fd: _refuse())
+        self.runHeld()
+        code, frame = self.answer(first)
+        self.assertEqual((code, frame["code"]), (503, "storage_unavailable"), frame)
+        self.patch(OsFiles, "fsync", _realFsync)
+        self.assertNoResult(again)
+        self.assertEqual((len(self.held), len(self.aside()), self.branches()), (1, 1, []))
+        self.runHeld()
+        code, frame = self.answer(again)
+        self.assertEqual((code, frame.get("replayed")), (201, None), frame)
+        self.assertEqual(self.branches(), [frame["value"]["session"]["sessionId"]])
+        self.flushLoggedErrors()
+
+    def test_callerGoneStillMade(self) -> None:
+        first = self.fork()
+        first.cancel()
+        self.failureResultOf(first)
+        self.runHeld()
+        self.assertEqual(self.aside(), [])
+        code, frame = self.h.call("POST", f"/sessions/{self.sid}/commands", self.body)
+        self.assertEqual((code, frame.get("replayed")), (200, True), frame)
+        self.assertEqual(self.branches(), [frame["value"]["session"]["sessionId"]])
 
 
 class RebuildEqualsLiveTests(SynchronousTestCase):

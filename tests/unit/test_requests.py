@@ -298,6 +298,20 @@ class AnsweringTests(SynchronousTestCase):
         self.assertIsNone(self.successResultOf(other))
         self.assertFalse(answering)
 
+    def test_begunAgainKeepsItsWaiters(self) -> None:
+        """
+        A request held (a branch being published) whose step then begins:
+        who waited already waits on, until it is settled.
+        """
+        answering = Answering()
+        answering.begin("r1")
+        waiter = answering.waiter("r1")
+        assert waiter is not None
+        answering.begin("r1")
+        self.assertNoResult(waiter)
+        answering.settled("r1")
+        self.assertIsNone(self.successResultOf(waiter))
+
 
 class AnnotationTests(SynchronousTestCase):
     def test_resolve(self) -> None:

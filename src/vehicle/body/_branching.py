@@ -44,6 +44,7 @@ from vehicle.session import (
     previewOf,
     storageError,
 )
+from vehicle.store import raiseAtOnce
 
 
 #: Runs blocking work off the reactor's thread and waits for it.
@@ -219,20 +220,35 @@ async def _publish(made: _Branch, session: Session, sent: JSONObject) -> None:
     once the source's record is durable.
     """
     registry, source, request = made.registry, made.source, made.request
+    maker, requestId = registry.maker, request.requestId
+    record = maker.record("branched", made.caller, requestId, request.raw, sent, "commands",
+                          source=source.sessionId)
+
+    def remember(result: object) -> object:
+        if made.branchId not in registry.sessions:
+            return result
+        # Published (even if a sync after it failed): the source remembers
+        # it, so a retry replays rather than branches again.
+        remembered = source.rememberBranch(
+            made.caller, requestId, request.raw, sent, made.kind, made.branchId, made.entryId,
+        )
+        return remembered.addCallback(lambda _: result)
+
+    def letGo(result: object) -> object:
+        source.letRequestGo(requestId)
+        return result
+
+    # While its folder is sealed off the reactor's thread and its source's
+    # record written, the same request taken again waits for it (at the
+    # door, or past it: L{_build}); the branch is made even if no one
+    # waits for it any more.
+    source.holdRequest(requestId)
     try:
-        maker = registry.maker
-        maker.publish(session, maker.record(
-            "branched", made.caller, request.requestId, request.raw, sent, "commands",
-            source=source.sessionId,
-        ))
-    finally:
-        if made.branchId in registry.sessions:
-            # Published (even if a sync after it failed): the source
-            # remembers it, so a retry replays rather than branches again.
-            await source.rememberBranch(
-                made.caller, request.requestId, request.raw, sent, made.kind, made.branchId,
-                made.entryId,
-            )
+        published = maker.publish(session, record)
+    except BaseException:
+        source.letRequestGo(requestId)
+        raise
+    await raiseAtOnce(published.addBoth(remember).addBoth(letGo))
 
 
 def _copyConversation(made: _Branch, session: Session) -> BranchResult:

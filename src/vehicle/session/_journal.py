@@ -459,6 +459,20 @@ class Journal:
         """
         return self._answering.waiter(requestId)
 
+    def hold(self, requestId: str) -> None:
+        """
+        The request C{requestId} is under way before its step (a branch
+        being published): a retry waits for it (L{answering}) until it is
+        let go (L{letGo}) or its step is settled.
+        """
+        self._answering.begin(requestId)
+
+    def letGo(self, requestId: str) -> None:
+        """
+        The request C{requestId} held (L{hold}) is done: who waits goes on.
+        """
+        self._answering.settled(requestId)
+
     def settle(self) -> Deferred[None]:
         """
         Fires once every line taken so far was written (or refused).

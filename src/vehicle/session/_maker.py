@@ -25,7 +25,7 @@ from vehicle.session._journal import sentAnswer
 from vehicle.session._requests import requestRecord, storageError
 from vehicle.session._session import Session, normalizeTitle
 from vehicle.session._values import Caller, FolderRecord, SessionMeta
-from vehicle.store import DataDir, files, raiseAtOnce, removeTree, runAtOnce
+from vehicle.store import DataDir, files, removeTree, runAtOnce
 
 
 #: (sessionId, the session's folder) -> an agent's folders as made there.
@@ -94,7 +94,7 @@ class Maker:
     clock: IReactorTime
     home: Home
     defaultLeaseTtlMs: int = 30 * 60 * 1000
-    #: Where a create's syncs and rename are made (L{offThread}).
+    #: Where a new session's syncs and rename are made (L{offThread}).
     runner: Runner = runAtOnce
 
     # -- making ---------------------------------------------------------------
@@ -165,20 +165,12 @@ class Maker:
             kind, caller, requestId, raw, sent, self.clock.seconds(), route=route, source=source
         )
 
-    def publish(self, session: Session, record: RequestRecord) -> None:
+    def publish(self, session: Session, record: RequestRecord) -> Deferred[None]:
         """
-        The new session's one durable step, made here and now (a branch):
-        C{record} is written in the folder built aside, the folder is sealed
-        and renamed into place.  Then it is served.
-
-        @raise VehicleError: C{storage_unavailable} when it is not.
-        """
-        raiseAtOnce(self._publish(runAtOnce, session, record))
-
-    def _publish(self, runner: Runner, session: Session, record: RequestRecord) -> Deferred[None]:
-        """
-        L{publish}, its syncs and its rename made by C{runner}; the session
-        is served once they are done, whoever still waits.
+        The new session's one durable step: C{record} is written in the
+        folder built aside, the folder is sealed and renamed into place by
+        L{runner} (off the reactor's thread); the session is served once
+        they are done, whoever still waits.
 
         @return: fires once it is served; fails with C{storage_unavailable}
             (or what else stopped it) when it is not.
@@ -188,7 +180,7 @@ class Maker:
         final = self.dataDir.sessionDir(session.sessionId)
         try:
             session.appendRecord(record)
-            sealed = runner(lambda: self._seal(session))
+            sealed = self.runner(lambda: self._seal(session))
         except BaseException as e:
             self._unpublished(session, final, record, e)
 
@@ -249,8 +241,7 @@ class Maker:
     ) -> Deferred[tuple[Session, JSONObject]]:
         """
         Make a session (L{prepare}, then L{publish} with the creating
-        request's record, its syncs and rename made by L{runner}): fires
-        with it and its answer as sent.
+        request's record): fires with it and its answer as sent.
         A retry of the same request meanwhile waits for it
         (L{Home.making}).
 
@@ -265,8 +256,7 @@ class Maker:
             raise storageError(e) from e
         sent = sentAnswer(answerFor(session))
         record = self.record("create", caller, requestId, raw, sent, f"create:{caller.graphId}")
-        # Its syncs and its rename off the reactor's thread.
-        published = self._publish(self.runner, session, record)
+        published = self.publish(session, record)
         self.home.making(caller.principal, requestId, published)
         return published.addCallback(lambda _: (session, sent))
 

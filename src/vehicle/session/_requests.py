@@ -162,9 +162,10 @@ class Answering:
 
     def begin(self, requestId: str) -> None:
         """
-        The step of C{requestId} is on its way to disk.
+        The step of C{requestId} is on its way to disk (who waits already,
+        for a branch being published, waits on).
         """
-        self._waiting[requestId] = []
+        self._waiting.setdefault(requestId, [])
 
     def waiter(self, requestId: str) -> Deferred[None] | None:
         """

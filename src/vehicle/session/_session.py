@@ -341,6 +341,18 @@ class Session:
         """
         return self._journal.answering(requestId)
 
+    def holdRequest(self, requestId: str) -> None:
+        """
+        A request under way before its step (L{Journal.hold}).
+        """
+        self._journal.hold(requestId)
+
+    def letRequestGo(self, requestId: str) -> None:
+        """
+        The request held is done (L{Journal.letGo}).
+        """
+        self._journal.letGo(requestId)
+
     def currentLease(self) -> Lease | None:
         """
         The lease, retired first if it has lapsed.
