@@ -11,15 +11,15 @@ which L{Maker} tells of each session it publishes (L{Home.served}).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, ClassVar, NoReturn, Protocol
+from typing import Any, Callable, ClassVar, NoReturn, Protocol, cast
 
 from attrs import define, evolve
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorThreads, IReactorTime
-from twisted.internet.threads import deferToThreadPool
+from twisted.internet.interfaces import IReactorCore, IReactorThreads, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from vehicle._threads import threadRunner
 from vehicle.protocol import Answer, Event, JSONObject, RecordKind, RequestRecord, textOf, toObject
 from vehicle.session._journal import sentAnswer
 from vehicle.session._requests import requestRecord, storageError
@@ -66,19 +66,15 @@ Runner = Callable[[Callable[[], None]], "Deferred[None]"]
 
 def offThread(reactor: IReactorTime) -> Runner:
     """
-    Run file work in C{reactor}'s thread pool; with a reactor without
-    threads (a test's memory reactor), at once, a C{BaseException} that is
-    not an C{Exception} (a test's simulated kill) going on up as from work
-    made in place (L{runAtOnce}).
+    Run file work in C{reactor}'s thread pool (L{threadRunner}); with a
+    reactor without threads (a test's memory reactor), at once, a
+    C{BaseException} that is not an C{Exception} (a test's simulated kill)
+    going on up as from work made in place (L{runAtOnce}, where
+    L{threadRunner} would keep it in a failed L{Deferred}).
     """
-    threads = IReactorThreads(reactor, None)
-    if threads is None:
+    if IReactorThreads(reactor, None) is None:
         return runAtOnce
-
-    def run(work: Callable[[], None]) -> Deferred[None]:
-        return deferToThreadPool(threads, threads.getThreadPool(), work)
-
-    return run
+    return threadRunner(cast(IReactorCore, reactor))
 
 
 @define(eq=False)
