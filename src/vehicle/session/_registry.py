@@ -31,7 +31,7 @@ from vehicle.session._digest import Digest, Origin, currentDigest, writeDigest
 from vehicle.session._lineage import finishBranch
 from vehicle.session._maker import Maker, offThread
 from vehicle.session._observers import Observers
-from vehicle.session._requests import checkSame, storageError
+from vehicle.session._requests import Answering, checkSame, storageError
 from vehicle.session._session import Session
 from vehicle.session._values import Caller, SessionMeta
 from vehicle.store import DataDir, readJson
@@ -106,8 +106,8 @@ class Registry:
     _due: dict[str, Session] = field(factory=dict, init=False)
     _writing: IDelayedCall | None = field(default=None, init=False)
 
-    #: (principal, requestId) -> who waits, for each create under way.
-    _making: dict[tuple[str, str], list[Deferred[None]]] = field(factory=dict, init=False)
+    #: The creates under way, by (principal, requestId), and who waits.
+    _making: Answering = field(factory=Answering, init=False)
 
     @maker.default
     def _newMaker(self) -> Maker:
@@ -160,11 +160,10 @@ class Registry:
         retry of it waits (L{creationUnderWay}).
         """
         key = (principal, requestId)
-        self._making[key] = []
+        self._making.begin(key)
 
         def settled(result: object) -> object:
-            for waiter in self._making.pop(key, []):
-                waiter.callback(None)
+            self._making.settled(key)
             return result
 
         made.addBoth(settled)
@@ -174,12 +173,7 @@ class Registry:
         Fires once the create C{requestId} of C{caller} under way has been
         served or refused; L{None} when none is under way.
         """
-        waiters = self._making.get((caller.principal, requestId))
-        if waiters is None:
-            return None
-        waiter: Deferred[None] = Deferred()
-        waiters.append(waiter)
-        return waiter
+        return self._making.waiter((caller.principal, requestId))
 
     def _createdFrame(self, sessionId: str) -> JSONObject:
         """

@@ -13,7 +13,7 @@ import errno
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Hashable
 
 from attrs import define, field
 from twisted.internet.defer import Deferred
@@ -148,11 +148,13 @@ class Answering:
     """
     The requests whose step is being made durable, and who waits for each:
     a retry that comes meanwhile waits, then replays it (or, refused, is
-    taken afresh).
+    taken afresh).  A request is known by its C{requestId} within a
+    session, by its principal's and its C{requestId} among the creates
+    (L{vehicle.session.Registry.creationUnderWay}).
     """
 
-    #: requestId -> who waits for it.
-    _waiting: dict[str, list[Deferred[None]]] = field(factory=dict)
+    #: request -> who waits for it.
+    _waiting: dict[Hashable, list[Deferred[None]]] = field(factory=dict)
 
     def __bool__(self) -> bool:
         """
@@ -160,14 +162,14 @@ class Answering:
         """
         return bool(self._waiting)
 
-    def begin(self, requestId: str) -> None:
+    def begin(self, requestId: Hashable) -> None:
         """
         The step of C{requestId} is on its way to disk (who waits already,
         for a branch being published, waits on).
         """
         self._waiting.setdefault(requestId, [])
 
-    def waiter(self, requestId: str) -> Deferred[None] | None:
+    def waiter(self, requestId: Hashable) -> Deferred[None] | None:
         """
         While C{requestId} is being made durable, what fires once it is (or
         was refused); else L{None}.
@@ -179,7 +181,7 @@ class Answering:
         waiting.append(waiter)
         return waiter
 
-    def settled(self, requestId: str) -> None:
+    def settled(self, requestId: Hashable) -> None:
         """
         The request C{requestId} is settled: who waited for it goes on.
         """
