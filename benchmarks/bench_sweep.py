@@ -48,10 +48,10 @@ def sweep(sessions: int, tree: Path = ROOT) -> dict[str, float]:
     for path in (tree, tree / "src"):
         sys.path.insert(0, str(path))
     from twisted.internet.address import IPv4Address
-    from twisted.internet.defer import Deferred
     from twisted.internet.task import Clock
     from twisted.internet.testing import MemoryReactorClock, StringTransport
 
+    from tests.support.batches import HeldBatches
     from tests.support.harness import MODELS, FakeLauncher
     from vehicle._tap import buildHost
     from vehicle.models import ModelCatalog
@@ -59,18 +59,8 @@ def sweep(sessions: int, tree: Path = ROOT) -> dict[str, float]:
     from vehicle.store import GroupWriter, writeJsonAtomic
     from vehicle.web import VehicleSite
 
-    held: list[tuple[Any, Deferred[None]]] = []
-
-    def runner(work: Any) -> Deferred[None]:
-        ran: Deferred[None] = Deferred()
-        held.append((work, ran))
-        return ran
-
-    def runHeld() -> None:
-        while held:
-            work, ran = held.pop(0)
-            work()
-            ran.callback(None)
+    held = HeldBatches()
+    runHeld = held.releaseAll
 
     work = Path(tempfile.mkdtemp(prefix="vehicle-bench-sweep-", dir=os.environ.get("TMPDIR")))
     clock = MemoryReactorClock()
@@ -81,7 +71,7 @@ def sweep(sessions: int, tree: Path = ROOT) -> dict[str, float]:
         api, host = buildHost(
             Settings(secret=secret, dataDir=work / "data", listen="tcp:0"),
             ModelCatalog(MODELS["providers"], "scripted/echo-1"), clock,
-            launcher=FakeLauncher(), writer=GroupWriter(runner=runner, clock=later),
+            launcher=FakeLauncher(), writer=GroupWriter(runner=held, clock=later),
         )
         host.startService()
         registry = api.registry

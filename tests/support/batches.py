@@ -33,11 +33,16 @@ class HeldBatches:
     def release(self) -> None:
         """
         Run the oldest batch held, then answer its steps (a batch started
-        meanwhile is held in its turn).  A simulated kill inside it goes up
-        to the test, the steps unanswered.
+        meanwhile is held in its turn).  Work that fails fails its
+        L{Deferred}, as a thread pool's would; a simulated kill inside it
+        goes up to the test, the steps unanswered.
         """
         work, ran = self.waiting.pop(0)
-        work()
+        try:
+            work()
+        except Exception:
+            ran.errback()
+            return
         ran.callback(None)
 
     def releaseAll(self) -> None:

@@ -379,8 +379,8 @@ class _HeldSeals(SynchronousTestCase):
         self.root.mkdir(parents=True)
         self.h = Harness(self, self.root)
         self.addCleanup(self.h.stop)
-        self.held: list[tuple[Callable[[], None], Deferred[None]]] = []
-        self.h.api.registry.maker.runner = self.hold
+        self.held = HeldBatches()
+        self.h.api.registry.maker.runner = self.held
         self.synced: list[str] = []
         test = self
 
@@ -390,20 +390,6 @@ class _HeldSeals(SynchronousTestCase):
                 super().fsync(fd)
 
         self.addCleanup(useFiles, useFiles(Noting()))
-
-    def hold(self, work: Callable[[], None]) -> Deferred[None]:
-        ran: Deferred[None] = Deferred()
-        self.held.append((work, ran))
-        return ran
-
-    def runHeld(self) -> None:
-        work, ran = self.held.pop(0)
-        try:
-            work()
-        except Exception:
-            ran.errback()
-        else:
-            ran.callback(None)
 
     def send(self, requestId: str) -> Deferred[Any]:
         d = self.h.request("POST", "/sessions", {"requestId": requestId})
@@ -429,8 +415,8 @@ class _HeldSeals(SynchronousTestCase):
         @return: their frames.
         """
         self.assertNoResult(again)
-        self.assertEqual((len(self.held), len(self.aside())), (1, 1))
-        self.runHeld()
+        self.assertEqual((len(self.held.waiting), len(self.aside())), (1, 1))
+        self.held.release()
         code, frame = self.answer(first)
         replayCode, replayed = self.answer(again)
         self.assertEqual((code, replayCode, replayed.get("replayed")), (201, 200, True))
@@ -453,8 +439,8 @@ class CreateOffThreadTests(_HeldSeals):
         self.assertNoResult(first)
         self.assertEqual(self.synced, [])
         [building] = self.aside()
-        self.assertEqual(len(self.held), 1)
-        self.runHeld()
+        self.assertEqual(len(self.held.waiting), 1)
+        self.held.release()
         code, frame = self.answer(first)
         self.assertEqual(code, 201, frame)
         sid = frame["value"]["session"]["sessionId"]
@@ -491,16 +477,16 @@ class CreateOffThreadTests(_HeldSeals):
             _realFsync(layer, fd)
 
         self.patch(OsFiles, "fsync", refuseOnce)
-        self.runHeld()
+        self.held.release()
         code, frame = self.answer(first)
         self.assertEqual((code, frame["code"]), (503, "storage_unavailable"), frame)
         # The retry that waited is under way afresh, in a folder of its own.
         self.assertNoResult(again)
         self.assertEqual(len(refused), 1)
-        self.assertEqual(len(self.held), 1)
+        self.assertEqual(len(self.held.waiting), 1)
         self.assertNotIn(building, self.aside())
         self.assertEqual(len(self.aside()), 1)
-        self.runHeld()
+        self.held.release()
         code, frame = self.answer(again)
         self.assertEqual((code, frame.get("replayed")), (201, None), frame)
         self.assertEqual(len(self.h.call("GET", "/sessions")[1]["value"]["sessions"]), 1)
@@ -524,12 +510,12 @@ class CreateOffThreadTests(_HeldSeals):
         self.patch(type(rules), "unreserve", lambda rules, sessionId: letGo.append(sessionId))
         first = self.send("c1")
         self.patch(OsFiles, "fsync", lambda layer, fd: _refuse())
-        self.runHeld()
+        self.held.release()
         self.assertEqual(self.answer(first)[0], 503)
         self.assertEqual(letGo, reserved)
         self.patch(OsFiles, "fsync", _realFsync)
         second = self.send("c2")
-        self.runHeld()
+        self.held.release()
         code, frame = self.answer(second)
         self.assertEqual((code, frame["value"]["session"]["sessionId"]), (201, reserved[1]))
         self.assertEqual(letGo, reserved[:1])
@@ -543,7 +529,7 @@ class CreateOffThreadTests(_HeldSeals):
         first = self.send("c1")
         first.cancel()
         self.failureResultOf(first)
-        self.runHeld()
+        self.held.release()
         self.assertEqual(self.aside(), [])
         code, frame = self.h.call("POST", "/sessions", {"requestId": "c1"})
         self.assertEqual((code, frame.get("replayed")), (200, True), frame)
@@ -869,7 +855,7 @@ class BranchOffThreadTests(_HeldSeals):
         maker = self.h.api.registry.maker
         maker.runner = runAtOnce
         self.sid = _withPi(self.h)["sid"]
-        maker.runner = self.hold
+        maker.runner = self.held
         self.body = {"requestId": "f1", "type": "fork", "entryId": "aaaa0003"}
 
     def fork(self) -> Deferred[Any]:
@@ -884,8 +870,8 @@ class BranchOffThreadTests(_HeldSeals):
     def test_answeredOnceSealedOffThread(self) -> None:
         first = self.fork()
         self.assertNoResult(first)
-        self.assertEqual((len(self.held), len(self.aside()), self.branches()), (1, 1, []))
-        self.runHeld()
+        self.assertEqual((len(self.held.waiting), len(self.aside()), self.branches()), (1, 1, []))
+        self.held.release()
         code, frame = self.answer(first)
         self.assertEqual(code, 201, frame)
         self.assertEqual(self.branches(), [frame["value"]["session"]["sessionId"]])
@@ -911,8 +897,8 @@ class BranchOffThreadTests(_HeldSeals):
         again = Deferred.fromCoroutine(branch(
             registry, registry.sessions[self.sid], caller, fromRequest(self.body, CommandRequest)))
         self.assertNoResult(again)
-        self.assertEqual((len(self.held), len(self.aside())), (1, 2))
-        self.runHeld()
+        self.assertEqual((len(self.held.waiting), len(self.aside())), (1, 2))
+        self.held.release()
         code, frame = self.answer(first)
         self.assertEqual(code, 201, frame)
         self.assertEqual(self.successResultOf(again)["value"], frame["value"])
@@ -921,13 +907,13 @@ class BranchOffThreadTests(_HeldSeals):
     def test_refusedThenMadeAfresh(self) -> None:
         first, again = self.fork(), self.fork()
         self.patch(OsFiles, "fsync", lambda layer, fd: _refuse())
-        self.runHeld()
+        self.held.release()
         code, frame = self.answer(first)
         self.assertEqual((code, frame["code"]), (503, "storage_unavailable"), frame)
         self.patch(OsFiles, "fsync", _realFsync)
         self.assertNoResult(again)
-        self.assertEqual((len(self.held), len(self.aside()), self.branches()), (1, 1, []))
-        self.runHeld()
+        self.assertEqual((len(self.held.waiting), len(self.aside()), self.branches()), (1, 1, []))
+        self.held.release()
         code, frame = self.answer(again)
         self.assertEqual((code, frame.get("replayed")), (201, None), frame)
         self.assertEqual(self.branches(), [frame["value"]["session"]["sessionId"]])
@@ -937,7 +923,7 @@ class BranchOffThreadTests(_HeldSeals):
         first = self.fork()
         first.cancel()
         self.failureResultOf(first)
-        self.runHeld()
+        self.held.release()
         self.assertEqual(self.aside(), [])
         code, frame = self.h.call("POST", f"/sessions/{self.sid}/commands", self.body)
         self.assertEqual((code, frame.get("replayed")), (200, True), frame)
