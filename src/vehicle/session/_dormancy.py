@@ -2,9 +2,10 @@
 """
 A session's sleep: when it may go dormant, and its digest (L{_digest}),
 made from what it is and written (by the data directory's writer, off the
-reactor's thread) only when its logs moved on since the last one.  The session's journal closes and opens the logs
-(L{Journal.sleep}, L{Journal.wake}); this part decides when, and keeps
-the digest that lets a start (or a wake) do without reading them.
+reactor's thread) only when its logs moved on since the last one.  The
+session's journal closes and opens the logs (L{Journal.sleep},
+L{Journal.wake}); this part decides when, and keeps the digest that lets
+a start do without reading them.
 """
 
 from __future__ import annotations
